@@ -1,0 +1,98 @@
+"""The ``tracelat`` command line: a thin click layer over importable functions.
+
+Commands live in ``pipeline/commands/`` and are imported only when used, so
+``tracelat --help`` stays fast.  One handler in :func:`main` turns our exceptions
+into ``Error: ...`` and an exit code (2 usage/data error, 1 a failed check);
+``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from . import __version__
+from .errors import TracelatError
+
+# name -> (module, attribute, one-line help shown by `tracelat --help`)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "ingest": ("pipeline.commands.ingest", "ingest", "Load trace files (any known format) into the store."),
+    "runs": ("pipeline.commands.runs", "runs", "List the runs in the store."),
+    "summary": ("pipeline.commands.summary", "summary", "Latency summary of a run (TTFT, TPOT, ITL, ...)."),
+    "simulate": ("pipeline.commands.simulate", "simulate", "Generate a synthetic trace with known ground truth."),
+    "demo": ("pipeline.commands.demo", "demo", "Simulate, ingest and summarise a demo run end to end."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module, attr, _ = COMMANDS[name]
+        return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
+@click.version_option(__version__, prog_name="tracelat")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """tracelat: why is my LLM serving latency what it is?
+
+    Ingest per-iteration and per-request logs of a serving run (vLLM, SGLang,
+    TensorRT-LLM, benchmark clients, or the canonical JSONL format), then ask for
+    TTFT/TPOT/ITL and iteration-time statistics.  Every command that touches the
+    store takes --db (default tracelat.duckdb, or $TRACELAT_DB).
+
+    \b
+    Quick start:
+      tracelat demo                 # simulate, ingest and summarise a run
+      tracelat ingest logs/         # ingest every file under logs/
+      tracelat runs                 # list runs
+      tracelat summary RUN --json   # SPEC summary.json on stdout
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the CLI with the single error handler."""
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
+    try:
+        cli.main(args=args, prog_name="tracelat", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2 if exc.exit_code in (1, 2) else exc.exit_code)
+    except TracelatError as exc:
+        if debug:
+            raise
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except Exception as exc:  # an unexpected failure: say so plainly, keep the exit code distinct
+        if debug:
+            raise
+        import duckdb
+
+        if isinstance(exc, duckdb.Error):
+            click.echo(f"Error: database error: {exc} (run with --debug for the traceback)", err=True)
+            sys.exit(2)
+        click.echo(f"Error: internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", err=True)
+        sys.exit(3)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+"""``tracelat summary``."""
+
+from __future__ import annotations
+
+import click
+
+from .options import db_option, dumps, json_option
+
+
+@click.command()
+@click.argument("run_id")
+@db_option
+@json_option
+def summary(run_id: str, db: str, as_json: bool) -> None:
+    """Latency summary of RUN_ID: TTFT, TPOT, ITL, E2E, queueing, iteration time.
+
+    --json prints the summary.json structure of the spec (all times in ms).
+    """
+    from .. import metrics, store
+
+    con = store.open_for_reading(db)
+    s = metrics.summary(con, run_id)
+    click.echo(dumps(s) if as_json else metrics.format_summary(s))

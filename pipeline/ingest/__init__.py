@@ -1,0 +1,122 @@
+"""Ingestors: one module per source format behind one small registry.
+
+Each ingestor has a ``sniff(path, head_text) -> bool`` that recognises its format
+from content and a ``convert(path, progress) -> Iterator[Batch]`` that yields
+canonical records; :mod:`pipeline.ingest.load` applies the store rules to all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import duckdb
+
+from ..errors import InputError
+from . import canonical, reader
+from .load import Batch, IngestResult, ingest_file
+
+
+@dataclass(frozen=True)
+class Ingestor:
+    name: str
+    description: str
+    sniff: Callable[[Path, str], bool]
+    convert: Callable[[Path, Callable[[int], None] | None], Iterator[Batch]]
+
+
+# Order matters: detection tries them in turn, most specific first.
+INGESTORS: dict[str, Ingestor] = {}
+
+
+def register(ing: Ingestor) -> Ingestor:
+    INGESTORS[ing.name] = ing
+    return ing
+
+
+register(Ingestor("parquet", "canonical records in Parquet (SPEC §2 columns)", canonical.sniff_parquet, canonical.convert_parquet))
+register(Ingestor("jsonl", "canonical JSON Lines, plain/.gz/.zst (SPEC §2)", canonical.sniff_jsonl, canonical.convert_jsonl))
+
+
+def _load_plugins() -> None:
+    """Engine ingestors register themselves on import (see pipeline/ingest/engines)."""
+    try:
+        from . import engines  # noqa: F401
+    except ImportError:  # engines are optional until that package exists
+        pass
+
+
+def detect(path: Path) -> Ingestor:
+    """The ingestor whose sniff accepts the file's content."""
+    _load_plugins()
+    head = "" if canonical.sniff_parquet(path, "") else reader.head_text(path)
+    if not head.strip() and not canonical.sniff_parquet(path, ""):
+        return INGESTORS["jsonl"]  # empty file: nothing to detect, ingest reads zero lines
+    for ing in INGESTORS.values():
+        if ing.sniff(path, head):
+            return ing
+    raise InputError(
+        f"{path}: unknown format; known formats: {', '.join(INGESTORS)}. "
+        "Pass --format NAME to choose one (see `tracelat ingest --help`)"
+    )
+
+
+def get(name: str) -> Ingestor:
+    _load_plugins()
+    if name not in INGESTORS:
+        raise InputError(f"unknown format {name!r}; known formats: {', '.join(INGESTORS)}")
+    return INGESTORS[name]
+
+
+def expand(paths: Iterable[Path]) -> list[Path]:
+    """Files named, and every non-hidden file under directories named, in sorted order."""
+    out: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            files = sorted(f for f in p.rglob("*") if f.is_file() and not any(s.startswith(".") for s in f.relative_to(p).parts))
+            if not files:
+                raise InputError(f"{p}: directory holds no files to ingest")
+            out.extend(files)
+        else:
+            reader.check_file(p)
+            out.append(p)
+    return out
+
+
+# Steps run after files were ingested, with the run ids they touched, each in its own
+# transaction: e.g. estimating context_tokens from request timelines (engine ingestors).
+PostIngest = Callable[["duckdb.DuckDBPyConnection", list[str]], None]
+POST_INGEST: list[PostIngest] = []
+
+
+def ingest_paths(con, paths, fmt=None, run_id=None, replace=False, progress_for=None) -> list[IngestResult]:
+    """Ingest files (directories expanded), each in its own transaction.
+
+    ``progress_for(path)`` may return a context manager yielding a callable that
+    receives byte counts (the CLI uses a click progress bar).
+    """
+    results = []
+    for path in expand(Path(p) for p in paths):
+        ing = get(fmt) if fmt else detect(path)
+        if progress_for is None:
+            results.append(ingest_file(con, path, ing.name, ing.convert, run_id, replace))
+            continue
+        with progress_for(path) as progress:
+            results.append(ingest_file(con, path, ing.name, ing.convert, run_id, replace, progress))
+    touched = sorted({r for res in results if res.status != "unchanged" for r in res.run_ids})
+    if touched:
+        for step in POST_INGEST:
+            con.execute("begin transaction")
+            try:
+                step(con, touched)
+                con.execute("commit")
+            except BaseException:
+                con.execute("rollback")
+                raise
+    return results
+
+
+__all__ = ["POST_INGEST", "INGESTORS", "Ingestor", "register", "detect", "get", "ingest_paths", "Batch", "IngestResult"]

@@ -1,0 +1,52 @@
+"""Canonical trace files (SPEC §2): JSON Lines (plain, gzip, zstd) and Parquet."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import duckdb
+
+from . import reader
+from .load import Batch
+
+PARQUET_MAGIC = b"PAR1"
+
+
+def sniff_jsonl(path: Path, head: str) -> bool:
+    """Canonical JSONL: the first non-blank line is an object with a known ``kind``."""
+    for line in head.splitlines():
+        if line.strip():
+            return line.lstrip().startswith("{") and any(
+                f'"kind":{sp}"{k}"' in line for k in ("run", "iteration", "request") for sp in ("", " ")
+            )
+    return False
+
+
+def convert_jsonl(path: Path, progress: Callable[[int], None] | None = None) -> Iterator[Batch]:
+    for table in reader.line_batches(path, progress):
+        yield Batch(table, table.num_rows)
+
+
+def sniff_parquet(path: Path, head: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(4) == PARQUET_MAGIC
+
+
+def convert_parquet(path: Path, progress: Callable[[int], None] | None = None) -> Iterator[Batch]:
+    """Each Parquet row becomes one canonical JSON object; row numbers stand in for lines."""
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(path)
+    con = duckdb.connect()
+    first = 1
+    for rb in pf.iter_batches(batch_size=200_000):
+        con.register("rb", rb)
+        table = con.execute(
+            "select (row_number() over () + $first - 1)::bigint as line_no, to_json(rb)::varchar as raw from rb",
+            {"first": first},
+        ).to_arrow_table()
+        first += rb.num_rows
+        if progress:
+            progress(rb.nbytes)
+        yield Batch(table, rb.num_rows)

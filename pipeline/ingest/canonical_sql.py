@@ -1,0 +1,199 @@
+"""SQL that validates canonical records (SPEC §2) line by line, inside DuckDB.
+
+The field lists below are the single description of the canonical format: the SQL
+that extracts typed columns, names every problem of a line, and keeps unknown
+fields in ``extra`` is generated from them.  Only our own constant names are
+placed in the SQL text; values from files are always data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NUMERIC = "('UBIGINT','BIGINT','DOUBLE')"
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    kind: str  # int | count | float | fraction | str | id | strlist | floatlist | object | status | clock
+    required: bool = False
+    sql_type: str = ""
+
+    @property
+    def column_type(self) -> str:
+        return {
+            "int": "bigint",
+            "count": "bigint",
+            "float": "double",
+            "fraction": "double",
+            "strlist": "varchar[]",
+            "floatlist": "double[]",
+            "object": "json",
+        }.get(self.kind, "varchar")
+
+
+RUN_FIELDS = (
+    Field("run_id", "id"),
+    Field("engine", "str"),
+    Field("engine_version", "str"),
+    Field("model", "str"),
+    Field("gpu", "str"),
+    Field("num_gpus", "count"),
+    Field("dtype", "str"),
+    Field("kv_dtype", "str"),
+    Field("clock", "clock"),
+    Field("meta", "object"),
+)
+ITERATION_FIELDS = (
+    Field("iter", "int", required=True),
+    Field("t_start", "float"),
+    Field("t_end", "float"),
+    Field("dur_ms", "float"),
+    Field("prefill_tokens", "count"),
+    Field("prefill_reqs", "count"),
+    Field("decode_tokens", "count"),
+    Field("decode_reqs", "count"),
+    Field("context_tokens", "count"),
+    Field("running_reqs", "count"),
+    Field("waiting_reqs", "count"),
+    Field("kv_usage", "fraction"),
+    Field("preempted_reqs", "count"),
+    Field("req_ids", "strlist"),
+)
+REQUEST_FIELDS = (
+    Field("req_id", "id", required=True),
+    Field("t_arrival", "float", required=True),
+    Field("t_scheduled", "float"),
+    Field("t_first_token", "float"),
+    Field("t_finish", "float"),
+    Field("prompt_tokens", "count"),
+    Field("output_tokens", "count"),
+    Field("cached_tokens", "count"),
+    Field("preemptions", "count"),
+    Field("status", "status"),
+    Field("token_times", "floatlist"),
+)
+FIELDS = {"run": RUN_FIELDS, "iteration": ITERATION_FIELDS, "request": REQUEST_FIELDS}
+COMMON = ("kind", "run_id")
+
+
+def _struct_spec(fields: tuple[Field, ...]) -> str:
+    names = sorted({f.name for f in fields} | set(COMMON))
+    return "{" + ",".join(f'"{n}":"JSON"' for n in names) + "}"
+
+
+def _value(f: Field) -> str:
+    """Typed value of a field, NULL when absent, null or of the wrong type."""
+    v, t = f"s.{f.name}", f"json_type(s.{f.name})"
+    if f.kind in ("int", "count"):
+        return (
+            f"case when {t} in ('UBIGINT','BIGINT') then try_cast({v}::varchar as bigint) "
+            f"when {t} = 'DOUBLE' and {v}::double = round({v}::double) "
+            f"and abs({v}::double) < 9e18 then {v}::double::bigint end"
+        )
+    if f.kind in ("float", "fraction"):
+        return f"case when {t} in {NUMERIC} then {v}::double end"
+    if f.kind == "id":
+        return (
+            f"case when {t} = 'VARCHAR' then {v}->>'$' "
+            f"when {t} in ('UBIGINT','BIGINT') then {v}::varchar end"
+        )
+    if f.kind in ("str", "status", "clock"):
+        return f"case when {t} = 'VARCHAR' then {v}->>'$' end"
+    if f.kind == "strlist":
+        return f"case when {t} = 'ARRAY' then try_cast({v} as varchar[]) end"
+    if f.kind == "floatlist":
+        return f"case when {t} = 'ARRAY' then try_cast({v} as double[]) end"
+    if f.kind == "object":
+        return f"case when {t} = 'OBJECT' then {v} end"
+    raise ValueError(f.kind)
+
+
+_EXPECT = {
+    "int": "an integer",
+    "count": "a non-negative integer",
+    "float": "a number",
+    "fraction": "a number between 0 and 1",
+    "str": "a string",
+    "id": "a string or integer",
+    "status": "one of ok, error, aborted",
+    "clock": "unix or monotonic",
+    "strlist": "a list of strings",
+    "floatlist": "a list of numbers",
+    "object": "an object",
+}
+
+
+def _problem(f: Field) -> str:
+    """A SQL expression naming what is wrong with one field, or NULL."""
+    t, val = f"json_type(s.{f.name})", f"v_{f.name}"
+    shown = f"left(s.{f.name}::varchar, 40)"
+    absent = f"({t} is null or {t} = 'NULL')"
+    checks = [f"when not {absent} and {val} is null then '{f.name}: expected {_EXPECT[f.kind]}, got ' || {shown}"]
+    if f.required:
+        checks.insert(0, f"when {absent} then 'missing required field {f.name}'")
+    if f.kind in ("float", "fraction"):
+        checks.append(f"when isnan({val}) or isinf({val}) then '{f.name}: NaN or infinite value ' || {shown}")
+    if f.kind == "count":
+        checks.append(f"when {val} < 0 then '{f.name}: negative count ' || {shown}")
+    if f.kind == "fraction":
+        checks.append(f"when {val} < 0 or {val} > 1 then '{f.name}: expected a fraction 0..1, got ' || {shown}")
+    if f.kind == "status":
+        checks.append(f"when {val} not in ('ok','error','aborted') then '{f.name}: expected {_EXPECT[f.kind]}, got ' || {shown}")
+    if f.kind == "clock":
+        checks.append(f"when {val} not in ('unix','monotonic') then '{f.name}: expected {_EXPECT[f.kind]}, got ' || {shown}")
+    if f.kind == "floatlist":
+        checks.append(
+            f"when list_bool_or(list_transform({val}, lambda x: x is null or isnan(x) or isinf(x))) "
+            f"then '{f.name}: contains null, NaN or infinite values'"
+        )
+    return "case " + " ".join(checks) + " end"
+
+
+# Checks that involve several fields, per kind; evaluated on typed values.
+CROSS_CHECKS = {
+    "iteration": (
+        "case when (v_t_start is null or v_t_end is null) and v_dur_ms is null "
+        "then 'needs t_start and t_end, or dur_ms' end",
+        "case when v_t_end < v_t_start then 't_end (' || v_t_end || ') is before t_start (' || v_t_start || ')' end",
+        "case when v_dur_ms < 0 then 'dur_ms is negative (' || v_dur_ms || ')' end",
+    ),
+    "request": (
+        "case when v_t_scheduled < v_t_arrival then 't_scheduled is before t_arrival' end",
+        "case when v_t_first_token < v_t_arrival then 't_first_token is before t_arrival' end",
+        "case when v_t_first_token < v_t_scheduled then 't_first_token is before t_scheduled' end",
+        "case when v_t_finish < coalesce(v_t_first_token, v_t_arrival) "
+        "then 't_finish is before ' || case when v_t_first_token is null then 't_arrival' else 't_first_token' end end",
+        "case when v_token_times is not null and list_sort(v_token_times) <> v_token_times "
+        "then 'token_times must be non-decreasing' end",
+        "case when len(v_token_times) > 0 and v_token_times[1] < v_t_arrival then 'token_times start before t_arrival' end",
+        "case when len(v_token_times) > 0 and v_output_tokens is not null and len(v_token_times) <> v_output_tokens "
+        "then 'token_times has ' || len(v_token_times) || ' entries but output_tokens is ' || v_output_tokens end",
+    ),
+    "run": (),
+}
+
+
+def stage_sql(kind: str) -> str:
+    """Select typed columns and a ``reason`` (NULL when valid) for records of ``kind``.
+
+    Reads the temp table ``parsed`` (line_no, raw, j, kind, run_id).
+    """
+    fields = FIELDS[kind]
+    values = ",\n    ".join(f"{_value(f)} as v_{f.name}" for f in fields)
+    problems = ", ".join(_problem(f) for f in fields)
+    cross = ", ".join(CROSS_CHECKS[kind])
+    known = "{" + ",".join(f'"{n}":null' for n in sorted({f.name for f in fields} | set(COMMON))) + "}"
+    all_checks = problems + (", " + cross if cross else "")
+    return f"""
+with typed as (
+  select line_no, raw, run_id, s,
+    nullif(json_merge_patch(j, '{known}'), '{{}}') as extra,
+    {values}
+  from (select *, from_json(j, '{_struct_spec(fields)}') as s from parsed where kind = '{kind}')
+)
+select * exclude (s),
+  nullif(array_to_string(list_filter([{all_checks}], lambda x: x is not null), '; '), '') as reason
+from typed
+"""

@@ -1,0 +1,315 @@
+"""Loading batches of canonical records into the store, with every rule of SPEC §4.
+
+Every ingestor, canonical or engine-specific, produces :class:`Batch` objects of
+canonical JSON text; this module is the only writer of the base tables.  One file
+is one transaction: :func:`ingest_file` rolls back everything on any failure.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+
+from ..errors import InputError, TracelatError
+from ..store import scalar
+from . import reader
+from .canonical_sql import FIELDS, stage_sql
+
+KINDS = ("run", "iteration", "request")
+
+
+@dataclass
+class Batch:
+    """Canonical records from one slice of a source file.
+
+    ``lines`` is anything DuckDB can scan (Arrow table, Polars frame) with columns
+    ``line_no`` (int) and ``raw`` (one canonical JSON object as text).  Converters
+    that already rejected or skipped some source lines say so in ``rejects``
+    (rows of line_no, reason, raw) and ``skipped``; ``lines_read`` counts the
+    source lines this batch covers.
+    """
+
+    lines: object
+    lines_read: int
+    rejects: list[tuple[int, str, str]] = field(default_factory=list)
+    skipped: int = 0
+
+
+@dataclass
+class IngestResult:
+    path: str
+    format: str
+    lines_read: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    skipped: int = 0
+    run_ids: list[str] = field(default_factory=list)
+    status: str = "ingested"  # ingested | unchanged | replaced
+    note: str = ""
+
+    def line(self) -> str:
+        if self.status == "unchanged":
+            return f"{self.path}: unchanged (same content already ingested{self.note}); use --replace to re-load"
+        runs = ", ".join(self.run_ids[:5]) + (" ..." if len(self.run_ids) > 5 else "")
+        skipped = f", {self.skipped} skipped" if self.skipped else ""
+        return (
+            f"{self.path} [{self.format}]: {self.lines_read} read, {self.accepted} accepted, "
+            f"{self.rejected} rejected{skipped}; runs: {runs or 'none'}"
+            + (" (replaced)" if self.status == "replaced" else "")
+        )
+
+
+@dataclass
+class _State:
+    ingest_id: int
+    path: str
+    default_run: str
+    carry_run: str | None = None
+    result: IngestResult | None = None
+
+
+PARSE_SQL = """
+create or replace temp table parsed as
+with b as (
+  select line_no, raw,
+    case when raw is null or trim(raw) = '' then 'blank'
+         when not json_valid(raw) then 'not valid JSON (truncated or garbage line)'
+         when json_type(raw) <> 'OBJECT' then 'not a JSON object'
+    end as perr
+  from batch_in
+), r as (
+  select *, case when perr is null then raw::json end as j from b
+), k as (
+  select *, j->>'$.kind' as kind,
+    case when json_type(j, '$.run_id') in ('VARCHAR','UBIGINT','BIGINT') then j->>'$.run_id' end as own_run
+  from r
+)
+select line_no, raw, perr, j, kind,
+  coalesce(own_run,
+    last_value(case when kind = 'run' then coalesce(own_run, $default_run) end ignore nulls)
+      over (order by line_no rows between unbounded preceding and current row),
+    $carry_run, $default_run) as run_id
+from k
+"""
+
+PARSE_REJECTS_SQL = """
+insert into rejects
+select $ingest_id, $path, line_no,
+  coalesce(perr, case
+    when json_type(j, '$.kind') is null then 'missing field kind (expected run, iteration or request)'
+    when json_type(j, '$.kind') <> 'VARCHAR' then 'kind must be a string'
+    else 'unknown kind ' || kind || ' (expected run, iteration or request)' end),
+  left(raw, 1024)
+from parsed
+where (perr is not null and perr <> 'blank')
+   or (perr is null and (kind is null or kind not in ('run','iteration','request')))
+"""
+
+_KEYS = {"iteration": ("iter", "v_iter"), "request": ("req_id", "v_req_id")}
+_TARGET = {"iteration": "iterations", "request": "requests"}
+
+
+def _check_duplicates_sql(kind: str) -> str:
+    col, val = _KEYS[kind]
+    table = _TARGET[kind]
+    return f"""
+create or replace temp table checked as
+select t.*,
+  case when t.reason is not null then t.reason
+       when t.first_line <> t.line_no then
+         'duplicate {col} ' || t.{val} || ' in run ' || t.run_id || ' (first at line ' || t.first_line || ')'
+       when e.line_no is not null then
+         'duplicate {col} ' || t.{val} || ' in run ' || t.run_id || ' (already stored from line '
+         || e.line_no || ' of ' || coalesce(e.path, 'this file') || '; use --replace to re-load that file)'
+  end as final_reason
+from (select *, min(line_no) over (partition by run_id, {val}) as first_line from staged) t
+left join (
+  select x.run_id, x.{col}, min(x.line_no) as line_no, any_value(g.path) as path
+  from {table} x left join ingests g using (ingest_id)
+  where x.run_id in (select distinct run_id from staged)
+  group by all
+) e on e.run_id = t.run_id and e.{col} = t.{val}
+"""
+
+
+INSERT_SQL = {
+    "iteration": """
+insert into iterations
+select run_id, v_iter,
+  coalesce(v_t_start, v_t_end - v_dur_ms / 1000), coalesce(v_t_end, v_t_start + v_dur_ms / 1000),
+  coalesce(v_dur_ms, (v_t_end - v_t_start) * 1000),
+  v_prefill_tokens, v_prefill_reqs, v_decode_tokens, v_decode_reqs, v_context_tokens,
+  v_running_reqs, v_waiting_reqs, v_kv_usage, v_preempted_reqs, v_req_ids, extra, $ingest_id, line_no
+from checked where final_reason is null
+""",
+    "request": """
+insert into requests
+select run_id, v_req_id, v_t_arrival, v_t_scheduled, v_t_first_token, v_t_finish, v_prompt_tokens,
+  coalesce(v_output_tokens, len(v_token_times)), v_cached_tokens, v_preemptions, coalesce(v_status, 'ok'),
+  extra, $ingest_id, line_no
+from checked where final_reason is null
+""",
+}
+
+TOKENS_SQL = """
+insert into tokens
+select run_id, v_req_id, unnest(range(len(v_token_times)))::integer, unnest(v_token_times), $ingest_id
+from checked where final_reason is null and len(v_token_times) > 0
+"""
+
+RUN_MERGE_SQL = """
+create or replace temp table run_new as
+select run_id,
+  arg_max(v_engine, line_no) filter (v_engine is not null) as engine,
+  arg_max(v_engine_version, line_no) filter (v_engine_version is not null) as engine_version,
+  arg_max(v_model, line_no) filter (v_model is not null) as model,
+  arg_max(v_gpu, line_no) filter (v_gpu is not null) as gpu,
+  arg_max(v_num_gpus, line_no) filter (v_num_gpus is not null) as num_gpus,
+  arg_max(v_dtype, line_no) filter (v_dtype is not null) as dtype,
+  arg_max(v_kv_dtype, line_no) filter (v_kv_dtype is not null) as kv_dtype,
+  arg_max(v_clock, line_no) filter (v_clock is not null) as clock,
+  arg_max(v_meta, line_no) filter (v_meta is not null) as meta
+from staged where reason is null group by run_id;
+update runs set
+  engine = coalesce(n.engine, runs.engine), engine_version = coalesce(n.engine_version, runs.engine_version),
+  model = coalesce(n.model, runs.model), gpu = coalesce(n.gpu, runs.gpu),
+  num_gpus = coalesce(n.num_gpus, runs.num_gpus), dtype = coalesce(n.dtype, runs.dtype),
+  kv_dtype = coalesce(n.kv_dtype, runs.kv_dtype), clock = coalesce(n.clock, runs.clock),
+  meta = case when runs.meta is null then n.meta when n.meta is null then runs.meta
+              else json_merge_patch(runs.meta, n.meta) end
+from run_new n where runs.run_id = n.run_id;
+insert into runs
+select run_id, engine, engine_version, model, gpu, num_gpus, dtype, kv_dtype, clock, meta, $ingest_id
+from run_new where run_id not in (select run_id from runs);
+"""
+
+ENSURE_RUNS_SQL = """
+insert into runs (run_id, ingest_id)
+select distinct run_id, $ingest_id from (
+  select distinct run_id from iterations union all select distinct run_id from requests
+) where run_id not in (select run_id from runs)
+"""
+
+REJECT_SQL = """
+insert into rejects select $ingest_id, $path, line_no, final_reason, left(raw, 1024)
+from checked where final_reason is not null
+"""
+
+
+def _count(con: duckdb.DuckDBPyConnection, sql: str) -> int:
+    return int(scalar(con, sql))
+
+
+def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None:
+    """Validate one batch in SQL and insert its accepted records and rejects."""
+    res = st.result
+    assert res is not None
+    con.register("batch_in", batch.lines)
+    con.execute(PARSE_SQL, {"default_run": st.default_run, "carry_run": st.carry_run})
+    con.unregister("batch_in")
+    ids = {"ingest_id": st.ingest_id, "path": st.path}
+    con.execute(PARSE_REJECTS_SQL, ids)
+    res.rejected += _count(
+        con,
+        "select count(*) from parsed where (perr is not null and perr <> 'blank') "
+        "or (perr is null and (kind is null or kind not in ('run','iteration','request')))",
+    )
+    res.skipped += batch.skipped + _count(con, "select count(*) from parsed where perr = 'blank'")
+    res.lines_read += batch.lines_read
+    for line_no, reason, raw in batch.rejects:
+        con.execute("insert into rejects values (?, ?, ?, ?, ?)", [st.ingest_id, st.path, line_no, reason, raw[:1024]])
+    res.rejected += len(batch.rejects)
+    last = scalar(con, "select run_id from parsed where kind = 'run' order by line_no desc limit 1")
+    if last is not None:
+        st.carry_run = last
+    for kind in KINDS:
+        if not _count(con, f"select count(*) from parsed where kind = '{kind}' and perr is null"):
+            continue
+        con.execute(f"create or replace temp table staged as {stage_sql(kind)}")
+        if kind == "run":
+            con.execute(RUN_MERGE_SQL, {"ingest_id": st.ingest_id})
+            con.execute(
+                "insert into rejects select $ingest_id, $path, line_no, reason, left(raw, 1024) "
+                "from staged where reason is not null",
+                ids,
+            )
+            res.accepted += _count(con, "select count(*) from staged where reason is null")
+            res.rejected += _count(con, "select count(*) from staged where reason is not null")
+            continue
+        con.execute(_check_duplicates_sql(kind))
+        con.execute(INSERT_SQL[kind], {"ingest_id": st.ingest_id})
+        if kind == "request":
+            con.execute(TOKENS_SQL, {"ingest_id": st.ingest_id})
+        con.execute(REJECT_SQL, ids)
+        res.accepted += _count(con, "select count(*) from checked where final_reason is null")
+        res.rejected += _count(con, "select count(*) from checked where final_reason is not null")
+
+
+Converter = Callable[[Path, Callable[[int], None] | None], Iterator[Batch]]
+
+
+def ingest_file(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    fmt: str,
+    convert: Converter,
+    run_id: str | None = None,
+    replace: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> IngestResult:
+    """Ingest one file as one transaction; see SPEC §4 for the rules."""
+    reader.check_file(path)
+    digest = reader.sha256(path)
+    shown = str(path)
+    prior = con.execute(
+        "select path, t_ingested from ingests where sha256 = ? order by ingest_id limit 1", [digest]
+    ).fetchall()
+    prior = prior[0] if prior else None
+    if prior and not replace:
+        note = "" if prior[0] == shown else f" as {prior[0]}"
+        return IngestResult(shown, fmt, status="unchanged", note=note)
+    result = IngestResult(shown, fmt, status="replaced" if prior else "ingested")
+    con.execute("begin transaction")
+    try:
+        if replace:
+            _delete_ingests(con, digest, shown)
+        ingest_id = _count(con, "select nextval('ingest_seq')")
+        st = _State(ingest_id, shown, run_id or path.name.split(".")[0] or path.name, result=result)
+        for batch in convert(path, progress):
+            load_batch(con, batch, st)
+        con.execute(ENSURE_RUNS_SQL, {"ingest_id": ingest_id})
+        result.run_ids = [
+            r[0]
+            for r in con.execute(
+                "select distinct run_id from (select run_id from iterations where ingest_id = $i "
+                "union all select run_id from requests where ingest_id = $i "
+                "union all select run_id from runs where ingest_id = $i) order by 1",
+                {"i": ingest_id},
+            ).fetchall()
+        ]
+        con.execute(
+            "insert into ingests values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [ingest_id, shown, digest, fmt, result.lines_read, result.accepted, result.rejected,
+             result.skipped, path.stat().st_size, dt.datetime.now(), result.run_ids],
+        )
+        con.execute("commit")
+    except BaseException as exc:
+        con.execute("rollback")
+        if isinstance(exc, duckdb.Error):
+            raise InputError(f"{path}: ingest failed and was rolled back: {exc}") from exc
+        raise
+    return result
+
+
+def _delete_ingests(con: duckdb.DuckDBPyConnection, digest: str, path: str) -> None:
+    old = "(select ingest_id from ingests where sha256 = $d or path = $p)"
+    for table in ("iterations", "requests", "tokens", "rejects", "runs"):
+        con.execute(f"delete from {table} where ingest_id in {old}", {"d": digest, "p": path})
+    con.execute("delete from ingests where sha256 = $d or path = $p", {"d": digest, "p": path})
+
+
+__all__ = ["Batch", "IngestResult", "ingest_file", "load_batch", "FIELDS", "TracelatError"]

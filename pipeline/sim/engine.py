@@ -1,0 +1,483 @@
+"""A continuous-batching LLM server simulator (vLLM-v1-like scheduler).
+
+The simulator is a pure function: :func:`simulate` takes a workload, a
+scheduling policy, an iteration-time model and noise settings, and returns
+numpy arrays (:class:`SimResult`). Fixture generation and trace replay both use it.
+
+Mechanics, one engine step (iteration) ``k`` at a time:
+
+1. If nothing is running and no arrived request waits, the clock jumps to the
+   next arrival. Requests with ``t_arrival <= clock`` join the waiting queue.
+2. **Decodes first**: every running request past its prefill gets exactly one
+   token this step. Each decode needs one more KV slot.
+3. **KV check**: if the KV in use after the step would exceed
+   ``kv_capacity_tokens``, the most recently admitted running request is
+   preempted (recompute: its KV is freed, it goes to the FRONT of the waiting
+   queue, and when re-admitted it re-prefills prompt + generated tokens). This
+   repeats until the step fits; a request counts its preemptions, a step counts
+   ``preempted_reqs``.
+4. **Prefill, FCFS**: the budget left (``max_num_batched_tokens`` minus the
+   decodes) goes to partially prefilled running requests in admission order,
+   one chunk each (a chunk that does not fit in KV preempts newer requests, as
+   in 3), then to waiting requests in queue order while
+   ``running < max_num_seqs``, the budget lasts and the chunk fits in KV (an
+   admission never preempts; in a step that preempted, nothing is admitted, as
+   in vLLM v1). With chunked prefill the last admitted prompt may be cut to the
+   budget and continues next step. Without it a prompt must fit whole in the
+   budget left; a prompt longer than the whole budget is admitted only as the
+   first prefill of a step, and that step then exceeds the budget.
+5. The step lasts ``model.base_ms(context, prefill, decode) * noise + stall``.
+   ``context_tokens`` is the sum over scheduled sequences of their context
+   before the step: prompt + generated tokens for a decode, prompt tokens
+   already computed for a prefill chunk. ``kv_usage`` is the KV held after the
+   step (decodes: their context; prefills: computed + chunk) over capacity.
+6. A request whose last prompt chunk is computed in step ``k`` emits its first
+   token at ``t_end[k]``, then one token per step; it finishes at the step that
+   emits its ``output_tokens``-th token (the prefill step itself when
+   ``output_tokens == 1``). Its KV is freed after that step.
+
+Bookkeeping is aggregate, so the cost per step does not grow with the batch:
+decoding requests live in a heap keyed by the step at which they finish, and
+their total context at step ``k`` is ``B + n_decode * k`` (each decode adds one
+token per step). A request's token times are ``t_end`` over a contiguous range
+of steps per uninterrupted segment, so only segments ``(req, first, last)`` are
+stored; :func:`token_times` rebuilds the times by slicing.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from array import array
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from pipeline.errors import InputError
+from pipeline.sim.model import IterationModel, NoiseModel
+from pipeline.sim.workload import Workload
+
+ITERATION_FIELDS = (
+    "iter", "t_start", "t_end", "prefill_tokens", "prefill_reqs", "decode_tokens", "decode_reqs",
+    "context_tokens", "running_reqs", "waiting_reqs", "kv_usage", "preempted_reqs", "stall_ms", "base_ms",
+)
+REQUEST_FIELDS = (
+    "req_id", "t_arrival", "t_scheduled", "t_first_token", "t_finish", "prompt_tokens", "output_tokens",
+    "preemptions", "status",
+)
+NOISE_CHUNK = 16384  # noise is drawn this many iterations at a time; progress is reported as often
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Scheduler settings (vLLM names).
+
+    Attributes:
+        max_num_seqs: most requests running (decoding or prefilling) at once.
+        max_num_batched_tokens: token budget of one step (decodes + prefill chunks).
+        kv_capacity_tokens: KV-cache size in tokens; exceeding it preempts.
+        chunked_prefill: split prompts over steps to fit the budget.
+    """
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    kv_capacity_tokens: int = 1_000_000
+    chunked_prefill: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            # as in vLLM: every running request must be able to decode in one step
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs ({self.max_num_seqs})"
+            )
+        if self.kv_capacity_tokens < 1:
+            raise ValueError(f"kv_capacity_tokens must be >= 1, got {self.kv_capacity_tokens}")
+
+    def to_dict(self) -> dict:
+        """Plain-dict form, for run metadata and truth files."""
+        return asdict(self)
+
+
+@dataclass
+class SimResult:
+    """What a simulation produced; all values are numpy arrays.
+
+    Attributes:
+        iterations: one entry per step, keys :data:`ITERATION_FIELDS`; times in
+            seconds except ``stall_ms`` (injected stall, 0 if none) and
+            ``base_ms`` (model time before noise and stall).
+        requests: one entry per request that arrived before the run stopped,
+            keys :data:`REQUEST_FIELDS`; times NaN where not reached; status
+            ``ok`` (finished) or ``aborted`` (still queued or running at the stop).
+        token_segments: ``req`` (row in ``requests``), ``first``, ``last``: the
+            request emitted one token at ``t_end`` of every step in ``first..last``.
+        info: seed, stop reason and counts.
+    """
+
+    iterations: dict[str, np.ndarray]
+    requests: dict[str, np.ndarray]
+    token_segments: dict[str, np.ndarray]
+    info: dict = field(default_factory=dict)
+    _flat: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+
+    @property
+    def n_iterations(self) -> int:
+        """Number of steps simulated."""
+        return len(self.iterations["t_end"])
+
+    @property
+    def n_requests(self) -> int:
+        """Number of requests in the result."""
+        return len(self.requests["t_arrival"])
+
+    def token_times_flat(self) -> tuple[np.ndarray, np.ndarray]:
+        """All token times as ``(offsets, values)``: request r owns ``values[offsets[r]:offsets[r+1]]``."""
+        if self._flat is None:
+            self._flat = _flatten_token_times(self)
+        return self._flat
+
+
+def _flatten_token_times(result: SimResult) -> tuple[np.ndarray, np.ndarray]:
+    seg = result.token_segments
+    req, first, last = seg["req"], seg["first"], seg["last"]
+    order = np.lexsort((first, req))
+    req, first, last = req[order], first[order], last[order]
+    lens = last - first + 1
+    starts = np.cumsum(lens) - lens
+    # flat position p of segment s maps to step first[s] + (p - starts[s])
+    steps = np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(starts - first, lens)
+    values = result.iterations["t_end"][steps]
+    counts = np.bincount(req, weights=lens, minlength=result.n_requests).astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    return offsets, values
+
+
+def token_times(result: SimResult, req_index_or_all=None):
+    """Absolute output-token times (s) of one request (by row index) or of all.
+
+    Returns a numpy array for an integer index, or a list of arrays (one per
+    request row) for ``None``/``"all"``. Built by slicing ``t_end``, not by
+    looping over tokens.
+    """
+    offsets, values = result.token_times_flat()
+    if req_index_or_all is None or (isinstance(req_index_or_all, str) and req_index_or_all == "all"):
+        return np.split(values, offsets[1:-1])
+    r = int(req_index_or_all)
+    return values[offsets[r]:offsets[r + 1]]
+
+
+def _check_fits(workload: Workload, policy: Policy) -> None:
+    if len(workload) == 0:
+        return
+    need = workload.prompt_tokens + workload.output_tokens - 1
+    worst = int(np.argmax(need))
+    if need[worst] > policy.kv_capacity_tokens:
+        raise InputError(
+            f"request {workload.ids()[worst]!r} needs {int(need[worst])} KV tokens (prompt + output - 1) but "
+            f"kv_capacity_tokens is {policy.kv_capacity_tokens}. Raise --kv-capacity-tokens or shorten the request."
+        )
+
+
+def simulate(
+    workload: Workload,
+    policy: Policy,
+    model: IterationModel,
+    noise: NoiseModel,
+    seed: int,
+    t_end_s: float | None = None,
+    progress: Callable[[int], None] | None = None,
+    max_iterations: int | None = None,
+) -> SimResult:
+    """Run the scheduler over ``workload`` and return per-step and per-request arrays.
+
+    Args:
+        workload: requests sorted by arrival.
+        policy: scheduler settings.
+        model: iteration-time model.
+        noise: noise and stall settings (drawn from ``numpy.random.default_rng(seed)``).
+        seed: makes the run reproducible.
+        t_end_s: do not start a step at or after this simulated time.
+        progress: called with the number of steps done so far, every
+            :data:`NOISE_CHUNK` steps and at the end.
+        max_iterations: stop after this many steps.
+
+    The run ends when every request finished, or at ``t_end_s`` / ``max_iterations``.
+    """
+    _check_fits(workload, policy)
+    rng = np.random.default_rng(seed)
+    n = len(workload)
+    t_arr = workload.t_arrival.tolist()
+    P = workload.prompt_tokens.tolist()
+    O = workload.output_tokens.tolist()
+    M = policy.max_num_batched_tokens
+    S = policy.max_num_seqs
+    cap = policy.kv_capacity_tokens
+    chunked = policy.chunked_prefill
+    t0, ca, cb, cc = model.t0_ms, model.a_ms_per_ctx, model.b_ms_per_prefill, model.c_ms_per_decode
+    k_max = math.inf if max_iterations is None else max_iterations
+    t_stop = math.inf if t_end_s is None else t_end_s
+
+    nan = math.nan
+    gen = [0] * n  # tokens generated; while decoding: as of the step in seg_start
+    seg_start = [0] * n  # step of the current token segment's first token
+    dec_base = [0] * n  # contribution to B while decoding
+    seq_of = [-1] * n  # admission number while running, -1 otherwise
+    partial_of = {}  # running requests mid-prefill: req -> tokens computed
+    t_sched = [nan] * n
+    t_first = [nan] * n
+    t_fin = [nan] * n
+    npre = [0] * n
+
+    waiting: deque[int] = deque()
+    partial: list[int] = []  # requests mid-prefill, in admission order
+    dec_heap: list[tuple[int, int, int]] = []  # (finish step, admission number, req)
+    run_heap: list[tuple[int, int]] = []  # (-admission number, req): newest first
+    B = 0  # decode context at step k is B + n_d * k
+    n_d = 0
+    n_run = 0
+    kv_partial = 0  # KV held by requests mid-prefill
+    seq = 0
+    nxt = 0
+
+    seg_req, seg_first, seg_last = array("q"), array("q"), array("q")
+    o_tstart, o_tend, o_base, o_stall, o_kv = array("d"), array("d"), array("d"), array("d"), array("d")
+    o_pf, o_pfr, o_dec, o_ctx, o_run, o_wait, o_pre = (array("q") for _ in range(7))
+
+    k = 0
+    clock = 0.0
+    redraw_at = 0
+    next_check = 0
+    j0 = 0
+    fac: list[float] = []
+    stl: list[float] = []
+    stop = "done"
+    while True:
+        if k == next_check:
+            if k >= k_max:
+                stop = "max_iterations"
+                break
+            if k == redraw_at:  # chunk boundaries do not depend on max_iterations
+                if progress is not None and k:
+                    progress(k)
+                f_arr, s_arr = noise.draw(rng, NOISE_CHUNK)
+                fac, stl = f_arr.tolist(), s_arr.tolist()
+                redraw_at = k + NOISE_CHUNK
+                j0 = k
+            next_check = min(redraw_at, k_max)
+        if n_run == 0 and not waiting:
+            if nxt >= n:
+                break
+            if t_arr[nxt] > clock:
+                clock = t_arr[nxt]
+        if clock >= t_stop:
+            stop = "t_end_s"
+            break
+        while nxt < n and t_arr[nxt] <= clock:
+            waiting.append(nxt)
+            nxt += 1
+
+        # running requests: decodes, then partial prefills in admission order
+        preempted = 0
+        pf = 0  # prefill tokens scheduled
+        pf_ctx = 0  # context of prefill chunks
+        sched: list[tuple[int, int]] = []  # (req, chunk) for prefill chunks
+        pi = 0
+        while True:
+            need = B + n_d * k + kv_partial + pf
+            if pi < len(partial):
+                r = partial[pi]
+                rem = P[r] + gen[r] - partial_of[r]
+                budget = M - n_d - pf
+                chunk = rem if rem < budget else budget
+            else:
+                r = -1
+                chunk = 0
+            if need + chunk <= cap:
+                if chunk <= 0:
+                    break
+                sched.append((r, chunk))
+                pf_ctx += partial_of[r]
+                pf += chunk
+                pi += 1
+                continue
+            # preempt the most recently admitted running request
+            while True:
+                s_neg, v = heapq.heappop(run_heap)
+                if seq_of[v] == -s_neg:
+                    break
+            seq_of[v] = -1
+            n_run -= 1
+            npre[v] += 1
+            preempted += 1
+            waiting.appendleft(v)
+            if v in partial_of:
+                kv_partial -= partial_of.pop(v)
+                partial.remove(v)  # the newest partial: never one already scheduled
+            else:
+                B -= dec_base[v]
+                n_d -= 1
+                done = gen[v] + (k - 1 - seg_start[v])
+                seg_req.append(v)
+                seg_first.append(seg_start[v])
+                seg_last.append(k - 1)
+                gen[v] = done
+
+        # admissions (vLLM v1 admits nothing in a step that preempted)
+        admitted = -1  # a newly admitted request left mid-prefill
+        if not preempted:
+            while waiting and n_run < S:
+                r = waiting[0]
+                L = P[r] + gen[r]
+                budget = M - n_d - pf
+                if chunked:
+                    if budget <= 0:
+                        break
+                    chunk = L if L <= budget else budget
+                elif L <= budget or (L > M and not sched):
+                    chunk = L
+                else:
+                    break
+                if B + n_d * k + kv_partial + pf + chunk > cap:
+                    break
+                waiting.popleft()
+                seq += 1
+                seq_of[r] = seq
+                heapq.heappush(run_heap, (-seq, r))
+                n_run += 1
+                if t_sched[r] != t_sched[r]:
+                    t_sched[r] = clock
+                sched.append((r, chunk))
+                pf += chunk
+                if chunk < L:
+                    admitted = r
+                    break
+
+        if not sched and n_d == 0:
+            raise RuntimeError(f"scheduler made no progress at step {k} (bug)")
+
+        # iteration time
+        ctx = B + n_d * k + pf_ctx
+        base = t0 + ca * ctx + cb * pf + cc * n_d
+        j = k - j0
+        st = stl[j]
+        t_start = clock
+        clock = t_start + (base * fac[j] + st) * 1e-3
+        o_tstart.append(t_start)
+        o_tend.append(clock)
+        o_base.append(base)
+        o_stall.append(st)
+        o_pf.append(pf)
+        o_pfr.append(len(sched))
+        o_dec.append(n_d)
+        o_ctx.append(ctx)
+        o_run.append(n_run)
+        o_wait.append(len(waiting))
+        o_kv.append((B + n_d * k + kv_partial + pf) / cap)
+        o_pre.append(preempted)
+
+        # decodes that emitted their last token this step
+        while dec_heap and dec_heap[0][0] == k:
+            _, s, r = heapq.heappop(dec_heap)
+            if seq_of[r] != s:
+                continue  # preempted since
+            seq_of[r] = -1
+            n_run -= 1
+            B -= dec_base[r]
+            n_d -= 1
+            gen[r] = O[r]
+            t_fin[r] = clock
+            seg_req.append(r)
+            seg_first.append(seg_start[r])
+            seg_last.append(k)
+
+        # prefill chunks: completed prompts emit a token and start decoding
+        for r, chunk in sched:
+            if r in partial_of:
+                done = partial_of[r] + chunk
+                if done < P[r] + gen[r]:
+                    partial_of[r] = done
+                    kv_partial += chunk
+                    continue
+                kv_partial -= partial_of.pop(r)
+                partial.remove(r)
+            elif r == admitted:
+                partial_of[r] = chunk
+                partial.append(r)
+                kv_partial += chunk
+                continue
+            g = gen[r] + 1
+            gen[r] = g
+            seg_start[r] = k
+            if t_first[r] != t_first[r]:
+                t_first[r] = clock
+            if g >= O[r]:
+                seq_of[r] = -1
+                n_run -= 1
+                t_fin[r] = clock
+                seg_req.append(r)
+                seg_first.append(k)
+                seg_last.append(k)
+            else:
+                d = P[r] + g - 1 - k
+                dec_base[r] = d
+                B += d
+                n_d += 1
+                heapq.heappush(dec_heap, (k + O[r] - g, seq_of[r], r))
+
+        if len(run_heap) > 4 * n_run + 4096:  # drop entries of requests no longer running
+            run_heap = [(s, r) for s, r in run_heap if seq_of[r] == -s]
+            heapq.heapify(run_heap)
+        k += 1
+
+    # close the token segments of requests still decoding at the stop
+    for _, s, r in dec_heap:
+        if seq_of[r] == s:
+            seg_req.append(r)
+            seg_first.append(seg_start[r])
+            seg_last.append(k - 1)
+    if progress is not None:
+        progress(k)
+
+    n_seen = nxt
+    t_end_arr = np.frombuffer(o_tend, dtype=np.float64) if k else np.zeros(0)
+    dec = np.frombuffer(o_dec, dtype=np.int64) if k else np.zeros(0, np.int64)
+    iterations = {
+        "iter": np.arange(k, dtype=np.int64),
+        "t_start": _np(o_tstart, np.float64),
+        "t_end": t_end_arr,
+        "prefill_tokens": _np(o_pf, np.int64),
+        "prefill_reqs": _np(o_pfr, np.int64),
+        "decode_tokens": dec,
+        "decode_reqs": dec.copy(),
+        "context_tokens": _np(o_ctx, np.int64),
+        "running_reqs": _np(o_run, np.int64),
+        "waiting_reqs": _np(o_wait, np.int64),
+        "kv_usage": _np(o_kv, np.float64),
+        "preempted_reqs": _np(o_pre, np.int64),
+        "stall_ms": _np(o_stall, np.float64),
+        "base_ms": _np(o_base, np.float64),
+    }
+    t_fin_arr = np.array(t_fin[:n_seen], dtype=np.float64)
+    requests = {
+        "req_id": workload.ids()[:n_seen],
+        "t_arrival": workload.t_arrival[:n_seen].copy(),
+        "t_scheduled": np.array(t_sched[:n_seen], dtype=np.float64),
+        "t_first_token": np.array(t_first[:n_seen], dtype=np.float64),
+        "t_finish": t_fin_arr,
+        "prompt_tokens": workload.prompt_tokens[:n_seen].copy(),
+        "output_tokens": workload.output_tokens[:n_seen].copy(),
+        "preemptions": np.array(npre[:n_seen], dtype=np.int64),
+        "status": np.where(np.isnan(t_fin_arr), "aborted", "ok"),
+    }
+    segments = {"req": _np(seg_req, np.int64), "first": _np(seg_first, np.int64), "last": _np(seg_last, np.int64)}
+    info = {"seed": seed, "stop": stop, "iterations": k, "requests_arrived": n_seen, "requests_total": n}
+    return SimResult(iterations, requests, segments, info)
+
+
+def _np(buf: array, dtype) -> np.ndarray:
+    """Copy an ``array.array`` into a numpy array (zero-length safe)."""
+    return np.frombuffer(buf, dtype=dtype).copy() if len(buf) else np.zeros(0, dtype=dtype)

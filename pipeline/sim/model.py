@@ -1,0 +1,94 @@
+"""Iteration-time and noise models used by the simulator.
+
+The iteration-time model is the memory-bound model of the seed document (SPEC §6)::
+
+    base_ms      = t0_ms + a_ms_per_ctx * context_tokens
+                         + b_ms_per_prefill * prefill_tokens
+                         + c_ms_per_decode * decode_tokens
+    iteration_ms = base_ms * noise_factor + stall_ms
+
+``noise_factor = exp(N(0, sigma) - sigma**2 / 2)`` has mean 1, so noise does not
+shift the mean iteration time. ``stall_ms`` is 0 for most iterations; with
+probability ``stall_rate`` an iteration carries an injected stall (a GC pause, a
+host hiccup) whose length is drawn from an exponential distribution with mean
+``stall_ms_mean``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class IterationModel:
+    """Linear iteration-time model; every coefficient is in milliseconds.
+
+    Attributes:
+        t0_ms: fixed cost of one step (weight read, kernel launches, scheduling).
+        a_ms_per_ctx: cost per context token read by attention (KV-cache read).
+        b_ms_per_prefill: cost per prompt token computed in the step.
+        c_ms_per_decode: cost per decode token generated in the step.
+    """
+
+    t0_ms: float = 5.0
+    a_ms_per_ctx: float = 0.0002
+    b_ms_per_prefill: float = 0.02
+    c_ms_per_decode: float = 0.0
+
+    def base_ms(self, context_tokens, prefill_tokens, decode_tokens):
+        """Model time before noise and stalls; works on scalars and numpy arrays."""
+        return (
+            self.t0_ms
+            + self.a_ms_per_ctx * context_tokens
+            + self.b_ms_per_prefill * prefill_tokens
+            + self.c_ms_per_decode * decode_tokens
+        )
+
+    def to_dict(self) -> dict:
+        """Plain-dict form, for truth files and run metadata."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class NoiseModel:
+    """Multiplicative log-normal noise plus rare additive stalls.
+
+    Attributes:
+        sigma: log-space standard deviation of the noise factor (0 = no noise).
+        stall_rate: probability that one iteration carries an injected stall.
+        stall_ms_mean: mean stall length in ms (exponentially distributed).
+    """
+
+    sigma: float = 0.03
+    stall_rate: float = 0.0
+    stall_ms_mean: float = 50.0
+
+    def __post_init__(self) -> None:
+        if self.sigma < 0:
+            raise ValueError(f"noise sigma must be >= 0, got {self.sigma}")
+        if not 0.0 <= self.stall_rate <= 1.0:
+            raise ValueError(f"stall_rate must be in [0, 1], got {self.stall_rate}")
+        if self.stall_ms_mean < 0:
+            raise ValueError(f"stall_ms_mean must be >= 0, got {self.stall_ms_mean}")
+
+    def draw(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Draw ``n`` noise factors and ``n`` stall lengths (ms, 0 where no stall).
+
+        The number and order of draws is fixed per call, so a run is reproducible
+        for a seed whatever the parameters are.
+        """
+        z = rng.standard_normal(n)
+        u = rng.random(n)
+        e = rng.standard_exponential(n)
+        factor = np.exp(z * self.sigma - 0.5 * self.sigma * self.sigma)
+        stall = np.where(u < self.stall_rate, e * self.stall_ms_mean, 0.0)
+        return factor, stall
+
+    def to_dict(self) -> dict:
+        """Plain-dict form, for truth files and run metadata."""
+        return asdict(self)
+
+
+NO_NOISE = NoiseModel(sigma=0.0, stall_rate=0.0)

@@ -1,0 +1,299 @@
+"""Workloads for the simulator: arrival times and request sizes.
+
+A :class:`Workload` is one row per request, sorted by arrival time, with times in
+seconds. It can be synthetic (:func:`poisson_workload`, optionally with an
+incident from :func:`add_burst`) or read from a file of recorded arrivals and
+sizes (:func:`workload_from_file`), which is what trace replay does.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.errors import InputError
+
+# Column aliases accepted by workload_from_file, first match wins.
+ARRIVAL_SECONDS = ("t_arrival", "arrived_at", "arrival_time", "arrival_s")
+ARRIVAL_MS = ("timestamp",)  # Mooncake traces: milliseconds from the start
+ARRIVAL_DATETIME = ("TIMESTAMP",)  # Azure LLM inference traces: wall-clock strings
+PROMPT_COLUMNS = ("prompt_tokens", "num_prefill_tokens", "ContextTokens", "input_length", "input_len")
+OUTPUT_COLUMNS = ("output_tokens", "num_decode_tokens", "GeneratedTokens", "output_length", "output_len")
+ID_COLUMNS = ("req_id", "request_id", "id")
+
+# Arrival values at least this large look like absolute (epoch) timestamps.
+_ABSOLUTE_TIME_S = 1e6
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Requests to simulate, one array entry per request, sorted by ``t_arrival``.
+
+    Attributes:
+        t_arrival: arrival times in seconds (float64, non-decreasing, >= 0).
+        prompt_tokens: prompt length of each request (int64, >= 1).
+        output_tokens: number of tokens to generate (int64, >= 1).
+        req_id: optional ids (ints or strings); ``None`` means 0..n-1.
+    """
+
+    t_arrival: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    req_id: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        t = np.ascontiguousarray(self.t_arrival, dtype=np.float64)
+        p = np.ascontiguousarray(self.prompt_tokens, dtype=np.int64)
+        o = np.ascontiguousarray(self.output_tokens, dtype=np.int64)
+        if not (t.ndim == p.ndim == o.ndim == 1 and len(t) == len(p) == len(o)):
+            raise ValueError("t_arrival, prompt_tokens and output_tokens must be 1-D arrays of equal length")
+        if len(t) and (not np.all(np.isfinite(t)) or np.any(np.diff(t) < 0)):
+            raise ValueError("t_arrival must be finite and sorted (non-decreasing)")
+        if len(t) and (p.min() < 1 or o.min() < 1):
+            raise ValueError("prompt_tokens and output_tokens must all be >= 1")
+        object.__setattr__(self, "t_arrival", t)
+        object.__setattr__(self, "prompt_tokens", p)
+        object.__setattr__(self, "output_tokens", o)
+        if self.req_id is not None:
+            ids = np.asarray(self.req_id)
+            if len(ids) != len(t):
+                raise ValueError("req_id must have one entry per request")
+            object.__setattr__(self, "req_id", ids)
+
+    def __len__(self) -> int:
+        return len(self.t_arrival)
+
+    def ids(self) -> np.ndarray:
+        """The request ids, 0..n-1 when none were given."""
+        return np.arange(len(self)) if self.req_id is None else self.req_id
+
+    def describe(self) -> dict:
+        """Summary statistics, for truth files and the CLI summary."""
+        n = len(self)
+        if n == 0:
+            return {"requests": 0}
+        return {
+            "requests": n,
+            "duration_s": float(self.t_arrival[-1] - self.t_arrival[0]),
+            "prompt_tokens_mean": float(self.prompt_tokens.mean()),
+            "output_tokens_mean": float(self.output_tokens.mean()),
+            "prompt_tokens_max": int(self.prompt_tokens.max()),
+            "output_tokens_max": int(self.output_tokens.max()),
+        }
+
+
+def _lognormal_ints(rng: np.random.Generator, n: int, mean: float, sigma: float) -> np.ndarray:
+    """Log-normal integers >= 1 whose (continuous) mean is ``mean``."""
+    if mean < 1:
+        raise ValueError(f"length mean must be >= 1, got {mean}")
+    if sigma < 0:
+        raise ValueError(f"length sigma must be >= 0, got {sigma}")
+    mu = np.log(mean) - 0.5 * sigma * sigma
+    x = rng.lognormal(mu, sigma, n) if sigma > 0 else np.full(n, float(mean))
+    return np.maximum(np.rint(x), 1).astype(np.int64)
+
+
+def poisson_workload(
+    n_requests: int,
+    rate_rps: float,
+    prompt_mean: float,
+    prompt_sigma: float,
+    output_mean: float,
+    output_sigma: float,
+    seed: int,
+    burstiness: float = 1.0,
+) -> Workload:
+    """Open-loop arrivals at ``rate_rps`` with log-normal prompt and output lengths.
+
+    Inter-arrival gaps are gamma distributed with shape ``burstiness`` and mean
+    ``1 / rate_rps``, as in vLLM's ``bench serve``: 1.0 is a Poisson process,
+    values below 1 are burstier, above 1 more regular. ``rate_rps = inf`` sends
+    every request at t = 0. The first request arrives at t = 0.
+
+    Lengths are log-normal with the given mean (in tokens) and log-space sigma,
+    rounded to integers >= 1; sigma 0 gives constant lengths.
+    """
+    if n_requests < 0:
+        raise ValueError("n_requests must be >= 0")
+    if not rate_rps > 0:
+        raise ValueError(f"rate_rps must be > 0 (inf for all at once), got {rate_rps}")
+    if not burstiness > 0:
+        raise ValueError(f"burstiness must be > 0, got {burstiness}")
+    rng = np.random.default_rng(seed)
+    if np.isinf(rate_rps):
+        t = np.zeros(n_requests)
+    else:
+        gaps = rng.gamma(burstiness, 1.0 / (rate_rps * burstiness), max(n_requests - 1, 0))
+        t = np.concatenate([[0.0], np.cumsum(gaps)])[:n_requests]
+    prompt = _lognormal_ints(rng, n_requests, prompt_mean, prompt_sigma)
+    output = _lognormal_ints(rng, n_requests, output_mean, output_sigma)
+    return Workload(t, prompt, output)
+
+
+def add_burst(
+    w: Workload,
+    at_s: float,
+    n: int,
+    prompt_tokens: int,
+    output_tokens: int,
+    spread_s: float = 0.0,
+) -> Workload:
+    """Add an incident: ``n`` requests with the given sizes arriving at ``at_s``.
+
+    With ``spread_s > 0`` the arrivals are spaced evenly over
+    ``[at_s, at_s + spread_s]``. Burst requests get ids after the existing ones
+    (integers when the ids are integers, ``burst-<k>`` otherwise); ties in
+    arrival time keep the original requests first.
+    """
+    if n <= 0:
+        return w
+    t_new = at_s + (np.linspace(0.0, spread_s, n) if spread_s > 0 else np.zeros(n))
+    ids = w.ids()
+    if np.issubdtype(ids.dtype, np.integer):
+        start = int(ids.max()) + 1 if len(ids) else 0
+        new_ids = np.arange(start, start + n, dtype=ids.dtype)
+    else:
+        ids = ids.astype(str)
+        new_ids = np.array([f"burst-{k}" for k in range(n)])
+    t = np.concatenate([w.t_arrival, t_new])
+    order = np.argsort(t, kind="stable")
+    return Workload(
+        t[order],
+        np.concatenate([w.prompt_tokens, np.full(n, prompt_tokens, dtype=np.int64)])[order],
+        np.concatenate([w.output_tokens, np.full(n, output_tokens, dtype=np.int64)])[order],
+        np.concatenate([ids, new_ids])[order],
+    )
+
+
+def _bad(path: Path, line: int | None, what: str, fix: str) -> InputError:
+    where = f"{path}:{line}" if line is not None else str(path)
+    return InputError(f"{where}: {what}. {fix}")
+
+
+def _read_table(path: Path):
+    """Read a CSV or JSONL file into a Polars frame; return (frame, first data line number)."""
+    import polars as pl
+
+    name = path.name.lower().removesuffix(".gz")
+    is_jsonl = name.endswith((".jsonl", ".ndjson", ".json"))
+    try:
+        if is_jsonl:
+            return pl.read_ndjson(path, infer_schema_length=None), 1
+        return pl.read_csv(path, infer_schema_length=None), 2
+    except Exception as exc:  # polars raises several error types; find the line ourselves
+        line = _first_bad_json_line(path) if is_jsonl else None
+        raise _bad(
+            path,
+            line,
+            f"cannot be read as {'JSON Lines' if is_jsonl else 'CSV'} ({str(exc).splitlines()[0][:200]})",
+            "Fix the file, or pass a CSV with a header row or a JSONL file with one object per line.",
+        ) from exc
+
+
+def _first_bad_json_line(path: Path) -> int | None:
+    import gzip
+
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            if raw.strip():
+                try:
+                    if not isinstance(json.loads(raw), dict):
+                        return lineno
+                except ValueError:
+                    return lineno
+    return None
+
+
+def _pick(df, names: tuple[str, ...]) -> str | None:
+    return next((c for c in names if c in df.columns), None)
+
+
+def _arrivals(df, path: Path, first_line: int) -> np.ndarray:
+    import polars as pl
+
+    col = _pick(df, ARRIVAL_SECONDS)
+    scale = 1.0
+    if col is None and (col := _pick(df, ARRIVAL_MS)) is not None:
+        scale = 1e-3
+    if col is None and (col := _pick(df, ARRIVAL_DATETIME)) is not None:
+        s = df[col]
+        if s.dtype == pl.String:
+            s = s.str.to_datetime(strict=False, time_unit="us")
+        if s.dtype.is_temporal():
+            bad = s.is_null()
+            if bad.any():
+                raise _bad(path, first_line + int(bad.arg_max()), f"column {col!r} holds a value that is not a date-time",
+                           "Use ISO date-times like 2023-11-16 18:17:03.97.")
+            us = s.dt.epoch("us").to_numpy().astype(np.float64)
+            return (us - us.min()) / 1e6
+    if col is None:
+        raise _bad(path, None, f"no arrival-time column (have: {', '.join(df.columns)})",
+                   f"Add a column named one of {', '.join(ARRIVAL_SECONDS + ARRIVAL_MS + ARRIVAL_DATETIME)}.")
+    t = _numeric(df, col, path, first_line) * scale
+    if len(t) and t.min() >= _ABSOLUTE_TIME_S:  # epoch timestamps: make the first arrival t = 0
+        t = t - t.min()
+    return t
+
+
+def _numeric(df, col: str, path: Path, first_line: int) -> np.ndarray:
+    import polars as pl
+
+    s = df[col].cast(pl.Float64, strict=False)
+    bad = s.is_null() | s.is_nan() | (s < 0)
+    if bad.any():
+        i = int(bad.arg_max())
+        raise _bad(path, first_line + i, f"column {col!r} has {df[col][i]!r}, not a non-negative number",
+                   "Fix or remove that row.")
+    return s.to_numpy()
+
+
+def _lengths(df, names: tuple[str, ...], path: Path, first_line: int, what: str) -> np.ndarray:
+    col = _pick(df, names)
+    if col is None:
+        raise _bad(path, None, f"no {what} column (have: {', '.join(df.columns)})",
+                   f"Add a column named one of {', '.join(names)}.")
+    x = _numeric(df, col, path, first_line)
+    bad = (x < 1) | (x != np.floor(x))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise _bad(path, first_line + i, f"column {col!r} has {x[i]!r}; {what} must be a whole number >= 1",
+                   "Fix or remove that row.")
+    return x.astype(np.int64)
+
+
+def workload_from_file(path) -> Workload:
+    """Read recorded arrivals and sizes from a CSV or JSON Lines file (``.gz`` too).
+
+    Columns (first alias present wins):
+
+    - arrival: ``t_arrival``/``arrived_at``/``arrival_time`` in seconds,
+      ``timestamp`` in milliseconds (Mooncake), or ``TIMESTAMP`` date-times (Azure);
+      absolute times (date-times, or seconds >= 1e6) are shifted so the first
+      arrival is at t = 0;
+    - prompt: ``prompt_tokens``/``num_prefill_tokens``/``ContextTokens``/``input_length``;
+    - output: ``output_tokens``/``num_decode_tokens``/``GeneratedTokens``/``output_length``;
+    - optional id: ``req_id``/``request_id``/``id``.
+
+    Rows are sorted by arrival (stable). Raises :class:`InputError` naming the
+    file, the line, what is wrong and how to fix it.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise _bad(path, None, "no such file", "Check the path passed to --lengths-file.")
+    df, first_line = _read_table(path)
+    if df.height == 0:
+        raise _bad(path, None, "has no requests", "Pass a file with a header and at least one row.")
+    t = _arrivals(df, path, first_line)
+    prompt = _lengths(df, PROMPT_COLUMNS, path, first_line, "prompt-length")
+    output = _lengths(df, OUTPUT_COLUMNS, path, first_line, "output-length")
+    id_col = _pick(df, ID_COLUMNS)
+    ids = df[id_col].to_numpy() if id_col is not None else np.arange(len(t))
+    if id_col is not None and df[id_col].null_count():
+        raise _bad(path, first_line + int(df[id_col].is_null().arg_max()), f"column {id_col!r} has an empty id",
+                   "Give every request an id, or drop the id column.")
+    order = np.argsort(t, kind="stable")
+    return Workload(t[order], prompt[order], output[order], ids[order])

@@ -1,0 +1,198 @@
+"""The DuckDB store: schema, opening with clear errors, and the derived-table runner.
+
+Base tables (SPEC §4) are written only by ingest; derived tables are rebuilt from
+``queries/*.sql`` by :func:`build_derived` whenever an ingest changed the store.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from .errors import StoreError
+
+DEFAULT_DB = "tracelat.duckdb"
+QUERIES_DIR = Path(__file__).resolve().parent.parent / "queries"
+
+SCHEMA = """
+create sequence if not exists ingest_seq start 1;
+create table if not exists ingests (
+    ingest_id bigint, path varchar, sha256 varchar, format varchar,
+    lines_read bigint, lines_accepted bigint, lines_rejected bigint, lines_skipped bigint,
+    bytes bigint, t_ingested timestamp, run_ids varchar[]
+);
+create table if not exists runs (
+    run_id varchar, engine varchar, engine_version varchar, model varchar, gpu varchar,
+    num_gpus bigint, dtype varchar, kv_dtype varchar, clock varchar, meta json,
+    ingest_id bigint
+);
+create table if not exists iterations (
+    run_id varchar, iter bigint, t_start double, t_end double, dur_ms double,
+    prefill_tokens bigint, prefill_reqs bigint, decode_tokens bigint, decode_reqs bigint,
+    context_tokens bigint, running_reqs bigint, waiting_reqs bigint, kv_usage double,
+    preempted_reqs bigint, req_ids varchar[], extra json, ingest_id bigint, line_no bigint
+);
+create table if not exists requests (
+    run_id varchar, req_id varchar, t_arrival double, t_scheduled double,
+    t_first_token double, t_finish double, prompt_tokens bigint, output_tokens bigint,
+    cached_tokens bigint, preemptions bigint, status varchar, extra json,
+    ingest_id bigint, line_no bigint
+);
+create table if not exists tokens (
+    run_id varchar, req_id varchar, idx integer, t double, ingest_id bigint
+);
+create table if not exists rejects (
+    ingest_id bigint, path varchar, line_no bigint, reason varchar, raw varchar
+);
+create table if not exists _state (key varchar, value bigint);
+"""
+
+BASE_TABLES = ("runs", "iterations", "requests", "tokens", "ingests", "rejects")
+
+
+def db_path(db: str | os.PathLike | None) -> str:
+    """The store path: the given one, else ``$TRACELAT_DB``, else ``tracelat.duckdb``."""
+    return str(db or os.environ.get("TRACELAT_DB") or DEFAULT_DB)
+
+
+def connect(db: str | os.PathLike | None = None, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open (and if needed create) the store, turning DuckDB's errors into ours."""
+    path = db_path(db)
+    if read_only and not Path(path).exists():
+        raise StoreError(
+            f"database {path} does not exist; ingest a trace first (tracelat ingest FILE --db {path})"
+        )
+    if Path(path).is_dir():
+        raise StoreError(f"database path {path} is a directory; pass a file path with --db")
+    try:
+        con = duckdb.connect(path, read_only=read_only)
+    except duckdb.IOException as exc:
+        msg = str(exc)
+        if "lock" in msg.lower():
+            holder = re.search(r"PID (\d+)", msg)
+            who = f" (process {holder.group(1)})" if holder else ""
+            raise StoreError(
+                f"database {path} is locked by another writer{who}; wait for it to finish "
+                "or use another --db"
+            ) from exc
+        raise StoreError(f"cannot open database {path}: {msg}") from exc
+    except duckdb.Error as exc:
+        raise StoreError(f"cannot open database {path}: {exc}; is it a DuckDB file?") from exc
+    if not read_only:
+        con.execute(SCHEMA)
+    return con
+
+
+@dataclass(frozen=True)
+class QueryFile:
+    """One ``queries/*.sql`` file: a plain select and its parsed header."""
+
+    path: Path
+    table: str
+    grain: str
+    inputs: tuple[str, ...]
+    sql: str
+
+
+def _parse_header(path: Path) -> QueryFile:
+    text = path.read_text()
+    head: dict[str, str] = {}
+    for line in text.splitlines():
+        m = re.match(r"--\s*(\w+):\s*(.*)", line)
+        if not m:
+            if line.strip() and not line.startswith("--"):
+                break
+            continue
+        head[m.group(1)] = m.group(2).strip()
+    missing = {"table", "grain", "inputs"} - head.keys()
+    if missing:
+        raise StoreError(f"{path}: header lacks {', '.join(sorted(missing))}")
+    inputs = tuple(s.strip() for s in head["inputs"].split(",") if s.strip())
+    return QueryFile(path, head["table"], head["grain"], inputs, text)
+
+
+def query_files(directory: Path = QUERIES_DIR) -> list[QueryFile]:
+    """All derived-table queries in dependency order (inputs before users)."""
+    files = {q.table: q for q in map(_parse_header, sorted(directory.glob("*.sql")))}
+    order: list[QueryFile] = []
+    state: dict[str, int] = {}
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        if state.get(name) == 2 or name not in files:
+            return
+        if state.get(name) == 1:
+            raise StoreError("cycle in queries/: " + " -> ".join(path + (name,)))
+        state[name] = 1
+        for dep in files[name].inputs:
+            visit(dep, path + (name,))
+        state[name] = 2
+        order.append(files[name])
+
+    for name in files:
+        visit(name, ())
+    return order
+
+
+def scalar(con: duckdb.DuckDBPyConnection, sql: str, params=None):
+    """The single value a query returns (None for no rows); always drains the result."""
+    rows = con.execute(sql, params).fetchall() if params is not None else con.execute(sql).fetchall()
+    return rows[0][0] if rows else None
+
+
+def _generation(con: duckdb.DuckDBPyConnection) -> int:
+    return int(scalar(con, "select coalesce(max(ingest_id), 0) + count(*) from ingests"))
+
+
+def build_derived(con: duckdb.DuckDBPyConnection, force: bool = False) -> bool:
+    """Materialise every ``queries/*.sql`` as a table unless already current.
+
+    Returns True when tables were rebuilt.  The store's generation (a number that
+    changes with every ingest or replace) is remembered in ``_state`` so read
+    commands do not redo the work.
+    """
+    gen = _generation(con)
+    row = scalar(con, "select max(value) from _state where key = 'derived_generation'")
+    if not force and row == gen and _derived_exist(con):
+        return False
+    con.execute("begin transaction")
+    try:
+        for q in query_files():
+            con.execute(f'create or replace table "{q.table}" as {q.sql}')
+        con.execute("delete from _state where key = 'derived_generation'")
+        con.execute("insert into _state values ('derived_generation', ?)", [gen])
+        con.execute("commit")
+    except duckdb.Error as exc:
+        con.execute("rollback")
+        raise StoreError(f"building derived tables failed: {exc}") from exc
+    return True
+
+
+def _derived_exist(con: duckdb.DuckDBPyConnection) -> bool:
+    names = {r[0] for r in con.execute("select table_name from duckdb_tables()").fetchall()}
+    return all(q.table in names for q in query_files())
+
+
+def open_for_reading(db: str | os.PathLike | None) -> duckdb.DuckDBPyConnection:
+    """A connection whose derived tables are current (rebuilt if an ingest happened)."""
+    path = db_path(db)
+    if not Path(path).exists():
+        raise StoreError(f"database {path} does not exist; ingest a trace first (tracelat ingest FILE --db {path})")
+    con = connect(db)
+    build_derived(con)
+    return con
+
+
+def known_runs(con: duckdb.DuckDBPyConnection) -> list[str]:
+    return [r[0] for r in con.execute("select run_id from runs order by run_id").fetchall()]
+
+
+def require_run(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
+    """Raise a helpful error when ``run_id`` is not in the store."""
+    runs = known_runs(con)
+    if run_id not in runs:
+        listing = ", ".join(runs[:10]) + (" ..." if len(runs) > 10 else "") if runs else "none"
+        raise StoreError(f"run {run_id!r} is not in the store (known runs: {listing}); see `tracelat runs`")

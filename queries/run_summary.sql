@@ -1,0 +1,69 @@
+-- table:  run_summary
+-- grain:  one row per run_id
+-- inputs: runs, requests, iterations
+-- purpose: run-level counts, duration and throughput.
+--   duration_s            = max(t_finish, t_end) - min(t_arrival, t_start) over the run
+--   output_tokens_per_s   = sum(output_tokens of ok requests) / duration_s; a run without
+--                           request records uses sum(decode_tokens) of its iterations instead
+--                           (throughput_source says which)
+--   busy_s                = sum of iteration durations (engine busy time)
+--   requests_per_s        = ok requests / duration_s
+with req as (
+    select
+        run_id,
+        count(*) as requests,
+        count(*) filter (where status = 'ok') as requests_ok,
+        count(*) filter (where status <> 'ok') as requests_failed,
+        sum(output_tokens) filter (where status = 'ok') as output_tokens,
+        sum(prompt_tokens) filter (where status = 'ok') as prompt_tokens,
+        min(t_arrival) as t_first,
+        max(greatest(t_finish, t_first_token, t_arrival)) as t_last
+    from requests
+    group by run_id
+),
+
+it as (
+    select
+        run_id,
+        count(*) as iterations,
+        sum(decode_tokens) as decode_tokens,
+        min(t_start) as t_first,
+        max(t_end) as t_last,
+        sum(dur_ms) / 1000 as busy_s
+    from iterations
+    group by run_id
+),
+
+joined as (
+    select
+        runs.run_id,
+        coalesce(req.requests, 0) as requests,
+        coalesce(req.requests_ok, 0) as requests_ok,
+        coalesce(req.requests_failed, 0) as requests_failed,
+        coalesce(it.iterations, 0) as iterations,
+        req.output_tokens,
+        req.prompt_tokens,
+        it.decode_tokens,
+        it.busy_s,
+        coalesce(least(req.t_first, it.t_first), req.t_first, it.t_first) as t_first,
+        coalesce(greatest(req.t_last, it.t_last), req.t_last, it.t_last) as t_last
+    from runs
+    left join req on req.run_id = runs.run_id
+    left join it on it.run_id = runs.run_id
+)
+
+select
+    run_id,
+    requests,
+    requests_ok,
+    requests_failed,
+    iterations,
+    t_first,
+    t_last,
+    t_last - t_first as duration_s,
+    busy_s,
+    coalesce(output_tokens, decode_tokens) / nullif(t_last - t_first, 0) as output_tokens_per_s,
+    case when requests > 0 then requests_ok / nullif(t_last - t_first, 0) end as requests_per_s,
+    case when output_tokens is not null then 'requests' when decode_tokens is not null then 'iterations' end
+        as throughput_source
+from joined
