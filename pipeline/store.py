@@ -23,7 +23,7 @@ create sequence if not exists ingest_seq start 1;
 create table if not exists ingests (
     ingest_id bigint, path varchar, sha256 varchar, format varchar,
     lines_read bigint, lines_accepted bigint, lines_rejected bigint, lines_skipped bigint,
-    bytes bigint, t_ingested timestamp, run_ids varchar[]
+    bytes bigint, t_ingested timestamp, run_ids varchar[], default_run_id varchar
 );
 create table if not exists runs (
     run_id varchar, engine varchar, engine_version varchar, model varchar, gpu varchar,

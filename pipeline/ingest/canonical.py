@@ -42,9 +42,9 @@ def convert_parquet(path: Path, progress: Callable[[int], None] | None = None) -
     first = 1
     for rb in pf.iter_batches(batch_size=200_000):
         con.register("rb", rb)
-        table = con.execute(
+        table = con.sql(
             "select (row_number() over () + $first - 1)::bigint as line_no, to_json(rb)::varchar as raw from rb",
-            {"first": first},
+            params={"first": first},
         ).to_arrow_table()
         first += rb.num_rows
         if progress:

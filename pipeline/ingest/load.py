@@ -265,8 +265,12 @@ def ingest_file(
     reader.check_file(path)
     digest = reader.sha256(path)
     shown = str(path)
+    default_run = run_id or path.name.split(".")[0] or path.name
+    # Same bytes under another run name (file name or --run-id) are a different ingest.
     prior = con.execute(
-        "select path, t_ingested from ingests where sha256 = ? order by ingest_id limit 1", [digest]
+        "select path, t_ingested from ingests where sha256 = ? and default_run_id = ? "
+        "order by ingest_id limit 1",
+        [digest, default_run],
     ).fetchall()
     prior = prior[0] if prior else None
     if prior and not replace:
@@ -276,9 +280,9 @@ def ingest_file(
     con.execute("begin transaction")
     try:
         if replace:
-            _delete_ingests(con, digest, shown)
+            _delete_ingests(con, digest, shown, default_run)
         ingest_id = _count(con, "select nextval('ingest_seq')")
-        st = _State(ingest_id, shown, run_id or path.name.split(".")[0] or path.name, result=result)
+        st = _State(ingest_id, shown, default_run, result=result)
         for batch in convert(path, progress):
             load_batch(con, batch, st)
         con.execute(ENSURE_RUNS_SQL, {"ingest_id": ingest_id})
@@ -292,9 +296,9 @@ def ingest_file(
             ).fetchall()
         ]
         con.execute(
-            "insert into ingests values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "insert into ingests values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [ingest_id, shown, digest, fmt, result.lines_read, result.accepted, result.rejected,
-             result.skipped, path.stat().st_size, dt.datetime.now(), result.run_ids],
+             result.skipped, path.stat().st_size, dt.datetime.now(), result.run_ids, default_run],
         )
         con.execute("commit")
     except BaseException as exc:
@@ -305,11 +309,13 @@ def ingest_file(
     return result
 
 
-def _delete_ingests(con: duckdb.DuckDBPyConnection, digest: str, path: str) -> None:
-    old = "(select ingest_id from ingests where sha256 = $d or path = $p)"
+def _delete_ingests(con: duckdb.DuckDBPyConnection, digest: str, path: str, default_run: str) -> None:
+    """Remove what earlier ingests of this content (or this path) loaded."""
+    which = "(sha256 = $d and default_run_id = $r) or path = $p"
+    params = {"d": digest, "p": path, "r": default_run}
     for table in ("iterations", "requests", "tokens", "rejects", "runs"):
-        con.execute(f"delete from {table} where ingest_id in {old}", {"d": digest, "p": path})
-    con.execute("delete from ingests where sha256 = $d or path = $p", {"d": digest, "p": path})
+        con.execute(f"delete from {table} where ingest_id in (select ingest_id from ingests where {which})", params)
+    con.execute(f"delete from ingests where {which}", params)
 
 
 __all__ = ["Batch", "IngestResult", "ingest_file", "load_batch", "FIELDS", "TracelatError"]

@@ -96,7 +96,7 @@ def head_text(path: Path, n_bytes: int = 65536) -> str:
 
 
 def line_batches(
-    path: Path, progress: Progress | None = None, batch_bytes: int = BATCH_BYTES
+    path: Path, progress: Progress | None = None, batch_bytes: int | None = None
 ) -> Iterator[pa.Table]:
     """Yield ``(line_no, raw)`` Arrow tables covering every line of ``path``.
 
@@ -105,6 +105,7 @@ def line_batches(
     part-way raises :class:`InputError` naming the last good line.
     """
     next_line = 1
+    batch_bytes = batch_bytes or BATCH_BYTES
     with open_binary(path, progress) as f:
         while True:
             try:

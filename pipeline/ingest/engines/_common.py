@@ -1,0 +1,175 @@
+"""Helpers shared by the engine converters: canonical JSON from frames, log timestamps.
+
+Every converter builds a Polars frame whose columns are canonical field names plus
+``line_no`` and encodes it with one ``struct.json_encode`` call; the canonical loader
+then validates and stores the records.  A converter may emit a ``run`` record built
+from the file as a whole; it gets line number 0 (there is no such source line) and
+counts as one line read, so ``read = accepted + rejected + skipped`` still holds.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from ..load import Batch
+
+# Canonical columns in the order we write them (the loader does not care about order).
+ITERATION_COLS = (
+    "iter", "t_start", "t_end", "dur_ms", "prefill_tokens", "prefill_reqs", "decode_tokens",
+    "decode_reqs", "context_tokens", "running_reqs", "waiting_reqs", "kv_usage", "preempted_reqs",
+)
+REQUEST_COLS = (
+    "req_id", "t_arrival", "t_scheduled", "t_first_token", "t_finish", "prompt_tokens",
+    "output_tokens", "cached_tokens", "preemptions", "status", "token_times",
+)
+
+
+def run_json(fields: dict[str, Any]) -> str:
+    """One canonical ``run`` record; ``None`` values (and empty meta) are dropped."""
+    rec: dict[str, Any] = {"kind": "run"}
+    for k, v in fields.items():
+        if v is None:
+            continue
+        if k == "meta":
+            v = {mk: mv for mk, mv in v.items() if mv is not None}
+            if not v:
+                continue
+        rec[k] = v
+    return json.dumps(rec, sort_keys=False, allow_nan=False)
+
+
+def encode(frame: pl.DataFrame, kind: str, extra: tuple[str, ...] = ()) -> pl.DataFrame:
+    """``(line_no, raw)`` with one canonical JSON object per row of ``frame``.
+
+    Columns named in ``extra`` go into the record too (the loader keeps unknown
+    fields in its ``extra`` JSON column).  Nulls stay JSON nulls: "absent".
+    """
+    known = ITERATION_COLS if kind == "iteration" else REQUEST_COLS
+    cols = [c for c in (*known, *extra) if c in frame.columns]
+    return frame.select(
+        pl.col("line_no").cast(pl.Int64),
+        pl.struct(pl.lit(kind).alias("kind"), *cols).struct.json_encode().alias("raw"),
+    )
+
+
+def batch(
+    records: pl.DataFrame | None,
+    lines_read: int,
+    run: dict[str, Any] | None = None,
+    rejects: pl.DataFrame | None = None,
+    skipped: int = 0,
+) -> Batch:
+    """A :class:`Batch`: the run record (line 0) first, then the encoded records.
+
+    ``rejects`` has columns ``line_no, reason, raw`` (source lines the converter
+    recognised as records but could not read).
+    """
+    parts = []
+    if run is not None:
+        parts.append(pl.DataFrame({"line_no": [0], "raw": [run_json(run)]}, schema={"line_no": pl.Int64, "raw": pl.String}))
+        lines_read += 1
+    if records is not None and records.height:
+        parts.append(records)
+    lines = pl.concat(parts) if parts else pl.DataFrame(schema={"line_no": pl.Int64, "raw": pl.String})
+    rows: list[tuple[int, str, str]] = []
+    if rejects is not None and rejects.height:
+        rows = [(int(n), str(r), str(w)) for n, r, w in rejects.select("line_no", "reason", "raw").iter_rows()]
+    return Batch(lines.to_arrow(), lines_read, rows, skipped)
+
+
+def stem(path: Path) -> str:
+    """The default run id the loader gives records of this file (see load.ingest_file)."""
+    return path.name.split(".")[0] or path.name
+
+
+# ---------------------------------------------------------------------------
+# Log-line timestamps.  Engines print many prefixes; we look for the most precise
+# one present: epoch seconds (custom logging configs), an ISO date with time
+# (Docker's --timestamps, SGLang, custom asctime), or vLLM's default
+# "INFO 05-19 10:13:11" which has neither year nor sub-second digits.
+
+_EPOCH = r"^\s*\[?(\d{10}\.\d+|\d{10})\]?\s"
+_ISO = r"(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,9}))?"
+_VLLM = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(\d{2}-\d{2}) (\d{2}:\d{2}:\d{2})(?:[.,](\d{1,9}))?"
+
+
+def _frac(col: pl.Expr) -> pl.Expr:
+    """Digits after the decimal point as a fraction of a second (NULL -> 0)."""
+    return pl.when(col.is_null()).then(0.0).otherwise(
+        col.cast(pl.Float64) / pl.lit(10.0).pow(col.str.len_chars().cast(pl.Float64))
+    )
+
+
+def _epoch_s(date: pl.Expr, clock: pl.Expr) -> pl.Expr:
+    return (date + pl.lit(" ") + clock).str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False, time_zone="UTC").dt.epoch("us").cast(pl.Float64) / 1e6
+
+
+def log_times(prefix: pl.Expr, assumed_year: int) -> tuple[pl.Expr, pl.Expr]:
+    """Expressions ``(t_s, resolution_s)`` from the text before a record's message.
+
+    ``t_s`` is Unix seconds (vLLM's year-less stamps get ``assumed_year``);
+    ``resolution_s`` is 1.0 for whole-second stamps and 1e-3 or finer otherwise.
+    """
+    epoch = prefix.str.extract(_EPOCH, 1)
+    iso = prefix.str.extract_groups(_ISO)
+    vl = prefix.str.extract_groups(_VLLM)
+    iso_t = _epoch_s(iso.struct.field("1"), iso.struct.field("2")) + _frac(iso.struct.field("3"))
+    vl_t = _epoch_s(pl.lit(f"{assumed_year}-") + vl.struct.field("1"), vl.struct.field("2")) + _frac(vl.struct.field("3"))
+    t = pl.coalesce(epoch.cast(pl.Float64, strict=False), iso_t, vl_t)
+
+    def res(digits: pl.Expr) -> pl.Expr:
+        return pl.when(digits.is_null()).then(1.0).otherwise(pl.lit(10.0).pow(-digits.str.len_chars().cast(pl.Float64)))
+
+    epoch_digits = epoch.str.extract(r"\.(\d+)$", 1)
+    resolution = (
+        pl.when(epoch.is_not_null()).then(res(epoch_digits))
+        .when(iso.struct.field("1").is_not_null()).then(res(iso.struct.field("3")))
+        .when(vl.struct.field("1").is_not_null()).then(res(vl.struct.field("3")))
+    )
+    return t, resolution
+
+
+def file_year(path: Path) -> int:
+    """Year to assume for year-less log stamps: the file's modification year."""
+    return dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc).year
+
+
+def reconstruct_ends(stamp_s: pl.Expr, dur_ms: pl.Expr) -> pl.Expr:
+    """Step end times from whole-second stamps and per-step durations.
+
+    With cumulative busy time ``c_i`` the true end is ``c_i + o_i`` where the
+    offset ``o_i`` (idle time so far) never decreases and must keep the end inside
+    its logged second: ``o_i >= stamp_i - c_i``.  The smallest such offset is the
+    running maximum of ``stamp_i - c_i``, i.e. we assume no idle time beyond what
+    the stamps force.  Error per step is below one second, usually far less.
+    """
+    cum = dur_ms.fill_null(0.0).cum_sum() / 1000.0
+    return cum + (stamp_s - cum).cum_max()
+
+
+def int_field(text: pl.Expr, pattern: str) -> pl.Expr:
+    return text.str.extract(pattern, 1).str.replace_all(",", "").cast(pl.Int64, strict=False)
+
+
+def float_field(text: pl.Expr, pattern: str) -> pl.Expr:
+    return text.str.extract(pattern, 1).cast(pl.Float64, strict=False)
+
+
+def missing_reason(checks: list[tuple[str, pl.Expr]], prefix: str) -> pl.Expr:
+    """``prefix + 'a, b'`` naming the fields whose expression is NULL, or NULL when none."""
+    parts = [pl.when(expr.is_null()).then(pl.lit(name)) for name, expr in checks]
+    joined = pl.concat_list(parts).list.drop_nulls().list.join(", ")
+    return pl.when(joined.str.len_chars() > 0).then(pl.lit(prefix) + joined)
+
+
+def read_json_document(path: Path) -> Any:
+    """A whole JSON document (bench results); Python's json accepts Infinity/NaN too."""
+    from .. import reader
+
+    with reader.open_binary(path) as f:
+        return json.loads(f.read().decode("utf-8", errors="replace"))

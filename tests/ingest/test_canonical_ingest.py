@@ -1,0 +1,254 @@
+"""Canonical ingest: the store rules of SPEC §4 and every bad input of the foundation issue."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline import ingest, store
+from pipeline.errors import InputError
+
+IT = {"kind": "iteration", "t_start": 0.0, "t_end": 0.01, "decode_tokens": 1}
+
+
+def write(path: Path, lines: list) -> Path:
+    path.write_text("".join((l if isinstance(l, str) else json.dumps(l)) + "\n" for l in lines))
+    return path
+
+
+def it(i: int, **kw) -> dict:
+    return {**IT, "iter": i, "t_start": i * 0.01, "t_end": (i + 1) * 0.01} | kw
+
+
+def rejects(con) -> dict[int, str]:
+    return dict(con.execute("select line_no, reason from rejects").fetchall())
+
+
+def counts(con) -> tuple[int, int, int]:
+    return tuple(con.execute("select count(*) from iterations").fetchall()[0]) + tuple(
+        con.execute("select (select count(*) from requests), (select count(*) from runs)").fetchall()[0]
+    )
+
+
+def snapshot(con) -> dict:
+    return {t: sorted(map(str, con.execute(f"select * exclude (ingest_id) from {t}").fetchall()))
+            for t in ("iterations", "requests", "tokens", "runs", "rejects")}
+
+
+def test_read_equals_accepted_plus_rejected_plus_skipped(con, tmp_path):
+    f = write(tmp_path / "r.jsonl", [it(0), "garbage", "", it(1), {"kind": "nope"}, it(2)])
+    (res,) = ingest.ingest_paths(con, [f])
+    assert (res.lines_read, res.accepted, res.rejected, res.skipped) == (6, 3, 2, 1)
+    row = con.execute("select lines_read, lines_accepted, lines_rejected, lines_skipped from ingests").fetchall()[0]
+    assert row == (6, 3, 2, 1)
+
+
+def test_empty_file(con, tmp_path):
+    f = tmp_path / "empty.jsonl"
+    f.write_text("")
+    (res,) = ingest.ingest_paths(con, [f])
+    assert (res.lines_read, res.accepted, res.rejected) == (0, 0, 0)
+    assert counts(con) == (0, 0, 0)
+    assert "0 read" in res.line()
+
+
+def test_truncated_last_line_is_rejected_rest_kept(con, tmp_path):
+    f = tmp_path / "trunc.jsonl"
+    f.write_text(json.dumps(it(0)) + "\n" + json.dumps(it(1))[:25])
+    (res,) = ingest.ingest_paths(con, [f])
+    assert res.accepted == 1 and res.rejected == 1
+    assert "not valid JSON" in rejects(con)[2]
+
+
+def test_garbage_in_the_middle_does_not_abort(con, tmp_path):
+    f = write(tmp_path / "g.jsonl", [it(0), "\x00\x01garbage}", "[1,2,3]", it(1)])
+    ingest.ingest_paths(con, [f])
+    r = rejects(con)
+    assert set(r) == {2, 3}
+    assert "not a JSON object" in r[3]
+    assert counts(con)[0] == 2
+
+
+@pytest.mark.parametrize(
+    "record, expect",
+    [
+        (it(0, t_start="abc"), 't_start: expected a number, got "abc"'),
+        (it(0, dur_ms=-5.0, t_start=None, t_end=None), "dur_ms is negative"),
+        ('{"kind":"iteration","iter":0,"dur_ms":NaN}', "dur_ms: NaN or infinite"),
+        (it(0, t_start=2.0, t_end=1.0), "t_end (1.0) is before t_start (2.0)"),
+        (it(0, decode_tokens=-1), "decode_tokens: negative count"),
+        (it(0, kv_usage=1.5), "kv_usage: expected a fraction 0..1"),
+        ({"kind": "iteration", "t_start": 0, "t_end": 1}, "missing required field iter"),
+        ({"kind": "request", "req_id": "a", "t_arrival": 2.0, "t_first_token": 1.0}, "t_first_token is before t_arrival"),
+        ({"kind": "request", "req_id": "a", "t_arrival": 0.0, "status": "weird"}, "status: expected one of ok, error, aborted"),
+        ({"kind": "request", "req_id": "a", "t_arrival": 0, "token_times": [0.2, 0.1]}, "token_times must be non-decreasing"),
+        ({"kind": "what", "x": 1}, "unknown kind what"),
+        ({"x": 1}, "missing field kind"),
+    ],
+)
+def test_bad_records_have_clear_reasons(con, tmp_path, record, expect):
+    f = write(tmp_path / "bad.jsonl", [it(5), record])
+    (res,) = ingest.ingest_paths(con, [f])
+    assert res.rejected == 1 and res.accepted == 1
+    assert expect in rejects(con)[2]
+    raw = con.execute("select raw from rejects").fetchall()[0][0]
+    assert raw == (record if isinstance(record, str) else json.dumps(record))
+
+
+def test_duplicates_in_a_run_rejected_first_kept(con, tmp_path):
+    req = {"kind": "request", "req_id": "a", "t_arrival": 0.0}
+    f = write(tmp_path / "d.jsonl", [it(0), it(1), it(0, t_end=0.5), req, req | {"t_arrival": 1.0}])
+    ingest.ingest_paths(con, [f])
+    r = rejects(con)
+    assert "duplicate iter 0 in run d (first at line 1)" in r[3]
+    assert "duplicate req_id a" in r[5]
+    assert con.execute("select t_end from iterations where iter = 0").fetchall() == [(0.01,)]
+
+
+def test_duplicates_across_files_point_to_the_first(con, tmp_path):
+    ingest.ingest_paths(con, [write(tmp_path / "a.jsonl", [{"kind": "run", "run_id": "R"}, it(0)])])
+    ingest.ingest_paths(con, [write(tmp_path / "b.jsonl", [{"kind": "run", "run_id": "R"}, it(0, t_end=9.0)])])
+    reason = rejects(con)[2]
+    assert "already stored from line 2 of" in reason and "a.jsonl" in reason and "--replace" in reason
+
+
+def test_unknown_fields_are_kept(con, tmp_path):
+    f = write(tmp_path / "x.jsonl", [it(0, gpu_temp_c=71, note={"a": [1, 2]})])
+    ingest.ingest_paths(con, [f])
+    extra = json.loads(con.execute("select extra from iterations").fetchall()[0][0])
+    assert extra == {"gpu_temp_c": 71, "note": {"a": [1, 2]}}
+
+
+def test_missing_optional_fields_are_null_not_zero(con, tmp_path):
+    ingest.ingest_paths(con, [write(tmp_path / "n.jsonl", [{"kind": "iteration", "iter": 0, "dur_ms": 4.0}])])
+    row = con.execute("select prefill_tokens, context_tokens, dur_ms, t_start from iterations").fetchall()[0]
+    assert row == (None, None, 4.0, None)
+
+
+def test_missing_file_and_empty_directory(con, tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        ingest.ingest_paths(con, [tmp_path / "nope.jsonl"])
+    (tmp_path / "d").mkdir()
+    with pytest.raises(InputError, match="directory holds no files"):
+        ingest.ingest_paths(con, [tmp_path / "d"])
+
+
+def test_directory_ingests_each_file(con, tmp_path):
+    d = tmp_path / "logs"
+    d.mkdir()
+    write(d / "one.jsonl", [it(0)])
+    write(d / "two.jsonl", [it(0)])
+    res = ingest.ingest_paths(con, [d])
+    assert [r.run_ids for r in res] == [["one"], ["two"]]
+
+
+def test_reingest_is_noop_and_replace_reloads(con, tmp_path):
+    f = write(tmp_path / "a.jsonl", [it(0), it(1), "bad"])
+    ingest.ingest_paths(con, [f])
+    before = snapshot(con)
+    (res,) = ingest.ingest_paths(con, [f])
+    assert res.status == "unchanged"
+    assert snapshot(con) == before
+    (res,) = ingest.ingest_paths(con, [f], replace=True)
+    assert res.status == "replaced" and res.accepted == 2
+    assert snapshot(con) == before
+    assert con.execute("select count(*) from ingests").fetchall()[0][0] == 1
+
+
+def test_replace_after_edit_removes_old_rows(con, tmp_path):
+    f = write(tmp_path / "a.jsonl", [it(0), it(1), it(2)])
+    ingest.ingest_paths(con, [f])
+    write(f, [it(0)])
+    ingest.ingest_paths(con, [f], replace=True)
+    assert counts(con)[0] == 1
+
+
+def test_run_identity_rules(con, tmp_path):
+    lines = [
+        it(0),  # before any run record: --run-id
+        {"kind": "run", "run_id": "A", "engine": "e1"},
+        it(0),  # A
+        it(0, run_id="B"),  # own run_id wins
+        {"kind": "run", "run_id": "C"},
+        it(0),  # C
+        it(1),  # C
+    ]
+    f = write(tmp_path / "multi.jsonl", lines)
+    ingest.ingest_paths(con, [f], run_id="cli")
+    got = con.execute("select run_id, count(*) from iterations group by 1 order by 1").fetchall()
+    assert got == [("A", 1), ("B", 1), ("C", 2), ("cli", 1)]
+    runs = dict(con.execute("select run_id, engine from runs").fetchall())
+    assert runs == {"A": "e1", "B": None, "C": None, "cli": None}
+
+
+def test_file_name_is_last_resort_and_run_carries_across_batches(con, tmp_path, monkeypatch):
+    from pipeline.ingest import reader
+
+    monkeypatch.setattr(reader, "BATCH_BYTES", 64)  # many batches: the run must carry over
+    f = write(tmp_path / "night-01.trace.jsonl", [it(0), {"kind": "run", "run_id": "Z"}] + [it(i) for i in range(1, 30)])
+    ingest.ingest_paths(con, [f])
+    got = dict(con.execute("select run_id, count(*) from iterations group by 1").fetchall())
+    assert got == {"night-01": 1, "Z": 29}
+
+
+@pytest.mark.parametrize("codec", ["gzip", "zstd"])
+def test_compressed_files(con, tmp_path, codec):
+    text = "".join(json.dumps(it(i)) + "\n" for i in range(50)).encode()
+    f = tmp_path / "c.data"  # the extension says nothing; magic bytes decide
+    if codec == "gzip":
+        f.write_bytes(gzip.compress(text))
+    else:
+        import zstandard
+
+        f.write_bytes(zstandard.ZstdCompressor().compress(text))
+    (res,) = ingest.ingest_paths(con, [f])
+    assert res.accepted == 50
+
+
+def test_corrupt_gzip_fails_cleanly_and_changes_nothing(con, tmp_path):
+    ingest.ingest_paths(con, [write(tmp_path / "ok.jsonl", [it(0)])])
+    before = snapshot(con)
+    text = "".join(json.dumps(it(i, run_id="g")) + "\n" for i in range(20000)).encode()
+    blob = bytearray(gzip.compress(text))
+    mid = len(blob) // 2
+    blob[mid : mid + 64] = b"\xff" * 64
+    f = tmp_path / "broken.jsonl.gz"
+    f.write_bytes(bytes(blob))
+    with pytest.raises(InputError, match="corrupt after line"):
+        ingest.ingest_paths(con, [f])
+    assert snapshot(con) == before
+    assert con.execute("select count(*) from ingests").fetchall()[0][0] == 1
+
+
+def test_parquet_canonical(con, tmp_path):
+    import polars as pl
+
+    df = pl.DataFrame(
+        {
+            "kind": ["iteration", "iteration", "request"],
+            "iter": [0, 1, None],
+            "t_start": [0.0, 0.01, None],
+            "t_end": [0.01, 0.03, None],
+            "req_id": [None, None, "q"],
+            "t_arrival": [None, None, 0.0],
+            "t_first_token": [None, None, 0.01],
+            "t_finish": [None, None, 0.03],
+            "output_tokens": [None, None, 2],
+            "token_times": [None, None, [0.01, 0.03]],
+        }
+    )
+    f = tmp_path / "p.parquet"
+    df.write_parquet(f)
+    (res,) = ingest.ingest_paths(con, [f])
+    assert res.format == "parquet" and res.accepted == 3
+    assert con.execute("select sum(t) from tokens").fetchall()[0][0] == pytest.approx(0.04)
+
+
+def test_unknown_format_lists_known(con, tmp_path):
+    f = tmp_path / "x.txt"
+    f.write_text("hello world\nnothing here\n")
+    with pytest.raises(InputError, match="unknown format; known formats: .*jsonl"):
+        ingest.ingest_paths(con, [f])

@@ -1,0 +1,97 @@
+"""A killed ingest leaves the store as it was; a locked store gives a clear error."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline import ingest, store
+from pipeline.errors import StoreError
+
+SLOW_INGEST = textwrap.dedent(
+    """
+    import sys, time
+    from pipeline import ingest, store
+    from pipeline.ingest import load, reader
+    reader.BATCH_BYTES = 4096
+    orig = load.load_batch
+    def slow(con, batch, st):
+        orig(con, batch, st)
+        print("BATCH", flush=True)
+        time.sleep(0.3)
+    load.load_batch = slow
+    con = store.connect(sys.argv[1])
+    ingest.ingest_paths(con, [sys.argv[2]])
+    print("DONE", flush=True)
+    """
+)
+
+
+def _trace(path: Path, n: int, run: str) -> Path:
+    path.write_text(
+        "".join(
+            json.dumps({"kind": "iteration", "run_id": run, "iter": i, "t_start": i / 100, "t_end": (i + 1) / 100}) + "\n"
+            for i in range(n)
+        )
+    )
+    return path
+
+
+def _contents(db: Path) -> list:
+    con = store.connect(db)
+    try:
+        return con.execute("select run_id, count(*), sum(iter) from iterations group by 1 order by 1").fetchall() + \
+            con.execute("select count(*) from ingests").fetchall()
+    finally:
+        con.close()
+
+
+def test_kill_during_ingest_leaves_previous_contents(tmp_path):
+    db = tmp_path / "k.duckdb"
+    con = store.connect(db)
+    ingest.ingest_paths(con, [_trace(tmp_path / "first.jsonl", 100, "first")])
+    con.close()
+    before = _contents(db)
+    big = _trace(tmp_path / "big.jsonl", 3000, "big")
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_INGEST, str(db), str(big)], stdout=subprocess.PIPE, text=True)
+    seen = 0
+    deadline = time.time() + 60
+    while seen < 3 and time.time() < deadline:
+        if proc.stdout.readline().strip() == "BATCH":
+            seen += 1
+    assert seen == 3, "the ingest never got going"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert _contents(db) == before
+    con = store.connect(db)
+    (res,) = ingest.ingest_paths(con, [big])
+    assert res.accepted == 3000
+    con.close()
+    assert _contents(db)[:2] == [("big", 3000, sum(range(3000))), ("first", 100, sum(range(100)))]
+
+
+def test_locked_database_is_a_clear_error(tmp_path):
+    db = tmp_path / "l.duckdb"
+    store.connect(db).close()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"import duckdb, time; c = duckdb.connect({str(db)!r}); print('HELD', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "HELD"
+        with pytest.raises(StoreError, match="locked by another writer"):
+            store.connect(db)
+    finally:
+        holder.kill()
+        holder.wait()
+    con = store.connect(db)  # intact and usable once the writer is gone
+    assert con.execute("select count(*) from ingests").fetchall() == [(0,)]
+    con.close()
