@@ -82,9 +82,18 @@ def connect(db: str | os.PathLike | None = None, read_only: bool = False) -> duc
         raise StoreError(f"cannot open database {path}: {msg}") from exc
     except duckdb.Error as exc:
         raise StoreError(f"cannot open database {path}: {exc}; is it a DuckDB file?") from exc
+    limit = os.environ.get("TRACELAT_MEMORY_LIMIT")
+    if limit:  # DuckDB spills to disk beyond this; the default is 80% of RAM
+        con.execute(f"set memory_limit = '{_memory_limit(limit)}'")
     if not read_only:
         con.execute(SCHEMA)
     return con
+
+
+def _memory_limit(text: str) -> str:
+    if not re.fullmatch(r"\s*\d+(\.\d+)?\s*([KMGT]i?B)?\s*", text, re.IGNORECASE):
+        raise StoreError(f"TRACELAT_MEMORY_LIMIT={text!r} is not a size like 2GB or 500MB")
+    return text.strip()
 
 
 @dataclass(frozen=True)

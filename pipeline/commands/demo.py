@@ -1,0 +1,58 @@
+"""``tracelat demo``: the main job end to end on bundled (or freshly simulated) data."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import click
+
+from .options import db_option
+
+REPO = Path(__file__).resolve().parent.parent.parent
+BUNDLED = REPO / "fixtures" / "demo" / "incident.jsonl.gz"
+
+
+def _has(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+@click.command()
+@db_option
+@click.option("--trace", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help=f"Trace to analyse (default: the bundled simulated incident, {BUNDLED.relative_to(REPO)}).")
+@click.option("--simulate", "fresh", is_flag=True, help="Simulate a new incident run instead of using the bundled trace.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Report folder (default reports/<run_id>/).")
+@click.option("--open", "open_report", is_flag=True, help="Open the HTML report in a browser when done.")
+def demo(db: str, trace: Path | None, fresh: bool, out: Path | None, open_report: bool) -> None:
+    """Ingest a trace, summarise it and write the HTML report.
+
+    Without options it uses the bundled trace: a simulated steady load with a
+    burst of very long prompts (an incident), with known ground truth.
+    """
+    from .. import ingest, metrics, store
+
+    if fresh:
+        from ..fixtures_gen import make_incident
+
+        trace = make_incident(Path(db).with_suffix("").parent / "demo-incident.jsonl.gz")
+        click.echo(f"simulated {trace}")
+    trace = trace or BUNDLED
+    con = store.connect(db)
+    for res in ingest.ingest_paths(con, [trace]):
+        click.echo(res.line())
+    store.build_derived(con)
+    run_id = con.execute(
+        "select run_ids[1] from ingests where sha256 = (select sha256 from ingests order by ingest_id desc limit 1)"
+    ).fetchall()[0][0]
+    click.echo("")
+    click.echo(metrics.format_summary(metrics.summary(con, run_id)))
+    if not _has("pipeline.report"):
+        return
+    from ..report import write_report
+
+    index = write_report(con, run_id, out or Path("reports") / run_id)
+    click.echo(f"\nreport: {index}")
+    if open_report:
+        click.launch(str(index))
