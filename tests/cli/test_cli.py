@@ -1,0 +1,75 @@
+"""The command line: exit codes, the single error line, --json output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.cli import COMMANDS, cli
+
+TINY = Path(__file__).resolve().parents[2] / "fixtures" / "canonical" / "tiny.jsonl"
+
+
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def test_ingest_then_summary_json(tmp_path):
+    db = str(tmp_path / "c.duckdb")
+    r = run("ingest", str(TINY), "--db", db)
+    assert r.returncode == 0, r.stderr
+    assert "8 read, 8 accepted, 0 rejected" in r.stdout
+    r = run("summary", "tiny", "--db", db, "--json")
+    s = json.loads(r.stdout)
+    assert s["run_id"] == "tiny" and s["ttft_ms"]["count"] == 2
+    assert s["ttft_ms"]["mean"] == pytest.approx(32.5)
+    r = run("runs", "--db", db, "--json")
+    assert [x["run_id"] for x in json.loads(r.stdout)] == ["tiny"]
+
+
+def test_db_from_environment(tmp_path):
+    import os
+
+    env = dict(os.environ, TRACELAT_DB=str(tmp_path / "env.duckdb"))
+    r = subprocess.run([sys.executable, "-m", "pipeline", "ingest", str(TINY)], capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and (tmp_path / "env.duckdb").exists()
+
+
+def test_errors_are_one_line_exit_2(tmp_path):
+    r = run("ingest", str(tmp_path / "missing.jsonl"), "--db", str(tmp_path / "x.duckdb"))
+    assert r.returncode == 2
+    assert r.stderr.strip().startswith("Error: ") and "no such file" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = run("summary", "nope", "--db", str(tmp_path / "none.duckdb"))
+    assert r.returncode == 2 and "does not exist; ingest a trace first" in r.stderr
+
+
+def test_debug_shows_traceback(tmp_path):
+    r = run("--debug", "ingest", str(tmp_path / "missing.jsonl"), "--db", str(tmp_path / "x.duckdb"))
+    assert r.returncode != 0 and "Traceback" in r.stderr
+
+
+def test_unknown_run_lists_known(tmp_path):
+    db = str(tmp_path / "c.duckdb")
+    run("ingest", str(TINY), "--db", db)
+    r = run("summary", "nope", "--db", db)
+    assert r.returncode == 2 and "known runs: tiny" in r.stderr
+
+
+def test_usage_error_exit_2():
+    r = run("summary")
+    assert r.returncode == 2 and "Missing argument" in r.stderr
+
+
+def test_every_command_has_help():
+    from click.testing import CliRunner
+
+    runner = CliRunner()
+    for name in COMMANDS:
+        res = runner.invoke(cli, [name, "--help"])
+        assert res.exit_code == 0, (name, res.output)
+        assert len(res.output.split("\n\n")[1].strip()) > 20, name
