@@ -115,12 +115,17 @@ class SimResult:
             ``ok`` (finished) or ``aborted`` (still queued or running at the stop).
         token_segments: ``req`` (row in ``requests``), ``first``, ``last``: the
             request emitted one token at ``t_end`` of every step in ``first..last``.
+        prefill_chunks: one entry per prefill chunk: ``req`` (row in
+            ``requests``), ``iter``, ``tokens`` and ``computed_before`` (prompt
+            tokens already in KV, the chunk's context). The iterations that
+            computed a request's prompt, for tail attribution.
         info: seed, stop reason and counts.
     """
 
     iterations: dict[str, np.ndarray]
     requests: dict[str, np.ndarray]
     token_segments: dict[str, np.ndarray]
+    prefill_chunks: dict[str, np.ndarray] = field(default_factory=dict)
     info: dict = field(default_factory=dict)
     _flat: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
@@ -165,7 +170,7 @@ def token_times(result: SimResult, req_index_or_all=None):
     """
     offsets, values = result.token_times_flat()
     if req_index_or_all is None or (isinstance(req_index_or_all, str) and req_index_or_all == "all"):
-        return np.split(values, offsets[1:-1])
+        return np.split(values, offsets[1:-1]) if result.n_requests else []
     r = int(req_index_or_all)
     return values[offsets[r]:offsets[r + 1]]
 
@@ -177,7 +182,7 @@ def _check_fits(workload: Workload, policy: Policy) -> None:
     worst = int(np.argmax(need))
     if need[worst] > policy.kv_capacity_tokens:
         raise InputError(
-            f"request {workload.ids()[worst]!r} needs {int(need[worst])} KV tokens (prompt + output - 1) but "
+            f"request {str(workload.ids()[worst])!r} needs {int(need[worst])} KV tokens (prompt + output - 1) but "
             f"kv_capacity_tokens is {policy.kv_capacity_tokens}. Raise --kv-capacity-tokens or shorten the request."
         )
 
@@ -244,6 +249,7 @@ def simulate(
     nxt = 0
 
     seg_req, seg_first, seg_last = array("q"), array("q"), array("q")
+    ch_req, ch_iter, ch_tok, ch_ctx = array("q"), array("q"), array("q"), array("q")
     o_tstart, o_tend, o_base, o_stall, o_kv = array("d"), array("d"), array("d"), array("d"), array("d")
     o_pf, o_pfr, o_dec, o_ctx, o_run, o_wait, o_pre = (array("q") for _ in range(7))
 
@@ -396,7 +402,11 @@ def simulate(
 
         # prefill chunks: completed prompts emit a token and start decoding
         for r, chunk in sched:
+            ch_req.append(r)
+            ch_iter.append(k)
+            ch_tok.append(chunk)
             if r in partial_of:
+                ch_ctx.append(partial_of[r])
                 done = partial_of[r] + chunk
                 if done < P[r] + gen[r]:
                     partial_of[r] = done
@@ -404,7 +414,9 @@ def simulate(
                     continue
                 kv_partial -= partial_of.pop(r)
                 partial.remove(r)
-            elif r == admitted:
+            else:
+                ch_ctx.append(0)
+            if r == admitted:
                 partial_of[r] = chunk
                 partial.append(r)
                 kv_partial += chunk
@@ -474,8 +486,10 @@ def simulate(
         "status": np.where(np.isnan(t_fin_arr), "aborted", "ok"),
     }
     segments = {"req": _np(seg_req, np.int64), "first": _np(seg_first, np.int64), "last": _np(seg_last, np.int64)}
+    chunks = {"req": _np(ch_req, np.int64), "iter": _np(ch_iter, np.int64),
+              "tokens": _np(ch_tok, np.int64), "computed_before": _np(ch_ctx, np.int64)}
     info = {"seed": seed, "stop": stop, "iterations": k, "requests_arrived": n_seen, "requests_total": n}
-    return SimResult(iterations, requests, segments, info)
+    return SimResult(iterations, requests, segments, chunks, info)
 
 
 def _np(buf: array, dtype) -> np.ndarray:

@@ -122,14 +122,15 @@ def poisson_workload(
         raise ValueError(f"rate_rps must be > 0 (inf for all at once), got {rate_rps}")
     if not burstiness > 0:
         raise ValueError(f"burstiness must be > 0, got {burstiness}")
-    rng = np.random.default_rng(seed)
+    # one stream per quantity: the first k requests are the same whatever n_requests is
+    r_gap, r_prompt, r_output = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3))
     if np.isinf(rate_rps):
         t = np.zeros(n_requests)
     else:
-        gaps = rng.gamma(burstiness, 1.0 / (rate_rps * burstiness), max(n_requests - 1, 0))
+        gaps = r_gap.gamma(burstiness, 1.0 / (rate_rps * burstiness), max(n_requests - 1, 0))
         t = np.concatenate([[0.0], np.cumsum(gaps)])[:n_requests]
-    prompt = _lognormal_ints(rng, n_requests, prompt_mean, prompt_sigma)
-    output = _lognormal_ints(rng, n_requests, output_mean, output_sigma)
+    prompt = _lognormal_ints(r_prompt, n_requests, prompt_mean, prompt_sigma)
+    output = _lognormal_ints(r_output, n_requests, output_mean, output_sigma)
     return Workload(t, prompt, output)
 
 

@@ -1,0 +1,114 @@
+"""Synthetic and file-based workloads for the simulator."""
+
+from __future__ import annotations
+
+import gzip
+
+import numpy as np
+import pytest
+
+from pipeline.errors import InputError
+from pipeline.sim.workload import Workload, add_burst, poisson_workload, workload_from_file
+
+
+def test_poisson_rate_and_lengths():
+    w = poisson_workload(20000, 5.0, 512, 0.8, 128, 0.5, seed=1)
+    gaps = np.diff(w.t_arrival)
+    assert w.t_arrival[0] == 0.0 and np.all(gaps >= 0)
+    assert abs(gaps.mean() - 0.2) < 0.01
+    assert abs(gaps.std() / gaps.mean() - 1.0) < 0.05  # exponential: CV 1
+    assert w.prompt_tokens.dtype == np.int64 and w.prompt_tokens.min() >= 1
+    assert abs(w.prompt_tokens.mean() / 512 - 1) < 0.03
+    assert abs(w.output_tokens.mean() / 128 - 1) < 0.03
+    assert abs(np.log(w.output_tokens).std() - 0.5) < 0.03
+
+
+def test_burstiness_changes_dispersion_not_rate():
+    bursty = np.diff(poisson_workload(20000, 5.0, 10, 0, 10, 0, seed=2, burstiness=0.25).t_arrival)
+    regular = np.diff(poisson_workload(20000, 5.0, 10, 0, 10, 0, seed=2, burstiness=4.0).t_arrival)
+    assert abs(bursty.mean() - 0.2) < 0.02 and abs(regular.mean() - 0.2) < 0.01
+    assert bursty.std() / bursty.mean() > 1.7  # CV = 1/sqrt(shape)
+    assert regular.std() / regular.mean() < 0.6
+
+
+def test_same_seed_longer_workload_keeps_its_prefix():
+    a = poisson_workload(100, 3.0, 200, 1.0, 50, 1.0, seed=9)
+    b = poisson_workload(300, 3.0, 200, 1.0, 50, 1.0, seed=9)
+    assert np.array_equal(a.t_arrival, b.t_arrival[:100])
+    assert np.array_equal(a.prompt_tokens, b.prompt_tokens[:100])
+    assert np.array_equal(a.output_tokens, b.output_tokens[:100])
+    assert np.all(poisson_workload(5, np.inf, 10, 0, 10, 0, seed=0).t_arrival == 0)
+
+
+def test_add_burst():
+    w = poisson_workload(50, 10.0, 100, 0.5, 20, 0.5, seed=0)
+    b = add_burst(w, 1.0, 5, 4000, 8, spread_s=0.4)
+    assert len(b) == 55 and np.all(np.diff(b.t_arrival) >= 0)
+    burst = b.prompt_tokens == 4000
+    assert burst.sum() == 5
+    assert b.t_arrival[burst].tolist() == [1.0, 1.1, 1.2, 1.3, 1.4]
+    assert sorted(b.req_id[burst].tolist()) == [50, 51, 52, 53, 54]
+    assert len(set(b.req_id.tolist())) == 55
+
+
+def test_workload_validation():
+    with pytest.raises(ValueError):
+        Workload(np.array([1.0, 0.5]), np.array([1, 1]), np.array([1, 1]))
+    with pytest.raises(ValueError):
+        Workload(np.array([0.0]), np.array([0]), np.array([1]))
+
+
+def test_from_csv_aliases_and_sorting(tmp_path):
+    p = tmp_path / "w.csv"
+    p.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0.5,100,7\n0.0,20,3\n")
+    w = workload_from_file(p)
+    assert w.t_arrival.tolist() == [0.0, 0.5]
+    assert w.prompt_tokens.tolist() == [20, 100] and w.output_tokens.tolist() == [3, 7]
+    assert w.req_id.tolist() == [1, 0]
+
+
+def test_from_jsonl_gz_and_mooncake_ms(tmp_path):
+    p = tmp_path / "w.jsonl.gz"
+    with gzip.open(p, "wt") as fh:
+        fh.write('{"timestamp": 0, "input_length": 10, "output_length": 2}\n')
+        fh.write('{"timestamp": 1500, "input_length": 30, "output_length": 4}\n')
+    w = workload_from_file(p)
+    assert w.t_arrival.tolist() == [0.0, 1.5] and w.prompt_tokens.tolist() == [10, 30]
+
+
+def test_from_azure_datetimes(tmp_path):
+    p = tmp_path / "azure.csv"
+    p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                 "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109")
+    w = workload_from_file(p)
+    assert w.t_arrival[0] == 0.0 and abs(w.t_arrival[1] - 4.314579) < 1e-6
+    assert w.output_tokens.tolist() == [44, 109]
+
+
+def test_real_azure_trace(realdata):
+    w = workload_from_file(realdata / "azure-llm-inference-2023" / "data" / "AzureLLMInferenceTrace_code.csv")
+    assert len(w) == 8819 and w.t_arrival[0] == 0 and 3000 < w.t_arrival[-1] < 4000
+
+
+@pytest.mark.parametrize(
+    "text, suffix, match",
+    [
+        ("t_arrival,prompt_tokens\n0,1\n", ".csv", "no output-length column"),
+        ("t_arrival,prompt_tokens,output_tokens\n0,5,1\n1,abc,2\n", ".csv", r"w\.csv:3: column 'prompt_tokens'"),
+        ("t_arrival,prompt_tokens,output_tokens\n0,5,1\n1,0,2\n", ".csv", r"w\.csv:3: .*whole number >= 1"),
+        ("t_arrival,prompt_tokens,output_tokens\n0,5,1\n-1,5,2\n", ".csv", r"w\.csv:3: column 't_arrival'"),
+        ('{"t_arrival":0,"prompt_tokens":1,"output_tokens":1}\n{oops\n', ".jsonl", r"w\.jsonl:2: cannot be read"),
+        ("x,y\n1,2\n", ".csv", "no arrival-time column"),
+    ],
+)
+def test_bad_files_say_where_and_how_to_fix(tmp_path, text, suffix, match):
+    p = tmp_path / f"w{suffix}"
+    p.write_text(text)
+    with pytest.raises(InputError, match=match) as e:
+        workload_from_file(p)
+    assert str(p) in str(e.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        workload_from_file(tmp_path / "nope.csv")

@@ -1,0 +1,123 @@
+"""Canonical trace and truth files written from a simulation, and the simulate command."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from pipeline import __version__
+from pipeline.sim import (
+    NO_NOISE, IterationModel, NoiseModel, Policy, WorkloadSpec, poisson_workload, run_simulation, simulate,
+    token_times,
+)
+from pipeline.sim.writer import TRACE_ITERATION_FIELDS, write_trace, write_truth
+
+MODEL = IterationModel()
+POLICY = Policy(max_num_seqs=16, max_num_batched_tokens=512, kv_capacity_tokens=5000)
+
+
+def read_jsonl(path):
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt") as fh:
+        return [json.loads(line) for line in fh]
+
+
+@pytest.fixture(scope="module")
+def result():
+    w = poisson_workload(80, 30.0, 300, 0.8, 30, 0.8, seed=1)
+    return simulate(w, POLICY, MODEL, NoiseModel(sigma=0.05, stall_rate=0.05), seed=3)
+
+
+@pytest.mark.parametrize("name", ["t.jsonl", "t.jsonl.gz"])
+def test_trace_round_trips_exactly(tmp_path, result, name):
+    path = write_trace(result, tmp_path / name, "r1", POLICY, MODEL, NO_NOISE, {"requests": 80})
+    recs = read_jsonl(path)
+    run, its, reqs = recs[0], recs[1:1 + result.n_iterations], recs[1 + result.n_iterations:]
+    assert run["kind"] == "run" and run["run_id"] == "r1" and run["engine"] == "tracelat-sim"
+    assert run["engine_version"] == __version__ and run["clock"] == "monotonic"
+    assert run["meta"]["simulated"] is True and run["meta"]["max_num_seqs"] == 16
+    assert run["meta"]["kv_capacity_tokens"] == 5000 and run["meta"]["chunked_prefill"] is True
+    assert [r["kind"] for r in its] == ["iteration"] * result.n_iterations
+    assert list(its[0]) == ["kind", *TRACE_ITERATION_FIELDS]
+    for f in TRACE_ITERATION_FIELDS:
+        assert [r[f] for r in its] == result.iterations[f].tolist(), f
+    assert len(reqs) == result.n_requests and all(r["kind"] == "request" for r in reqs)
+    tt = token_times(result)
+    for i, r in enumerate(reqs):
+        assert r["req_id"] == str(result.requests["req_id"][i]) and r["status"] == "ok"
+        assert r["t_first_token"] == result.requests["t_first_token"][i]
+        assert r["token_times"] == tt[i].tolist()
+        assert r["preemptions"] == result.requests["preemptions"][i]
+    assert sum(r["preemptions"] for r in reqs) > 0
+
+
+def test_no_token_times_and_nulls_for_unfinished(tmp_path):
+    w = poisson_workload(50, 30.0, 300, 0.8, 30, 0.8, seed=1)
+    res = simulate(w, POLICY, MODEL, NO_NOISE, seed=0, max_iterations=40)
+    recs = read_jsonl(write_trace(res, tmp_path / "t.jsonl", "r", POLICY, MODEL, NO_NOISE, None,
+                                  with_token_times=False))
+    reqs = [r for r in recs if r["kind"] == "request"]
+    assert all("token_times" not in r for r in reqs)
+    aborted = [r for r in reqs if r["status"] == "aborted"]
+    assert aborted and all(r["t_finish"] is None for r in aborted)
+
+
+def test_truth_lists_exactly_the_stalls(tmp_path):
+    w = poisson_workload(200, 30.0, 200, 0.8, 40, 0.8, seed=4)
+    noise = NoiseModel(sigma=0.0, stall_rate=0.03, stall_ms_mean=40.0)
+    res = simulate(w, POLICY, MODEL, noise, seed=5)
+    truth = json.loads(write_truth(tmp_path / "t.truth.json", res, "r", POLICY, MODEL, noise, 5,
+                                   {"requests": 200}).read_text())
+    it = res.iterations
+    slow = np.flatnonzero((it["t_end"] - it["t_start"]) * 1000 - it["base_ms"] > 1e-6)
+    assert [s["iter"] for s in truth["stalls"]] == slow.tolist() and len(slow) > 3
+    for s in truth["stalls"]:
+        k = s["iter"]
+        assert s["t_start"] == it["t_start"][k]
+        assert abs((it["t_end"][k] - it["t_start"][k]) * 1000 - it["base_ms"][k] - s["stall_ms"]) < 1e-6
+    assert truth["seed"] == 5 and truth["policy"]["kv_capacity_tokens"] == 5000
+    assert truth["model"]["t0_ms"] == 5.0 and truth["noise"]["stall_rate"] == 0.03
+    assert truth["result"]["iterations"] == res.n_iterations
+
+
+def test_run_simulation_sizes_the_workload_for_iterations(tmp_path):
+    run = run_simulation(tmp_path / "x.jsonl.gz", spec=WorkloadSpec(rate_rps=20.0), iterations=3000, seed=1)
+    assert run.result.n_iterations == 3000
+    assert run.truth_path == tmp_path / "x.truth.json" and run.run_id == "x"
+    assert sum(1 for r in read_jsonl(run.trace_path) if r["kind"] == "iteration") == 3000
+
+
+def test_simulate_command(tmp_path):
+    from pipeline.commands.simulate import simulate as cmd
+
+    out = tmp_path / "demo.jsonl"
+    args = ["--out", str(out), "--requests", "60", "--rate", "20", "--stall-rate", "0.05", "--seed", "3",
+            "--burst-at", "1.0", "--burst-count", "3", "--burst-prompt-tokens", "3000", "--max-num-seqs", "32",
+            "--kv-capacity-tokens", "50000", "--no-chunked-prefill", "--max-num-batched-tokens", "4096"]
+    res = CliRunner().invoke(cmd, args)
+    assert res.exit_code == 0, res.output
+    assert "iterations, 63 requests (63 finished)" in res.output and str(out) in res.output
+    recs = read_jsonl(out)
+    assert recs[0]["meta"]["chunked_prefill"] is False and recs[0]["meta"]["max_num_seqs"] == 32
+    assert sum(r["kind"] == "request" for r in recs) == 63
+    truth = json.loads((tmp_path / "demo.truth.json").read_text())
+    assert truth["workload"]["spec"]["burst_count"] == 3 and truth["seed"] == 3
+    again = CliRunner().invoke(cmd, [*args[:1], str(tmp_path / "again.jsonl"), *args[2:]])
+    assert again.exit_code == 0
+    assert (tmp_path / "again.jsonl").read_text().split("\n", 1)[1] == out.read_text().split("\n", 1)[1]
+
+
+def test_simulate_command_usage_errors(tmp_path):
+    from pipeline.commands.simulate import simulate as cmd
+
+    res = CliRunner().invoke(cmd, ["--out", str(tmp_path / "x.jsonl"), "--max-num-seqs", "999",
+                                   "--max-num-batched-tokens", "100"])
+    assert res.exit_code == 2 and "max_num_batched_tokens" in res.output
+    bad = tmp_path / "bad.csv"
+    bad.write_text("t_arrival,prompt_tokens,output_tokens\n0,x,1\n")
+    res = CliRunner().invoke(cmd, ["--out", str(tmp_path / "x.jsonl"), "--lengths-file", str(bad)])
+    assert res.exit_code != 0 and "bad.csv:2" in str(res.exception)
