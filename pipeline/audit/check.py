@@ -1,0 +1,147 @@
+"""Evaluate an :class:`SloSpec` on a run: one :class:`Check` per SLO, an :class:`AuditResult`.
+
+A check *fails* when the value is on the wrong side of its limit and is an *error*
+when the run has no data to compute it (e.g. ``itl_ms`` without token times, or
+fluidity without token times): the audit then exits 2, because an SLO that cannot
+be evaluated must not pass silently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+
+from .. import store
+from . import measure
+from .slo import SloSpec, percentile_of
+
+
+@dataclass(frozen=True)
+class Check:
+    """One SLO and its outcome: ``status`` is ``pass``, ``fail`` or ``error``."""
+
+    section: str
+    name: str
+    observed: float | None
+    op: str
+    limit: float
+    unit: str
+    status: str
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class AuditResult:
+    """All checks of one audit, plus the goodput and fluidity measurements."""
+
+    run_id: str
+    slo_path: str
+    checks: list[Check] = field(default_factory=list)
+    goodput: dict[str, Any] | None = None
+    fluidity: dict[str, Any] | None = None
+
+    @property
+    def failures(self) -> int:
+        return sum(c.status == "fail" for c in self.checks)
+
+    @property
+    def errors(self) -> int:
+        return sum(c.status == "error" for c in self.checks)
+
+    @property
+    def verdict(self) -> str:
+        """``error`` (data missing), ``fail`` (a violation) or ``pass``."""
+        return "error" if self.errors else "fail" if self.failures else "pass"
+
+    @property
+    def exit_code(self) -> int:
+        return {"pass": 0, "fail": 1, "error": 2}[self.verdict]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id, "slo_file": self.slo_path, "verdict": self.verdict,
+            "exit_code": self.exit_code, "checks": [c.to_dict() for c in self.checks],
+            "failures": self.failures, "errors": self.errors,
+            "goodput": self.goodput, "fluidity": self.fluidity,
+        }
+
+
+def _fmt(v: float | None, unit: str) -> str:
+    if v is None:
+        return "n/a"
+    if unit == "fraction":
+        return f"{v:.4f}"
+    return f"{v:.3f} {unit}".rstrip()
+
+
+def _check(section: str, name: str, observed: float | None, op: str, limit: float, unit: str,
+           missing_why: str = "") -> Check:
+    if observed is None:
+        return Check(section, name, None, op, limit, unit, "error",
+                     f"{name}: cannot be evaluated: {missing_why or 'no data in this run'}")
+    ok = observed <= limit if op == "<=" else observed >= limit
+    verb = "within" if ok else ("exceeds" if op == "<=" else "is below")
+    return Check(section, name, observed, op, limit, unit, "pass" if ok else "fail",
+                 f"{name} = {_fmt(observed, unit)} {verb} limit {op} {_fmt(limit, unit)}")
+
+
+_NO_DATA = {
+    "itl_ms": "the run has no token times (token_times in request records)",
+    "iteration_ms": "the run has no iteration records",
+}
+
+
+def _stat_checks(con: duckdb.DuckDBPyConnection, run_id: str, spec: SloSpec) -> list[Check]:
+    by_metric: dict[str, list[str]] = {}
+    for lim in spec.limits:
+        by_metric.setdefault(lim.metric, []).append(lim.stat)
+    values = {m: measure.run_stats(con, run_id, m, stats) for m, stats in by_metric.items()}
+    out = []
+    for lim in spec.limits:
+        v = values[lim.metric]
+        why = _NO_DATA.get(lim.metric, "no ok requests with this value") if not v["count"] else "too few values"
+        out.append(_check("slo", f"{lim.name} <= {lim.limit:g}", v.get(lim.stat), "<=", lim.limit, "ms", why))
+    return out
+
+
+def _goodput_checks(g: dict[str, Any], spec) -> list[Check]:
+    out = []
+    wanted = [("min_attainment", "attainment", "goodput attainment", "fraction"),
+              ("min_request_goodput_rps", "request_goodput_rps", "request goodput", "req/s"),
+              ("min_token_goodput_tps", "token_goodput_tps", "token goodput", "tokens/s")]
+    for key, value_key, label, unit in wanted:
+        limit = getattr(spec, key)
+        if limit is not None:
+            out.append(_check("goodput", f"{label} >= {limit:g}", g[value_key], ">=", limit, unit,
+                              "the run has no requests (or no duration)"))
+    return out
+
+
+def _fluidity_checks(f: dict[str, Any], spec) -> list[Check]:
+    out = []
+    for stat, limit in spec.minima.items():
+        p = percentile_of(stat)
+        value = f.get("percentiles", {}).get(measure._pname(p)) if p is not None else f.get(stat)
+        out.append(_check("fluidity", f"fluidity index {stat} >= {limit:g}", value, ">=", limit, "fraction",
+                          "no ok request has token times (token_times in request records)"))
+    return out
+
+
+def audit(con: duckdb.DuckDBPyConnection, run_id: str, spec: SloSpec) -> AuditResult:
+    """Evaluate every SLO of ``spec`` on ``run_id`` (derived tables must be built)."""
+    store.require_run(con, run_id)
+    measure.require_data(con, run_id)
+    result = AuditResult(run_id, spec.path)
+    result.checks.extend(_stat_checks(con, run_id, spec))
+    if spec.goodput is not None:
+        result.goodput = measure.goodput(con, run_id, spec.goodput)
+        result.checks.extend(_goodput_checks(result.goodput, spec.goodput))
+    if spec.fluidity is not None:
+        result.fluidity = measure.fluidity(con, run_id, spec.fluidity)
+        result.checks.extend(_fluidity_checks(result.fluidity, spec.fluidity))
+    return result

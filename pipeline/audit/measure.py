@@ -1,0 +1,207 @@
+"""What an audit measures, in DuckDB SQL over the derived tables.
+
+* :func:`run_stats`: any percentile (and mean/std/min/max) of a run-level metric.
+* :func:`goodput`: DistServe / vLLM goodput.  A request is *good* when its status is
+  ``ok`` and it meets every per-request limit; ``tpot_ms`` is undefined for a
+  single-token request, which therefore meets a TPOT limit (vLLM counts its TPOT as 0).
+  A missing value (no first token, no finish) does not meet its limit.
+  ``attainment = good / all requests`` (failed ones count as not good),
+  ``request_goodput_rps = good / duration_s``,
+  ``token_goodput_tps = output tokens of good requests / duration_s``.
+* :func:`fluidity`: the Etalon fluidity index.  A request's token ``i`` has the
+  "gap" ``s_0 = TTFT`` and ``s_i = ITL_i`` and the deadline ``D_0 = ttft_deadline``,
+  ``D_i = tbt_deadline``.  A token is on time when ``s_i <= D_i + slack_{i-1}``; on
+  time, ``slack_i = slack_{i-1} + D_i - s_i``; late, the slack resets to 0 and the
+  token misses ``floor((s_i - slack_{i-1}) / D_tbt)`` deadlines (the first token
+  ``1 + floor((s_0 - D_0) / D_tbt)``): one per TBT deadline that elapsed during the
+  stall.  Index = 1 - missed / (on-time tokens + missed).  Because
+  ``slack_i = max(0, slack_{i-1} + D_i - s_i)`` (a Lindley recursion), it has the closed
+  form ``slack_i = S_i - min(0, min_{k<=i} S_k)`` with ``S_i = sum_{k<=i} (D_k - s_k)``,
+  which window functions compute without a loop over tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+from ..errors import InputError
+from .slo import FluiditySpec, GoodputSpec, percentile_of
+
+# metric -> (table, filter) holding its values in column <metric>; names come from this
+# whitelist only, never from user input, so formatting them into SQL is safe.
+SOURCES = {
+    "ttft_ms": ("request_latency", "status = 'ok'"),
+    "tpot_ms": ("request_latency", "status = 'ok'"),
+    "e2e_ms": ("request_latency", "status = 'ok'"),
+    "queue_ms": ("request_latency", "status = 'ok'"),
+    "prefill_ms": ("request_latency", "status = 'ok'"),
+    "itl_ms": ("token_gaps", "true"),
+    "iteration_ms": ("iteration_metrics", "true"),
+}
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict) -> list[tuple]:
+    return con.execute(sql, params).fetchall()
+
+
+def run_stats(con: duckdb.DuckDBPyConnection, run_id: str, metric: str, stats: list[str]) -> dict[str, Any]:
+    """``{stat: value}`` for one metric of a run, plus ``count``; values are None when empty."""
+    table, where = SOURCES[metric]
+    qs = sorted({percentile_of(s) / 100 for s in stats if percentile_of(s) is not None}) or [0.5]
+    sql = (
+        f"select count({metric}), avg({metric}), stddev_samp({metric}), min({metric}), max({metric}), "
+        f"quantile_cont({metric}, $qs) from {table} "
+        f"where run_id = $run_id and {where} and {metric} is not null"
+    )
+    count, mean, std, lo, hi, quants = _rows(con, sql, {"run_id": run_id, "qs": qs})[0]
+    out: dict[str, Any] = {"count": count, "mean": mean, "std": std, "min": lo, "max": hi}
+    by_q = dict(zip(qs, quants or [None] * len(qs)))
+    for s in stats:
+        p = percentile_of(s)
+        if p is not None:
+            out[s] = by_q[p / 100]
+    return out
+
+
+def _duration_s(con: duckdb.DuckDBPyConnection, run_id: str) -> float | None:
+    rows = _rows(con, "select duration_s from run_summary where run_id = $run_id", {"run_id": run_id})
+    return rows[0][0] if rows else None
+
+
+def goodput(con: duckdb.DuckDBPyConnection, run_id: str, spec: GoodputSpec) -> dict[str, Any]:
+    """Goodput of a run under per-request limits (definitions in the module docstring)."""
+    params: dict[str, Any] = {"run_id": run_id}
+    meets = []
+    for metric, limit in spec.limits.items():
+        params[f"lim_{metric}"] = limit
+        single_token = " or (tpot_ms is null and output_tokens <= 1)" if metric == "tpot_ms" else ""
+        meets.append(f"coalesce({metric} <= $lim_{metric}{single_token}, false) as meets_{metric}")
+    all_met = " and ".join(f"meets_{m}" for m in spec.limits)
+    sql = f"""
+        with judged as (
+            select status, output_tokens, {', '.join(meets)}
+            from request_latency where run_id = $run_id
+        )
+        select
+            count(*),
+            count(*) filter (where status = 'ok'),
+            count(*) filter (where status = 'ok' and {all_met}),
+            coalesce(sum(output_tokens) filter (where status = 'ok' and {all_met}), 0),
+            {', '.join(f"count(*) filter (where status = 'ok' and meets_{m})" for m in spec.limits)}
+        from judged
+    """
+    total, ok, good, good_tokens, *per_limit = _rows(con, sql, params)[0]
+    dur = _duration_s(con, run_id)
+    rate = (lambda x: x / dur) if dur else (lambda x: None)
+    return {
+        "limits_ms": dict(spec.limits),
+        "requests": total,
+        "requests_ok": ok,
+        "good_requests": good,
+        "good_output_tokens": int(good_tokens),
+        "attainment": good / total if total else None,
+        "attainment_by_limit": {m: (n / total if total else None) for m, n in zip(spec.limits, per_limit)},
+        "duration_s": dur,
+        "request_goodput_rps": rate(good),
+        "token_goodput_tps": rate(good_tokens),
+    }
+
+
+FLUIDITY_SQL = """
+with req as (
+    select r.req_id, r.ttft_ms
+    from request_latency r
+    left join (select req_id, count(*) as gaps from token_gaps where run_id = $run_id group by req_id) g
+        using (req_id)
+    where r.run_id = $run_id and r.status = 'ok' and r.ttft_ms is not null
+        and (g.gaps > 0 or r.output_tokens = 1)
+),
+seq as (
+    select req_id, 0 as idx, ttft_ms as s_ms, $ttft_d as d_ms from req
+    union all
+    select g.req_id, g.idx, g.itl_ms, $tbt_d
+    from token_gaps g semi join req on req.req_id = g.req_id
+    where g.run_id = $run_id
+),
+cum as (
+    select *, sum(d_ms - s_ms) over (partition by req_id order by idx) as s_cum from seq
+),
+slack as (
+    select
+        req_id, idx, s_ms, d_ms,
+        -- slack before this token: S_{i-1} - min(0, min_{k<i} S_k)
+        coalesce(lag(s_cum) over w, 0)
+            - least(0, coalesce(min(s_cum) over (w rows between unbounded preceding and 1 preceding), 0))
+            as slack_ms
+    from cum
+    window w as (partition by req_id order by idx)
+),
+tok as (
+    select
+        req_id,
+        s_ms <= d_ms + slack_ms as on_time,
+        case
+            when s_ms <= d_ms + slack_ms then 0
+            when idx = 0 then 1 + floor((s_ms - d_ms) / $tbt_d)
+            else floor((s_ms - slack_ms) / $tbt_d)
+        end as missed
+    from slack
+)
+select
+    req_id,
+    count(*) filter (where on_time) + sum(missed) as deadlines,
+    sum(missed) as missed,
+    1 - sum(missed) / (count(*) filter (where on_time) + sum(missed)) as fluidity_index
+from tok
+group by req_id
+"""
+
+
+def fluidity_table(con: duckdb.DuckDBPyConnection, run_id: str, spec: FluiditySpec):
+    """Polars frame, one row per evaluated request: ``req_id, deadlines, missed, fluidity_index``."""
+    params = {"run_id": run_id, "ttft_d": spec.ttft_deadline_ms, "tbt_d": spec.tbt_deadline_ms}
+    return con.sql(FLUIDITY_SQL, params=params).pl()
+
+
+def fluidity(con: duckdb.DuckDBPyConnection, run_id: str, spec: FluiditySpec) -> dict[str, Any]:
+    """Distribution of the per-request fluidity index and the service-level index."""
+    import polars as pl
+
+    per_req = fluidity_table(con, run_id, spec)
+    ok = _rows(con, "select count(*) from request_latency where run_id = $run_id and status = 'ok'",
+               {"run_id": run_id})[0][0]
+    out: dict[str, Any] = {
+        "ttft_deadline_ms": spec.ttft_deadline_ms,
+        "tbt_deadline_ms": spec.tbt_deadline_ms,
+        "requests_evaluated": per_req.height,
+        "requests_without_token_times": ok - per_req.height,
+    }
+    if per_req.height == 0:
+        return out
+    idx = pl.col("fluidity_index")
+    pcts = sorted({1.0, 5.0, 10.0, 50.0} | {p for s in spec.minima if (p := percentile_of(s)) is not None})
+    agg = per_req.select(
+        idx.mean().alias("mean"), idx.min().alias("min"),
+        ((idx >= 0.9).mean()).alias("fraction_at_least_0_9"),
+        (1 - pl.col("missed").sum() / pl.col("deadlines").sum()).alias("service"),
+        *[idx.quantile(p / 100, interpolation="linear").alias(f"q{p}") for p in pcts],
+    ).row(0, named=True)
+    out.update({k: agg[k] for k in ("mean", "min", "service", "fraction_at_least_0_9")})
+    out["percentiles"] = {_pname(p): agg[f"q{p}"] for p in pcts}
+    return out
+
+
+def _pname(p: float) -> str:
+    """1.0 -> "p01", 50.0 -> "p50", 0.1 -> "p001", 99.9 -> "p999" (inverse of percentile_of)."""
+    whole, frac = f"{p:.4f}".rstrip("0").rstrip(".").partition(".")[::2]
+    return "p" + whole.zfill(2) + frac
+
+
+def require_data(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
+    """A run must have requests or iterations for an audit to mean anything."""
+    n = _rows(con, "select coalesce(requests, 0) + coalesce(iterations, 0) from run_summary where run_id = $r",
+              {"r": run_id})
+    if not n or not n[0][0]:
+        raise InputError(f"run {run_id!r} has no requests and no iterations; nothing to audit")

@@ -1,0 +1,52 @@
+"""``tracelat audit``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .options import db_option, dumps, json_option
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--slo", "slo_path", required=True, type=click.Path(path_type=Path),
+              help="SLO file (TOML; see examples/slo.toml).")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write JUnit XML here (one testcase per SLO).")
+@click.option("--markdown", "md_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the Markdown verdict here.")
+@click.option("--nightly", is_flag=True, help="Print the Markdown verdict (for a nightly job's log or comment).")
+@db_option
+@json_option
+def audit(run_id: str, slo_path: Path, junit_path: Path | None, md_path: Path | None, nightly: bool, db: str,
+          as_json: bool) -> None:
+    """Check RUN_ID against the SLOs in --slo: percentile limits, goodput, fluidity index.
+
+    \b
+    Exit codes: 0 every SLO holds, 1 at least one is violated,
+    2 usage or data error (bad SLO file, unknown run, an SLO that the run's
+    data cannot evaluate, such as itl_ms without token times).
+    """
+    import sys
+
+    from .. import audit as aud
+    from .. import store
+
+    spec = aud.load_slo(slo_path)
+    con = store.open_for_reading(db)
+    result = aud.audit(con, run_id, spec)
+    if junit_path:
+        junit_path.parent.mkdir(parents=True, exist_ok=True)
+        junit_path.write_bytes(aud.junit_xml(result))
+    md = aud.markdown_report(result)
+    if md_path:
+        md_path.parent.mkdir(parents=True, exist_ok=True)
+        md_path.write_text(md, encoding="utf-8")
+    if as_json:
+        click.echo(dumps(result.to_dict()))
+    else:
+        click.echo(md if nightly else aud.text_report(result))
+    if result.exit_code:
+        sys.exit(result.exit_code)

@@ -1,0 +1,52 @@
+"""Escaping for every output format: strings from logs are data, never markup.
+
+Run ids, model names, request ids and metadata come from files anyone can write,
+so each output escapes them for its own syntax:
+
+* HTML text and attributes: :func:`html_text` (``& < > " '``).
+* JSON inside ``<script>``: :func:`script_json`; ``<``, ``>``, ``&`` and the JS line
+  separators U+2028/9 become ``\\uXXXX`` escapes, so neither ``</script>`` nor
+  ``<!--`` can appear in the page while the parsed JSON is unchanged.
+* Markdown (PR comments, table cells): :func:`md_text`.
+* XML (JUnit): :func:`xml_clean` drops characters XML 1.0 cannot hold (ElementTree
+  escapes the rest).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from typing import Any
+
+_SCRIPT_UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+_XML_INVALID = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~])")
+
+
+def html_text(value: Any, limit: int | None = None) -> str:
+    """``value`` as HTML text (safe in element content and quoted attributes)."""
+    s = "" if value is None else str(value)
+    if limit is not None and len(s) > limit:
+        s = s[: limit - 1] + "\u2026"
+    return html.escape(s, quote=True)
+
+
+def script_json(obj: Any, **kwargs: Any) -> str:
+    """JSON that can sit inside ``<script>`` without ending it or opening a comment."""
+    text = json.dumps(obj, ensure_ascii=False, allow_nan=False, **kwargs)
+    return re.sub("[<>&\u2028\u2029]", lambda m: _SCRIPT_UNSAFE[m.group()], text)
+
+
+def md_text(value: Any, limit: int | None = 120) -> str:
+    """``value`` as inline Markdown text: no markup, no raw HTML, one line."""
+    s = "" if value is None else " ".join(str(value).split())
+    if limit is not None and len(s) > limit:
+        s = s[: limit - 1] + "\u2026"
+    s = html.escape(s, quote=False)
+    return _MD_SPECIAL.sub(r"\\\1", s)
+
+
+def xml_clean(value: Any) -> str:
+    """``value`` as a string XML 1.0 can hold (invalid characters become U+FFFD)."""
+    return _XML_INVALID.sub("\ufffd", "" if value is None else str(value))
