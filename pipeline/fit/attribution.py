@@ -1,0 +1,170 @@
+"""Tail attribution (SPEC §7): which parts of a latency grow in the tail, and who caused it.
+
+The per-request split is ``request_attribution`` (``queries/fit/request_attribution.sql``,
+materialised with the fit); this module compares the >= p99 group with the
+p40-p60 group (``queries/fit/tail_parts.sql``), lists the steps that delayed the
+tail requests most (``queries/fit/tail_iterations.sql``) and the worst requests,
+optionally for requests arriving in a time window.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from typing import Any
+
+import duckdb
+
+from ..errors import InputError
+from . import sql
+
+METRICS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2e": "e2e_ms"}
+PART_TEXT = {
+    "waiting_hol": "waiting behind other requests' prefill (head-of-line blocking)",
+    "waiting_capacity": "waiting for room in the batch or KV cache (capacity)",
+    "own_prefill": "computing its own prompt",
+    "decode_baseline": "memory-bound decode at its batch's context",
+    "prefill_interference": "other requests' prefill inside its decode steps",
+    "preemption": "preempted (out of the batch, recomputed)",
+    "unexplained": "unexplained stalls and host gaps (GC, host, noise)",
+    "unattributed": "not attributable (no steps or timestamps cover it)",
+}
+
+
+def run_start(con: duckdb.DuckDBPyConnection, run_id: str) -> float | None:
+    """The run's first time: earliest arrival or step start."""
+    rows = con.execute(
+        "select least((select min(t_arrival) from requests where run_id = $r), "
+        "(select min(coalesce(t_start, t_end)) from iterations where run_id = $r))", {"r": run_id}).fetchall()
+    return rows[0][0]
+
+
+def parse_time(text: str | None, con: duckdb.DuckDBPyConnection, run_id: str, default: float) -> float:
+    """A window bound on the run's clock (seconds).
+
+    Accepts seconds since the run's start (``90``, ``1.5``), an absolute clock value
+    (``@1700000123.5``), or, for unix-clock runs, an ISO date-time or a time of day
+    in UTC (``2024-05-01T14:03:00``, ``14:03``, ``14:03:30``; the run's start date).
+    """
+    if text is None:
+        return default
+    s = text.strip()
+    start = run_start(con, run_id) or 0.0
+    try:
+        if s.startswith("@"):
+            return float(s[1:])
+        return start + float(s)
+    except ValueError:
+        pass
+    try:
+        if re.fullmatch(r"\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?", s):
+            day = dt.datetime.fromtimestamp(start, dt.timezone.utc).date()
+            t = dt.datetime.combine(day, dt.time.fromisoformat(s), dt.timezone.utc)
+        else:
+            t = dt.datetime.fromisoformat(s)
+            t = t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+    except (ValueError, OverflowError, OSError) as exc:
+        raise InputError(f"time {text!r}: not seconds since the run's start, @<clock seconds>, "
+                         "an ISO date-time or HH:MM[:SS]") from exc
+    if start < 1e8:
+        raise InputError(f"time {text!r}: the run's clock is not unix time; give seconds since its start instead")
+    return t.timestamp()
+
+
+def _top_requests(con, run_id: str, metric: str, t_from: float, t_to: float, limit: int) -> list[dict]:
+    col = METRICS[metric]
+    df = con.sql(
+        f"""
+        select req_id, t_arrival, t_first_token, t_finish, prompt_tokens, output_tokens, preemptions,
+               {col} as value, queue_ms, ttft_ms, tpot_ms, e2e_ms,
+               waiting_hol_ms, waiting_capacity_ms, own_prefill_ms, decode_baseline_ms,
+               prefill_interference_ms, preemption_ms,
+               unexplained_ttft_ms + unexplained_decode_ms as unexplained_ms
+        from request_attribution
+        where run_id = ? and t_arrival between ? and ? and {col} is not null
+        order by {col} desc, req_id
+        limit ?
+        """,
+        params=[run_id, t_from, t_to, limit],
+    ).pl()
+    return df.to_dicts()
+
+
+def _coverage(con, run_id: str, t_from: float, t_to: float) -> list[str]:
+    """Sentences on what could not be attributed."""
+    row = con.execute(
+        """
+        select count(*),
+               count(*) filter (where t_scheduled is null),
+               sum(unattributed_ttft_ms + unattributed_decode_ms) / nullif(sum(e2e_ms), 0),
+               count(*) filter (where preemption_method = 'step_counts'),
+               count(*) filter (where preemptions > 0 and preemption_method = 'none')
+        from request_attribution where run_id = ? and t_arrival between ? and ?
+        """,
+        [run_id, t_from, t_to],
+    ).fetchall()[0]
+    n, no_sched, ua, counted, unknown = row
+    notes = []
+    if n and no_sched:
+        notes.append(f"{no_sched} of {n} requests have no scheduled time: their waiting and own prefill "
+                     "are not split (counted as unattributed)")
+    if ua and ua > 0.01:
+        notes.append(f"{ua:.0%} of the requests' end-to-end time is not covered by fitted steps (unattributed)")
+    if counted:
+        notes.append(f"{counted} preempted requests have no token times: their preemption time is estimated "
+                     "from the number of steps they sat out")
+    if unknown:
+        notes.append(f"{unknown} preempted requests could not be priced (bug or missing data)")
+    return notes
+
+
+def explain(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    metric: str,
+    t_from: float = -math.inf,
+    t_to: float = math.inf,
+    limit: int = 10,
+) -> dict[str, Any]:
+    """Tail attribution of ``metric`` (ttft, tpot, e2e) over requests arriving in [t_from, t_to].
+
+    The fit (``iteration_fit``, ``request_attribution``) must exist: call
+    :func:`pipeline.fit.get_or_fit` first.
+    """
+    if metric not in METRICS:
+        raise InputError(f"unknown metric {metric!r}; use one of {', '.join(METRICS)}")
+    params = {"run_id": run_id, "metric": metric, "t_from": t_from, "t_to": t_to, "limit": limit}
+    parts = sql.select(con, "tail_parts", params)
+    out: dict[str, Any] = {"run_id": run_id, "metric": metric, "unit": "ms per output token" if metric == "tpot" else "ms",
+                           "window": {"from": t_from if math.isfinite(t_from) else None,
+                                      "to": t_to if math.isfinite(t_to) else None}}
+    if parts.height == 0 or parts["n"][0] == 0:
+        out.update(requests=0, parts=[], largest=None, top_iterations=[], top_requests=[],
+                   statements=[f"no requests with a {metric} value in this window"])
+        return out
+    first = parts.row(0, named=True)
+    out.update(requests=first["n"], p50=first["p50"], p99=first["p99"], tail_requests=first["n_tail"],
+               median_requests=first["n_median"])
+    rows = parts.select("part", "tail_mean_ms", "median_mean_ms", "growth_ms", "share").to_dicts()
+    for r in rows:
+        r["meaning"] = PART_TEXT.get(r["part"], "")
+    out["parts"] = rows
+    out["largest"] = rows[0]["part"] if rows and (rows[0]["growth_ms"] or 0) > 0 else None
+    out["top_iterations"] = sql.select(con, "tail_iterations", params).to_dicts()
+    out["top_requests"] = _top_requests(con, run_id, metric, t_from, t_to, limit)
+    notes = _coverage(con, run_id, t_from, t_to)
+    if first["n_tail"] < 5:
+        notes.append(f"the tail group holds only {first['n_tail']} requests: shares are noisy")
+    out["statements"] = notes
+    return out
+
+
+def tail_section(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, dict[str, float]]:
+    """The SPEC §9 ``tail`` section: ``{metric: {part: share}}`` over the whole run."""
+    out = {}
+    for metric in METRICS:
+        df = sql.select(con, "tail_parts", {"run_id": run_id, "metric": metric,
+                                            "t_from": -math.inf, "t_to": math.inf})
+        out[metric] = {r["part"]: r["share"] for r in df.to_dicts()} if df.height and df["n"][0] else {}
+    return out

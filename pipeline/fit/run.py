@@ -1,0 +1,195 @@
+"""Fitting one run end to end and keeping the result in the store.
+
+:func:`fit_run` reads the run's steps, fits the model (overall and per phase),
+materialises ``iteration_fit`` and ``request_attribution`` and stores the numbers
+in the ``fits`` table (one row per run, with a fingerprint of the run's data).
+:func:`get_or_fit` returns the stored fit while the run's data is unchanged.
+The hardware figures and the seed claims depend on ``--model``/``--gpu`` and are
+recomputed from the stored numbers on every call (cheap).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from .. import store
+from . import claims, hardware, sql, stalls
+from .model import TERMS, LinearFit, fit_linear
+from .result import FitResult
+
+FIT_VERSION = 1
+TOL_S = 1e-6  # request times match a step ending up to 1 us later (float rounding of the same clock)
+
+FITS_SCHEMA = """
+create table if not exists fits (
+    run_id varchar, fit_version integer, fingerprint varchar, numbers json, fitted_at timestamp
+)
+"""
+
+
+def _fingerprint(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
+    """Changes whenever the run's steps, requests or token times change."""
+    a = con.execute("select count(*), sum(iteration_ms), sum(context_tokens), sum(prefill_tokens), max(t_end) "
+                    "from iteration_metrics where run_id = ?", [run_id]).fetchall()[0]
+    b = con.execute("select count(*), sum(e2e_ms), sum(preemptions) from request_latency where run_id = ?",
+                    [run_id]).fetchall()[0]
+    c = con.execute("select count(*), sum(t) from tokens where run_id = ?", [run_id]).fetchall()[0]
+    return json.dumps([FIT_VERSION, *a, *b, *c], default=str)
+
+
+def _load(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[dict[str, np.ndarray], np.ndarray, list[str], int]:
+    """Complete rows of the model's columns; absent columns are left out, with a note."""
+    df = con.sql(
+        "select iteration_ms, context_tokens, prefill_tokens, decode_tokens from iteration_metrics "
+        "where run_id = ? and iteration_ms is not null order by t_end, iter",
+        params=[run_id],
+    ).pl()
+    n_all = df.height
+    present = [c for _, c in TERMS if df[c].null_count() < df.height]
+    notes = []
+    if present:
+        before = df.height
+        df = df.drop_nulls(present)
+        if df.height < before:
+            notes.append(f"{before - df.height} of {before} steps lack one of {', '.join(present)} and are not fitted")
+    cols = {c: df[c].to_numpy().astype(float) for c in present}
+    return cols, df["iteration_ms"].to_numpy().astype(float), notes, n_all
+
+
+def _phase_fits(cols: dict[str, np.ndarray], y: np.ndarray, k: float) -> dict[str, Any]:
+    """Separate fits of decode-only steps and steps with prefill, where each has enough steps."""
+    if "prefill_tokens" not in cols:
+        return {}
+    out: dict[str, Any] = {}
+    pf = cols["prefill_tokens"] > 0
+    for name, sel, allow in (("decode_only", ~pf, ("a_ms_per_ctx", "c_ms_per_decode")), ("with_prefill", pf, None)):
+        if sel.sum() < 20:
+            out[name] = {"n": int(sel.sum()), "statements": [f"only {int(sel.sum())} such steps: not fitted"]}
+            continue
+        f = fit_linear({c: v[sel] for c, v in cols.items()}, y[sel], allow=allow, n_boot=100, k=k)
+        out[name] = f.to_dict() if f else {"n": int(sel.sum()), "statements": ["too few steps to fit"]}
+    return out
+
+
+def _numbers(fit: LinearFit | None, cols, y, k: float) -> dict[str, Any]:
+    """The stored numeric part of a fit (JSON-ready)."""
+    if fit is None:
+        return {"coef": {"t0_ms": None}, "ci": {}, "terms": [], "n": len(y), "r2": None, "r2_inliers": None,
+                "mape_pct": None, "rel_center": 0.0, "rel_scale": float("inf"), "log_sigma": None, "statements": []}
+    d = fit.to_dict()
+    for name, _ in TERMS:
+        d["coef"].setdefault(name, None)
+    yhat = fit.predict(cols)
+    rel = (y - yhat) / np.maximum(yhat, 1e-9)
+    inlier = rel <= fit.rel_center + k * fit.rel_scale
+    d["shape"] = claims.shape_evidence(cols.get("context_tokens"), cols.get("prefill_tokens"), y, rel, inlier)
+    return d
+
+
+def fit_run(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    model: str | None = None,
+    gpu: str | None = None,
+    config: str | None = None,
+    bandwidth_gbps: float | None = None,
+    tflops: float | None = None,
+    k: float = stalls.DEFAULT_K,
+    n_boot: int = 200,
+) -> FitResult:
+    """Fit the memory-bound model to a run, store it, and return the full result.
+
+    ``model`` (catalogue name or HF id), ``config`` (HF config.json), ``gpu``
+    (catalogue name, ``cpu:GBPS``), ``bandwidth_gbps`` and ``tflops`` only affect
+    the hardware figures; without them the run's metadata is used.
+    """
+    store.require_run(con, run_id)
+    hw = hardware.resolve(con, run_id, model, config, gpu, bandwidth_gbps, tflops)  # bad names fail early
+    cols, y, notes, n_all = _load(con, run_id)
+    fit = fit_linear(cols, y, n_boot=n_boot, k=k) if len(y) else None
+    if n_all == 0:
+        notes.append("the run has no steps with a duration: there is nothing to fit")
+    elif fit is None:
+        notes.append(f"only {len(y)} usable steps: too few to fit the model")
+    nums = _numbers(fit, cols, y, k)
+    nums["statements"] = notes + nums["statements"]
+    nums.update(n_iterations=n_all, k=k, phases=_phase_fits(cols, y, k) if fit else {})
+    con.execute("begin transaction")
+    try:
+        _materialise(con, run_id, nums)
+        nums.update(stalls.stats(con, run_id))
+        nums["top_spikes"] = stalls.top_spikes(con, run_id)
+        con.execute(FITS_SCHEMA)
+        con.execute("delete from fits where run_id = ?", [run_id])
+        con.execute("insert into fits values (?, ?, ?, ?, now())",
+                    [run_id, FIT_VERSION, _fingerprint(con, run_id), json.dumps(_jsonable(nums))])
+        con.execute("commit")
+    except BaseException:
+        con.execute("rollback")
+        raise
+    return assemble(run_id, nums, hw)
+
+
+def _materialise(con: duckdb.DuckDBPyConnection, run_id: str, nums: dict[str, Any]) -> None:
+    coef = nums["coef"]
+    params = {"run_id": run_id, "t0_ms": coef["t0_ms"] or 0.0, "rel_center": nums["rel_center"],
+              "rel_scale": nums["rel_scale"], "k": nums["k"], "tol_s": TOL_S}
+    params |= {name: coef.get(name) or 0.0 for name, _ in TERMS}
+    if coef["t0_ms"] is None:  # nothing fitted: no predictions, every step unattributed
+        params["t0_ms"] = float("nan")
+    sql.materialise(con, "iteration_fit", params)
+    sql.materialise(con, "request_attribution", params)
+
+
+def _jsonable(o: Any) -> Any:
+    if isinstance(o, dict):
+        return {k: _jsonable(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_jsonable(v) for v in o]
+    if isinstance(o, (np.generic,)):
+        return o.item()
+    if isinstance(o, float) and not np.isfinite(o):
+        return None if np.isnan(o) else ("inf" if o > 0 else "-inf")
+    return o
+
+
+def assemble(run_id: str, nums: dict[str, Any], hw: hardware.Hardware) -> FitResult:
+    """A :class:`FitResult` from stored numbers and resolved hardware."""
+    hw_report = hardware.report(nums["coef"], nums["ci"], hw)
+    statements = list(nums.get("statements", [])) + list(hw.notes)
+    return FitResult.from_numbers(run_id, nums, hw_report, claims.check(nums, hw_report), statements)
+
+
+def stored_numbers(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any] | None:
+    """The stored fit of a run if its data has not changed since, else None."""
+    if not sql.table_exists(con, "fits") or not sql.table_exists(con, "iteration_fit") \
+            or not sql.table_exists(con, "request_attribution"):
+        return None
+    rows = con.execute("select fingerprint, numbers from fits where run_id = ? and fit_version = ?",
+                       [run_id, FIT_VERSION]).fetchall()
+    if not rows or rows[0][0] != _fingerprint(con, run_id):
+        return None
+    nums = json.loads(rows[0][1])
+    nums["rel_scale"] = float(nums["rel_scale"]) if nums.get("rel_scale") is not None else float("nan")
+    return nums
+
+
+def get_or_fit(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    model: str | None = None,
+    gpu: str | None = None,
+    config: str | None = None,
+    bandwidth_gbps: float | None = None,
+    tflops: float | None = None,
+) -> FitResult:
+    """The run's fit: the stored one while the run's data is unchanged, else a new fit."""
+    store.require_run(con, run_id)
+    nums = stored_numbers(con, run_id)
+    if nums is None:
+        return fit_run(con, run_id, model, gpu, config, bandwidth_gbps, tflops)
+    return assemble(run_id, nums, hardware.resolve(con, run_id, model, config, gpu, bandwidth_gbps, tflops))

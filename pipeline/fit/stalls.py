@@ -1,0 +1,81 @@
+"""Spikes and stalls: iterations that break the memory-bound model (SPEC §7).
+
+Rule (applied in ``queries/fit/iteration_fit.sql``; :func:`thresholds` supplies it):
+with ``rel = (measured - predicted) / predicted`` and its robust centre ``m``
+(median) and scale ``s`` (1.4826 x MAD) over the run,
+
+- a **stall** is a step with ``rel > m + k*s`` (default k = 4): the model with its
+  prefill term does not explain it. It is labelled ``preemption`` when the step
+  preempted requests, else ``unexplained`` (GC, host hiccup, noise);
+- a **prefill spike** is a step that is not a stall but exceeds its *decode
+  baseline* (t0 + a*context + c*decode) by the same relative margin, with prefill
+  in it: the prefill cost explains the spike.
+
+Relative residuals, because step-time noise scales with the step. A stall smaller
+than about k*s of its step cannot be told from noise by any rule; the stall
+statistics here describe the stalls that are found.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+DEFAULT_K = 4.0
+
+
+def stats(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
+    """Spike counts by cause and the size distribution of stalls (residual ms)."""
+    row = con.execute(
+        """
+        select
+            count(*) filter (where predicted_ms is not null) as n,
+            count(*) filter (where is_spike) as spikes,
+            count(*) filter (where spike_cause = 'prefill') as prefill,
+            count(*) filter (where spike_cause = 'preemption') as preemption,
+            count(*) filter (where spike_cause = 'unexplained') as unexplained,
+            count(*) filter (where is_stall) as stalls,
+            avg(residual_ms) filter (where is_stall) as mean_ms,
+            quantile_cont(residual_ms, 0.5) filter (where is_stall) as p50_ms,
+            quantile_cont(residual_ms, 0.9) filter (where is_stall) as p90_ms,
+            quantile_cont(residual_ms, 0.99) filter (where is_stall) as p99_ms,
+            max(residual_ms) filter (where is_stall) as max_ms,
+            sum(residual_ms) filter (where is_stall) as total_ms
+        from iteration_fit
+        where run_id = ?
+        """,
+        [run_id],
+    ).fetchall()[0]
+    n, spikes, prefill, preempt, unexpl, stalls, *sizes = row
+    return {
+        "spikes": {"count": spikes, "prefill": prefill, "preemption": preempt, "unexplained": unexpl},
+        "stall_rate": stalls / n if n else None,
+        "stall_ms": dict(zip(("mean", "p50", "p90", "p99", "max", "total"), sizes)) | {"count": stalls},
+    }
+
+
+def top_spikes(con: duckdb.DuckDBPyConnection, run_id: str, limit: int = 10) -> list[dict[str, Any]]:
+    """The largest spikes (time above the decode baseline), with timestamps."""
+    df = con.sql(
+        """
+        select
+            iter, t_start, t_end, t_end - min(t_end) over () + 0.0 as t_offset_s,
+            iteration_ms, predicted_ms, decode_baseline_ms, prefill_ms_part, residual_ms,
+            iteration_ms - decode_baseline_ms as excess_ms,
+            context_tokens, prefill_tokens, preempted_reqs, spike_cause, is_spike
+        from iteration_fit
+        where run_id = ?
+        qualify is_spike
+        order by excess_ms desc, iter
+        limit ?
+        """,
+        params=[run_id, limit],
+    ).pl()
+    return df.drop("is_spike").to_dicts()
+
+
+def stall_iters(con: duckdb.DuckDBPyConnection, run_id: str) -> set[int]:
+    """Iteration indices flagged as stalls (for checks against a simulator's truth)."""
+    rows = con.execute("select iter from iteration_fit where run_id = ? and is_stall", [run_id]).fetchall()
+    return {int(r[0]) for r in rows}

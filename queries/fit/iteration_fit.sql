@@ -1,0 +1,84 @@
+-- table:   iteration_fit
+-- grain:   one row per (run_id, iter) of the fitted run
+-- inputs:  iteration_metrics
+-- params:  $run_id, $t0_ms, $a_ms_per_ctx, $b_ms_per_prefill, $c_ms_per_decode, $rel_center, $rel_scale, $k
+-- purpose: the memory-bound model's parts of every step (SPEC §7), materialised by
+--   pipeline/fit (not by the derived-table runner: it needs the fitted coefficients).
+--   decode_baseline_ms = t0 + a*context_tokens + c*decode_tokens   (memory-bound decode)
+--   prefill_ms_part    = b*prefill_tokens
+--   predicted_ms       = decode_baseline_ms + prefill_ms_part
+--   residual_ms        = iteration_ms - predicted_ms;  rel_residual = residual_ms / predicted_ms
+--   span_ms            = (t_end - previous t_end) * 1000: the step plus the host gap before it
+--   host_gap_ms        = span_ms - iteration_ms
+--   is_stall           = rel_residual > rel_center + k * rel_scale  (robust: median + k x 1.4826 MAD)
+--   is_spike           = is_stall, or the step exceeds its decode baseline by the same relative margin
+--   spike_cause        = 'preemption' (a stall in a step that preempted), 'unexplained' (other stalls),
+--                        'prefill' (a spike the prefill part explains), null otherwise
+--   A coefficient of 0 is a term that was not fitted: its column may be null.
+with it as (
+    select
+        run_id,
+        iter,
+        t_start,
+        t_end,
+        iteration_ms,
+        context_tokens,
+        prefill_tokens,
+        decode_tokens,
+        preempted_reqs,
+        $t0_ms
+        + case when $a_ms_per_ctx = 0 then 0 else $a_ms_per_ctx * context_tokens end
+        + case when $c_ms_per_decode = 0 then 0 else $c_ms_per_decode * decode_tokens end as decode_baseline_ms,
+        case when $b_ms_per_prefill = 0 then 0 else $b_ms_per_prefill * prefill_tokens end as prefill_ms_part,
+        coalesce(
+            (t_end - lag(t_end) over (order by t_end, iter)) * 1000, iteration_ms
+        ) as span_ms
+    from iteration_metrics
+    where run_id = $run_id
+),
+
+parts as (
+    select
+        *,
+        decode_baseline_ms + prefill_ms_part as predicted_ms,
+        iteration_ms - (decode_baseline_ms + prefill_ms_part) as residual_ms,
+        (iteration_ms - (decode_baseline_ms + prefill_ms_part))
+        / greatest(decode_baseline_ms + prefill_ms_part, 1e-9) as rel_residual,
+        (iteration_ms - decode_baseline_ms) / greatest(decode_baseline_ms, 1e-9) as rel_over_baseline,
+        span_ms - iteration_ms as host_gap_ms
+    from it
+),
+
+flags as (
+    select
+        *,
+        coalesce(rel_residual > $rel_center + $k * $rel_scale, false) as is_stall,
+        coalesce(rel_over_baseline > $rel_center + $k * $rel_scale, false) as over_baseline
+    from parts
+)
+
+select
+    run_id,
+    iter,
+    t_start,
+    t_end,
+    iteration_ms,
+    span_ms,
+    host_gap_ms,
+    context_tokens,
+    prefill_tokens,
+    decode_tokens,
+    preempted_reqs,
+    predicted_ms,
+    decode_baseline_ms,
+    prefill_ms_part,
+    residual_ms,
+    rel_residual,
+    is_stall,
+    is_stall or (over_baseline and coalesce(prefill_tokens, 0) > 0) as is_spike,
+    case
+        when is_stall and coalesce(preempted_reqs, 0) > 0 then 'preemption'
+        when is_stall then 'unexplained'
+        when over_baseline and coalesce(prefill_tokens, 0) > 0 then 'prefill'
+    end as spike_cause
+from flags

@@ -1,0 +1,233 @@
+-- table:   request_attribution
+-- grain:   one row per (run_id, req_id) of an ok request of the fitted run
+-- inputs:  request_latency, iteration_fit, tokens
+-- params:  $run_id, $tol_s
+-- purpose: each request's latency split over its life into the model's parts (SPEC §7),
+--   materialised by pipeline/fit after iteration_fit. No per-request loop: every
+--   interval is priced with as-of joins against running sums over the steps.
+--   Phases: wait (t_arrival, t_scheduled], prefill (t_scheduled, t_first_token],
+--   decode (t_first_token, t_finish]. A phase of L ms is split in the proportions of
+--   the steps that ended inside it (the step in progress when none did):
+--     per step: decode baseline | prefill part | unexplained (residual + host gap) | unattributed
+--     wait:    baseline -> waiting_capacity, prefill part -> waiting_hol (others' prompts ahead of it)
+--     prefill: baseline + prefill part -> own_prefill
+--     decode:  baseline -> decode_baseline, prefill part -> prefill_interference
+--     all:     residual + host gap -> unexplained; steps without a prediction -> unattributed
+--   Preemption (decode phase): with token times, every token gap that spans more than
+--   one step means the request sat out steps; the whole gap is preemption. Without
+--   token times, a request with preemptions > 0 that spans n steps but emitted only
+--   output_tokens - 1 tokens after the first sat out the difference: that fraction of
+--   the decode phase is preemption. The other parts are scaled to what is left.
+--   $tol_s: a request time matches a step ending up to this much later (clock rounding).
+with steps as (
+    select
+        t_end,
+        iter,
+        span_ms,
+        case when predicted_ms is null then 0 else decode_baseline_ms end as base_ms,
+        case when predicted_ms is null then 0 else prefill_ms_part end as pf_ms,
+        case when predicted_ms is null then 0 else residual_ms + host_gap_ms end as ux_ms,
+        case when predicted_ms is null then span_ms else 0 end as ua_ms
+    from iteration_fit
+    where run_id = $run_id and t_end is not null and span_ms is not null
+),
+
+cum as (
+    select
+        t_end,
+        row_number() over w as k,
+        sum(span_ms) over w as c_span,
+        sum(base_ms) over w as c_base,
+        sum(pf_ms) over w as c_pf,
+        sum(ux_ms) over w as c_ux,
+        sum(ua_ms) over w as c_ua,
+        lead(span_ms) over o as n_span,
+        lead(base_ms) over o as n_base,
+        lead(pf_ms) over o as n_pf,
+        lead(ux_ms) over o as n_ux,
+        lead(ua_ms) over o as n_ua
+    from steps
+    window
+        w as (order by t_end, iter rows between unbounded preceding and current row),
+        o as (order by t_end, iter)
+),
+
+-- a row before the first step, so that times before it still match something
+cum0 as (
+    select * from cum
+    union all
+    select
+        '-infinity'::double, 0, 0, 0, 0, 0, 0,
+        first_span, first_base, first_pf, first_ux, first_ua
+    from (
+        select
+            arg_min(span_ms, t_end) as first_span,
+            arg_min(base_ms, t_end) as first_base,
+            arg_min(pf_ms, t_end) as first_pf,
+            arg_min(ux_ms, t_end) as first_ux,
+            arg_min(ua_ms, t_end) as first_ua
+        from steps
+    )
+),
+
+req as (
+    select *
+    from request_latency
+    where run_id = $run_id and status = 'ok'
+),
+
+phases as (
+    select req_id, 'wait' as phase, t_arrival as ta, t_scheduled as tb from req
+    union all
+    select req_id, 'prefill', t_scheduled, t_first_token from req
+    union all
+    select req_id, 'decode', t_first_token, t_finish from req
+),
+
+priced as (
+    select
+        p.req_id,
+        p.phase,
+        (p.tb - p.ta) * 1000 as len_ms,
+        y.k - x.k as n_steps,
+        y.c_span - x.c_span as d_span,
+        -- fractions of the phase: from the steps that ended in it, else the step in progress
+        case when y.c_span - x.c_span > 0 then (y.c_base - x.c_base) / (y.c_span - x.c_span)
+             when x.n_span > 0 then x.n_base / x.n_span end as f_base,
+        case when y.c_span - x.c_span > 0 then (y.c_pf - x.c_pf) / (y.c_span - x.c_span)
+             when x.n_span > 0 then x.n_pf / x.n_span end as f_pf,
+        case when y.c_span - x.c_span > 0 then (y.c_ux - x.c_ux) / (y.c_span - x.c_span)
+             when x.n_span > 0 then x.n_ux / x.n_span end as f_ux,
+        case when y.c_span - x.c_span > 0 then (y.c_ua - x.c_ua) / (y.c_span - x.c_span)
+             when x.n_span > 0 then x.n_ua / x.n_span end as f_ua,
+        y.c_base - x.c_base as d_base,
+        y.c_pf - x.c_pf as d_pf,
+        y.c_ux - x.c_ux as d_ux,
+        y.c_ua - x.c_ua as d_ua
+    from phases as p
+    asof left join cum0 as x on p.ta + $tol_s >= x.t_end
+    asof left join cum0 as y on p.tb + $tol_s >= y.t_end
+    where p.ta is not null and p.tb is not null
+),
+
+token_gaps as (
+    select
+        t.req_id,
+        lag(t.t) over (partition by t.req_id order by t.idx) as ta,
+        t.t as tb
+    from tokens as t
+    semi join req as r on r.req_id = t.req_id
+    where t.run_id = $run_id
+),
+
+-- token gaps that span more than one step: the request was out of the batch
+preempted_gaps as (
+    select
+        g.req_id,
+        sum((g.tb - g.ta) * 1000) as gap_ms,
+        sum(y.c_span - x.c_span) as d_span,
+        sum(y.c_base - x.c_base) as d_base,
+        sum(y.c_pf - x.c_pf) as d_pf,
+        sum(y.c_ux - x.c_ux) as d_ux,
+        sum(y.c_ua - x.c_ua) as d_ua
+    from token_gaps as g
+    asof left join cum0 as x on g.ta + $tol_s >= x.t_end
+    asof left join cum0 as y on g.tb + $tol_s >= y.t_end
+    where g.ta is not null and y.k - x.k > 1
+    group by g.req_id
+),
+
+has_tokens as (
+    select distinct req_id from token_gaps
+),
+
+decode as (
+    select
+        p.req_id,
+        p.len_ms,
+        case
+            when h.req_id is not null then 'token_times'
+            when r.preemptions > 0 then 'step_counts'
+            else 'none'
+        end as preemption_method,
+        case
+            when h.req_id is not null then coalesce(g.gap_ms, 0)
+            when r.preemptions > 0 and p.n_steps > 0
+                then p.len_ms * greatest(p.n_steps - (r.output_tokens - 1), 0) / p.n_steps
+            else 0
+        end as preempt_ms,
+        -- span and parts of the steps the request was in
+        p.d_span - coalesce(g.d_span, 0) as k_span,
+        p.d_base - coalesce(g.d_base, 0) as k_base,
+        p.d_pf - coalesce(g.d_pf, 0) as k_pf,
+        p.d_ux - coalesce(g.d_ux, 0) as k_ux,
+        p.d_ua - coalesce(g.d_ua, 0) as k_ua,
+        p.f_base,
+        p.f_pf,
+        p.f_ux,
+        p.f_ua
+    from priced as p
+    join req as r on r.req_id = p.req_id
+    left join has_tokens as h on h.req_id = p.req_id
+    left join preempted_gaps as g on g.req_id = p.req_id
+    where p.phase = 'decode'
+),
+
+decode_parts as (
+    select
+        req_id,
+        preemption_method,
+        preempt_ms,
+        len_ms - preempt_ms as rest_ms,
+        case when k_span > 0 then k_base / k_span else f_base end as g_base,
+        case when k_span > 0 then k_pf / k_span else f_pf end as g_pf,
+        case when k_span > 0 then k_ux / k_span else f_ux end as g_ux,
+        case when k_span > 0 then k_ua / k_span else f_ua end as g_ua
+    from decode
+),
+
+ttft_parts as (
+    select
+        req_id,
+        sum(case when phase = 'wait' then len_ms * f_pf end) as waiting_hol_ms,
+        sum(case when phase = 'wait' then len_ms * f_base end) as waiting_capacity_ms,
+        sum(case when phase = 'prefill' then len_ms * (f_base + f_pf) end) as own_prefill_ms,
+        sum(len_ms * f_ux) as unexplained_ttft_ms,
+        sum(len_ms * coalesce(f_ua, 1)) as unattributed_ttft_ms
+    from priced
+    where phase in ('wait', 'prefill')
+    group by req_id
+)
+
+select
+    r.run_id,
+    r.req_id,
+    r.t_arrival,
+    r.t_scheduled,
+    r.t_first_token,
+    r.t_finish,
+    r.prompt_tokens,
+    r.output_tokens,
+    r.preemptions,
+    r.queue_ms,
+    r.ttft_ms,
+    r.tpot_ms,
+    r.e2e_ms,
+    coalesce(t.waiting_hol_ms, 0) as waiting_hol_ms,
+    coalesce(t.waiting_capacity_ms, 0) as waiting_capacity_ms,
+    coalesce(t.own_prefill_ms, 0) as own_prefill_ms,
+    coalesce(t.unexplained_ttft_ms, 0) as unexplained_ttft_ms,
+    -- a TTFT without a scheduled time (or steps) cannot be split: all of it is unattributed
+    case when t.req_id is null then r.ttft_ms else t.unattributed_ttft_ms end as unattributed_ttft_ms,
+    coalesce(d.rest_ms * d.g_base, 0) as decode_baseline_ms,
+    coalesce(d.rest_ms * d.g_pf, 0) as prefill_interference_ms,
+    coalesce(d.preempt_ms, 0) as preemption_ms,
+    coalesce(d.rest_ms * d.g_ux, 0) as unexplained_decode_ms,
+    case
+        when d.req_id is null then (r.t_finish - r.t_first_token) * 1000
+        else d.rest_ms * coalesce(d.g_ua, 1)
+    end as unattributed_decode_ms,
+    coalesce(d.preemption_method, 'none') as preemption_method
+from req as r
+left join ttft_parts as t on t.req_id = r.req_id
+left join decode_parts as d on d.req_id = r.req_id
