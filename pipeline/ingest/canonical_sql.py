@@ -168,7 +168,8 @@ CROSS_CHECKS = {
         "case when v_token_times is not null and list_sort(v_token_times) <> v_token_times "
         "then 'token_times must be non-decreasing' end",
         "case when len(v_token_times) > 0 and v_token_times[1] < v_t_arrival then 'token_times start before t_arrival' end",
-        "case when len(v_token_times) > 0 and v_output_tokens is not null and len(v_token_times) <> v_output_tokens "
+        "case when coalesce(v_status, 'ok') = 'ok' and len(v_token_times) > 0 and v_output_tokens is not null "
+        "and len(v_token_times) <> v_output_tokens "
         "then 'token_times has ' || len(v_token_times) || ' entries but output_tokens is ' || v_output_tokens end",
     ),
     "run": (),
@@ -178,7 +179,7 @@ CROSS_CHECKS = {
 def stage_sql(kind: str) -> str:
     """Select typed columns and a ``reason`` (NULL when valid) for records of ``kind``.
 
-    Reads the temp table ``parsed`` (line_no, raw, j, kind, run_id).
+    Reads ``parsed`` (line_no, raw, perr, kind, run_id); ``raw`` is valid JSON when perr is NULL.
     """
     fields = FIELDS[kind]
     values = ",\n    ".join(f"{_value(f)} as v_{f.name}" for f in fields)
@@ -189,9 +190,9 @@ def stage_sql(kind: str) -> str:
     return f"""
 with typed as (
   select line_no, raw, run_id, s,
-    nullif(json_merge_patch(j, '{known}'), '{{}}') as extra,
+    nullif(json_merge_patch(raw, '{known}'), '{{}}') as extra,
     {values}
-  from (select *, from_json(j, '{_struct_spec(fields)}') as s from parsed where kind = '{kind}')
+  from (select *, from_json(raw, '{_struct_spec(fields)}') as s from parsed where kind = '{kind}' and perr is null)
 )
 select * exclude (s),
   nullif(array_to_string(list_filter([{all_checks}], lambda x: x is not null), '; '), '') as reason

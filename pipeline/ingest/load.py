@@ -72,8 +72,9 @@ class _State:
     result: IngestResult | None = None
 
 
+# Intermediate results are Arrow tables held by _Scope, not temp tables: inside
+# the file's transaction DuckDB keeps every replaced temp table until commit.
 PARSE_SQL = """
-create or replace temp table parsed as
 with b as (
   select line_no, raw,
     case when raw is null or trim(raw) = '' then 'blank'
@@ -81,14 +82,15 @@ with b as (
          when json_type(raw) <> 'OBJECT' then 'not a JSON object'
     end as perr
   from batch_in
-), r as (
-  select *, case when perr is null then raw::json end as j from b
 ), k as (
-  select *, j->>'$.kind' as kind,
-    case when json_type(j, '$.run_id') in ('VARCHAR','UBIGINT','BIGINT') then j->>'$.run_id' end as own_run
-  from r
+  select *,
+    case when perr is null then json_extract_string(raw, '$.kind') end as kind,
+    case when perr is null then json_type(raw, '$.kind') end as kind_type,
+    case when perr is null and json_type(raw, '$.run_id') in ('VARCHAR','UBIGINT','BIGINT')
+      then json_extract_string(raw, '$.run_id') end as own_run
+  from b
 )
-select line_no, raw, perr, j, kind,
+select line_no, raw, perr, kind, kind_type,
   coalesce(own_run,
     last_value(case when kind = 'run' then coalesce(own_run, $default_run) end ignore nulls)
       over (order by line_no rows between unbounded preceding and current row),
@@ -100,8 +102,8 @@ PARSE_REJECTS_SQL = """
 insert into rejects
 select $ingest_id, $path, line_no,
   coalesce(perr, case
-    when json_type(j, '$.kind') is null then 'missing field kind (expected run, iteration or request)'
-    when json_type(j, '$.kind') <> 'VARCHAR' then 'kind must be a string'
+    when kind_type is null then 'missing field kind (expected run, iteration or request)'
+    when kind_type <> 'VARCHAR' then 'kind must be a string'
     else 'unknown kind ' || kind || ' (expected run, iteration or request)' end),
   left(raw, 1024)
 from parsed
@@ -117,7 +119,6 @@ def _check_duplicates_sql(kind: str) -> str:
     col, val = _KEYS[kind]
     table = _TARGET[kind]
     return f"""
-create or replace temp table checked as
 select t.*,
   case when t.reason is not null then t.reason
        when t.first_line <> t.line_no then
@@ -161,8 +162,7 @@ select run_id, v_req_id, unnest(range(len(v_token_times)))::integer, unnest(v_to
 from checked where final_reason is null and len(v_token_times) > 0
 """
 
-RUN_MERGE_SQL = """
-create or replace temp table run_new as
+RUN_NEW_SQL = """
 select run_id,
   arg_max(v_engine, line_no) filter (v_engine is not null) as engine,
   arg_max(v_engine_version, line_no) filter (v_engine_version is not null) as engine_version,
@@ -173,7 +173,10 @@ select run_id,
   arg_max(v_kv_dtype, line_no) filter (v_kv_dtype is not null) as kv_dtype,
   arg_max(v_clock, line_no) filter (v_clock is not null) as clock,
   arg_max(v_meta, line_no) filter (v_meta is not null) as meta
-from staged where reason is null group by run_id;
+from staged where reason is null group by run_id
+"""
+
+RUN_MERGE_SQL = """
 update runs set
   engine = coalesce(n.engine, runs.engine), engine_version = coalesce(n.engine_version, runs.engine_version),
   model = coalesce(n.model, runs.model), gpu = coalesce(n.gpu, runs.gpu),
@@ -204,49 +207,80 @@ def _count(con: duckdb.DuckDBPyConnection, sql: str) -> int:
     return int(scalar(con, sql))
 
 
+class _Scope:
+    """The intermediate Arrow tables of one batch, visible to SQL by name.
+
+    DuckDB resolves an unknown table name against the variables of the Python
+    frame that runs the query (a replacement scan).  Unlike ``con.register`` this
+    leaves nothing in the catalog, so the file's open transaction does not keep
+    every batch's intermediates alive until commit (memory would grow with the file).
+    """
+
+    NAMES = ("batch_in", "parsed", "staged", "checked", "run_new")
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, batch_in: object):
+        self.con = con
+        self.tables: dict[str, object] = {"batch_in": batch_in}
+
+    def _run(self, sql: str, params: dict | None, fetch: str):
+        batch_in, parsed, staged, checked, run_new = (self.tables.get(n) for n in self.NAMES)  # noqa: F841
+        if fetch == "arrow":
+            return self.con.sql(sql, params=params).to_arrow_table()
+        return self.con.execute(sql, params).fetchall() if params else self.con.execute(sql).fetchall()
+
+    def table(self, name: str, sql: str, params: dict | None = None) -> None:
+        self.tables[name] = self._run(sql, params, "arrow")
+
+    def run(self, sql: str, params: dict | None = None) -> list:
+        return self._run(sql, params, "rows")
+
+    def count(self, sql: str) -> int:
+        return int(self.run(sql)[0][0])
+
+
 def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None:
     """Validate one batch in SQL and insert its accepted records and rejects."""
     res = st.result
     assert res is not None
-    con.register("batch_in", batch.lines)
-    con.execute(PARSE_SQL, {"default_run": st.default_run, "carry_run": st.carry_run})
-    con.unregister("batch_in")
+    q = _Scope(con, batch.lines)
+    q.table("parsed", PARSE_SQL, {"default_run": st.default_run, "carry_run": st.carry_run})
+    del q.tables["batch_in"]
     ids = {"ingest_id": st.ingest_id, "path": st.path}
-    con.execute(PARSE_REJECTS_SQL, ids)
-    res.rejected += _count(
-        con,
+    q.run(PARSE_REJECTS_SQL, ids)
+    res.rejected += q.count(
         "select count(*) from parsed where (perr is not null and perr <> 'blank') "
-        "or (perr is null and (kind is null or kind not in ('run','iteration','request')))",
+        "or (perr is null and (kind is null or kind not in ('run','iteration','request')))"
     )
-    res.skipped += batch.skipped + _count(con, "select count(*) from parsed where perr = 'blank'")
+    res.skipped += batch.skipped + q.count("select count(*) from parsed where perr = 'blank'")
     res.lines_read += batch.lines_read
     for line_no, reason, raw in batch.rejects:
         con.execute("insert into rejects values (?, ?, ?, ?, ?)", [st.ingest_id, st.path, line_no, reason, raw[:1024]])
     res.rejected += len(batch.rejects)
-    last = scalar(con, "select run_id from parsed where kind = 'run' order by line_no desc limit 1")
-    if last is not None:
-        st.carry_run = last
+    last = q.run("select run_id from parsed where kind = 'run' order by line_no desc limit 1")
+    if last:
+        st.carry_run = last[0][0]
     for kind in KINDS:
-        if not _count(con, f"select count(*) from parsed where kind = '{kind}' and perr is null"):
+        if not q.count(f"select count(*) from parsed where kind = '{kind}' and perr is null"):
             continue
-        con.execute(f"create or replace temp table staged as {stage_sql(kind)}")
+        q.table("staged", stage_sql(kind))
         if kind == "run":
-            con.execute(RUN_MERGE_SQL, {"ingest_id": st.ingest_id})
-            con.execute(
+            q.table("run_new", RUN_NEW_SQL)
+            q.run(RUN_MERGE_SQL, {"ingest_id": st.ingest_id})
+            q.run(
                 "insert into rejects select $ingest_id, $path, line_no, reason, left(raw, 1024) "
                 "from staged where reason is not null",
                 ids,
             )
-            res.accepted += _count(con, "select count(*) from staged where reason is null")
-            res.rejected += _count(con, "select count(*) from staged where reason is not null")
+            res.accepted += q.count("select count(*) from staged where reason is null")
+            res.rejected += q.count("select count(*) from staged where reason is not null")
             continue
-        con.execute(_check_duplicates_sql(kind))
-        con.execute(INSERT_SQL[kind], {"ingest_id": st.ingest_id})
+        q.table("checked", _check_duplicates_sql(kind))
+        q.run(INSERT_SQL[kind], {"ingest_id": st.ingest_id})
         if kind == "request":
-            con.execute(TOKENS_SQL, {"ingest_id": st.ingest_id})
-        con.execute(REJECT_SQL, ids)
-        res.accepted += _count(con, "select count(*) from checked where final_reason is null")
-        res.rejected += _count(con, "select count(*) from checked where final_reason is not null")
+            q.run(TOKENS_SQL, {"ingest_id": st.ingest_id})
+        q.run(REJECT_SQL, ids)
+        res.accepted += q.count("select count(*) from checked where final_reason is null")
+        res.rejected += q.count("select count(*) from checked where final_reason is not null")
 
 
 Converter = Callable[[Path, Callable[[int], None] | None], Iterator[Batch]]
