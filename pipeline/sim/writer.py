@@ -157,7 +157,7 @@ def write_truth(
         "run_id": run_id,
         "engine": ENGINE,
         "engine_version": __version__,
-        "trace": str(trace_path) if trace_path is not None else None,
+        "trace": Path(trace_path).name if trace_path is not None else None,
         "seed": seed,
         "workload": _jsonable(workload_info or {}),
         "policy": policy.to_dict(),
