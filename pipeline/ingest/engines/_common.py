@@ -139,17 +139,21 @@ def file_year(path: Path) -> int:
     return dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc).year
 
 
-def reconstruct_ends(stamp_s: pl.Expr, dur_ms: pl.Expr) -> pl.Expr:
-    """Step end times from whole-second stamps and per-step durations.
+def reconstruct_ends(stamp_s: pl.Expr, dur_ms: pl.Expr, resolution_s: float = 1.0) -> pl.Expr:
+    """Step end times from whole-second stamps and per-step durations (rows in step order).
 
-    With cumulative busy time ``c_i`` the true end is ``c_i + o_i`` where the
+    With cumulative busy time ``c_i`` the true end is ``c_i + o_i``, where the
     offset ``o_i`` (idle time so far) never decreases and must keep the end inside
-    its logged second: ``o_i >= stamp_i - c_i``.  The smallest such offset is the
-    running maximum of ``stamp_i - c_i``, i.e. we assume no idle time beyond what
-    the stamps force.  Error per step is below one second, usually far less.
+    its logged second: ``stamp_i - c_i <= o_i < stamp_i + 1 - c_i``.  Monotonicity
+    tightens both bounds: ``L_i`` = running max of the lower bounds, ``U_i`` =
+    running min (from the end) of the upper ones.  We take the middle of
+    ``[L_i, U_i]``, which is non-decreasing too; the error is at most half the
+    interval and shrinks wherever a busy stretch crosses a second boundary.
     """
     cum = dur_ms.fill_null(0.0).cum_sum() / 1000.0
-    return cum + (stamp_s - cum).cum_max()
+    lower = (stamp_s - cum).cum_max()
+    upper = (stamp_s + resolution_s - cum).cum_min(reverse=True)
+    return cum + (lower + pl.max_horizontal(lower, upper)) / 2.0
 
 
 def int_field(text: pl.Expr, pattern: str) -> pl.Expr:

@@ -1,0 +1,31 @@
+"""Engine ingestors: real log and benchmark formats turned into canonical records.
+
+Importing this package registers every ingestor (detection tries them in this
+order after the canonical ones) and the context-estimation post-ingest step.
+docs/formats.md documents each format and its mapping to canonical fields.
+"""
+
+from __future__ import annotations
+
+from .. import POST_INGEST, Ingestor, register
+from . import aiperf, context, sglang, trtllm, vllm_bench, vllm_log, vllm_requests
+
+register(Ingestor("vllm-log", "vLLM server log with --enable-logging-iteration-details (Iteration(N) lines)",
+                  vllm_log.sniff, vllm_log.convert))
+register(Ingestor("vllm-bench", "vllm bench serve --save-result --save-detailed JSON (ttfts, itls, ...)",
+                  vllm_bench.sniff, vllm_bench.convert))
+register(Ingestor("vllm-requests", "vLLM per-request stats JSONL (arrival_time, queued_ts, first_token_ts, ...)",
+                  vllm_requests.sniff, vllm_requests.convert))
+register(Ingestor("trtllm-iterlog", "TensorRT-LLM IterationStats: JSON lines/array (/metrics) or trtllm-bench --iteration_log",
+                  trtllm.sniff, trtllm.convert))
+register(Ingestor("sglang-log", "SGLang server log: Prefill batch / Decode batch lines",
+                  sglang.sniff_log, sglang.convert_log))
+register(Ingestor("sglang-metrics", "SGLang --export-metrics-to-file request records (sglang-request-metrics-*.log)",
+                  sglang.sniff_metrics, sglang.convert_metrics))
+register(Ingestor("aiperf", "AIPerf profile_export.jsonl (per-request records, epoch ns)",
+                  aiperf.sniff_aiperf, aiperf.convert_aiperf))
+register(Ingestor("genai-perf", "GenAI-Perf profile_export.json (experiments -> requests, epoch ns)",
+                  aiperf.sniff_genai_perf, aiperf.convert_genai_perf))
+
+if context.estimate_context not in POST_INGEST:
+    POST_INGEST.append(context.estimate_context)

@@ -1,0 +1,186 @@
+"""Benchmark clients from NVIDIA: AIPerf ``profile_export.jsonl`` and GenAI-Perf
+``profile_export.json``.  Both stamp with epoch nanoseconds (Unix clock).
+
+AIPerf (one record per request, ``--export-level records``)::
+
+    t_arrival     = metadata.request_start_ns / 1e9
+    t_first_token = t_arrival + metrics.time_to_first_token (ms)
+    token_times   = t_first_token + cumsum([0] + metrics.inter_chunk_latency) (ms)
+    t_finish      = t_arrival + metrics.request_latency (ms), else the last token time
+    prompt_tokens = metrics.input_sequence_length; output_tokens = output_sequence_length
+    status        = error when ``error`` is set (aborted when was_cancelled)
+
+AIPerf's "inter_token_latency" is ``(latency - ttft) / (osl - 1)``, i.e. our
+``tpot_ms``; our ``itl_ms`` is its ``inter_chunk_latency``.
+
+GenAI-Perf (``experiments[].requests[]``): ``timestamp`` is the send time; the
+``response_timestamps`` of responses that carry generated text are the token
+times (OpenAI role-only chunks, usage chunks and ``[DONE]`` carry none and are
+dropped, as GenAI-Perf does).  The file has no token counts, so
+``output_tokens`` is the number of text-bearing responses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from ...errors import InputError
+from .. import reader
+from ..load import Batch
+from . import _common as c
+
+
+def sniff_aiperf(path: Path, head: str) -> bool:
+    first = next((ln for ln in head.splitlines() if ln.strip()), "")
+    return first.lstrip().startswith("{") and '"request_start_ns"' in first and '"metrics"' in first
+
+
+AIPERF_SQL = """
+with p as (
+  select line_no, raw, json_valid(raw) and json_type(raw) = 'OBJECT' as ok from lines
+), j as (
+  select line_no, raw, ok, case when ok then raw::json end as js from p
+)
+select line_no, raw,
+  case when trim(raw) = '' then 'blank'
+       when not ok then 'not valid JSON (truncated or garbage line)' end as perr,
+  coalesce(js->>'$.metadata.x_request_id', js->>'$.metadata.session_num') as req_id,
+  try_cast(js->>'$.metadata.request_start_ns' as hugeint) as start_ns,
+  try_cast(js->>'$.metadata.request_ack_ns' as hugeint) as ack_ns,
+  try_cast(js->>'$.metadata.request_end_ns' as hugeint) as end_ns,
+  try_cast(js->>'$.metrics.time_to_first_token.value' as double) as ttft_ms,
+  try_cast(js->>'$.metrics.request_latency.value' as double) as latency_ms,
+  try_cast(js->'$.metrics.inter_chunk_latency.value' as double[]) as icl_ms,
+  try_cast(coalesce(js->>'$.metrics.input_sequence_length.value', js->>'$.metrics.error_isl.value') as bigint) as prompt_tokens,
+  try_cast(coalesce(js->>'$.metrics.output_sequence_length.value', js->>'$.metrics.output_token_count.value') as bigint)
+    as output_tokens,
+  json_type(js, '$.error') not in ('NULL') and json_type(js, '$.error') is not null as has_error,
+  try_cast(js->>'$.metadata.was_cancelled' as boolean) as cancelled,
+  js->>'$.error.message' as error,
+  js->>'$.metadata.benchmark_phase' as benchmark_phase,
+  js->>'$.metadata.worker_id' as worker_id
+from j
+"""
+
+
+def convert_aiperf(path: Path, progress: Callable[[int], None] | None = None) -> Iterator[Batch]:
+    con = duckdb.connect()
+    first = True
+    for table in reader.line_batches(path, progress):
+        con.register("lines", table)
+        df = con.sql(AIPERF_SQL).pl()
+        con.unregister("lines")
+        failed = pl.col("has_error").fill_null(False) | pl.col("cancelled").fill_null(False)
+        df = df.with_columns(
+            reason=pl.coalesce(
+                pl.when(pl.col("perr") != "blank").then(pl.col("perr")),
+                c.missing_reason([("metadata.x_request_id", pl.col("req_id")),
+                                  ("metadata.request_start_ns", pl.col("start_ns"))], "AIPerf record without "),
+                pl.when(~failed & pl.col("ttft_ms").is_null())
+                .then(pl.lit("AIPerf record without metrics.time_to_first_token (and no error)")),
+            )
+        )
+        good = df.filter(pl.col("reason").is_null() & pl.col("perr").is_null())
+        arrival = pl.col("start_ns").cast(pl.Float64) / 1e9
+        first_tok = arrival + pl.col("ttft_ms") / 1000.0
+        tokens = pl.concat_list(pl.lit(0.0), pl.col("icl_ms").fill_null(pl.lit([], pl.List(pl.Float64))))
+        ok = pl.when(~failed)
+        good = good.with_columns(
+            t_arrival=arrival,
+            t_first_token=ok.then(first_tok),
+            token_times=ok.then(tokens.list.eval(pl.element().cum_sum()) / 1000.0 + first_tok),
+            t_ack=pl.col("ack_ns").cast(pl.Float64) / 1e9,
+            status=pl.when(pl.col("cancelled").fill_null(False)).then(pl.lit("aborted"))
+            .when(failed).then(pl.lit("error")).otherwise(pl.lit("ok")),
+            output_tokens=ok.then(pl.col("output_tokens")),
+        ).with_columns(
+            t_finish=ok.then(pl.coalesce(arrival + pl.col("latency_ms") / 1000.0, pl.col("token_times").list.last())),
+        )
+        run = None
+        if first:
+            run = {"engine": "aiperf-client", "clock": "unix",
+                   "meta": {"source_format": "aiperf-profile-export",
+                            "token_times_are": "streamed chunk arrival times; itl_ms = AIPerf inter_chunk_latency"}}
+            first = False
+        skipped = df.filter(pl.col("perr") == "blank").height
+        yield c.batch(c.encode(good, "request", ("t_ack", "error", "benchmark_phase", "worker_id")), table.num_rows,
+                      run=run, rejects=df.filter(pl.col("reason").is_not_null()), skipped=skipped)
+    con.close()
+
+
+# --- GenAI-Perf -------------------------------------------------------------------------
+
+def sniff_genai_perf(path: Path, head: str) -> bool:
+    return head.lstrip().startswith("{") and '"experiments"' in head and ('"response_timestamps"' in head or '"service_kind"' in head)
+
+
+def convert_genai_perf(path: Path, progress: Callable[[int], None] | None = None) -> Iterator[Batch]:
+    doc = c.read_json_document(path)
+    if not isinstance(doc, dict) or not isinstance(doc.get("experiments"), list):
+        raise InputError(f"{path}: GenAI-Perf profile export without an 'experiments' list")
+    exps = doc["experiments"]
+    first_line = 1
+    for k, exp in enumerate(exps):
+        reqs = exp.get("requests") or []
+        n = len(reqs)
+        frame = _requests_frame(reqs).with_row_index("idx")
+        tok = (
+            frame.select("idx", "resp_ts", "resp_out").explode("resp_ts", "resp_out")
+            .filter(pl.col("resp_ts").is_not_null() & _has_text(pl.col("resp_out")))
+            .group_by("idx").agg(token_times=(pl.col("resp_ts").sort().cast(pl.Float64) / 1e9))
+        )
+        df = frame.join(tok, on="idx", how="left").sort("idx").with_columns(
+            line_no=pl.col("idx").cast(pl.Int64) + first_line,
+            req_id=pl.col("idx").cast(pl.String) if len(exps) == 1 else pl.lit(f"{k}-") + pl.col("idx").cast(pl.String),
+            reason=c.missing_reason([("timestamp", pl.col("timestamp"))], "GenAI-Perf request without "),
+        )
+        good = df.filter(pl.col("reason").is_null()).with_columns(
+            t_arrival=pl.col("timestamp").cast(pl.Float64) / 1e9,
+            t_first_token=pl.col("token_times").list.first(),
+            t_finish=pl.col("token_times").list.last(),
+            output_tokens=pl.col("token_times").list.len(),
+            status=pl.when(pl.col("token_times").list.len().fill_null(0) > 0).then(pl.lit("ok")).otherwise(pl.lit("error")),
+        ).with_columns(token_times=pl.when(pl.col("status") == "ok").then(pl.col("token_times")),
+                       output_tokens=pl.when(pl.col("status") == "ok").then(pl.col("output_tokens")))
+        experiment = exp.get("experiment") or {}
+        run = {"engine": "genai-perf-client", "clock": "unix", "meta": {
+            "source_format": "genai-perf-profile-export", "genai_perf_version": doc.get("version"),
+            "service_kind": doc.get("service_kind"), "endpoint": doc.get("endpoint"),
+            "experiment_mode": experiment.get("mode"), "experiment_value": experiment.get("value"),
+            "output_tokens_are": "text-bearing responses (the export holds no token counts)"}}
+        if len(exps) > 1:
+            run["run_id"] = f"{c.stem(path)}-{experiment.get('mode', 'exp')}{experiment.get('value', k)}"
+        bad = df.filter(pl.col("reason").is_not_null()).select("line_no", "reason", raw=pl.col("timestamp").cast(pl.String).fill_null(""))
+        yield c.batch(c.encode(good, "request"), n, run=run, rejects=bad)
+        first_line += n
+
+
+def _requests_frame(reqs: list) -> pl.DataFrame:
+    """timestamp, resp_ts (ns list), resp_out (text of each response) from the request dicts."""
+    if not reqs:
+        return pl.DataFrame(schema={"timestamp": pl.Int64, "resp_ts": pl.List(pl.Int64), "resp_out": pl.List(pl.String)})
+    df = pl.from_dicts(reqs, infer_schema_length=None)
+    if "timestamp" not in df.columns:
+        df = df.with_columns(timestamp=pl.lit(None, pl.Int64))
+    out = pl.lit(None, pl.List(pl.String))
+    if "response_outputs" in df.columns and isinstance(df.schema["response_outputs"], pl.List):
+        inner = df.schema["response_outputs"].inner
+        if isinstance(inner, pl.Struct):
+            names = [f.name for f in inner.fields]
+            # OpenAI kind keeps the raw SSE text in "response"; Triton kind has "text_output"
+            parts = [pl.element().struct.field("response").cast(pl.String)] if "response" in names else []
+            if "text_output" in names:
+                parts.append(pl.lit('{"text_output":"') + pl.element().struct.field("text_output").cast(pl.String) + pl.lit('"}'))
+            if parts:
+                out = pl.col("response_outputs").list.eval(pl.coalesce(*parts))
+    ts = pl.col("response_timestamps").cast(pl.List(pl.Int64), strict=False) if "response_timestamps" in df.columns \
+        else pl.lit(None, pl.List(pl.Int64))
+    return df.select(timestamp=pl.col("timestamp").cast(pl.Int64, strict=False), resp_ts=ts, resp_out=out)
+
+
+def _has_text(col: pl.Expr) -> pl.Expr:
+    return col.str.contains(r'"(?:content|text|text_output)"\s*:\s*"[^"]') & ~col.str.contains("[DONE]", literal=True)

@@ -1,0 +1,121 @@
+"""Estimating ``context_tokens`` of iterations from the request timelines of the same run.
+
+vLLM's and SGLang's step logs give prefill/decode counts and durations but not the
+KV context each step read.  When the same run also has request records on the same
+clock (e.g. a vLLM server log plus per-request stats), each step's context is the
+sum over requests running at the step's midpoint ``m`` of what they hold in KV
+before the step:
+
+* prefill phase (``t_scheduled <= m < t_first_token``): the share of the prompt
+  computed so far, ``prompt_tokens * clip((t_start - t_scheduled) /
+  (t_first_token - t_scheduled), 0, 1)``: 0 for a one-step prefill, ``j/n`` of
+  the prompt at chunk ``j`` of ``n``;
+* decode phase (``t_first_token <= m < t_finish``): ``prompt_tokens`` plus the
+  output tokens emitted before ``m``: an ASOF join on the request's token times
+  when it has them, else linear interpolation between first token and finish.
+
+Only NULL ``context_tokens`` are filled (or ones this step filled before), and only
+when most steps lie inside the requests' time span (clocks must agree).  The run's
+``meta.estimated`` then lists ``context_tokens`` and ``meta.context_estimate`` says
+how; a run whose clocks do not overlap gets ``context_estimate.skipped`` instead.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+from ...store import scalar
+
+CANDIDATES = """
+select i.run_id,
+  count(*) as n_iter,
+  count(*) filter (i.context_tokens is null) as n_null,
+  count(*) filter (i.t_start >= r.t0 and i.t_end <= r.t1) as n_inside,
+  any_value(r.n_req) as n_req,
+  coalesce(list_contains(try_cast(json_extract(any_value(ru.meta), '$.estimated') as varchar[]), 'context_tokens'), false)
+    as was_estimated
+from iterations i
+join (select run_id, min(t_arrival) as t0, max(t_finish) as t1, count(*) as n_req
+      from requests where t_first_token is not null and t_finish is not null and prompt_tokens is not null
+      group by run_id) r using (run_id)
+left join runs ru using (run_id)
+where i.run_id = any($runs) and i.t_start is not null and i.t_end is not null
+group by i.run_id
+"""
+
+# One row per (step, running request); context held before the step, then summed.
+ESTIMATE = """
+create or replace temp table ctx_est as
+with steps as (
+  select run_id, iter, t_start, (t_start + t_end) / 2 as t_mid
+  from iterations where run_id = $run
+), reqs as (
+  select run_id, req_id, coalesce(t_scheduled, t_arrival) as t_sched, t_first_token, t_finish,
+    prompt_tokens, output_tokens
+  from requests where run_id = $run and t_first_token is not null and t_finish is not null
+    and prompt_tokens is not null
+), active as (
+  select s.iter, s.t_start, s.t_mid, r.*
+  from steps s join reqs r on r.run_id = s.run_id and s.t_mid >= r.t_sched and s.t_mid < r.t_finish
+), emitted as (
+  -- tokens emitted before the step's midpoint: the last token at or before it
+  select a.iter, a.req_id, t.idx + 1 as n_out
+  from active a asof left join tokens t
+    on t.run_id = a.run_id and t.req_id = a.req_id and t.t <= a.t_mid
+  where a.t_mid >= a.t_first_token
+), per_req as (
+  select a.iter,
+    case when a.t_mid < a.t_first_token then
+      a.prompt_tokens * greatest(0.0, least(1.0,
+        (a.t_start - a.t_sched) / nullif(a.t_first_token - a.t_sched, 0)))
+    else a.prompt_tokens + coalesce(e.n_out,
+      1 + greatest(coalesce(a.output_tokens, 1) - 1, 0)
+          * least(1.0, (a.t_mid - a.t_first_token) / nullif(a.t_finish - a.t_first_token, 0)))
+    end as ctx
+  from active a left join emitted e on e.iter = a.iter and e.req_id = a.req_id
+)
+select s.iter, round(coalesce(sum(p.ctx), 0))::bigint as context_tokens, count(p.ctx) as active_reqs
+from steps s left join per_req p on p.iter = s.iter
+group by s.iter
+"""
+
+
+def estimate_context(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
+    """POST_INGEST step: fill missing ``context_tokens`` of the touched runs (see module doc)."""
+    rows = con.execute(CANDIDATES, {"runs": run_ids}).fetchall()
+    for run_id, n_iter, n_null, n_inside, n_req, was_estimated in rows:
+        if not (n_null or was_estimated):
+            continue
+        if n_inside < 0.5 * n_iter:
+            _patch_meta(con, run_id, {"context_estimate": {
+                "skipped": f"only {n_inside} of {n_iter} steps lie inside the requests' time span; "
+                           "iteration and request clocks differ, so context_tokens stays unknown"}})
+            continue
+        con.execute(ESTIMATE, {"run": run_id})
+        cond = "" if was_estimated else "and i.context_tokens is null"
+        con.execute(
+            f"update iterations i set context_tokens = e.context_tokens from ctx_est e "
+            f"where i.run_id = $run and i.iter = e.iter {cond}",
+            {"run": run_id},
+        )
+        mean_active = scalar(con, "select avg(active_reqs) from ctx_est")
+        _patch_meta(con, run_id, {
+            "estimated": ["context_tokens"],
+            "context_estimate": {
+                "method": "sum over requests running at each step's midpoint of prompt share computed "
+                          "(prefill) or prompt + tokens emitted (decode, ASOF join on token times)",
+                "requests": int(n_req),
+                "steps": int(n_iter),
+                "mean_active_requests": round(float(mean_active or 0.0), 3),
+            },
+        })
+        con.execute("drop table if exists ctx_est")
+
+
+def _patch_meta(con: duckdb.DuckDBPyConnection, run_id: str, patch: dict) -> None:
+    import json
+
+    con.execute(
+        "update runs set meta = json_merge_patch(coalesce(meta, '{}'), $p::json) where run_id = $run",
+        {"p": json.dumps(patch), "run": run_id},
+    )

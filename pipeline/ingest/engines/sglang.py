@@ -1,0 +1,197 @@
+"""SGLang: scheduler logs (``Prefill batch`` / ``Decode batch``) and exported request metrics.
+
+Log lines are read as key/value lists, not one fixed regex, because the wording
+changed across versions (``batch.`` or ``batch,``, an optional ``[N]`` step counter,
+``TP0``/``DP0`` rank tags, trailing ``, ``, ``#token`` vs ``token usage``, ``cuda
+graph``/``cpu graph``, ``gen throughput (token/s)``).  The body after ``batch`` is
+split on ``, `` and each ``key: value`` pair becomes a map entry.
+
+* A ``Prefill batch`` line is one prefill step: ``#new-token`` -> prefill_tokens,
+  ``#new-seq`` -> prefill_reqs, ``#running-req`` -> decode_reqs (requests already
+  decoding, batched with the prefill), ``#queue-req`` -> waiting_reqs,
+  ``token usage`` -> kv_usage, ``#cached-token`` kept as extra.  SGLang logs no
+  step duration for prefill, so such steps have an end time and no duration.
+* A ``Decode batch`` line is printed once every ``decode_log_interval`` decode steps
+  (default 40): it is one sampled step.  ``#running-req`` -> decode_reqs and
+  decode_tokens, ``#token`` -> context_tokens, and the duration is estimated as
+  ``#running-req / gen throughput`` (a mean over the interval; the run's
+  ``meta.estimated`` says so).
+
+SGLang stamps have one-second resolution.  The run says
+``meta.decode_log_interval`` and ``meta.decode_lines_sampled = true``.
+
+``--export-metrics-to-file`` writes one JSON object per finished request
+(``sglang-request-metrics-*.log``); see :func:`convert_metrics`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from .. import reader
+from ..load import Batch
+from . import _common as c
+
+LINE = r"(Prefill|Decode) batch(?: \[(\d+)\])?[.,] (.*)$"
+SNIFF = re.compile(r"(?:Prefill|Decode) batch(?: \[\d+\])?[.,] #")
+DEFAULT_DECODE_INTERVAL = 40
+
+
+def sniff_log(path: Path, head: str) -> bool:
+    return bool(SNIFF.search(head))
+
+
+def _kv(body: pl.Expr) -> pl.Expr:
+    """``key: value, key: value`` -> list of {key, value} structs (trailing ', ' tolerated)."""
+    pairs = body.str.strip_chars_end(", ").str.split(", ")
+    return pairs.list.eval(
+        pl.struct(
+            k=pl.element().str.extract(r"^([^:]+):", 1).str.strip_chars(),
+            v=pl.element().str.extract(r":\s*(.*)$", 1).str.strip_chars(),
+        )
+    )
+
+
+def _get(kv: str, key: str) -> pl.Expr:
+    """Value of ``key`` in the pair list (NULL when absent)."""
+    return pl.col(kv).list.eval(
+        pl.element().filter(pl.element().struct.field("k") == key).struct.field("v")
+    ).list.first()
+
+
+def _num(kv: str, *keys: str, cast=pl.Float64) -> pl.Expr:
+    return pl.coalesce(*[_get(kv, k).str.strip_chars_end("%").cast(cast, strict=False) for k in keys])
+
+
+def _parse(lines: pl.DataFrame, year: int) -> pl.DataFrame:
+    raw = pl.col("raw")
+    m = raw.str.extract_groups(LINE)
+    prefix = raw.str.split_exact(" batch", 1).struct.field("field_0")
+    t, res = c.log_times(prefix, year)
+    df = lines.filter(raw.str.contains(LINE)).with_columns(
+        phase=m.struct.field("1"), sglang_iter=m.struct.field("2").cast(pl.Int64),
+        kv=_kv(m.struct.field("3")), stamp_s=t, stamp_resolution_s=res,
+        ranks=prefix.str.extract(r"((?:\s(?:DP|TP|PP|EP|ATTN_CP|MOE_DP)\d+)+)\]", 1).str.strip_chars(),
+    )
+    prefill = pl.col("phase") == "Prefill"
+    running = _num("kv", "#running-req", cast=pl.Int64)
+    throughput = _num("kv", "gen throughput (token/s)")
+    return df.with_columns(
+        prefill_tokens=pl.when(prefill).then(_num("kv", "#new-token", cast=pl.Int64)).otherwise(0),
+        prefill_reqs=pl.when(prefill).then(_num("kv", "#new-seq", cast=pl.Int64)).otherwise(0),
+        # a prefill batch runs alone (the decode batch waits), so it decodes nothing
+        decode_reqs=pl.when(prefill).then(0).otherwise(running),
+        decode_tokens=pl.when(prefill).then(0).otherwise(running),
+        running_reqs=running,
+        context_tokens=pl.when(prefill).then(None).otherwise(_num("kv", "#token", "#full token", cast=pl.Int64)),
+        waiting_reqs=_num("kv", "#queue-req", cast=pl.Int64),
+        kv_usage=_num("kv", "token usage", "full token usage", "page usage"),
+        cached_tokens=_num("kv", "#cached-token", cast=pl.Int64),
+        gen_throughput_tok_s=throughput,
+        dur_ms=pl.when(~prefill & (throughput > 0)).then(running.cast(pl.Float64) * 1000.0 / throughput),
+        graph=pl.coalesce(_get("kv", "cuda graph"), _get("kv", "cpu graph"), _get("kv", "npu graph")) == "True",
+    )
+
+
+def _reasons(df: pl.DataFrame) -> pl.DataFrame:
+    prefill = pl.col("phase") == "Prefill"
+    # every wording variant has these; a line without them was cut off or garbled
+    need = [("#running-req", pl.col("running_reqs")), ("#queue-req", pl.col("waiting_reqs")),
+            ("timestamp", pl.col("stamp_s"))]
+    reason = pl.when(prefill).then(
+        c.missing_reason([("#new-token", pl.col("prefill_tokens")), ("#new-seq", pl.col("prefill_reqs")), *need],
+                         "SGLang Prefill batch line without ")
+    ).otherwise(c.missing_reason([*need, ("gen throughput (token/s)", pl.col("gen_throughput_tok_s"))],
+                                 "SGLang Decode batch line without "))
+    return df.with_columns(reason=reason)
+
+
+def convert_log(path: Path, progress: Callable[[int], None] | None = None) -> Iterator[Batch]:
+    year = c.file_year(path)
+    parts, total = [], 0
+    for table in reader.line_batches(path, progress):
+        lines = pl.from_arrow(table)
+        total += lines.height
+        parts.append(_parse(lines, year))
+    df = _reasons(pl.concat(parts)) if parts else None
+    if df is None or not df.height:
+        yield c.batch(None, total, run={"engine": "sglang", "meta": {"source_format": "sglang-log"}}, skipped=total)
+        return
+    good = df.filter(pl.col("reason").is_null()).sort("line_no").with_row_index("iter")
+    # Only the decode lines carry a (mean) duration; prefill steps keep their end time only.
+    good = good.with_columns(iter=pl.col("iter").cast(pl.Int64), t_end=pl.col("stamp_s"),
+                             t_start=pl.when(pl.col("dur_ms").is_not_null()).then(pl.col("stamp_s") - pl.col("dur_ms") / 1000))
+    intervals = good.filter(pl.col("sglang_iter").is_not_null() & (pl.col("phase") == "Decode")).get_column("sglang_iter").diff()
+    observed = intervals.filter(intervals > 0).mode().to_list() if intervals.len() > 1 else []
+    meta = {
+        "source_format": "sglang-log",
+        "decode_lines_sampled": True,
+        "decode_log_interval": int(observed[0]) if observed else DEFAULT_DECODE_INTERVAL,
+        "decode_log_interval_source": "step counters in the log" if observed else "SGLang default (--decode-log-interval)",
+        "timestamp_resolution_s": float(good.get_column("stamp_resolution_s").max()),
+        "estimated": ["dur_ms"],
+        "dur_ms_estimate": "decode lines: #running-req / gen throughput (mean step time over the logging interval); "
+                           "prefill lines: no duration in SGLang logs",
+        "ranks": good.get_column("ranks").drop_nulls().unique().sort().to_list() or None,
+    }
+    run = {"engine": "sglang", "clock": "unix", "meta": meta}
+    records = c.encode(good, "iteration", ("phase", "sglang_iter", "cached_tokens", "gen_throughput_tok_s", "graph"))
+    bad = df.filter(pl.col("reason").is_not_null())
+    yield c.batch(records, total, run=run, rejects=bad.select("line_no", "reason", "raw"), skipped=total - df.height)
+
+
+# --- --export-metrics-to-file request records -------------------------------------------
+
+def sniff_metrics(path: Path, head: str) -> bool:
+    first = next((ln for ln in head.splitlines() if ln.strip()), "")
+    return first.lstrip().startswith("{") and '"request_parameters"' in first and '"completion_tokens"' in first
+
+
+METRICS_SQL = """
+select line_no, raw,
+  case when not (json_valid(raw) and json_type(raw) = 'OBJECT') then 'not valid JSON (truncated or garbage line)' end as perr,
+  case when json_valid(raw) then coalesce(raw->>'$.id', raw->>'$.rid') end as req_id,
+  case when json_valid(raw) then try_cast(raw->>'$.prompt_tokens' as bigint) end as prompt_tokens,
+  case when json_valid(raw) then try_cast(raw->>'$.completion_tokens' as bigint) end as output_tokens,
+  case when json_valid(raw) then try_cast(raw->>'$.cached_tokens' as bigint) end as cached_tokens,
+  case when json_valid(raw) then try_cast(raw->>'$.e2e_latency' as double) end as e2e_s,
+  case when json_valid(raw) then try_cast(raw->>'$.request_received_ts' as double) end as received,
+  case when json_valid(raw) then try_cast(raw->>'$.request_finished_ts' as double) end as finished,
+  case when json_valid(raw) then try_cast(raw->>'$.response_sent_to_client_ts' as double) end as sent,
+  case when json_valid(raw) then try_cast(raw->>'$.queue_time' as double) end as queue_s,
+  case when json_valid(raw) then coalesce(raw->>'$.finish_reason.type', raw->>'$.finish_reason') end as finish_reason
+from lines
+"""
+
+
+def convert_metrics(path: Path, progress: Callable[[int], None] | None = None) -> Iterator[Batch]:
+    """One request per line: ``request_received_ts`` (Unix s) is the arrival; the finish is
+    ``request_finished_ts`` or arrival + ``e2e_latency``.  SGLang exports no first-token
+    time, so TTFT/TPOT stay unknown for these requests (NULL, not zero)."""
+    con = duckdb.connect()
+    first = True
+    for table in reader.line_batches(path, progress):
+        con.register("lines", table)
+        df = con.sql(METRICS_SQL).pl()
+        con.unregister("lines")
+        blank = df.filter(pl.col("raw").str.strip_chars() == "")
+        df = df.filter(pl.col("raw").str.strip_chars() != "").with_columns(
+            reason=pl.coalesce(pl.col("perr"), c.missing_reason(
+                [("id", pl.col("req_id")), ("request_received_ts", pl.col("received"))], "SGLang request metrics without ")))
+        good = df.filter(pl.col("reason").is_null()).with_columns(
+            t_arrival=pl.col("received"),
+            t_scheduled=pl.when(pl.col("queue_s").is_not_null()).then(pl.col("received") + pl.col("queue_s")),
+            t_finish=pl.coalesce(pl.col("finished"), pl.col("received") + pl.col("e2e_s")),
+            status=pl.when(pl.col("finish_reason").fill_null("").str.to_lowercase().str.contains("abort"))
+            .then(pl.lit("aborted")).otherwise(pl.lit("ok")),
+        )
+        run = {"engine": "sglang", "clock": "unix", "meta": {"source_format": "sglang-request-metrics"}} if first else None
+        first = False
+        yield c.batch(c.encode(good, "request", ("finish_reason", "e2e_s")), table.num_rows, run=run,
+                      rejects=df.filter(pl.col("reason").is_not_null()), skipped=blank.height)
+    con.close()

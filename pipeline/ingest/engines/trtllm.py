@@ -1,0 +1,166 @@
+"""TensorRT-LLM IterationStats: JSON (lines, or the array ``trtllm-serve /metrics``
+returns) and the Python-dict-repr lines of ``trtllm-bench --iteration_log``.
+
+The dict-repr lines (single quotes, ``True/False/None``) are turned into JSON text
+by a vectorised token rewrite, which is exact for these records (numbers, nested
+dicts and a timestamp string without quotes); any line the rewrite does not make
+valid JSON is parsed with ``ast.literal_eval`` (never ``eval``) as a fallback.
+
+Field mapping (flat ForwardPassMetrics fields win when present):
+
+=================  ===========================================================
+canonical          IterationStats
+=================  ===========================================================
+iter               iter
+dur_ms             iterLatencyMS
+t_end              timestamp ``%m-%d-%Y %H:%M:%S[.%f]`` (end of the iteration;
+                   read as UTC, the writer's local time zone is not recorded)
+prefill_reqs       scheduledNumPrefillRequests | inflightBatchingStats.numContextRequests
+prefill_tokens     scheduledSumPrefillTokens | inflightBatchingStats.numCtxTokens
+decode_reqs        scheduledNumDecodeRequests | inflightBatchingStats.numGenRequests
+decode_tokens      decode_reqs (+ specDecodingStats.numAcceptedTokens)
+context_tokens     scheduledSumPrefillKvTokens + scheduledSumDecodeKvTokens
+running_reqs       numActiveRequests
+waiting_reqs       queuedNumPrefillRequests + queuedNumDecodeRequests | numQueuedRequests
+kv_usage           kvCacheStats.usedNumBlocks / kvCacheStats.maxNumBlocks
+preempted_reqs     inflightBatchingStats.numPausedRequests
+=================  ===========================================================
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from .. import reader
+from ..load import Batch
+from . import _common as c
+
+
+def sniff(path: Path, head: str) -> bool:
+    return ('"iterLatencyMS"' in head or "'iterLatencyMS'" in head) and head.lstrip()[:1] in ("{", "[")
+
+
+def _as_json(raw: pl.Expr) -> pl.Expr:
+    """Python dict repr -> JSON text (exact for IterationStats; see module doc)."""
+    return (
+        raw.str.replace_all("'", '"', literal=True)
+        .str.replace_all(r"\bTrue\b", "true")
+        .str.replace_all(r"\bFalse\b", "false")
+        .str.replace_all(r"\bNone\b", "null")
+        .str.replace_all(r"\b(-?)inf\b", "${1}1e999")  # float('inf') repr; DuckDB reads it as infinity
+    )
+
+
+def _literal_fallback(text: str) -> str | None:
+    try:
+        val = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return json.dumps(val, default=str) if isinstance(val, dict) else None
+
+
+def _v(path: str, typ: str = "double") -> str:
+    return f"try_cast(js->>'{path}' as {typ})"
+
+
+EXTRACT = f"""
+select line_no, raw, valid,
+  {_v('$.iter', 'bigint')} as iter,
+  {_v('$.iterLatencyMS')} as dur_ms,
+  epoch(coalesce(try_strptime(js->>'$.timestamp', '%m-%d-%Y %H:%M:%S.%f'),
+                 try_strptime(js->>'$.timestamp', '%m-%d-%Y %H:%M:%S'))) as t_end,
+  coalesce({_v('$.scheduledNumPrefillRequests', 'bigint')}, {_v('$.inflightBatchingStats.numContextRequests', 'bigint')},
+           {_v('$.staticBatchingStats.numContextRequests', 'bigint')}) as prefill_reqs,
+  coalesce({_v('$.scheduledSumPrefillTokens', 'bigint')}, {_v('$.inflightBatchingStats.numCtxTokens', 'bigint')},
+           {_v('$.staticBatchingStats.numCtxTokens', 'bigint')}) as prefill_tokens,
+  coalesce({_v('$.scheduledNumDecodeRequests', 'bigint')}, {_v('$.inflightBatchingStats.numGenRequests', 'bigint')}) as decode_reqs,
+  coalesce({_v('$.scheduledNumDecodeRequests', 'bigint')}, {_v('$.inflightBatchingStats.numGenRequests', 'bigint')},
+           {_v('$.staticBatchingStats.numGenTokens', 'bigint')})
+    + coalesce({_v('$.specDecodingStats.numAcceptedTokens', 'bigint')}, 0) as decode_tokens,
+  {_v('$.scheduledSumPrefillKvTokens', 'bigint')} + {_v('$.scheduledSumDecodeKvTokens', 'bigint')} as context_tokens,
+  {_v('$.numActiveRequests', 'bigint')} as running_reqs,
+  coalesce({_v('$.queuedNumPrefillRequests', 'bigint')} + {_v('$.queuedNumDecodeRequests', 'bigint')},
+           {_v('$.numQueuedRequests', 'bigint')}) as waiting_reqs,
+  {_v('$.kvCacheStats.usedNumBlocks')} / nullif({_v('$.kvCacheStats.maxNumBlocks')}, 0) as kv_usage,
+  {_v('$.inflightBatchingStats.numPausedRequests', 'bigint')} as preempted_reqs,
+  {_v('$.numCompletedRequests', 'bigint')} as completed_reqs,
+  {_v('$.newActiveRequestsQueueLatencyMS')} as new_active_queue_ms,
+  {_v('$.maxBatchSizeRuntime', 'bigint')} as max_batch_runtime,
+  {_v('$.maxBatchSizeStatic', 'bigint')} as max_batch_static,
+  {_v('$.maxNumTokensRuntime', 'bigint')} as max_tokens_runtime,
+  {_v('$.maxNumTokensStatic', 'bigint')} as max_tokens_static,
+  {_v('$.kvCacheStats.maxNumBlocks', 'bigint')} * {_v('$.kvCacheStats.tokensPerBlock', 'bigint')} as kv_tokens,
+  json_exists(js, '$.end') and not json_exists(js, '$.iter') as is_end,
+  js->>'$.timestamp' as ts_text
+from (select line_no, raw, valid, case when valid then js::json end as js from src)
+"""
+
+REASON = pl.coalesce(
+    pl.when(~pl.col("valid")).then(pl.lit("not a TRT-LLM IterationStats record (invalid JSON or Python literal; truncated?)")),
+    c.missing_reason([("iter", pl.col("iter")), ("iterLatencyMS", pl.col("dur_ms"))], "IterationStats without "),
+    pl.when(pl.col("ts_text").is_not_null() & pl.col("t_end").is_null())
+    .then(pl.lit("timestamp not in %m-%d-%Y %H:%M:%S[.%f] form: ") + pl.col("ts_text")),
+)
+
+
+def _source_tables(path: Path, progress) -> Iterator[tuple[pl.DataFrame, int]]:
+    """``(line_no, raw, json_text)`` frames: JSON array elements, or file lines."""
+    head = reader.head_text(path, 256).lstrip()
+    if head.startswith("["):
+        doc = c.read_json_document(path)
+        items = doc if isinstance(doc, list) else []
+        texts = [json.dumps(x) for x in items]  # one dump per element of an in-memory array
+        frame = pl.DataFrame({"line_no": range(1, len(texts) + 1), "raw": texts}, schema={"line_no": pl.Int64, "raw": pl.String})
+        yield frame.with_columns(text=pl.col("raw")), len(texts)
+        return
+    for table in reader.line_batches(path, progress):
+        frame = pl.from_arrow(table)
+        yield frame.with_columns(text=pl.when(pl.col("raw").str.strip_chars().str.starts_with("{"))
+                                 .then(pl.col("raw"))), frame.height
+
+
+def convert(path: Path, progress: Callable[[int], None] | None = None) -> Iterator[Batch]:
+    con = duckdb.connect()
+    run_done = False
+    for frame, n in _source_tables(path, progress):
+        blank = frame.filter(pl.col("raw").str.strip_chars() == "").height
+        frame = frame.filter(pl.col("raw").str.strip_chars() != "")
+        frame = frame.with_columns(text=pl.when(pl.col("text").is_not_null()).then(_as_json(pl.col("text"))))
+        con.register("f", frame)
+        frame = con.sql("select line_no, raw, text, coalesce(json_valid(text), false) as valid from f").pl()
+        con.unregister("f")
+        broken = frame.filter(~pl.col("valid") & pl.col("raw").str.strip_chars().str.starts_with("{"))
+        if broken.height:  # rare: fall back to literal_eval, line by line, only for these
+            fixed = broken.with_columns(text=pl.col("raw").map_elements(_literal_fallback, return_dtype=pl.String))
+            frame = frame.update(fixed.select("line_no", "text", valid=pl.col("text").is_not_null()), on="line_no")
+        con.register("src", frame.select("line_no", "raw", "valid", js=pl.col("text")))
+        rec = con.sql(EXTRACT).pl()
+        con.unregister("src")
+        ends = rec.filter(pl.col("is_end")).height
+        rec = rec.filter(~pl.col("is_end")).with_columns(reason=REASON)
+        good = rec.filter(pl.col("reason").is_null())
+        run = None
+        if not run_done:
+            run = _run(good)
+            run_done = True
+        yield c.batch(c.encode(good, "iteration", ("completed_reqs", "new_active_queue_ms")), n, run=run,
+                      rejects=rec.filter(pl.col("reason").is_not_null()), skipped=blank + ends)
+    con.close()
+
+
+def _run(good: pl.DataFrame) -> dict:
+    first = good.head(1).to_dicts()[0] if good.height else {}
+    meta = {
+        "source_format": "trtllm-iteration-stats",
+        "max_num_seqs": first.get("max_batch_runtime") or first.get("max_batch_static"),
+        "max_num_batched_tokens": first.get("max_tokens_runtime") or first.get("max_tokens_static"),
+        "kv_cache_tokens": first.get("kv_tokens"),
+        "timestamp_timezone": "assumed UTC",
+    }
+    return {"engine": "tensorrt-llm", "clock": "unix", "meta": meta}

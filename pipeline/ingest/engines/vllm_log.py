@@ -1,0 +1,149 @@
+"""vLLM server logs with ``--enable-logging-iteration-details``.
+
+One record per ``Iteration(N): a context requests, b context tokens, c generation
+requests, d generation tokens, iteration elapsed time: x ms[ (dummy)], <dev> KV cache
+usage: y%`` line (vLLM ``v1/metrics/loggers.py``); every other line is skipped.
+The fields are read one by one (order and optional tails do not matter), so a line
+that says ``Iteration(N):`` but lacks a field is a reject naming the field.
+
+Timestamps: the most precise stamp in the prefix wins (epoch seconds from a custom
+logging config, a Docker/ISO stamp with fraction, else vLLM's default
+``INFO 05-19 10:13:11``, whole seconds and no year).  The line is written when the
+step's stats reach the front end, so the stamp is the step end.  With whole-second
+stamps the step timeline is rebuilt from the elapsed times
+(:func:`_common.reconstruct_ends`) and the run says ``timestamps_reconstructed``.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import polars as pl
+
+from .. import reader
+from ..load import Batch
+from . import _common as c
+
+MARK = r"Iteration\((\d+)\):"
+SNIFF = re.compile(r"Iteration\(\d+\): \d+ context requests")
+
+# Lines before the first step that describe the server (vLLM prints them at start-up).
+_META = {
+    "engine_version": r"(?:vLLM server version|vLLM API server version|LLM engine \(v)\s*([0-9][\w.+-]*)",
+    "model": r"serving model (\S+)",
+    "kv_cache_tokens": r"(?:GPU|CPU|XPU|TPU) KV cache size: ([\d,]+) tokens",
+    "chunked_prefill_tokens": r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)",
+    "non_default_args": r"non-default args: (\{.*\})\s*$",
+    "engine_config": r"Initializing a V1 LLM engine .*? with config: (.*)$",
+}
+
+
+def sniff(path: Path, head: str) -> bool:
+    return bool(SNIFF.search(head))
+
+
+def _records(lines: pl.DataFrame, year: int) -> pl.DataFrame:
+    """Candidate record lines with every field extracted (NULL where absent)."""
+    raw = pl.col("raw")
+    body = raw.str.split_exact("Iteration(", 1)
+    prefix = body.struct.field("field_0")
+    t, res = c.log_times(prefix, year)
+    return lines.filter(raw.str.contains(MARK)).with_columns(
+        iter=c.int_field(raw, MARK),
+        prefill_reqs=c.int_field(raw, r"(\d+) context requests"),
+        prefill_tokens=c.int_field(raw, r"(\d+) context tokens"),
+        decode_reqs=c.int_field(raw, r"(\d+) generation requests"),
+        decode_tokens=c.int_field(raw, r"(\d+) generation tokens"),
+        dur_ms=c.float_field(raw, r"iteration elapsed time: ([0-9.]+) ms"),
+        kv_usage=c.float_field(raw, r"KV cache usage: ([0-9.]+)%") / 100.0,
+        is_dummy=raw.str.contains(r"ms \(dummy\)"),
+        engine_index=c.int_field(prefix, r"Engine (\d{3}):"),
+        stamp_s=t,
+        stamp_resolution_s=res,
+    )
+
+
+def _reason(rec: pl.DataFrame) -> pl.Series:
+    checks = [(name, pl.col(name)) for name in ("prefill_reqs", "prefill_tokens", "decode_reqs", "decode_tokens", "dur_ms")]
+    checks.append(("timestamp", pl.col("stamp_s")))
+    return rec.select(c.missing_reason(checks, "vLLM Iteration line without ").alias("reason")).to_series()
+
+
+def _meta(lines: pl.DataFrame) -> dict:
+    """Run facts from the start-up lines (a few lines, read once)."""
+    out: dict = {}
+    hits = lines.filter(pl.col("raw").str.contains("|".join(f"(?:{p})" for p in _META.values())))
+    for text in hits.get_column("raw").to_list():
+        for key, pat in _META.items():
+            m = re.search(pat, text)
+            if m and key not in out:
+                out[key] = m.group(1)
+    meta: dict = {}
+    if "kv_cache_tokens" in out:
+        meta["kv_cache_tokens"] = int(out["kv_cache_tokens"].replace(",", ""))
+    if "chunked_prefill_tokens" in out:
+        meta["chunked_prefill"] = True
+        meta["max_num_batched_tokens"] = int(out["chunked_prefill_tokens"])
+    if "non_default_args" in out:
+        try:  # a Python dict repr: literal_eval only, never eval
+            args = ast.literal_eval(out["non_default_args"])
+        except (ValueError, SyntaxError):
+            args = {}
+        for key in ("max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "max_model_len",
+                    "enable_prefix_caching", "tensor_parallel_size", "kv_cache_memory_bytes", "gpu_memory_utilization"):
+            if key in args and isinstance(args[key], (int, float, bool, str)):
+                meta["chunked_prefill" if key == "enable_chunked_prefill" else key] = args[key]
+        if isinstance(args.get("served_model_name"), list) and args["served_model_name"]:
+            out.setdefault("served", args["served_model_name"][0])
+    cfg = out.get("engine_config", "")
+    dtype = re.search(r"\bdtype=(?:torch\.)?(\w+)", cfg)
+    return {
+        "engine_version": out.get("engine_version"),
+        "model": out.get("served") or out.get("model"),
+        "dtype": dtype.group(1) if dtype else None,
+        "meta": meta,
+    }
+
+
+def convert(path: Path, progress: Callable[[int], None] | None = None) -> Iterator[Batch]:
+    """Whole-file conversion: the timeline rebuild needs every step in order.
+
+    Memory is bounded by the record lines (a few hundred bytes each), not the log.
+    """
+    year = c.file_year(path)
+    recs, head_lines, total = [], [], 0
+    for table in reader.line_batches(path, progress):
+        lines = pl.from_arrow(table)
+        total += lines.height
+        if not recs:
+            head_lines.append(lines.head(2000))
+        recs.append(_records(lines, year))
+    rec = pl.concat(recs) if recs else _records(pl.DataFrame(schema={"line_no": pl.Int64, "raw": pl.String}), year)
+    rec = rec.with_columns(reason=_reason(rec))
+    bad = rec.filter(pl.col("reason").is_not_null())
+    good = rec.filter(pl.col("reason").is_null()).sort("line_no")
+    info = _meta(pl.concat(head_lines)) if head_lines else {"meta": {}}
+    coarse = good.height > 0 and good.get_column("stamp_resolution_s").max() >= 1.0
+    if coarse:
+        good = good.with_columns(t_end=c.reconstruct_ends(pl.col("stamp_s"), pl.col("dur_ms")))
+    else:
+        good = good.with_columns(t_end=pl.col("stamp_s"))
+    good = good.with_columns(t_start=pl.col("t_end") - pl.col("dur_ms") / 1000.0)
+    meta = dict(info["meta"])
+    meta.update(
+        source_format="vllm-log",
+        timestamps_reconstructed=bool(coarse),
+        timestamp_resolution_s=float(good.get_column("stamp_resolution_s").max()) if good.height else None,
+        elapsed_time_scope="EngineCore step (schedule + execute + update), vLLM --enable-logging-iteration-details",
+    )
+    if coarse:
+        meta["assumed_year"] = year
+    run = {"engine": "vllm", "engine_version": info.get("engine_version"), "model": info.get("model"),
+           "dtype": info.get("dtype"), "clock": "unix", "meta": meta}
+    extra = ("engine_index", "is_dummy", "stamp_s")
+    records = c.encode(good, "iteration", extra)
+    rejects = bad.select("line_no", "reason", "raw")
+    yield c.batch(records, total, run=run, rejects=rejects, skipped=total - rec.height)

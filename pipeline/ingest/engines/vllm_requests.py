@@ -1,0 +1,135 @@
+"""vLLM per-request stats: one JSON object per finished request (``RequestStateStats``).
+
+Fields (as dumped by LLMServingSim's harness and by scripts/record_vllm_cpu.py):
+``request_id, input_toks, output_toks, arrival_time, queued_ts, scheduled_ts,
+first_token_ts, last_token_ts`` (+ optional ``num_preemptions``,
+``num_cached_tokens``, ``finish_reason``).  ``arrival_time`` is the front end's
+wall clock (Unix s); the four ``*_ts`` are the engine core's ``time.monotonic()``.
+
+One clock: we keep Unix time.  The monotonic stamps get one offset per file,
+``o = max_i(arrival_time_i - queued_ts_i)``: every request reaches the engine queue
+some front-end delay after it arrived, and the smallest delay is taken as zero, so
+``t_arrival <= t_scheduled`` holds for all and TTFT includes front-end work
+(tokenisation), as a client sees it.  ``o`` is stored in ``meta.monotonic_to_unix_s``.
+
+A ``meta.json`` next to the file (LLMServingSim layout) supplies the run facts:
+vLLM version, model, GPU, ``max_num_seqs``, ``max_num_batched_tokens``, KV tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from .. import reader
+from ..load import Batch
+from . import _common as c
+
+REQUIRED = ("request_id", "arrival_time", "queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
+
+PARSE = """
+with b as (
+  select line_no, raw, json_valid(raw) and json_type(raw) = 'OBJECT' as ok from lines
+)
+select line_no, raw,
+  case when trim(raw) = '' then 'blank'
+       when not ok then 'not valid JSON (truncated or garbage line)'
+  end as perr,
+  case when ok then raw->>'$.request_id' end as req_id,
+  case when ok then try_cast(raw->>'$.input_toks' as bigint) end as prompt_tokens,
+  case when ok then try_cast(raw->>'$.output_toks' as bigint) end as output_tokens,
+  case when ok then try_cast(raw->>'$.num_preemptions' as bigint) end as preemptions,
+  case when ok then try_cast(raw->>'$.num_cached_tokens' as bigint) end as cached_tokens,
+  case when ok then raw->>'$.finish_reason' end as finish_reason,
+  case when ok then try_cast(raw->>'$.arrival_time' as double) end as arrival_time,
+  case when ok then nullif(try_cast(raw->>'$.queued_ts' as double), 0) end as queued_ts,
+  case when ok then nullif(try_cast(raw->>'$.scheduled_ts' as double), 0) end as scheduled_ts,
+  case when ok then nullif(try_cast(raw->>'$.first_token_ts' as double), 0) end as first_token_ts,
+  case when ok then nullif(try_cast(raw->>'$.last_token_ts' as double), 0) end as last_token_ts,
+  case when ok then list_filter({names}, lambda k: json_type(raw, '$.' || k) is null) end as missing
+from b
+"""
+
+
+def sniff(path: Path, head: str) -> bool:
+    first = next((ln for ln in head.splitlines() if ln.strip()), "")
+    return first.lstrip().startswith("{") and '"queued_ts"' in first and '"first_token_ts"' in first
+
+
+def _sidecar(path: Path) -> dict:
+    """Run facts from an LLMServingSim-style ``meta.json`` beside the file, if any."""
+    side = path.parent / "meta.json"
+    try:
+        doc = json.loads(side.read_text())
+    except (OSError, ValueError):
+        return {}
+    kw = doc.get("engine_kwargs") or {}
+    kv = doc.get("kv_cache") or {}
+    hw = doc.get("hardware") or {}
+    meta = {k: kw.get(k) for k in ("max_num_seqs", "max_num_batched_tokens", "max_model_len",
+                                    "tensor_parallel_size", "data_parallel_size")}
+    meta.update(kv_cache_tokens=kv.get("num_kv_tokens"), kv_block_size=kv.get("block_size"),
+                enable_prefix_caching=kv.get("enable_prefix_caching"), metadata_file=side.name)
+    return {
+        "engine_version": doc.get("vllm_version"),
+        "model": doc.get("model") or kw.get("model"),
+        "gpu": hw.get("device_name"),
+        "num_gpus": hw.get("device_count"),
+        "dtype": kw.get("dtype"),
+        "kv_dtype": kw.get("kv_cache_dtype"),
+        "meta": meta,
+    }
+
+
+def convert(path: Path, progress: Callable[[int], None] | None = None) -> Iterator[Batch]:
+    """Parse every line in DuckDB, then map the clocks with one offset for the file."""
+    con = duckdb.connect()
+    names = "[" + ", ".join(f"'{n}'" for n in REQUIRED) + "]"
+    parts, total = [], 0
+    for table in reader.line_batches(path, progress):
+        total += table.num_rows
+        con.register("lines", table)
+        parts.append(con.sql(PARSE.format(names=names)).pl())
+        con.unregister("lines")
+    con.close()
+    rows = pl.concat(parts) if parts else pl.DataFrame()
+    if not rows.height:
+        yield c.batch(None, total, run={"engine": "vllm", "clock": "unix", "meta": {"source_format": "vllm-requests"}})
+        return
+    rows = rows.with_columns(
+        reason=pl.coalesce(
+            pl.col("perr"),
+            pl.when(pl.col("missing").list.len() > 0).then(
+                pl.lit("vLLM request stats without ") + pl.col("missing").list.join(", ")),
+            pl.when(pl.col("arrival_time").is_null() | pl.col("queued_ts").is_null())
+            .then(pl.lit("arrival_time and queued_ts must be non-zero numbers")),
+        )
+    )
+    good = rows.filter(pl.col("reason").is_null())
+    offset = float(good.select((pl.col("arrival_time") - pl.col("queued_ts")).max()).item()) if good.height else 0.0
+    got_token = pl.col("first_token_ts").is_not_null()
+    req = good.select(
+        "line_no", "req_id", "prompt_tokens", "cached_tokens", "preemptions", "finish_reason",
+        t_arrival=pl.col("arrival_time"),
+        t_queued=pl.col("queued_ts") + offset,
+        t_scheduled=pl.col("scheduled_ts") + offset,
+        t_first_token=pl.col("first_token_ts") + offset,
+        t_finish=pl.coalesce(pl.col("last_token_ts"), pl.col("first_token_ts")) + offset,
+        output_tokens=pl.col("output_tokens"),
+        status=pl.when(~got_token).then(pl.lit("error"))
+        .when(pl.col("finish_reason").fill_null("").str.to_lowercase().str.contains("abort")).then(pl.lit("aborted"))
+        .otherwise(pl.lit("ok")),
+    )
+    run = _sidecar(path)
+    meta = dict(run.pop("meta", {}))
+    meta.update(source_format="vllm-requests", monotonic_to_unix_s=offset,
+                clock_mapping="t = monotonic_ts + max(arrival_time - queued_ts) over the file")
+    run.update(engine="vllm", clock="unix", meta=meta)
+    bad = rows.filter(pl.col("reason").is_not_null() & (pl.col("reason") != "blank"))
+    blank = rows.filter(pl.col("reason") == "blank").height
+    records = c.encode(req, "request", ("t_queued", "finish_reason"))
+    yield c.batch(records, total, run=run, rejects=bad.select("line_no", "reason", "raw"), skipped=blank)

@@ -1,0 +1,113 @@
+"""vLLM server logs with --enable-logging-iteration-details, recorded on this CPU (fixtures/vllm)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline import ingest, store
+
+FIX = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
+ITER = re.compile(r"Iteration\((\d+)\): (\d+) context requests, (\d+) context tokens, (\d+) generation requests, "
+                  r"(\d+) generation tokens, iteration elapsed time: ([0-9.]+) ms")
+
+
+def load(con, *paths, **kw):
+    res = ingest.ingest_paths(con, [Path(p) for p in paths], **kw)
+    store.build_derived(con)
+    return res
+
+
+def truth(path: Path) -> list[tuple]:
+    """Independent parse: the Iteration(...) lines, by a plain regex over the text."""
+    return [tuple(float(x) for x in m.groups()) for m in map(ITER.search, path.read_text().splitlines()) if m]
+
+
+@pytest.mark.parametrize("name", ["server.log", "server_epoch.log"])
+def test_iteration_count_and_time_equal_the_log(con, name):
+    steps = truth(FIX / name)
+    (res,) = load(con, FIX / name)
+    assert res.format == "vllm-log"
+    n_lines = len((FIX / name).read_text().splitlines())
+    assert (res.accepted, res.rejected, res.skipped) == (len(steps) + 1, 0, n_lines - len(steps))
+    got = con.execute("select count(*), sum(dur_ms), sum(prefill_tokens), sum(decode_tokens) from iterations").fetchall()[0]
+    want = np.array(steps)
+    assert got[0] == len(steps)
+    assert got[1] == pytest.approx(want[:, 5].sum(), rel=1e-12)
+    assert (got[2], got[3]) == (want[:, 2].sum(), want[:, 4].sum())
+    stats = con.execute("select count, p50, p99 from metric_stats where metric = 'iteration_ms'").fetchall()[0]
+    assert stats[0] == len(steps)
+    assert stats[2] == pytest.approx(np.percentile(want[:, 5], 99), rel=1e-9)
+
+
+def test_run_metadata_from_startup_lines(con):
+    load(con, FIX / "server.log")
+    ver, model, dtype, clock, meta = con.execute("select engine_version, model, dtype, clock, meta from runs").fetchall()[0]
+    meta = json.loads(meta)
+    assert (ver, model, dtype, clock) == ("0.32.0", "tiny-llama", "bfloat16", "unix")
+    assert (meta["max_num_seqs"], meta["max_num_batched_tokens"], meta["kv_cache_tokens"]) == (8, 256, 2048)
+    assert meta["chunked_prefill"] is True and meta["timestamps_reconstructed"] is True
+
+
+def test_one_second_stamps_rebuild_the_timeline(con):
+    """The default 1-s log, rebuilt, against the same records' epoch stamps (µs) from the same run."""
+    load(con, FIX / "server.log", run_id="coarse")
+    load(con, FIX / "server_epoch.log", run_id="fine")
+    err = np.array(con.execute(
+        "select a.t_end - b.t_end from iterations a join iterations b using (iter) "
+        "where a.run_id = 'coarse' and b.run_id = 'fine' order by iter").fetchall()).ravel()
+    assert len(err) == len(truth(FIX / "server.log"))
+    assert np.abs(err).max() < 1.0
+    assert np.median(np.abs(err)) < 0.25
+    ends = np.array(con.execute("select t_start, t_end from iterations where run_id = 'coarse' order by iter").fetchall())
+    assert (np.diff(ends[:, 1]) > 0).all() and (ends[1:, 0] >= ends[:-1, 1] - 1e-6).all()  # no overlap (float64 at 1.8e9 s: ~0.2 µs)
+    fine = json.loads(con.execute("select meta from runs where run_id = 'fine'").fetchall()[0][0])
+    assert fine["timestamps_reconstructed"] is False and fine["timestamp_resolution_s"] == pytest.approx(1e-6)
+
+
+LINE = ("Iteration(7): 1 context requests, 255 context tokens, 1 generation requests, 1 generation tokens, "
+        "iteration elapsed time: 16.31 ms, CPU KV cache usage: 33.3%")
+
+
+@pytest.mark.parametrize("prefix, t_end", [
+    ("(APIServer pid=3646) INFO 05-19 10:13:11 [loggers.py:199] Engine 000: ", None),
+    ("2026-05-12T08:01:39.331095044Z (APIServer pid=1) INFO 05-12 08:01:39 [loggers.py:199] Engine 000: ", 1778572899.331095),
+    ("1796013811.091940 INFO [loggers.py:199] Engine 000: ", 1796013811.09194),
+    ("[2025-01-02 03:04:05,250] INFO ", 1735787045.25),
+])
+def test_prefixes(con, tmp_path, prefix, t_end):
+    path = tmp_path / "x.log"
+    path.write_text("some start-up line\n" + prefix + LINE + "\n")
+    (res,) = load(con, path)
+    assert (res.format, res.accepted, res.skipped) == ("vllm-log", 2, 1)
+    row = con.execute("select iter, prefill_reqs, prefill_tokens, decode_reqs, decode_tokens, dur_ms, kv_usage, t_end "
+                      "from iterations").fetchall()[0]
+    assert row[:7] == (7, 1, 255, 1, 1, 16.31, pytest.approx(0.333))
+    if t_end is not None:
+        assert row[7] == pytest.approx(t_end, abs=1e-6)
+    else:  # year-less, whole second: reconstructed inside its second
+        sec = np.datetime64(f"{con.execute('select meta->>$k from runs', {'k': '$.assumed_year'}).fetchall()[0][0]}-05-19T10:13:11")
+        assert 0 <= row[7] - sec.astype("datetime64[s]").astype(float) <= 1
+
+
+def test_broken_lines_are_rejects_other_lines_skipped(con, tmp_path):
+    lines = (FIX / "server_epoch.log").read_text().splitlines()
+    idx = [i for i, l in enumerate(lines) if "Iteration(" in l]
+    lines[idx[5]] = lines[idx[5]].split("iteration elapsed time")[0]                       # truncated
+    lines[idx[6]] = lines[idx[6]].replace(" 0 generation requests,", "").replace(" 1 generation requests,", "")  # field lost
+    lines[idx[7]], lines[idx[8]] = lines[idx[8]], lines[idx[7]]                             # reordered
+    lines.insert(idx[9], lines[idx[9]])                                                     # duplicated
+    path = tmp_path / "broken.log"
+    path.write_text("\n".join(lines) + "\n")
+    (res,) = load(con, path)
+    rej = dict(con.execute("select line_no, reason from rejects").fetchall())
+    assert rej[idx[5] + 1] == "vLLM Iteration line without dur_ms"
+    assert rej[idx[6] + 1] == "vLLM Iteration line without decode_reqs"
+    assert rej[idx[9] + 2].startswith("duplicate iter")
+    assert len(rej) == 3
+    assert res.lines_read == res.accepted + res.rejected + res.skipped
+    assert con.execute("select count(*) from iterations").fetchall()[0][0] == len(idx) - 2
