@@ -1,0 +1,54 @@
+"""``tracelat compare``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .options import db_option, dumps, json_option
+
+
+@click.command()
+@click.argument("base_run")
+@click.argument("cand_run")
+@db_option
+@click.option("--base-db", type=click.Path(dir_okay=False),
+              help="Store holding BASE_RUN, when it is not --db (e.g. a kept baseline store).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for index.html, comparison.json, comparison.md (default reports/compare_<base>_vs_<cand>/).")
+@click.option("--threshold", default=0.05, show_default=True, type=click.FloatRange(0, None),
+              help="Relative growth a statistic must exceed to count as a regression (0.05 = 5%).")
+@click.option("--confidence", default=0.95, show_default=True, type=click.FloatRange(0.5, 0.9999),
+              help="Confidence level of the bootstrap intervals.")
+@click.option("--resamples", default=2000, show_default=True, type=click.IntRange(100, None),
+              help="Bootstrap resamples per statistic.")
+@click.option("--seed", default=0, show_default=True, help="Random seed (bootstrap, test subsampling).")
+@json_option
+def compare(base_run: str, cand_run: str, db: str, base_db: str | None, out_dir: Path | None, threshold: float,
+            confidence: float, resamples: int, seed: int, as_json: bool) -> None:
+    """Compare CAND_RUN against BASE_RUN: every headline statistic with its delta,
+    a bootstrap CI of the difference, a Mann-Whitney test per metric.
+
+    \b
+    Exit codes: 0 nothing regressed, 1 at least one statistic regressed
+    (grew by more than --threshold with its CI above zero, or throughput
+    fell by more than --threshold), 2 usage or data error.
+    """
+    import sys
+
+    from .. import store
+    from ..compare import compare as run_compare
+    from ..report.compare_page import comparison_markdown, write_comparison
+
+    cand_con = store.open_for_reading(db)
+    base_con = store.open_for_reading(base_db) if base_db and store.db_path(base_db) != store.db_path(db) else cand_con
+    comp = run_compare(base_con, base_run, cand_con, cand_run, threshold, confidence, resamples, seed)
+    html = write_comparison(comp, base_con, cand_con, out_dir)
+    if as_json:
+        click.echo(dumps({**comp.to_dict(), "html": str(html)}))
+    else:
+        click.echo(comparison_markdown(comp, only_changes=True).rstrip())
+        click.echo(f"\n{len(comp.deltas)} statistics compared; full table and overlaid CDFs: {html}")
+    if comp.exit_code:
+        sys.exit(comp.exit_code)

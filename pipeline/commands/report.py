@@ -1,0 +1,38 @@
+"""``tracelat report``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .options import db_option, dumps, json_option
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Output folder (default reports/<run_id>/).")
+@click.option("--slo", "slo_path", type=click.Path(path_type=Path),
+              help="SLO file (TOML) whose verdict, goodput and fluidity the report shows.")
+@db_option
+@json_option
+def report(run_id: str, out_dir: Path | None, slo_path: Path | None, db: str, as_json: bool) -> None:
+    """Write DIR/index.html (offline, self-contained), summary.json and summary.md for RUN_ID.
+
+    The HTML has the headline numbers, iteration time over the run with spikes,
+    iteration time vs context with the fitted line, TTFT/TPOT/ITL CDFs, tail
+    attribution, queue depth and KV usage, and the top offending iterations and
+    requests.  Large runs are aggregated for plotting; each chart says how.
+    """
+    from .. import store
+    from ..report import write_report
+
+    con = store.open_for_reading(db)
+    html = write_report(con, run_id, out_dir, slo=slo_path)
+    files = {"html": str(html), "summary_json": str(html.with_name("summary.json")),
+             "summary_md": str(html.with_name("summary.md")), "html_bytes": html.stat().st_size}
+    if as_json:
+        click.echo(dumps(files))
+    else:
+        click.echo(f"report: {html} ({files['html_bytes'] / 1e6:.2f} MB), summary.json and summary.md next to it")

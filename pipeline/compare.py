@@ -1,0 +1,212 @@
+"""Compare two runs: deltas of the headline statistics with bootstrap confidence
+intervals, a Mann-Whitney test per metric, and regression flags.
+
+For each metric (TTFT, TPOT, ITL, E2E, queueing, iteration time) and statistic
+(p50, p90, p99, p99.9, mean):
+
+* ``delta = cand - base`` and ``rel = cand / base - 1``;
+* a bootstrap CI of both.  Percentiles are bootstrapped *exactly* without
+  resampling arrays: a bootstrap sample's k-th order statistic is
+  ``F_n^-1(U_(k))`` with ``U_(k) ~ Beta(k, n-k+1)`` and, given it, the next one
+  ``U_(k+1) = U_(k) + (1 - U_(k)) * Beta(1, n-k)``; numpy's linear interpolation
+  between the two gives the bootstrap percentile.  So each replicate costs O(1)
+  after one sort, even for millions of token gaps.  The mean uses its normal
+  approximation ``N(mean, s^2/n)``.  Base and candidate are resampled independently;
+  the CI is the percentile interval of the replicate differences (ratios for ``rel``);
+* ``regression`` when ``rel > threshold`` and the CI of ``delta`` lies above 0;
+  ``improvement`` symmetrically; otherwise ``no significant change``.
+
+Mann-Whitney U (scipy, two-sided, asymptotic) compares whole distributions;
+``prob_cand_greater`` = U / (n_base n_cand) is the chance that a random candidate
+value exceeds a random baseline one (ties count half).  Above ``MW_MAX`` values a
+seeded random subsample is tested (stated in the output).  Token gaps of one
+request are not independent, so treat ITL p-values as optimistic.
+
+Throughput (output tokens/s, requests/s) is one number per run: it is flagged when
+it drops by more than ``threshold``, without a CI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import duckdb
+import numpy as np
+
+METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms", "iteration_ms")
+STATS = ("p50", "p90", "p99", "p999", "mean")
+MW_MAX = 200_000
+
+
+@dataclass(frozen=True)
+class Delta:
+    """One statistic of one metric, compared."""
+
+    metric: str
+    stat: str
+    base: float | None
+    cand: float | None
+    delta: float | None
+    rel: float | None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    rel_low: float | None = None
+    rel_high: float | None = None
+    verdict: str = "no significant change"
+
+
+@dataclass
+class Comparison:
+    """Everything ``tracelat compare`` reports."""
+
+    base_run: str
+    cand_run: str
+    threshold: float
+    confidence: float
+    resamples: int
+    deltas: list[Delta] = field(default_factory=list)
+    tests: dict[str, dict[str, Any]] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def regressions(self) -> list[Delta]:
+        return [d for d in self.deltas if d.verdict == "regression"]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.regressions else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"base_run": self.base_run, "cand_run": self.cand_run, "threshold": self.threshold,
+                "confidence": self.confidence, "bootstrap_resamples": self.resamples,
+                "regressed": bool(self.regressions), "exit_code": self.exit_code,
+                "deltas": [asdict(d) for d in self.deltas], "tests": self.tests, "skipped": self.skipped}
+
+
+def values(con: duckdb.DuckDBPyConnection, run_id: str, metric: str) -> np.ndarray:
+    """All values of a metric in a run (ok requests / token gaps / steps), sorted."""
+    from .audit.measure import SOURCES
+
+    table, where = SOURCES[metric]
+    arr = con.sql(f"select {metric} as v from {table} where run_id = $r and {where} and {metric} is not null "
+                  f"order by {metric}", params={"r": run_id}).fetchnumpy()["v"]
+    return np.asarray(arr, dtype=float)
+
+
+def _order_stat(xs: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """F_n^-1(u) for sorted xs: the ceil(n u)-th smallest value."""
+    idx = np.clip(np.ceil(len(xs) * u).astype(np.int64) - 1, 0, len(xs) - 1)
+    return xs[idx]
+
+
+def boot_percentile(xs: np.ndarray, pct: float, b: int, rng: np.random.Generator) -> np.ndarray:
+    """``b`` bootstrap replicates of numpy's (linear) percentile ``pct`` of sorted ``xs``."""
+    n = len(xs)
+    h = (n - 1) * pct / 100
+    lo = int(np.floor(h))
+    frac = h - lo
+    k = lo + 1  # 1-based rank of the lower order statistic
+    u_k = rng.beta(k, n - k + 1, size=b)
+    x_k = _order_stat(xs, u_k)
+    if frac == 0 or k >= n:
+        return x_k
+    u_next = u_k + (1 - u_k) * rng.beta(1, n - k, size=b)
+    return x_k + frac * (_order_stat(xs, u_next) - x_k)
+
+
+def _point(xs: np.ndarray, stat: str) -> float:
+    return float(xs.mean()) if stat == "mean" else float(np.percentile(xs, _pct(stat)))
+
+
+def _pct(stat: str) -> float:
+    from .audit.slo import percentile_of
+
+    p = percentile_of(stat)
+    assert p is not None, stat
+    return p
+
+
+def _replicates(xs: np.ndarray, stat: str, b: int, rng: np.random.Generator) -> np.ndarray:
+    if stat == "mean":
+        sd = xs.std(ddof=1) if len(xs) > 1 else 0.0
+        return rng.normal(xs.mean(), sd / np.sqrt(len(xs)), size=b)
+    return boot_percentile(xs, _pct(stat), b, rng)
+
+
+def _verdict(rel: float | None, lo: float | None, hi: float | None, threshold: float) -> str:
+    if rel is None or lo is None or hi is None:
+        return "no significant change"
+    if rel > threshold and lo > 0:
+        return "regression"
+    if rel < -threshold and hi < 0:
+        return "improvement"
+    return "no significant change"
+
+
+def compare_metric(base: np.ndarray, cand: np.ndarray, metric: str, stat: str, threshold: float,
+                   confidence: float, b: int, rng: np.random.Generator) -> Delta:
+    """Delta, bootstrap CI and verdict of one statistic (arrays sorted)."""
+    pb, pc = _point(base, stat), _point(cand, stat)
+    rb, rc = _replicates(base, stat, b, rng), _replicates(cand, stat, b, rng)
+    alpha = (1 - confidence) / 2
+    lo, hi = (float(v) for v in np.quantile(rc - rb, [alpha, 1 - alpha]))
+    rel = rel_lo = rel_hi = None
+    if pb > 0:
+        rel = pc / pb - 1
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = rc / rb - 1
+        ratio = ratio[np.isfinite(ratio)]
+        if len(ratio):
+            rel_lo, rel_hi = (float(v) for v in np.quantile(ratio, [alpha, 1 - alpha]))
+    return Delta(metric, stat, pb, pc, pc - pb, rel, lo, hi, rel_lo, rel_hi, _verdict(rel, lo, hi, threshold))
+
+
+def mann_whitney(base: np.ndarray, cand: np.ndarray, rng: np.random.Generator) -> dict[str, Any]:
+    """Two-sided Mann-Whitney U of candidate vs baseline (subsampled above MW_MAX values)."""
+    from scipy.stats import mannwhitneyu
+
+    sub = len(base) > MW_MAX or len(cand) > MW_MAX
+    b = rng.choice(base, MW_MAX, replace=False) if len(base) > MW_MAX else base
+    c = rng.choice(cand, MW_MAX, replace=False) if len(cand) > MW_MAX else cand
+    res = mannwhitneyu(c, b, alternative="two-sided", method="asymptotic")
+    p = float(res.pvalue)
+    return {"n_base": len(base), "n_cand": len(cand), "u": float(res.statistic),
+            "p_value": p if p == p else 1.0, "prob_cand_greater": float(res.statistic) / (len(b) * len(c)),
+            "subsampled_to": MW_MAX if sub else None}
+
+
+def _throughput(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, float | None]:
+    rows = con.execute("select output_tokens_per_s, requests_per_s from run_summary where run_id = ?",
+                       [run_id]).fetchall()
+    return dict(zip(("output_tokens_per_s", "requests_per_s"), rows[0] if rows else (None, None)))
+
+
+def compare(base_con: duckdb.DuckDBPyConnection, base_run: str, cand_con: duckdb.DuckDBPyConnection,
+            cand_run: str, threshold: float = 0.05, confidence: float = 0.95, resamples: int = 2000,
+            seed: int = 0) -> Comparison:
+    """Compare ``cand_run`` against ``base_run`` (each in its own store, or the same one)."""
+    from . import store
+
+    store.require_run(base_con, base_run)
+    store.require_run(cand_con, cand_run)
+    rng = np.random.default_rng(seed)
+    out = Comparison(base_run, cand_run, threshold, confidence, resamples)
+    for metric in METRICS:
+        base, cand = values(base_con, base_run, metric), values(cand_con, cand_run, metric)
+        if len(base) < 2 or len(cand) < 2:
+            out.skipped[metric] = f"fewer than 2 values (baseline {len(base)}, candidate {len(cand)})"
+            continue
+        for stat in STATS:
+            out.deltas.append(compare_metric(base, cand, metric, stat, threshold, confidence, resamples, rng))
+        out.tests[metric] = mann_whitney(base, cand, rng)
+    tb, tc = _throughput(base_con, base_run), _throughput(cand_con, cand_run)
+    for key in tb:
+        b, c = tb[key], tc[key]
+        if b is None or c is None or b <= 0:
+            continue
+        rel = c / b - 1
+        out.deltas.append(Delta("throughput", key, b, c, c - b, rel,
+                                verdict="regression" if rel < -threshold else
+                                "improvement" if rel > threshold else "no significant change"))
+    return out

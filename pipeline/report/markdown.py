@@ -1,0 +1,70 @@
+"""``summary.md``: the run summary as Markdown for PR comments and nightly logs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import metrics
+from .escape import md_text
+
+STATS = ("count", "p50", "p90", "p99", "p999", "mean", "max")
+
+
+def _n(v: Any, digits: int = 2) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}"
+    return md_text(v)
+
+
+def _fit_lines(s: dict[str, Any]) -> list[str]:
+    fit, spikes, tail = s.get("fit"), s.get("spikes"), s.get("tail")
+    out = []
+    if isinstance(fit, dict) and fit.get("t0_ms") is not None:
+        out.append(f"**Iteration-time model**: t0 {_n(fit.get('t0_ms'))} ms, "
+                   f"{_n(fit.get('ms_per_1k_context_tokens'), 4)} ms per 1k context tokens, "
+                   f"{_n(fit.get('ms_per_1k_prefill_tokens'), 4)} ms per 1k prefill tokens, "
+                   f"R\u00b2 {_n(fit.get('r2'), 3)}, MAPE {_n(fit.get('mape'), 3)}")
+    else:
+        out.append("**Iteration-time model**: not available (run `tracelat fit`)")
+    if isinstance(spikes, dict):
+        out.append("**Spikes**: " + ", ".join(f"{md_text(k)} {_n(v)}" for k, v in spikes.items()
+                                              if not isinstance(v, (dict, list))))
+    if isinstance(tail, dict):
+        for metric, parts in tail.items():
+            if isinstance(parts, dict):
+                top = sorted(((k, v) for k, v in parts.items() if isinstance(v, (int, float))),
+                             key=lambda kv: -kv[1])[:3]
+                out.append(f"**Tail of {md_text(metric)}**: " + ", ".join(f"{md_text(k)} {100 * v:.0f}%"
+                                                                         for k, v in top))
+    return out
+
+
+def summary_markdown(s: dict[str, Any], audit: Any = None) -> str:
+    """Markdown summary of a ``metrics.summary`` dict (plus an audit verdict when given)."""
+    run = s.get("run") or {}
+    who = " / ".join(md_text(run[k], 60) for k in ("engine", "model", "gpu") if run.get(k))
+    lines = [f"### tracelat: run {md_text(s['run_id'])}", ""]
+    if who:
+        lines += [who, ""]
+    lines += [f"{_n(s['requests'])} requests ({_n(s['requests_failed'])} failed), {_n(s['iterations'])} iterations, "
+              f"{_n(s['duration_s'], 1)} s; {_n(s['throughput'].get('output_tokens_per_s'), 1)} output tokens/s, "
+              f"{_n(s['throughput'].get('requests_per_s'), 3)} requests/s", "",
+              "| metric (ms) | " + " | ".join(STATS) + " |", "|---|" + "---:|" * len(STATS)]
+    for m in metrics.METRICS:
+        st = s.get(m) or {}
+        if st.get("count"):
+            lines.append(f"| {m} | " + " | ".join(_n(st.get(k)) for k in STATS) + " |")
+    if s["iteration_ms"].get("cv") is not None:
+        lines += ["", f"Iteration time coefficient of variation: {s['iteration_ms']['cv']:.3f}"]
+    lines += [""] + [f"{x}  " for x in _fit_lines(s)]
+    if audit is not None:
+        from ..audit.verdict import markdown_report
+
+        lines += ["", markdown_report(audit).replace("## ", "#### ", 1)]
+    return "\n".join(lines).rstrip() + "\n"

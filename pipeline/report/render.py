@@ -1,0 +1,256 @@
+"""``write_report``: index.html, summary.json and summary.md for one run.
+
+Sections that depend on the model fit (spikes, the fitted line, tail attribution)
+are drawn when ``metrics.summary`` has ``fit`` / ``spikes`` / ``tail`` and the
+per-iteration fit table exists; otherwise the page says they are not available
+and how to get them (``tracelat fit``).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from .. import __version__, metrics
+from . import charts, frames
+from .escape import html_text
+from .markdown import summary_markdown
+from .page import Section, card, fmt, kv_table, missing, page, table
+
+FIT_HINT = "not available (run `tracelat fit`)"
+HEADLINE = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E"), ("iteration_ms", "iteration"))
+
+
+def default_out_dir(run_id: str) -> Path:
+    """``reports/<run_id>/`` with the id reduced to a safe folder name (ids come from logs)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", run_id).lstrip(".")[:100] or "run"
+    return Path("reports") / safe
+
+
+def _headline(s: dict[str, Any], audit: Any) -> str:
+    cards = [card("requests (failed)", f"{fmt(s['requests'])} ({fmt(s['requests_failed'])})"),
+             card("duration", f"{fmt(s['duration_s'], 1)} s"),
+             card("output tokens/s", fmt(s["throughput"].get("output_tokens_per_s"), 1))]
+    for key, label in HEADLINE:
+        st = s.get(key) or {}
+        if st.get("count"):
+            cards.append(card(f"{label} p50 / p99 (ms)", f"{fmt(st['p50'])} / {fmt(st['p99'])}"))
+    if s["iteration_ms"].get("cv") is not None:
+        cards.append(card("iteration time CV", fmt(s["iteration_ms"]["cv"], 3)))
+    if audit is not None:
+        cards.append(card("SLO audit", audit.verdict.upper(), audit.verdict))
+    else:
+        cards.append(card("SLO audit", "no SLO file", "error"))
+    return '<div class="cards">' + "".join(cards) + "</div>"
+
+
+def _stats_table(s: dict[str, Any]) -> str:
+    rows = [{"metric": m, **{k: (s[m] or {}).get(k) for k in ("count", "p50", "p90", "p95", "p99", "p999", "mean",
+                                                              "std", "max")}}
+            for m in metrics.METRICS if (s.get(m) or {}).get("count")]
+    return table(pl.DataFrame(rows), left=("metric",)) if rows else missing("no latency values in this run")
+
+
+def _audit_section(audit: Any) -> Section:
+    sec = Section("slo", "SLO verdict")
+    if audit is None:
+        sec.missing.append("no SLO file given: pass --slo slo.toml (see examples/slo.toml)")
+        return sec
+    rows = pl.DataFrame([{"SLO": c.name, "observed": c.observed, "limit": f"{c.op} {c.limit:g}",
+                          "result": c.status.upper()} for c in audit.checks])
+    sec.intro = f'<p class="sub">{html_text(audit.slo_path)}: {len(audit.checks)} checks, {audit.failures} ' \
+                f"failed, {audit.errors} could not be evaluated</p>"
+    sec.body = table(rows, left=("SLO", "result"))
+    if audit.goodput:
+        g = audit.goodput
+        sec.body += kv_table([("goodput attainment", g["attainment"]), ("good requests", g["good_requests"]),
+                              ("request goodput (req/s)", g["request_goodput_rps"]),
+                              ("token goodput (tokens/s)", g["token_goodput_tps"])])
+    if audit.fluidity and audit.fluidity.get("requests_evaluated"):
+        f = audit.fluidity
+        sec.body += kv_table([("fluidity index mean", f["mean"]), ("fluidity index p01", f["percentiles"]["p01"]),
+                              ("service-level fluidity", f["service"]),
+                              ("requests with index >= 0.9", f["fraction_at_least_0_9"])])
+    return sec
+
+
+def _timeline_section(con, run_id: str, s: dict[str, Any], max_points: int) -> Section:
+    sec = Section("timeline", "Iteration time over the run")
+    tl = frames.iteration_timeline(con, run_id, max_points)
+    if tl is None:
+        sec.missing.append("not available: the run has no iteration records")
+        return sec
+    sp = frames.spikes(con, run_id)
+    if sp is None:
+        note = f"spikes: {FIT_HINT}"
+    else:
+        counts = s.get("spikes") or {}
+        by_cause = ", ".join(f"{c} {counts[c]}" for c in charts.CAUSES if counts.get(c) is not None)
+        note = f"points: {sp.method}" + (f" ({by_cause})" if by_cause else "")
+    sec.charts["timeline"] = charts.spec(charts.timeline(tl.df, tl.method, sp.df if sp else None, note))
+    return sec
+
+
+def _fit_line(fit: dict[str, Any] | None, ctx_max: float, decode: float) -> tuple[pl.DataFrame | None, str]:
+    """The fitted line t0 + a*ctx (+ c*decode at the median decode batch), or a note why there is none."""
+    if not fit or fit.get("t0_ms") is None or fit.get("ms_per_1k_context_tokens") is None:
+        return None, f"fitted line: {FIT_HINT}"
+    t0, a = float(fit["t0_ms"]), float(fit["ms_per_1k_context_tokens"])
+    c = fit.get("ms_per_1k_decode_tokens")
+    base = t0 + (float(c) * decode / 1000 if isinstance(c, (int, float)) else 0.0)
+    line = pl.DataFrame({"context_tokens": [0.0, float(ctx_max)], "predicted_ms": [base, base + a * ctx_max / 1000]})
+    r2 = f", R\u00b2 {fit['r2']:.3f}" if isinstance(fit.get("r2"), (int, float)) else ""
+    at = f" + c\u00b7{decode:g} decode tokens (median of decode-only steps)" if isinstance(c, (int, float)) else ""
+    return line, (f"dashed: fitted t0 + a\u00b7ctx{at}, no prefill; t0 = {t0:.3g} ms, "
+                  f"a = {a:.3g} ms per 1k context tokens{r2}")
+
+
+def _fit_numbers(fit: dict[str, Any]) -> str:
+    """The fit's numbers, its CIs, the seed document's claims and the fit's notes (strings escaped)."""
+    ci = fit.get("ci") if isinstance(fit.get("ci"), dict) else {}
+    rows = [(k, v) for k, v in fit.items() if isinstance(v, (int, float, str)) or v is None]
+    rows += [(f"95% CI of {k}", " .. ".join(fmt(x, 6) for x in v)) for k, v in ci.items() if isinstance(v, list)]
+    out = kv_table(rows)
+    claims = [c for c in fit.get("claims") or [] if isinstance(c, dict)]
+    if claims:
+        verdict = {True: "holds", False: "does not hold", None: "not testable here"}
+        out += table(pl.DataFrame([{"claim (seed document)": str(c.get("claim")),
+                                    "on this run": verdict.get(c.get("holds"), str(c.get("holds")))}
+                                   for c in claims]), left=("claim (seed document)", "on this run"))
+    notes = [n for n in fit.get("statements") or [] if isinstance(n, str)]
+    if notes:
+        out += "<ul>" + "".join(f"<li>{html_text(n)}</li>" for n in notes) + "</ul>"
+    return out
+
+
+def _fit_section(con, run_id: str, s: dict[str, Any], max_points: int) -> Section:
+    sec = Section("fit", "Iteration time vs context tokens")
+    sc = frames.iteration_vs_context(con, run_id, max_points)
+    fit = s.get("fit") if isinstance(s.get("fit"), dict) else None
+    if fit:
+        sec.intro = _fit_numbers(fit)
+    else:
+        sec.missing.append(f"model fit: {FIT_HINT}")
+    if sc is None:
+        sec.missing.append("not available: no iteration has context_tokens")
+        return sec
+    ctx = sc.df["ctx_hi"].max() if "ctx_hi" in sc.df.columns else sc.df["context_tokens"].max()
+    line, note = _fit_line(fit, float(ctx or 0), frames.decode_only_median_decode_tokens(con, run_id))
+    sec.charts["context"] = charts.spec(charts.context_scatter(sc.df, sc.method, line, note))
+    return sec
+
+
+def _distribution_section(con, run_id: str, s: dict[str, Any]) -> Section:
+    sec = Section("distributions", "TTFT, TPOT and ITL distributions")
+    why = {"itl_ms": "no token times in this run", "ttft_ms": "no request records with a first token",
+           "tpot_ms": "no request with more than one output token"}
+    for metric in ("ttft_ms", "tpot_ms", "itl_ms"):
+        fr = frames.cdf(con, run_id, metric)
+        if fr is None:
+            sec.missing.append(f"{charts.LABELS[metric]}: not available ({why[metric]})")
+            continue
+        st = s.get(metric) or {}
+        marks = {"p50": st.get("p50"), "p99": st.get("p99")}
+        sec.charts[f"cdf_{metric}"] = charts.spec(charts.cdf(fr.df, metric, fr.method, marks))
+    return sec
+
+
+def _tail_section(s: dict[str, Any]) -> Section:
+    sec = Section("tail", "Tail attribution")
+    df = frames.tail_shares(s)
+    if df is None:
+        sec.missing.append(f"tail attribution: {FIT_HINT}")
+    else:
+        sec.charts["tail"] = charts.spec(charts.tail_bars(df))
+    return sec
+
+
+def _queue_section(con, run_id: str, max_points: int) -> Section:
+    sec = Section("queue", "Queue depth, running requests and KV usage")
+    q = frames.queue_series(con, run_id, max_points)
+    if q is None:
+        sec.missing.append("not available: iterations carry no running_reqs / waiting_reqs / kv_usage")
+    else:
+        sec.charts["queue"] = charts.spec(charts.queue(q.df, q.method))
+    return sec
+
+
+def _top_section(con, run_id: str) -> Section:
+    sec = Section("top", "Top offenders")
+    parts = []
+    it = frames.top_iterations(con, run_id)
+    if it.height:
+        by = "residual over the fitted model" if "residual_ms" in it.columns else "iteration time"
+        parts.append(f"<h3>Slowest iterations (by {by})</h3>" + table(it, left=("spike_cause",)))
+    for metric, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")):
+        rq = frames.top_requests(con, run_id, metric)
+        if rq.height:
+            parts.append(f"<h3>Requests with the largest {label}</h3>" + table(rq, left=("req_id",)))
+    sec.body = "".join(parts) or missing("no iterations or requests")
+    return sec
+
+
+def _run_section(s: dict[str, Any]) -> Section:
+    import json
+
+    meta = dict(s.get("run") or {})
+    extra = meta.pop("meta", None)
+    body = kv_table([(k, v) for k, v in meta.items()])
+    if extra:
+        body += "<pre>" + html_text(json.dumps(extra, indent=1, default=str)[:20000]) + "</pre>"
+    return Section("run", "Run metadata", body=body)
+
+
+def build_sections(con: duckdb.DuckDBPyConnection, run_id: str, s: dict[str, Any], audit: Any = None,
+                   max_points: int = frames.MAX_POINTS) -> list[Section]:
+    """Every section of the run report, in page order."""
+    return [
+        _audit_section(audit),
+        _timeline_section(con, run_id, s, max_points),
+        _fit_section(con, run_id, s, max_points),
+        _distribution_section(con, run_id, s),
+        _tail_section(s),
+        _queue_section(con, run_id, max_points),
+        _top_section(con, run_id),
+        _run_section(s),
+    ]
+
+
+def write_report(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: str | Path | None = None,
+                 slo: Any = None, max_points: int = frames.MAX_POINTS) -> Path:
+    """Write ``index.html``, ``summary.json`` and ``summary.md`` for ``run_id``; return the HTML path.
+
+    ``out_dir`` defaults to ``reports/<run_id>/``; ``slo`` (a path or an
+    :class:`~pipeline.audit.SloSpec`) adds the SLO verdict, goodput and fluidity.
+    Derived tables must be current (``store.open_for_reading`` or ``build_derived``).
+    """
+    from ..commands.options import dumps
+
+    s = metrics.summary(con, run_id)
+    audit = None
+    if slo is not None:
+        from .. import audit as aud
+
+        spec = slo if isinstance(slo, aud.SloSpec) else aud.load_slo(slo)
+        audit = aud.audit(con, run_id, spec)
+        s["slo"] = audit.to_dict()
+    out = Path(out_dir) if out_dir is not None else default_out_dir(run_id)
+    out.mkdir(parents=True, exist_ok=True)
+    run = s.get("run") or {}
+    sub = " \u00b7 ".join(html_text(run[k], limit=80) for k in ("engine", "model", "gpu") if run.get(k))
+    header = (f'<h1>tracelat report: <span class="rid">{html_text(run_id, limit=300)}</span></h1>'
+              f'<p class="sub">{sub}</p>' + _headline(s, audit) + _stats_table(s))
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    footer = (f"tracelat {html_text(__version__)}, generated {stamp}. Metric definitions: docs/metrics.md; "
+              "how each chart reduces large runs is stated in its subtitle.")
+    sections = build_sections(con, run_id, s, audit, max_points)
+    html_path = out / "index.html"
+    html_path.write_text(page(f"tracelat report: {run_id}", header, sections, footer), encoding="utf-8")
+    (out / "summary.json").write_text(dumps(s) + "\n", encoding="utf-8")
+    (out / "summary.md").write_text(summary_markdown(s, audit), encoding="utf-8")
+    return html_path
