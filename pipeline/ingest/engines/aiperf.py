@@ -41,9 +41,9 @@ def sniff_aiperf(path: Path, head: str) -> bool:
 
 AIPERF_SQL = """
 with p as (
-  select line_no, raw, json_valid(raw) and json_type(raw) = 'OBJECT' as ok from lines
+  select line_no, raw, coalesce(case when json_valid(raw) then json_type(raw) = 'OBJECT' end, false) as ok from lines
 ), j as (
-  select line_no, raw, ok, case when ok then raw::json end as js from p
+  select line_no, raw, ok, case when ok then raw end as js from p  -- NULL for bad lines: extraction cannot fail
 )
 select line_no, raw,
   case when trim(raw) = '' then 'blank'

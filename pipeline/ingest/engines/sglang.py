@@ -153,19 +153,24 @@ def sniff_metrics(path: Path, head: str) -> bool:
 
 
 METRICS_SQL = """
+with j as (  -- invalid lines get a NULL document, so no extraction below can fail on them
+  select line_no, raw, coalesce(case when json_valid(raw) then json_type(raw) = 'OBJECT' end, false) as ok,
+    case when coalesce(case when json_valid(raw) then json_type(raw) = 'OBJECT' end, false) then raw end as js
+  from lines
+)
 select line_no, raw,
-  case when not (json_valid(raw) and json_type(raw) = 'OBJECT') then 'not valid JSON (truncated or garbage line)' end as perr,
-  case when json_valid(raw) then coalesce(raw->>'$.id', raw->>'$.rid') end as req_id,
-  case when json_valid(raw) then try_cast(raw->>'$.prompt_tokens' as bigint) end as prompt_tokens,
-  case when json_valid(raw) then try_cast(raw->>'$.completion_tokens' as bigint) end as output_tokens,
-  case when json_valid(raw) then try_cast(raw->>'$.cached_tokens' as bigint) end as cached_tokens,
-  case when json_valid(raw) then try_cast(raw->>'$.e2e_latency' as double) end as e2e_s,
-  case when json_valid(raw) then try_cast(raw->>'$.request_received_ts' as double) end as received,
-  case when json_valid(raw) then try_cast(raw->>'$.request_finished_ts' as double) end as finished,
-  case when json_valid(raw) then try_cast(raw->>'$.response_sent_to_client_ts' as double) end as sent,
-  case when json_valid(raw) then try_cast(raw->>'$.queue_time' as double) end as queue_s,
-  case when json_valid(raw) then coalesce(raw->>'$.finish_reason.type', raw->>'$.finish_reason') end as finish_reason
-from lines
+  case when not ok then 'not valid JSON (truncated or garbage line)' end as perr,
+  coalesce(js->>'$.id', js->>'$.rid') as req_id,
+  try_cast(js->>'$.prompt_tokens' as bigint) as prompt_tokens,
+  try_cast(js->>'$.completion_tokens' as bigint) as output_tokens,
+  try_cast(js->>'$.cached_tokens' as bigint) as cached_tokens,
+  try_cast(js->>'$.e2e_latency' as double) as e2e_s,
+  try_cast(js->>'$.request_received_ts' as double) as received,
+  try_cast(js->>'$.request_finished_ts' as double) as finished,
+  try_cast(js->>'$.response_sent_to_client_ts' as double) as sent,
+  try_cast(js->>'$.queue_time' as double) as queue_s,
+  coalesce(js->>'$.finish_reason.type', js->>'$.finish_reason') as finish_reason
+from j
 """
 
 

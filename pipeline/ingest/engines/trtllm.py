@@ -96,9 +96,9 @@ select line_no, raw, valid,
   {_v('$.maxNumTokensRuntime', 'bigint')} as max_tokens_runtime,
   {_v('$.maxNumTokensStatic', 'bigint')} as max_tokens_static,
   {_v('$.kvCacheStats.maxNumBlocks', 'bigint')} * {_v('$.kvCacheStats.tokensPerBlock', 'bigint')} as kv_tokens,
-  json_exists(js, '$.end') and not json_exists(js, '$.iter') as is_end,
+  coalesce(json_exists(js, '$.end') and not json_exists(js, '$.iter'), false) as is_end,
   js->>'$.timestamp' as ts_text
-from (select line_no, raw, valid, case when valid then js::json end as js from src)
+from (select line_no, raw, valid, case when valid then js end as js from src)
 """
 
 REASON = pl.coalesce(

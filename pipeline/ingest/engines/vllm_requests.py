@@ -33,25 +33,27 @@ REQUIRED = ("request_id", "arrival_time", "queued_ts", "scheduled_ts", "first_to
 
 PARSE = """
 with b as (
-  select line_no, raw, json_valid(raw) and json_type(raw) = 'OBJECT' as ok from lines
+  select line_no, raw, coalesce(case when json_valid(raw) then json_type(raw) = 'OBJECT' end, false) as ok from lines
+), j as (  -- invalid lines get a NULL document, so no extraction below can fail on them
+  select line_no, raw, ok, case when ok then raw end as js from b
 )
 select line_no, raw,
   case when trim(raw) = '' then 'blank'
        when not ok then 'not valid JSON (truncated or garbage line)'
   end as perr,
-  case when ok then raw->>'$.request_id' end as req_id,
-  case when ok then try_cast(raw->>'$.input_toks' as bigint) end as prompt_tokens,
-  case when ok then try_cast(raw->>'$.output_toks' as bigint) end as output_tokens,
-  case when ok then try_cast(raw->>'$.num_preemptions' as bigint) end as preemptions,
-  case when ok then try_cast(raw->>'$.num_cached_tokens' as bigint) end as cached_tokens,
-  case when ok then raw->>'$.finish_reason' end as finish_reason,
-  case when ok then try_cast(raw->>'$.arrival_time' as double) end as arrival_time,
-  case when ok then nullif(try_cast(raw->>'$.queued_ts' as double), 0) end as queued_ts,
-  case when ok then nullif(try_cast(raw->>'$.scheduled_ts' as double), 0) end as scheduled_ts,
-  case when ok then nullif(try_cast(raw->>'$.first_token_ts' as double), 0) end as first_token_ts,
-  case when ok then nullif(try_cast(raw->>'$.last_token_ts' as double), 0) end as last_token_ts,
-  case when ok then list_filter({names}, lambda k: json_type(raw, '$.' || k) is null) end as missing
-from b
+  js->>'$.request_id' as req_id,
+  try_cast(js->>'$.input_toks' as bigint) as prompt_tokens,
+  try_cast(js->>'$.output_toks' as bigint) as output_tokens,
+  try_cast(js->>'$.num_preemptions' as bigint) as preemptions,
+  try_cast(js->>'$.num_cached_tokens' as bigint) as cached_tokens,
+  js->>'$.finish_reason' as finish_reason,
+  try_cast(js->>'$.arrival_time' as double) as arrival_time,
+  nullif(try_cast(js->>'$.queued_ts' as double), 0) as queued_ts,
+  nullif(try_cast(js->>'$.scheduled_ts' as double), 0) as scheduled_ts,
+  nullif(try_cast(js->>'$.first_token_ts' as double), 0) as first_token_ts,
+  nullif(try_cast(js->>'$.last_token_ts' as double), 0) as last_token_ts,
+  case when ok then list_filter({names}, lambda k: json_type(js, '$.' || k) is null) end as missing
+from j
 """
 
 

@@ -1,0 +1,81 @@
+"""Format detection from content, --format override, and a directory of mixed formats."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from pipeline import ingest
+from pipeline.cli import cli
+from pipeline.errors import InputError
+
+FIX = Path(__file__).resolve().parents[2] / "fixtures"
+SAMPLES = {
+    "vllm/server.log": "vllm-log",
+    "vllm/server_epoch.log": "vllm-log",
+    "vllm/bench.json": "vllm-bench",
+    "vllm/requests.jsonl": "vllm-requests",
+    "trtllm/iteration_log.txt": "trtllm-iterlog",
+    "trtllm/metrics.json": "trtllm-iterlog",
+    "sglang/server.log": "sglang-log",
+    "sglang/server_tp.log": "sglang-log",
+    "sglang/sglang-request-metrics-20260301_10.log": "sglang-metrics",
+    "genai_perf/profile_export.json": "genai-perf",
+    "canonical/tiny.jsonl": "jsonl",
+}
+
+
+@pytest.mark.parametrize("rel, name", sorted(SAMPLES.items()))
+def test_detect_from_content_not_name(tmp_path, rel, name):
+    # a neutral file name: detection must come from the content
+    blind = tmp_path / "upload.dat"
+    shutil.copy(FIX / rel, blind)
+    assert ingest.detect(blind).name == name
+
+
+def test_detect_aiperf(realdata):
+    assert ingest.detect(realdata / "aiperf/tests/unit/plot/fixtures/qwen_concurrency1/profile_export.jsonl").name == "aiperf"
+
+
+def test_unknown_format_lists_known_ones(tmp_path):
+    odd = tmp_path / "notes.txt"
+    odd.write_text("hello\nworld\n")
+    with pytest.raises(InputError) as exc:
+        ingest.detect(odd)
+    for name in ("vllm-log", "vllm-bench", "trtllm-iterlog", "sglang-log", "aiperf", "genai-perf", "--format"):
+        assert name in str(exc.value)
+
+
+def test_format_override(con, tmp_path):
+    """--format wins over detection: a vLLM log read as SGLang has no SGLang lines at all."""
+    (res,) = ingest.ingest_paths(con, [FIX / "vllm/server.log"], fmt="sglang-log")
+    assert (res.format, res.accepted, res.rejected) == ("sglang-log", 1, 0)  # only the run record
+    with pytest.raises(InputError, match="unknown format 'nope'; known formats: .*vllm-log"):
+        ingest.ingest_paths(con, [FIX / "vllm/server.log"], fmt="nope")
+
+
+def test_cli_mixed_directory_reports_each_file(tmp_path):
+    d = tmp_path / "logs"
+    for rel in SAMPLES:
+        if rel.startswith("vllm/server_epoch"):
+            continue
+        dest = d / rel.replace("/", "_")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(FIX / rel, dest)
+    db = tmp_path / "m.duckdb"
+    out = CliRunner().invoke(cli, ["ingest", str(d), "--db", str(db), "--json"])
+    assert out.exit_code == 0, out.output
+    results = {Path(r["path"]).name: r for r in json.loads(out.output)}
+    assert {k: r["format"] for k, r in results.items()} == {rel.replace("/", "_"): f for rel, f in SAMPLES.items()
+                                                           if not rel.startswith("vllm/server_epoch")}
+    assert all(r["rejected"] == 0 and r["lines_read"] == r["accepted"] + r["skipped"] for r in results.values())
+    text = CliRunner().invoke(cli, ["ingest", str(d), "--db", str(tmp_path / "n.duckdb")])
+    assert text.exit_code == 0
+    lines = text.output.splitlines()
+    assert len(lines) == len(results)
+    assert any("[vllm-bench]: 65 read, 65 accepted, 0 rejected" in l for l in lines)
+    assert any("[sglang-log]: 6 read, 4 accepted, 0 rejected, 2 skipped" in l for l in lines)

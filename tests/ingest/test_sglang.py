@@ -1,0 +1,87 @@
+"""SGLang scheduler logs (every wording variant) and --export-metrics-to-file records."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline import ingest, store
+
+FIX = Path(__file__).resolve().parents[2] / "fixtures" / "sglang"
+
+
+def load(con, *paths, **kw):
+    res = ingest.ingest_paths(con, [Path(p) for p in paths], **kw)
+    store.build_derived(con)
+    return res
+
+
+def unix(s: str) -> float:
+    return dt.datetime.fromisoformat(s).replace(tzinfo=dt.timezone.utc).timestamp()
+
+
+def test_docs_lines(con):
+    (res,) = load(con, FIX / "server.log")
+    assert (res.format, res.accepted, res.rejected, res.skipped) == ("sglang-log", 4, 0, 2)
+    got = con.execute("select iter, t_end, dur_ms, prefill_tokens, prefill_reqs, decode_reqs, context_tokens, "
+                      "running_reqs, waiting_reqs, kv_usage, extra->>'$.cached_tokens' from iterations order by iter").fetchall()
+    t = unix("2025-09-03 05:49:04")
+    assert got == [
+        (0, t, None, 115, 1, 0, None, 0, 0, 0.02, "351"),
+        (1, t, pytest.approx(1 * 1000 / 65.75), 0, 0, 1, 501, 1, 0, 0.02, None),
+        (2, t + 1, pytest.approx(1 * 1000 / 75.29), 0, 0, 1, 541, 1, 0, 0.03, None),
+    ]
+    meta = json.loads(con.execute("select meta from runs").fetchall()[0][0])
+    assert meta["decode_lines_sampled"] is True and meta["decode_log_interval"] == 40
+    assert meta["estimated"] == ["dur_ms"]
+    # the prefill step has no duration: it must not count as a 0 ms iteration
+    assert con.execute("select count from metric_stats where metric = 'iteration_ms'").fetchall() == [(2,)]
+
+
+def test_wording_variants_and_step_counters(con):
+    (res,) = load(con, FIX / "server_tp.log")
+    assert (res.accepted, res.rejected) == (7, 0)
+    got = con.execute("select extra->>'$.phase', extra->>'$.sglang_iter', prefill_tokens, running_reqs, decode_reqs, "
+                      "context_tokens, waiting_reqs, extra->>'$.graph' from iterations order by iter").fetchall()
+    assert got == [
+        ("Prefill", None, 200, 0, 0, None, 0, None),   # older lines say nothing about graphs
+        ("Decode", None, 0, 1, 1, 234, 0, None),
+        ("Decode", None, 0, 1, 1, 2154, 0, None),
+        ("Prefill", "41", 300, 3, 0, None, 1, "false"),
+        ("Decode", "80", 0, 5, 5, 1800, 1, "true"),
+        ("Decode", "120", 0, 5, 5, 2000, 0, "true"),
+    ]
+    meta = json.loads(con.execute("select meta from runs").fetchall()[0][0])
+    assert meta["decode_log_interval"] == 40 and meta["decode_log_interval_source"] == "step counters in the log"
+    assert meta["ranks"] == ["DP0 TP3", "TP0"]
+
+
+def test_broken_lines(con, tmp_path):
+    lines = (FIX / "server.log").read_text().splitlines()
+    lines[2] = lines[2].split("gen throughput")[0]        # truncated decode line
+    lines[1] = lines[1].replace("#new-token: 115, ", "")   # prefill line missing a field
+    path = tmp_path / "s.log"
+    path.write_text("\n".join(lines) + "\n")
+    load(con, path)
+    rej = dict(con.execute("select line_no, reason from rejects").fetchall())
+    assert rej == {2: "SGLang Prefill batch line without #new-token",
+                   3: "SGLang Decode batch line without #queue-req, gen throughput (token/s)"}
+    assert con.execute("select count(*) from iterations").fetchall() == [(1,)]
+
+
+def test_request_metrics_export(con):
+    path = FIX / "sglang-request-metrics-20260301_10.log"
+    (res,) = load(con, path)
+    assert (res.format, res.accepted, res.rejected) == ("sglang-metrics", 4, 0)
+    got = con.execute("select req_id, t_arrival, t_finish, prompt_tokens, output_tokens, cached_tokens, status "
+                      "from requests order by req_id").fetchall()
+    assert got == [
+        ("a1", 1772359200.125, 1772359200.537, 5, 16, 0, "ok"),
+        ("a2", 1772359200.5, pytest.approx(1772359200.7), 7, 8, 5, "ok"),   # finish = arrival + e2e_latency
+        ("a3", 1772359201.0, 1772359201.01, 3, 0, 0, "aborted"),
+    ]
+    assert con.execute("select count from metric_stats where metric = 'e2e_ms' and run_id = ?",
+                       [path.name.split(".")[0]]).fetchall() == [(2,)]

@@ -1,0 +1,76 @@
+"""TensorRT-LLM IterationStats: dict-repr iteration logs and /metrics JSON arrays."""
+
+from __future__ import annotations
+
+import ast
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline import ingest, store
+
+FIX = Path(__file__).resolve().parents[2] / "fixtures" / "trtllm"
+COLS = "iter, dur_ms, t_end, prefill_reqs, prefill_tokens, decode_reqs, decode_tokens, running_reqs, waiting_reqs, kv_usage, preempted_reqs, context_tokens"
+
+
+def load(con, *paths, **kw):
+    res = ingest.ingest_paths(con, [Path(p) for p in paths], **kw)
+    store.build_derived(con)
+    return res
+
+
+def expected(rec: dict) -> tuple:
+    """Hand mapping of one IterationStats record (docs/formats.md), written independently of the SQL."""
+    ib, kv = rec["inflightBatchingStats"], rec["kvCacheStats"]
+    ts = dt.datetime.strptime(rec["timestamp"], "%m-%d-%Y %H:%M:%S.%f").replace(tzinfo=dt.timezone.utc).timestamp()
+    flat = "scheduledNumDecodeRequests" in rec
+    dec = rec["scheduledNumDecodeRequests"] if flat else ib["numGenRequests"]
+    pre_r = rec["scheduledNumPrefillRequests"] if flat else ib["numContextRequests"]
+    pre_t = rec["scheduledSumPrefillTokens"] if flat else ib["numCtxTokens"]
+    waiting = rec["queuedNumPrefillRequests"] + rec["queuedNumDecodeRequests"] if flat else rec["numQueuedRequests"]
+    ctx = rec["scheduledSumPrefillKvTokens"] + rec["scheduledSumDecodeKvTokens"] if flat else None
+    return (rec["iter"], rec["iterLatencyMS"], pytest.approx(ts, abs=1e-6), pre_r, pre_t, dec, dec,
+            rec["numActiveRequests"], waiting, pytest.approx(kv["usedNumBlocks"] / kv["maxNumBlocks"]),
+            ib["numPausedRequests"], ctx)
+
+
+def test_iteration_log_dict_repr(con):
+    path = FIX / "iteration_log.txt"
+    (res,) = load(con, path)
+    assert (res.format, res.accepted, res.rejected) == ("trtllm-iterlog", 7, 0)
+    recs = [ast.literal_eval(l) for l in path.read_text().splitlines()]
+    assert con.execute(f"select {COLS} from iterations order by iter").fetchall() == [expected(r) for r in recs]
+    meta = json.loads(con.execute("select meta from runs").fetchall()[0][0])
+    assert (meta["max_num_seqs"], meta["max_num_batched_tokens"], meta["kv_cache_tokens"]) == (64, 8192, 101256 * 32)
+
+
+def test_metrics_json_array_with_flat_fields(con):
+    path = FIX / "metrics.json"
+    (res,) = load(con, path)
+    assert (res.format, res.accepted, res.rejected) == ("trtllm-iterlog", 5, 0)
+    recs = json.loads(path.read_text())
+    assert con.execute(f"select {COLS} from iterations order by iter").fetchall() == [expected(r) for r in recs]
+
+
+def test_json_lines_and_broken_lines(con, tmp_path):
+    recs = json.loads((FIX / "metrics.json").read_text())
+    lines = [json.dumps(r) for r in recs]
+    lines[1] = lines[1][:80]                                              # truncated
+    bad = dict(recs[2]); bad.pop("iterLatencyMS"); lines[2] = json.dumps(bad)   # field missing
+    lines.append('{"end": true}')                                         # the writer's end marker
+    odd = {**recs[3], "iter": 9, "note": "don't"}                          # a quote inside a string:
+    lines.append(repr(odd))                                               # only literal_eval reads it
+    lines.append("{'iter': 10, 'iterLatencyMS': 1.0, 'timestamp': '13-45-2024 99:00:00'}")
+    path = tmp_path / "stats.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    (res,) = load(con, path)
+    rej = dict(con.execute("select line_no, reason from rejects").fetchall())
+    assert rej == {
+        2: "not a TRT-LLM IterationStats record (invalid JSON or Python literal; truncated?)",
+        3: "IterationStats without iterLatencyMS",
+        7: "timestamp not in %m-%d-%Y %H:%M:%S[.%f] form: 13-45-2024 99:00:00",
+    }
+    assert sorted(r[0] for r in con.execute("select iter from iterations").fetchall()) == [0, 3, 9]
+    assert res.skipped == 1 and res.lines_read == res.accepted + res.rejected + res.skipped
