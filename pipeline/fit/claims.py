@@ -15,7 +15,7 @@ LINEAR_MAX_DEV = 0.05  # binned median relative residual within +-5%: linear
 MEMORY_BOUND_MIN = 0.5  # effective KV bandwidth >= 50% of peak: memory-bound
 
 
-def shape_evidence(ctx: np.ndarray | None, prefill: np.ndarray | None, y: np.ndarray, rel: np.ndarray,
+def shape_evidence(ctx: np.ndarray | None, prefill: np.ndarray | None, y: np.ndarray, lr: np.ndarray,
                    inlier: np.ndarray) -> dict[str, Any]:
     """Numbers the claims need, computed once at fit time (stored with the fit)."""
     out: dict[str, Any] = {}
@@ -32,7 +32,7 @@ def shape_evidence(ctx: np.ndarray | None, prefill: np.ndarray | None, y: np.nda
     if sel is not None and sel.sum() >= 50 and np.ptp(ctx[sel]) > 0:
         edges = np.unique(np.quantile(ctx[sel], np.linspace(0, 1, 11)))
         which = np.clip(np.searchsorted(edges, ctx[sel], side="right") - 1, 0, len(edges) - 2)
-        meds = [float(np.median(rel[sel][which == i])) for i in range(len(edges) - 1) if (which == i).any()]
+        meds = [float(np.expm1(np.median(lr[sel][which == i]))) for i in range(len(edges) - 1) if (which == i).any()]
         out["context_bins"] = len(meds)
         out["context_bin_max_rel_dev"] = float(np.max(np.abs(meds)))
     return out

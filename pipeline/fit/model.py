@@ -7,7 +7,8 @@ Why this estimator:
 - Noise in step times is roughly proportional to the step (a 40 ms prefill step
   jitters more than a 5 ms decode step), so residuals are taken relative to the
   prediction, ``(y - yhat) / yhat`` (iteratively re-weighted: the scale comes from
-  the previous pass).
+  the previous pass). Outliers are judged on ``log(y / yhat)``, which is symmetric
+  for multiplicative noise (relative residuals have a heavier right tail).
 - The stalls we hunt are huge positive outliers; ``scipy.optimize.least_squares``
   with the ``soft_l1`` loss (scale = 1.4826 x MAD of the relative residuals) keeps
   them from dragging the line.
@@ -33,6 +34,7 @@ TERMS = (("a_ms_per_ctx", "context_tokens"), ("b_ms_per_prefill", "prefill_token
 MAX_VIF = 30.0  # beyond this a term's column is (nearly) a combination of the others
 MIN_NONZERO = 5  # steps where a term's column differs from its most common value
 MAD_TO_SIGMA = 1.4826
+REL_SCALE_FLOOR = 1e-3  # noise-free data: a 0.1% (timer resolution) floor keeps rounding from flagging stalls
 
 
 @dataclass(frozen=True)
@@ -46,9 +48,8 @@ class LinearFit:
     r2: float
     r2_inliers: float
     mape_pct: float
-    rel_center: float
-    rel_scale: float
-    log_sigma: float
+    log_center: float
+    log_scale: float
     n_outliers: int
     statements: list[str] = field(default_factory=list)
 
@@ -66,7 +67,7 @@ class LinearFit:
         return {
             "coef": dict(self.coef), "ci": {k: list(v) for k, v in self.ci.items()}, "terms": list(self.terms),
             "n": self.n, "r2": self.r2, "r2_inliers": self.r2_inliers, "mape_pct": self.mape_pct,
-            "rel_center": self.rel_center, "rel_scale": self.rel_scale, "log_sigma": self.log_sigma,
+            "log_center": self.log_center, "log_scale": self.log_scale,
             "n_outliers": self.n_outliers, "statements": list(self.statements),
         }
 
@@ -77,6 +78,14 @@ def mad_scale(x: np.ndarray) -> tuple[float, float]:
         return float("nan"), float("nan")
     med = float(np.median(x))
     return med, MAD_TO_SIGMA * float(np.median(np.abs(x - med)))
+
+
+def log_ratio(y: np.ndarray, yhat: np.ndarray) -> np.ndarray:
+    """log(measured / predicted), NaN where either is not positive."""
+    ok = (y > 0) & (yhat > 0)
+    out = np.full(len(y), np.nan)
+    out[ok] = np.log(y[ok] / yhat[ok])
+    return out
 
 
 def select_terms(cols: dict[str, np.ndarray], allow: tuple[str, ...] | None = None) -> tuple[list[str], list[str]]:
@@ -199,11 +208,10 @@ def fit_linear(
     coef = {nm: float(b) for nm, b in zip(names, beta)}
     ci = {nm: (float(a), float(b)) for nm, a, b in zip(names, lo, hi)}
     yhat = X @ beta
-    rel = (y - yhat) / np.maximum(yhat, 1e-9)
-    center, scale = mad_scale(rel)
-    outlier = rel > center + k * scale
-    pos = (y > 0) & (yhat > 0)
-    _, log_sigma = mad_scale(np.log(y[pos] / yhat[pos]))
+    lr = log_ratio(y, yhat)
+    center, scale = mad_scale(lr[np.isfinite(lr)])
+    scale = max(scale, REL_SCALE_FLOOR)
+    outlier = np.nan_to_num(lr, nan=-np.inf) > center + k * scale
     for nm in terms:
         a, b = ci[nm]
         if a <= 0 <= b:
@@ -211,7 +219,7 @@ def fit_linear(
     if n < 10 * p:
         notes.append(f"only {n} steps for {p} coefficients: estimates are rough")
     return LinearFit(coef, ci, tuple(terms), n, _r2(y, yhat), _r2(y[~outlier], yhat[~outlier]),
-                     float(np.mean(np.abs(y[y > 0] - yhat[y > 0]) / y[y > 0]) * 100), center, scale, log_sigma,
+                     float(np.mean(np.abs(y[y > 0] - yhat[y > 0]) / y[y > 0]) * 100), center, scale,
                      int(outlier.sum()), notes)
 
 

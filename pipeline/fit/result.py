@@ -6,6 +6,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
+def _finite(v: Any) -> float | None:
+    return None if v is None or v != v or v in (float("inf"), "inf") else float(v)
+
+
 @dataclass(frozen=True)
 class FitResult:
     """Memory-bound model of one run (SPEC §6), its stalls, hardware figures and claim checks.
@@ -13,9 +17,10 @@ class FitResult:
     Coefficients are in ms (per token for a, b, c); a coefficient the data could not
     separate is None, and ``statements`` says why. ``ci`` holds 95% bootstrap
     intervals keyed by coefficient name. ``residual_log_sigma`` is the robust spread
-    of log(measured / predicted) (multiplicative noise); stalls are steps beyond
-    ``rel_center + k * rel_scale`` in relative residual, ``stall_rate`` their share of
-    steps and ``stall_ms`` their size distribution (residual ms).
+    (1.4826 x MAD) of log(measured / predicted), i.e. the multiplicative noise; stalls
+    are steps whose log ratio exceeds ``log_center + k * residual_log_sigma``,
+    ``stall_rate`` is their share of steps and ``stall_ms`` their size distribution
+    (residual ms).
     """
 
     run_id: str
@@ -31,8 +36,7 @@ class FitResult:
     r2_inliers: float | None
     mape_pct: float | None
     residual_log_sigma: float | None
-    rel_center: float
-    rel_scale: float
+    log_center: float
     k: float
     stall_rate: float | None
     stall_ms: dict[str, Any]
@@ -52,7 +56,7 @@ class FitResult:
             run_id, nums.get("n_iterations", nums["n"]), nums["n"], tuple(nums["terms"]), c.get("t0_ms"),
             c.get("a_ms_per_ctx"), c.get("b_ms_per_prefill"), c.get("c_ms_per_decode"),
             {k: list(v) for k, v in nums["ci"].items()}, nums.get("r2"), nums.get("r2_inliers"),
-            nums.get("mape_pct"), nums.get("log_sigma"), nums["rel_center"], float(nums["rel_scale"]),
+            nums.get("mape_pct"), _finite(nums.get("log_scale")), nums["log_center"],
             nums.get("k", 4.0), nums.get("stall_rate"), nums.get("stall_ms", {}), nums.get("spikes", {}),
             nums.get("phases", {}), nums.get("shape", {}), hw, claims, statements, nums.get("top_spikes", []),
         )

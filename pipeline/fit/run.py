@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import store
 from . import claims, hardware, sql, stalls
-from .model import TERMS, LinearFit, fit_linear
+from .model import TERMS, LinearFit, fit_linear, log_ratio
 from .result import FitResult
 
 FIT_VERSION = 1
@@ -79,14 +79,14 @@ def _numbers(fit: LinearFit | None, cols, y, k: float) -> dict[str, Any]:
     """The stored numeric part of a fit (JSON-ready)."""
     if fit is None:
         return {"coef": {"t0_ms": None}, "ci": {}, "terms": [], "n": len(y), "r2": None, "r2_inliers": None,
-                "mape_pct": None, "rel_center": 0.0, "rel_scale": float("inf"), "log_sigma": None, "statements": []}
+                "mape_pct": None, "log_center": 0.0, "log_scale": float("inf"), "statements": []}
     d = fit.to_dict()
     for name, _ in TERMS:
         d["coef"].setdefault(name, None)
     yhat = fit.predict(cols)
-    rel = (y - yhat) / np.maximum(yhat, 1e-9)
-    inlier = rel <= fit.rel_center + k * fit.rel_scale
-    d["shape"] = claims.shape_evidence(cols.get("context_tokens"), cols.get("prefill_tokens"), y, rel, inlier)
+    lr = log_ratio(y, yhat)
+    inlier = np.nan_to_num(lr, nan=np.inf) <= fit.log_center + k * fit.log_scale
+    d["shape"] = claims.shape_evidence(cols.get("context_tokens"), cols.get("prefill_tokens"), y, lr, inlier)
     return d
 
 
@@ -136,8 +136,8 @@ def fit_run(
 
 def _materialise(con: duckdb.DuckDBPyConnection, run_id: str, nums: dict[str, Any]) -> None:
     coef = nums["coef"]
-    params = {"run_id": run_id, "t0_ms": coef["t0_ms"] or 0.0, "rel_center": nums["rel_center"],
-              "rel_scale": nums["rel_scale"], "k": nums["k"], "tol_s": TOL_S}
+    params = {"run_id": run_id, "t0_ms": coef["t0_ms"] or 0.0, "log_center": nums["log_center"],
+              "log_scale": nums["log_scale"], "k": nums["k"], "tol_s": TOL_S}
     params |= {name: coef.get(name) or 0.0 for name, _ in TERMS}
     if coef["t0_ms"] is None:  # nothing fitted: no predictions, every step unattributed
         params["t0_ms"] = float("nan")
@@ -174,7 +174,7 @@ def stored_numbers(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any
     if not rows or rows[0][0] != _fingerprint(con, run_id):
         return None
     nums = json.loads(rows[0][1])
-    nums["rel_scale"] = float(nums["rel_scale"]) if nums.get("rel_scale") is not None else float("nan")
+    nums["log_scale"] = float(nums["log_scale"]) if nums.get("log_scale") is not None else float("nan")
     return nums
 
 

@@ -1,17 +1,17 @@
 """Spikes and stalls: iterations that break the memory-bound model (SPEC §7).
 
 Rule (applied in ``queries/fit/iteration_fit.sql``; :func:`thresholds` supplies it):
-with ``rel = (measured - predicted) / predicted`` and its robust centre ``m``
-(median) and scale ``s`` (1.4826 x MAD) over the run,
+with ``r = ln(measured / predicted)`` and its robust centre ``m`` (median) and
+scale ``s`` (1.4826 x MAD) over the run,
 
-- a **stall** is a step with ``rel > m + k*s`` (default k = 4): the model with its
+- a **stall** is a step with ``r > m + k*s`` (default k = 4): the model with its
   prefill term does not explain it. It is labelled ``preemption`` when the step
   preempted requests, else ``unexplained`` (GC, host hiccup, noise);
 - a **prefill spike** is a step that is not a stall but exceeds its *decode
-  baseline* (t0 + a*context + c*decode) by the same relative margin, with prefill
+  baseline* (t0 + a*context + c*decode) by the same margin (in log ratio), with prefill
   in it: the prefill cost explains the spike.
 
-Relative residuals, because step-time noise scales with the step. A stall smaller
+Log ratios, because step-time noise scales with the step. A stall smaller
 than about k*s of its step cannot be told from noise by any rule; the stall
 statistics here describe the stalls that are found.
 """

@@ -1,7 +1,7 @@
 -- table:   iteration_fit
 -- grain:   one row per (run_id, iter) of the fitted run
 -- inputs:  iteration_metrics
--- params:  $run_id, $t0_ms, $a_ms_per_ctx, $b_ms_per_prefill, $c_ms_per_decode, $rel_center, $rel_scale, $k
+-- params:  $run_id, $t0_ms, $a_ms_per_ctx, $b_ms_per_prefill, $c_ms_per_decode, $log_center, $log_scale, $k
 -- purpose: the memory-bound model's parts of every step (SPEC §7), materialised by
 --   pipeline/fit (not by the derived-table runner: it needs the fitted coefficients).
 --   decode_baseline_ms = t0 + a*context_tokens + c*decode_tokens   (memory-bound decode)
@@ -10,8 +10,9 @@
 --   residual_ms        = iteration_ms - predicted_ms;  rel_residual = residual_ms / predicted_ms
 --   span_ms            = (t_end - previous t_end) * 1000: the step plus the host gap before it
 --   host_gap_ms        = span_ms - iteration_ms
---   is_stall           = rel_residual > rel_center + k * rel_scale  (robust: median + k x 1.4826 MAD)
---   is_spike           = is_stall, or the step exceeds its decode baseline by the same relative margin
+--   log_residual       = ln(iteration_ms / predicted_ms)
+--   is_stall           = log_residual > log_center + k * log_scale  (robust: median + k x 1.4826 MAD)
+--   is_spike           = is_stall, or ln(iteration_ms / decode_baseline_ms) beyond the same threshold
 --   spike_cause        = 'preemption' (a stall in a step that preempted), 'unexplained' (other stalls),
 --                        'prefill' (a spike the prefill part explains), null otherwise
 --   A coefficient of 0 is a term that was not fitted: its column may be null.
@@ -44,7 +45,10 @@ parts as (
         iteration_ms - (decode_baseline_ms + prefill_ms_part) as residual_ms,
         (iteration_ms - (decode_baseline_ms + prefill_ms_part))
         / greatest(decode_baseline_ms + prefill_ms_part, 1e-9) as rel_residual,
-        (iteration_ms - decode_baseline_ms) / greatest(decode_baseline_ms, 1e-9) as rel_over_baseline,
+        case when iteration_ms > 0 and decode_baseline_ms + prefill_ms_part > 0
+            then ln(iteration_ms / (decode_baseline_ms + prefill_ms_part)) end as log_residual,
+        case when iteration_ms > 0 and decode_baseline_ms > 0
+            then ln(iteration_ms / decode_baseline_ms) end as log_over_baseline,
         span_ms - iteration_ms as host_gap_ms
     from it
 ),
@@ -52,8 +56,8 @@ parts as (
 flags as (
     select
         *,
-        coalesce(rel_residual > $rel_center + $k * $rel_scale, false) as is_stall,
-        coalesce(rel_over_baseline > $rel_center + $k * $rel_scale, false) as over_baseline
+        coalesce(log_residual > $log_center + $k * $log_scale, false) as is_stall,
+        coalesce(log_over_baseline > $log_center + $k * $log_scale, false) as over_baseline
     from parts
 )
 
@@ -74,6 +78,7 @@ select
     prefill_ms_part,
     residual_ms,
     rel_residual,
+    log_residual,
     is_stall,
     is_stall or (over_baseline and coalesce(prefill_tokens, 0) > 0) as is_spike,
     case

@@ -1,0 +1,41 @@
+"""``tracelat fit``: fit the memory-bound iteration-time model to a run."""
+
+from __future__ import annotations
+
+import click
+
+from .options import db_option, dumps, json_option
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--model", help="Model name from the catalogue or a HF id (default: the run's model).")
+@click.option("--config", "config", type=click.Path(exists=True), help="A Hugging Face config.json instead of --model.")
+@click.option("--gpu", help="GPU from the catalogue (h100-sxm, a100-80gb, ..., cpu:GBPS); default: the run's GPU.")
+@click.option("--bandwidth-gbps", type=float, help="Peak memory bandwidth in GB/s (required for --gpu cpu).")
+@click.option("--peak-tflops", type=float, help="Dense peak TFLOP/s, overriding the catalogue (prefill roofline).")
+@click.option("--k", "k", type=float, default=4.0, show_default=True,
+              help="Stall threshold in robust standard deviations of the relative residual.")
+@click.option("--bootstrap", type=int, default=200, show_default=True, help="Bootstrap replicates for the CIs.")
+@db_option
+@json_option
+def fit(run_id: str, model, config, gpu, bandwidth_gbps, peak_tflops, k, bootstrap, db: str, as_json: bool) -> None:
+    """Fit iteration_ms ~ t0 + a*context + b*prefill + c*decode to RUN_ID.
+
+    Robust (outliers are the stalls being hunted), with bootstrap confidence
+    intervals, R² and MAPE; the effective KV bandwidth, weight-read floor and
+    prefill roofline against the GPU; the seed document's claims checked on the
+    data; spikes labelled prefill / preemption / unexplained. Stores the fit and
+    the per-step and per-request parts for `tracelat explain` and reports.
+    """
+    from .. import store
+    from ..errors import InputError
+    from ..fit import fit_run
+    from ..fit.text import format_fit
+
+    if model and config:
+        raise InputError("give --model or --config, not both")
+    con = store.open_for_reading(db)
+    result = fit_run(con, run_id, model=model, gpu=gpu, config=config, bandwidth_gbps=bandwidth_gbps,
+                     tflops=peak_tflops, k=k, n_boot=bootstrap)
+    click.echo(dumps(result.to_dict()) if as_json else format_fit(result))

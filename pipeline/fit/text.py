@@ -1,0 +1,108 @@
+"""Human-readable text for ``tracelat fit`` and ``tracelat explain``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .result import FitResult
+
+COEF_TEXT = (
+    ("t0_ms", "t0 (fixed cost per step)", 1.0, "ms"),
+    ("a_ms_per_ctx", "a (per context token)", 1000.0, "ms per 1k tokens"),
+    ("b_ms_per_prefill", "b (per prefill token)", 1000.0, "ms per 1k tokens"),
+    ("c_ms_per_decode", "c (per decode token)", 1000.0, "ms per 1k tokens"),
+)
+
+
+def _n(v: Any, fmt: str = ".4g") -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def format_fit(f: FitResult) -> str:
+    """The fit as a short report: model, diagnostics, hardware, claims, statements, spikes."""
+    lines = [f"run {f.run_id}: iteration_ms ~ t0 + a*context + b*prefill + c*decode "
+             f"({f.n_fitted} of {f.n_iterations} steps fitted, robust, 95% bootstrap CIs)"]
+    for key, label, scale, unit in COEF_TEXT:
+        v = getattr(f, key)
+        if v is None:
+            lines.append(f"  {label:<26} not fitted")
+            continue
+        lo, hi = f.ci.get(key, (None, None))
+        lines.append(f"  {label:<26} {v * scale:>10.4g} {unit:<17} [{_n(lo and lo * scale)} .. {_n(hi and hi * scale)}]")
+    if f.r2 is not None:
+        lines.append(f"  R² {f.r2:.4f} (without stalls {f.r2_inliers:.4f}), MAPE {f.mape_pct:.2f}%, "
+                     f"residual spread (robust sd of log ratio) {f.residual_log_sigma:.3f}")
+    for name, ph in f.phases.items():
+        if "coef" in ph:
+            c = ph["coef"]
+            parts = ", ".join(f"{k.split('_')[0]}={v * (1 if k == 't0_ms' else 1000):.4g}" for k, v in c.items())
+            lines.append(f"  phase {name}: {ph['n']} steps, {parts} (a, b, c per 1k), R² {ph['r2']:.3f}")
+        else:
+            lines.append(f"  phase {name}: " + "; ".join(ph.get("statements", [])))
+    hw = f.hardware
+    if hw:
+        lines += ["", f"hardware: model {hw['model'] or '?'}, GPU {hw['gpu'] or '?'} x{hw['num_gpus']}, "
+                      f"weights {hw['weight_dtype']}, KV {hw['kv_dtype']}"]
+        if hw.get("kv_bytes_per_token"):
+            lines.append(f"  KV bytes per token {hw['kv_bytes_per_token']:.0f}; weights {hw['weight_bytes'] / 1e9:.3g} GB")
+        if hw.get("effective_bandwidth_gbps"):
+            lo, hi = hw["effective_bandwidth_ci_gbps"]
+            frac = hw.get("bandwidth_fraction_of_peak")
+            lines.append(f"  effective KV bandwidth {hw['effective_bandwidth_gbps']:.0f} GB/s [{_n(lo, '.0f')} .. {_n(hi, '.0f')}]"
+                         + (f" = {frac:.0%} of peak {hw['peak_bandwidth_gbps']:.0f} GB/s" if frac else ""))
+        if hw.get("weight_floor_ms") is not None:
+            lines.append(f"  weight-read floor {hw['weight_floor_ms']:.4g} ms; t0 - floor = overhead "
+                         f"{_n(hw.get('overhead_ms'))} ms per step")
+        if hw.get("prefill_roofline_ms_per_token"):
+            lines.append(f"  prefill compute roofline {hw['prefill_roofline_ms_per_token'] * 1000:.4g} ms per 1k tokens"
+                         + (f"; measured b is {hw['prefill_fraction_of_peak_compute']:.0%} of peak compute"
+                            if hw.get("prefill_fraction_of_peak_compute") else ""))
+    lines += ["", "seed claims, checked on this run:"]
+    for c in f.claims:
+        verdict = {True: "HOLDS", False: "DOES NOT HOLD", None: "CANNOT CHECK"}[c["holds"]]
+        lines.append(f"  [{verdict}] {c['claim']}: {c['evidence']}")
+    sp, st = f.spikes, f.stall_ms
+    lines += ["", f"spikes: {sp.get('count', 0)} (prefill {sp.get('prefill', 0)}, preemption {sp.get('preemption', 0)}, "
+                  f"unexplained {sp.get('unexplained', 0)}); threshold: log(measured/predicted) > "
+                  f"{f.log_center:+.3f} + {f.k:g} x {f.residual_log_sigma or 0:.3f}"]
+    if st.get("count"):
+        lines.append(f"  stalls: {st['count']} ({(f.stall_rate or 0):.2%} of steps), residual ms mean {st['mean']:.3g}, "
+                     f"p50 {st['p50']:.3g}, p90 {st['p90']:.3g}, max {st['max']:.3g}, total {st['total']:.4g}")
+    for s in f.top_spikes[:5]:
+        lines.append(f"  iter {s['iter']} at +{s['t_offset_s']:.3f} s: {s['iteration_ms']:.4g} ms vs predicted "
+                     f"{s['predicted_ms']:.4g} ms (prefill {s['prefill_tokens']} tokens) -> {s['spike_cause']}")
+    if f.statements:
+        lines += ["", "notes:"] + [f"  - {s}" for s in f.statements]
+    return "\n".join(lines)
+
+
+def format_explain(e: dict[str, Any]) -> str:
+    """Tail attribution as text: parts with shares, the largest, top steps and requests."""
+    w = e["window"]
+    where = "" if w["from"] is None and w["to"] is None else f" (requests arriving {w['from']} .. {w['to']})"
+    lines = [f"run {e['run_id']}: why is the {e['metric'].upper()} tail slow?{where}"]
+    if not e["parts"]:
+        return "\n".join(lines + [f"  {s}" for s in e["statements"]])
+    lines.append(f"  {e['requests']} requests; p50 {e['p50']:.4g}, p99 {e['p99']:.4g} {e['unit']}; tail group "
+                 f"(>= p99) {e['tail_requests']} requests vs median group (p40-p60) {e['median_requests']}")
+    lines.append(f"  {'part':<22}{'tail mean':>12}{'median mean':>13}{'growth':>11}{'share':>8}")
+    for p in e["parts"]:
+        share = "-" if p["share"] is None else f"{p['share']:.0%}"
+        lines.append(f"  {p['part']:<22}{p['tail_mean_ms']:>12.4g}{p['median_mean_ms'] or 0:>13.4g}"
+                     f"{p['growth_ms'] or 0:>11.4g}{share:>8}")
+    if e["largest"]:
+        top = e["parts"][0]
+        lines.append(f"  largest: {e['largest']}: {top['meaning']}")
+    if e["top_iterations"]:
+        lines.append("  steps that delayed the tail most (excess over decode baseline x tail requests in them):")
+        for s in e["top_iterations"][:5]:
+            lines.append(f"    iter {s['iter']} t_end {s['t_end']:.3f}: {s['iteration_ms']:.4g} ms, prefill "
+                         f"{s['prefill_tokens']} tokens, excess {s['excess_ms']:.4g} ms, {s['tail_requests']} tail requests"
+                         + (f", {s['spike_cause']} spike" if s["spike_cause"] else ""))
+    if e["top_requests"]:
+        lines.append("  worst requests:")
+        for r in e["top_requests"][:5]:
+            lines.append(f"    {r['req_id']} arrived {r['t_arrival']:.3f}: {e['metric']} {r['value']:.4g}, prompt "
+                         f"{r['prompt_tokens']}, output {r['output_tokens']}, preemptions {r['preemptions']}")
+    lines += [f"  note: {s}" for s in e["statements"]]
+    return "\n".join(lines)
