@@ -43,7 +43,7 @@ create table if not exists requests (
     ingest_id bigint, line_no bigint
 );
 create table if not exists tokens (
-    run_id varchar, req_id varchar, idx integer, t double, ingest_id bigint
+    run_id varchar, req_id varchar, idx integer, t double, itl_ms double, ingest_id bigint
 );
 create table if not exists rejects (
     ingest_id bigint, path varchar, line_no bigint, reason varchar, raw varchar

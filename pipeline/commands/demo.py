@@ -11,6 +11,7 @@ from .options import db_option
 
 REPO = Path(__file__).resolve().parent.parent.parent
 BUNDLED = REPO / "fixtures" / "demo" / "incident.jsonl.gz"
+EXAMPLE_SLO = REPO / "examples" / "slo.toml"
 
 
 def _has(module: str) -> bool:
@@ -29,7 +30,8 @@ def demo(db: str, trace: Path | None, fresh: bool, out: Path | None, open_report
     """Ingest a trace, summarise it and write the HTML report.
 
     Without options it uses the bundled trace: a simulated steady load with a
-    burst of very long prompts (an incident), with known ground truth.
+    burst of very long prompts (an incident), with known ground truth.  The
+    report is checked against examples/slo.toml.
     """
     from .. import ingest, metrics, store
 
@@ -52,7 +54,8 @@ def demo(db: str, trace: Path | None, fresh: bool, out: Path | None, open_report
         return
     from ..report import write_report
 
-    index = write_report(con, run_id, out or Path("reports") / run_id)
+    slo = EXAMPLE_SLO if EXAMPLE_SLO.exists() else None
+    index = write_report(con, run_id, out, slo=slo)
     click.echo(f"\nreport: {index}")
     if open_report:
         click.launch(str(index))

@@ -156,9 +156,16 @@ from checked where final_reason is null
 """,
 }
 
+# itl_ms is taken from the record's own list here: it needs no other record, and a
+# window over all tokens of a run later costs more than the rest of the ingest.
 TOKENS_SQL = """
 insert into tokens
-select run_id, v_req_id, unnest(range(len(v_token_times)))::integer, unnest(v_token_times), $ingest_id
+select run_id, v_req_id,
+  unnest(range(len(v_token_times)))::integer,
+  unnest(v_token_times),
+  unnest(list_transform(range(len(v_token_times)),
+    lambda i: case when i > 0 then (v_token_times[i + 1] - v_token_times[i]) * 1000 end)),
+  $ingest_id
 from checked where final_reason is null and len(v_token_times) > 0
 """
 
