@@ -22,8 +22,12 @@ value exceeds a random baseline one (ties count half).  Above ``MW_MAX`` values 
 seeded random subsample is tested (stated in the output).  Token gaps of one
 request are not independent, so treat ITL p-values as optimistic.
 
-Throughput (output tokens/s, requests/s) is one number per run: it is flagged when
-it drops by more than ``threshold``, without a CI.
+Throughput (output tokens/s, requests/s) is one number per run; its CI is a normal
+approximation (requests resampled for tokens/s, Poisson counts for requests/s), and
+it is a regression when it *drops* by more than ``threshold`` with the CI below 0.
+
+The default confidence is 99%: a comparison tests ~30 statistics at once, and at
+95% a run against a re-run of the same workload flags one now and then.
 """
 
 from __future__ import annotations
@@ -176,14 +180,52 @@ def mann_whitney(base: np.ndarray, cand: np.ndarray, rng: np.random.Generator) -
             "subsampled_to": MW_MAX if sub else None}
 
 
-def _throughput(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, float | None]:
-    rows = con.execute("select output_tokens_per_s, requests_per_s from run_summary where run_id = ?",
-                       [run_id]).fetchall()
-    return dict(zip(("output_tokens_per_s", "requests_per_s"), rows[0] if rows else (None, None)))
+def _throughput(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, tuple[float, float] | None]:
+    """``{name: (value, standard error)}`` of the run's throughputs.
+
+    Output tokens/s is a sum over requests (or steps, for runs without request
+    records) divided by the duration: its SE treats the units as resampled
+    (``sqrt(n) * sd / duration``).  Requests/s counts events: Poisson SE ``sqrt(n) / duration``.
+    """
+    rows = con.execute("""
+        select s.duration_s, s.throughput_source, s.requests_ok,
+               (select count(*) from requests where run_id = $r and status = 'ok'),
+               (select var_samp(output_tokens) from requests where run_id = $r and status = 'ok'),
+               (select count(*) from iterations where run_id = $r),
+               (select var_samp(decode_tokens) from iterations where run_id = $r),
+               s.output_tokens_per_s, s.requests_per_s
+        from run_summary s where s.run_id = $r""", {"r": run_id}).fetchall()
+    if not rows or not rows[0][0]:
+        return {"output_tokens_per_s": None, "requests_per_s": None}
+    dur, source, n_ok, n_req, var_req, n_it, var_it, tok_s, req_s = rows[0]
+    n, var = (n_req, var_req) if source == "requests" else (n_it, var_it)
+    tok = (tok_s, float(np.sqrt(n * (var or 0.0))) / dur) if tok_s is not None else None
+    req = (req_s, float(np.sqrt(n_ok)) / dur) if req_s is not None else None
+    return {"output_tokens_per_s": tok, "requests_per_s": req}
+
+
+def _throughput_delta(name: str, b: tuple[float, float], c: tuple[float, float], threshold: float,
+                      confidence: float) -> Delta:
+    """Throughput: higher is better; normal-approximation CI of the difference."""
+    from scipy.stats import norm
+
+    z = float(norm.ppf(0.5 + confidence / 2))
+    (vb, sb), (vc, sc) = b, c
+    d = vc - vb
+    half = z * float(np.hypot(sb, sc))
+    rel = vc / vb - 1 if vb > 0 else None
+    rel_half = half / vb if vb > 0 else None
+    verdict = "no significant change"
+    if rel is not None and rel < -threshold and d + half < 0:
+        verdict = "regression"
+    elif rel is not None and rel > threshold and d - half > 0:
+        verdict = "improvement"
+    return Delta("throughput", name, vb, vc, d, rel, d - half, d + half,
+                 None if rel is None else rel - rel_half, None if rel is None else rel + rel_half, verdict)
 
 
 def compare(base_con: duckdb.DuckDBPyConnection, base_run: str, cand_con: duckdb.DuckDBPyConnection,
-            cand_run: str, threshold: float = 0.05, confidence: float = 0.95, resamples: int = 2000,
+            cand_run: str, threshold: float = 0.05, confidence: float = 0.99, resamples: int = 2000,
             seed: int = 0) -> Comparison:
     """Compare ``cand_run`` against ``base_run`` (each in its own store, or the same one)."""
     from . import store
@@ -202,11 +244,6 @@ def compare(base_con: duckdb.DuckDBPyConnection, base_run: str, cand_con: duckdb
         out.tests[metric] = mann_whitney(base, cand, rng)
     tb, tc = _throughput(base_con, base_run), _throughput(cand_con, cand_run)
     for key in tb:
-        b, c = tb[key], tc[key]
-        if b is None or c is None or b <= 0:
-            continue
-        rel = c / b - 1
-        out.deltas.append(Delta("throughput", key, b, c, c - b, rel,
-                                verdict="regression" if rel < -threshold else
-                                "improvement" if rel > threshold else "no significant change"))
+        if tb[key] is not None and tc[key] is not None:
+            out.deltas.append(_throughput_delta(key, tb[key], tc[key], threshold, confidence))
     return out

@@ -19,7 +19,7 @@ from .options import db_option, dumps, json_option
               help="Folder for index.html, comparison.json, comparison.md (default reports/compare_<base>_vs_<cand>/).")
 @click.option("--threshold", default=0.05, show_default=True, type=click.FloatRange(0, None),
               help="Relative growth a statistic must exceed to count as a regression (0.05 = 5%).")
-@click.option("--confidence", default=0.95, show_default=True, type=click.FloatRange(0.5, 0.9999),
+@click.option("--confidence", default=0.99, show_default=True, type=click.FloatRange(0.5, 0.9999),
               help="Confidence level of the bootstrap intervals.")
 @click.option("--resamples", default=2000, show_default=True, type=click.IntRange(100, None),
               help="Bootstrap resamples per statistic.")

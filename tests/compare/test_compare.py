@@ -1,0 +1,140 @@
+"""compare: the exact bootstrap against brute-force resampling, verdicts, exit codes, the comparison page."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from pipeline.cli import main
+from pipeline.compare import boot_percentile, compare, compare_metric, mann_whitney, values
+
+
+@pytest.mark.parametrize("n, pct", [(7, 50), (40, 90), (40, 99), (300, 99.9), (300, 37)])
+def test_order_statistic_bootstrap_matches_resampling(n, pct):
+    rng = np.random.default_rng(n)
+    xs = np.sort(rng.lognormal(0, 1, n))
+    exact = boot_percentile(xs, pct, 40_000, np.random.default_rng(1))
+    brute = np.percentile(xs[np.random.default_rng(2).integers(0, n, (40_000, n))], pct, axis=1)
+    # same distribution: compare its quantiles (Monte Carlo error is well under 2% of the spread)
+    spread = np.percentile(brute, 97.5) - np.percentile(brute, 2.5)
+    for q in (2.5, 25, 50, 75, 97.5):
+        assert np.percentile(exact, q) == pytest.approx(np.percentile(brute, q), abs=0.03 * spread + 1e-12)
+    # both are discrete (interpolations of the same atoms); round away last-bit differences of the arithmetic
+    assert stats.ks_2samp(exact.round(9), brute.round(9)).statistic < 0.02
+
+
+def test_ci_covers_and_verdicts():
+    rng = np.random.default_rng(0)
+    a = np.sort(rng.gamma(2, 10, 2000))
+    same = compare_metric(a, a, "ttft_ms", "p99", 0.05, 0.95, 2000, rng)
+    assert same.delta == 0 and same.ci_low < 0 < same.ci_high and same.verdict == "no significant change"
+    slow = compare_metric(a, np.sort(a * 1.3), "ttft_ms", "p50", 0.05, 0.95, 2000, rng)
+    assert slow.rel == pytest.approx(0.3) and slow.ci_low > 0 and slow.verdict == "regression"
+    assert slow.rel_low < 0.3 < slow.rel_high
+    fast = compare_metric(a, np.sort(a * 0.7), "ttft_ms", "mean", 0.05, 0.95, 2000, rng)
+    assert fast.verdict == "improvement" and fast.rel == pytest.approx(-0.3)
+    # a 3% slowdown is real but under a 5% threshold
+    small = compare_metric(a, np.sort(a * 1.03), "ttft_ms", "p50", 0.05, 0.95, 2000, rng)
+    assert small.verdict == "no significant change"
+
+
+def test_mann_whitney_is_scipys():
+    rng = np.random.default_rng(5)
+    b, c = rng.normal(0, 1, 300), rng.normal(0.3, 1, 250)
+    got = mann_whitney(b, c, rng)
+    want = stats.mannwhitneyu(c, b, alternative="two-sided", method="asymptotic")
+    assert got["p_value"] == pytest.approx(want.pvalue) and got["u"] == want.statistic
+    assert got["prob_cand_greater"] == pytest.approx(np.mean(c[:, None] > b[None, :]))
+
+
+def test_identical_and_noisy_runs_do_not_regress(runs_db):
+    con, _ = runs_db
+    same = compare(con, "base", con, "base")
+    assert same.exit_code == 0 and not same.regressions
+    assert all(d.delta == 0 for d in same.deltas)
+    assert all(t["p_value"] == pytest.approx(1.0) for t in same.tests.values())
+    copy = compare(con, "base", con, "same")  # same data under another run id
+    assert [d.delta for d in copy.deltas] == [0] * len(copy.deltas)
+    noisy = compare(con, "base", con, "noise")  # another draw from the same distributions
+    assert noisy.exit_code == 0, [d for d in noisy.regressions]
+
+
+def test_slower_run_is_flagged(runs_db):
+    con, _ = runs_db
+    res = compare(con, "base", con, "slow")
+    assert res.exit_code == 1
+    flagged = {(d.metric, d.stat) for d in res.regressions}
+    assert {("ttft_ms", "p50"), ("itl_ms", "p50"), ("itl_ms", "mean"), ("iteration_ms", "p50")} <= flagged
+    assert res.tests["itl_ms"]["p_value"] < 1e-6 and res.tests["itl_ms"]["prob_cand_greater"] > 0.55
+    itl = values(con, "slow", "itl_ms")
+    row = next(d for d in res.deltas if (d.metric, d.stat) == ("itl_ms", "p99"))
+    assert row.cand == pytest.approx(np.percentile(itl, 99))
+
+
+def test_cli_exit_codes_and_page(runs_db, tmp_path, capsys):
+    _, db = runs_db
+
+    def cli(*args):
+        try:
+            main(list(args))
+            return 0
+        except SystemExit as exc:
+            return int(exc.code or 0)
+
+    assert cli("compare", "base", "base", "--db", str(db), "--out", str(tmp_path / "same")) == 0
+    assert "No statistic changed significantly" in capsys.readouterr().out
+    assert cli("compare", "base", "slow", "--db", str(db), "--out", str(tmp_path / "slow"), "--json") == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["regressed"] and out["exit_code"] == 1
+    page = (tmp_path / "slow" / "index.html").read_text()
+    specs = json.loads(re.search(r'id="tracelat-specs">(.*?)</script>', page, re.S).group(1))
+    assert {"cmp_ttft_ms", "cmp_tpot_ms", "cmp_itl_ms", "cmp_e2e_ms", "deltas"} == set(specs)
+    runs = {row["run"] for ds in specs["cmp_itl_ms"]["datasets"].values() for row in ds}
+    assert runs == {"baseline", "candidate"}  # overlaid CDFs
+    md = (tmp_path / "slow" / "comparison.md").read_text()
+    assert "| ttft_ms | p50 |" in md and "regression" in md
+    assert cli("compare", "base", "nope", "--db", str(db)) == 2
+    assert "run 'nope' is not in the store" in capsys.readouterr().err
+
+
+def test_baseline_from_another_store(runs_db, run_file, tmp_path, capsys):
+    from pipeline import ingest, store
+
+    _, db = runs_db
+    other = tmp_path / "baseline.duckdb"
+    con = store.connect(other)
+    ingest.ingest_paths(con, [run_file("nightly", 1.0, 1)])  # the data of run "base", kept elsewhere
+    store.build_derived(con)
+    con.close()
+    try:
+        main(["compare", "nightly", "base", "--db", str(db), "--base-db", str(other), "--out", str(tmp_path / "x"),
+              "--json"])
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and all(d["delta"] == 0 for d in out["deltas"])
+
+
+def test_ci_coverage_is_near_nominal():
+    """Two samples of one distribution: a 90% CI of the difference excludes 0 about 10% of the time."""
+    rng = np.random.default_rng(11)
+    for stat in ("p50", "p99", "mean"):
+        misses = sum(
+            not (d.ci_low <= 0 <= d.ci_high)
+            for d in (compare_metric(np.sort(rng.gamma(4, 2, 500)), np.sort(rng.gamma(4, 2, 500)), "x", stat,
+                                     0.05, 0.90, 1000, rng) for _ in range(300)))
+        assert 0.04 < misses / 300 < 0.17, (stat, misses)
+
+
+def test_throughput_has_a_ci(runs_db):
+    con, _ = runs_db
+    res = compare(con, "base", con, "slow")
+    tok = next(d for d in res.deltas if (d.metric, d.stat) == ("throughput", "output_tokens_per_s"))
+    assert tok.ci_low < tok.delta < tok.ci_high
+    same = compare(con, "base", con, "base")
+    assert all(d.verdict == "no significant change" for d in same.deltas if d.metric == "throughput")
