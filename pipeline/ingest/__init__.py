@@ -71,18 +71,19 @@ def get(name: str) -> Ingestor:
     return INGESTORS[name]
 
 
-def expand(paths: Iterable[Path]) -> list[Path]:
-    """Files named, and every non-hidden file under directories named, in sorted order."""
-    out: list[Path] = []
+def expand(paths: Iterable[Path]) -> list[tuple[Path, bool]]:
+    """``(file, found_in_a_directory)`` for files named and every non-hidden file under
+    directories named, in sorted order."""
+    out: list[tuple[Path, bool]] = []
     for p in paths:
         if p.is_dir():
             files = sorted(f for f in p.rglob("*") if f.is_file() and not any(s.startswith(".") for s in f.relative_to(p).parts))
             if not files:
                 raise InputError(f"{p}: directory holds no files to ingest")
-            out.extend(files)
+            out.extend((f, True) for f in files)
         else:
             reader.check_file(p)
-            out.append(p)
+            out.append((p, False))
     return out
 
 
@@ -99,14 +100,21 @@ def ingest_paths(con, paths, fmt=None, run_id=None, replace=False, progress_for=
     receives byte counts (the CLI uses a click progress bar).
     """
     results = []
-    for path in expand(Path(p) for p in paths):
-        ing = get(fmt) if fmt else detect(path)
+    for path, in_dir in expand(Path(p) for p in paths):
+        try:
+            ing = get(fmt) if fmt else detect(path)
+        except InputError:
+            if not in_dir or fmt:
+                raise
+            # a README or config file next to the logs: say so, do not stop the directory
+            results.append(IngestResult(str(path), "?", status="skipped", note="no known format"))
+            continue
         if progress_for is None:
             results.append(ingest_file(con, path, ing.name, ing.convert, run_id, replace))
             continue
         with progress_for(path) as progress:
             results.append(ingest_file(con, path, ing.name, ing.convert, run_id, replace, progress))
-    touched = sorted({r for res in results if res.status != "unchanged" for r in res.run_ids})
+    touched = sorted({r for res in results if res.status not in ("unchanged", "skipped") for r in res.run_ids})
     if touched:
         for step in POST_INGEST:
             con.execute("begin transaction")

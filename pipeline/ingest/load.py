@@ -48,10 +48,12 @@ class IngestResult:
     rejected: int = 0
     skipped: int = 0
     run_ids: list[str] = field(default_factory=list)
-    status: str = "ingested"  # ingested | unchanged | replaced
+    status: str = "ingested"  # ingested | unchanged | replaced | skipped
     note: str = ""
 
     def line(self) -> str:
+        if self.status == "skipped":
+            return f"{self.path}: skipped ({self.note}); name it with --format NAME to ingest it"
         if self.status == "unchanged":
             return f"{self.path}: unchanged (same content already ingested{self.note}); use --replace to re-load"
         runs = ", ".join(self.run_ids[:5]) + (" ..." if len(self.run_ids) > 5 else "")

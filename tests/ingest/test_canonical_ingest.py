@@ -145,6 +145,18 @@ def test_directory_ingests_each_file(con, tmp_path):
     assert [r.run_ids for r in res] == [["one"], ["two"]]
 
 
+def test_directory_skips_unknown_files_but_a_named_one_is_an_error(con, tmp_path):
+    d = tmp_path / "logs"
+    d.mkdir()
+    write(d / "run.jsonl", [it(0)])
+    (d / "NOTES.txt").write_text("operator notes, not a trace\n")
+    res = ingest.ingest_paths(con, [d])
+    assert [(Path(r.path).name, r.status) for r in res] == [("NOTES.txt", "skipped"), ("run.jsonl", "ingested")]
+    assert "skipped (no known format)" in res[0].line()
+    with pytest.raises(InputError, match="unknown format"):
+        ingest.ingest_paths(con, [d / "NOTES.txt"])
+
+
 def test_reingest_is_noop_and_replace_reloads(con, tmp_path):
     f = write(tmp_path / "a.jsonl", [it(0), it(1), "bad"])
     ingest.ingest_paths(con, [f])
