@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "report": ("pipeline.commands.report", "report", "Offline HTML report, summary.json and summary.md of a run."),
     "audit": ("pipeline.commands.audit", "audit", "Check a run against SLOs (percentiles, goodput, fluidity); JUnit XML."),
     "compare": ("pipeline.commands.compare", "compare", "Compare two runs: deltas with bootstrap CIs; flag regressions."),
+    "fit": ("pipeline.commands.fit", "fit", "Fit the memory-bound iteration-time model; stalls; seed claims checked."),
+    "explain": ("pipeline.commands.explain", "explain", "Why is the TTFT/TPOT/E2E tail slow? p99 attribution to causes."),
 }
 
 

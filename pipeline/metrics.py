@@ -48,6 +48,15 @@ SectionProvider = Callable[[duckdb.DuckDBPyConnection, str], dict[str, Any]]
 SECTION_PROVIDERS: list[SectionProvider] = []
 
 
+def _fit_sections(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
+    from .fit.summary import sections  # imported on use: scipy stays out of `tracelat --help`
+
+    return sections(con, run_id)
+
+
+SECTION_PROVIDERS.append(_fit_sections)
+
+
 def _clean(v: Any) -> Any:
     if isinstance(v, float) and v != v:
         return None
