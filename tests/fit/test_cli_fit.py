@@ -1,0 +1,111 @@
+"""`tracelat fit`, `tracelat explain` and the summary sections through the real CLI; degraded inputs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline import store
+from pipeline.fit import explain, get_or_fit
+from pipeline.ingest import ingest_paths
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def small_db(tmp_path_factory) -> tuple[str, object]:
+    from pipeline.sim.engine import Policy, simulate
+    from pipeline.sim.model import IterationModel, NoiseModel
+    from pipeline.sim.workload import poisson_workload
+    from pipeline.sim.writer import write_trace
+
+    tmp = tmp_path_factory.mktemp("cli")
+    model, noise, policy = IterationModel(5.0, 2e-4, 0.02, 0.0), NoiseModel(0.02, 0.01, 40.0), Policy(64, 1024)
+    res = simulate(poisson_workload(400, 8, 300, 0.7, 100, 0.7, seed=4), policy, model, noise, seed=4)
+    trace = write_trace(res, tmp / "small.jsonl", "small", policy, model, noise, model_name="mistral-7b", gpu="l40s")
+    db = str(tmp / "small.duckdb")
+    assert run("ingest", str(trace), "--db", db).returncode == 0
+    return db, model
+
+
+def test_fit_json_and_text(small_db):
+    db, model = small_db
+    r = run("fit", "small", "--db", db, "--json", "--bootstrap", "50")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["t0_ms"] == pytest.approx(model.t0_ms, rel=0.03)
+    assert d["a_ms_per_ctx"] == pytest.approx(model.a_ms_per_ctx, rel=0.05)
+    assert d["hardware"]["model"] == "mistral-7b" and d["hardware"]["gpu"] == "l40s"
+    kv = 2 * 32 * 8 * 128 * 2
+    assert d["hardware"]["effective_bandwidth_gbps"] == pytest.approx(kv / (d["a_ms_per_ctx"] * 1e-3) / 1e9)
+    assert [c["holds"] for c in d["claims"]][0] is True
+    r = run("fit", "small", "--db", db, "--gpu", "cpu:50", "--bootstrap", "20")
+    assert r.returncode == 0, r.stderr
+    assert "GPU cpu x1" in r.stdout and "of peak 50 GB/s" in r.stdout and "seed claims" in r.stdout
+
+
+def test_fit_errors_exit_2(small_db):
+    db, _ = small_db
+    r = run("fit", "small", "--db", db, "--gpu", "tpu-v9")
+    assert r.returncode == 2 and r.stderr.startswith("Error: unknown GPU 'tpu-v9'")
+    r = run("fit", "nosuch", "--db", db)
+    assert r.returncode == 2 and "known runs: small" in r.stderr
+
+
+def test_explain_and_summary(small_db):
+    db, _ = small_db
+    r = run("explain", "small", "--metric", "tpot", "--db", db, "--json")
+    assert r.returncode == 0, r.stderr
+    e = json.loads(r.stdout)
+    assert sum(p["share"] for p in e["parts"]) == pytest.approx(1.0)
+    assert e["largest"] == e["parts"][0]["part"]
+    r = run("explain", "small", "--metric", "ttft", "--from", "10", "--to", "20", "--db", db)
+    assert r.returncode == 0, r.stderr
+    assert "requests arriving 10.0 .. 20.0" in r.stdout and "largest:" in r.stdout
+    r = run("explain", "small", "--from", "14:03", "--db", db)
+    assert r.returncode == 2 and "not unix time" in r.stderr
+    s = json.loads(run("summary", "small", "--db", db, "--json").stdout)
+    assert set(s["fit"]) >= {"t0_ms", "ms_per_1k_context_tokens", "ms_per_1k_prefill_tokens", "r2", "mape",
+                             "effective_bandwidth_gbps", "bandwidth_fraction_of_peak"}
+    assert set(s["spikes"]) == {"count", "prefill", "preemption", "unexplained"}
+    assert set(s["tail"]) == {"ttft", "tpot", "e2e"}
+    assert sum(s["tail"]["e2e"].values()) == pytest.approx(1.0)
+
+
+def _ingest(tmp: Path, lines: list[dict]):
+    path = tmp / "t.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    con = store.connect(tmp / "t.duckdb")
+    ingest_paths(con, [path])
+    store.build_derived(con)
+    return con
+
+
+def test_steps_without_context_say_so(tmp_path):
+    steps = [{"kind": "iteration", "iter": k, "t_start": k * 0.01, "t_end": k * 0.01 + (2 + 0.01 * (k % 7) * 10) / 1000,
+              "prefill_tokens": (k % 7) * 10, "decode_tokens": 4} for k in range(60)]
+    con = _ingest(tmp_path, [{"kind": "run", "run_id": "noctx", "model": "vllm-cpu-tiny", "gpu": "cpu"}] + steps)
+    f = get_or_fit(con, "noctx")
+    assert f.a_ms_per_ctx is None and f.c_ms_per_decode is None
+    assert f.t0_ms == pytest.approx(2.0, rel=1e-6) and f.b_ms_per_prefill == pytest.approx(0.01, rel=1e-6)
+    assert any("context_tokens is not recorded" in s for s in f.statements)
+    assert any("decode_tokens never varies (always 4" in s for s in f.statements)
+    assert any("give it with --bandwidth-gbps" in s for s in f.statements)
+    assert f.claims[0]["holds"] is None and f.claims[1]["holds"] is None
+
+
+def test_requests_without_steps_are_unattributed(tmp_path):
+    reqs = [{"kind": "request", "req_id": f"q{i}", "t_arrival": i, "t_scheduled": i + 0.1, "t_first_token": i + 0.2,
+             "t_finish": i + 1.0 + i / 100, "prompt_tokens": 10, "output_tokens": 9, "status": "ok"} for i in range(50)]
+    con = _ingest(tmp_path, [{"kind": "run", "run_id": "client"}] + reqs)
+    f = get_or_fit(con, "client")
+    assert f.n_iterations == 0 and any("no steps" in s for s in f.statements)
+    e = explain(con, "client", "e2e")
+    assert [p["part"] for p in e["parts"] if p["share"]] == ["unattributed"]
+    assert any("not covered by fitted steps" in s for s in e["statements"])
