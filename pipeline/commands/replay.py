@@ -1,0 +1,139 @@
+"""``tracelat replay``: replay a recorded run through the simulator (validation, what-if, sweeps)."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+
+import click
+
+from ..errors import InputError
+from .options import db_option, dumps, json_option
+
+
+def _seed_path(out: Path, seed: int, n_seeds: int) -> Path:
+    """``out`` itself for one seed, else ``<stem>-seed<k><suffixes>`` (``x.jsonl.gz`` -> ``x-seed1.jsonl.gz``)."""
+    if n_seeds == 1:
+        return out
+    stem, suffix = out.name, ""
+    for ext in (".gz", ".jsonl", ".ndjson", ".json"):
+        if stem.endswith(ext):
+            stem, suffix = stem[: -len(ext)], ext + suffix
+    return out.with_name(f"{stem}-seed{seed}{suffix}")
+
+
+def _safe(run_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._~-]", "_", run_id)
+
+
+@click.command()
+@click.argument("run_id", metavar="RUN")
+@db_option
+@click.option("--max-num-seqs", type=click.IntRange(min=1), help="Most requests running at once (default: recorded).")
+@click.option("--max-num-batched-tokens", type=click.IntRange(min=1),
+              help="Token budget per step, i.e. the prefill chunk size (default: recorded).")
+@click.option("--kv-capacity-tokens", type=click.IntRange(min=1), help="KV-cache size in tokens (default: recorded).")
+@click.option("--chunked-prefill/--no-chunked-prefill", default=None,
+              help="Split long prompts over steps (default: recorded, else on).")
+@click.option("--noise", type=click.Choice(["fitted", "none"]), default="fitted", show_default=True,
+              help="fitted: the fit's residual spread and stalls; none: the model's mean step time only.")
+@click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Replays per setting (seeds --seed .. --seed+K-1); their spread is reported.")
+@click.option("--seed", "first_seed", type=click.IntRange(min=0), default=0, show_default=True, help="First seed.")
+@click.option("--ok-only", is_flag=True, help="Replay only requests that were ok in the recording "
+              "(default: failed/aborted ones are replayed as load, not compared).")
+@click.option("--sweep", "sweep_spec", metavar="NAME=V1,V2,...",
+              help="What-if sweep of one setting: max_num_batched_tokens, max_num_seqs, kv_capacity_tokens "
+                   "or chunked_prefill, e.g. max_num_batched_tokens=256,512,1024,2048.")
+@click.option("--slo", type=click.Path(dir_okay=False), help="SLO file (as for tracelat audit): mark which swept "
+              "settings meet it.")
+@click.option("--chart", type=click.Path(dir_okay=False),
+              help="Sweep chart (self-contained HTML). Default: reports/<RUN>/replay-sweep-<NAME>.html.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write each replay as a canonical trace (.gz compresses); with several seeds, "
+                   "-seed<k> is added to the name.")
+@click.option("--ingest", "do_ingest", is_flag=True, help="Also ingest the replay traces into --db.")
+@click.option("--no-token-times", is_flag=True, help="Leave per-token times out of written traces (smaller).")
+@json_option
+def replay(run_id: str, db: str, max_num_seqs, max_num_batched_tokens, kv_capacity_tokens, chunked_prefill,
+           noise: str, seeds: int, first_seed: int, ok_only: bool, sweep_spec: str | None, slo: str | None,
+           chart: str | None, out: Path | None, do_ingest: bool, no_token_times: bool, as_json: bool) -> None:
+    """Replay RUN's arrivals and sizes through the simulator with RUN's fitted iteration model.
+
+    With the recorded policy (no policy option) this validates the model: observed
+    vs replayed TTFT/TPOT/ITL/E2E p50/p90/p99 and throughput, with relative errors
+    and the spread over seeds. With a policy option it answers a what-if. With
+    --sweep it replays each value of one setting, prints a table, writes a chart
+    and, with --slo, marks the settings that meet the SLOs. See docs/replay.md.
+
+    \b
+    Examples:
+      tracelat replay RUN                                   # validation, 3 seeds
+      tracelat replay RUN --max-num-batched-tokens 512 --out whatif.jsonl --ingest
+      tracelat replay RUN --sweep max_num_batched_tokens=256,512,1024,2048 --slo slo.toml
+    """
+    from .. import store
+    from ..replay import calibrate, compare, ingest_replay, replay_run_id, write_replay
+
+    if sweep_spec and (out or do_ingest):
+        raise InputError("--sweep does not write traces; replay one setting with --out (and --ingest) instead")
+    if (slo or chart) and not sweep_spec:
+        raise InputError("--slo and --chart go with --sweep; for a single replay use --out --ingest and "
+                         "tracelat audit on the replay run")
+    overrides = {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
+                 "kv_capacity_tokens": kv_capacity_tokens, "chunked_prefill": chunked_prefill}
+    con = store.open_for_reading(db)
+    try:
+        cal = calibrate(con, run_id, overrides, noise=noise, ok_only=ok_only)
+        seed_list = list(range(first_seed, first_seed + (1 if noise == "none" else seeds)))
+        if noise == "none" and seeds > 1:
+            cal.notes.append("--noise none: every seed gives the same replay, so one seed was run")
+        if sweep_spec:
+            _sweep(cal, sweep_spec, seed_list, slo, chart, as_json)
+            return
+        tmp = tempfile.TemporaryDirectory() if do_ingest and out is None else None
+        target = out if out is not None else (Path(tmp.name) / "replay.jsonl" if tmp else None)
+        written: list[Path] = []
+
+        def write(seed, result, stats) -> None:
+            if target is not None:
+                written.append(write_replay(result, _seed_path(target, seed, len(seed_list)),
+                                            replay_run_id(cal, seed), cal, seed, con, not no_token_times))
+
+        cmp = compare(con, cal, seed_list, write)
+        cmp.run_ids = [replay_run_id(cal, s) for s in seed_list]
+        if do_ingest:
+            for p in written:
+                ingest_replay(con, p)
+        if tmp is not None:
+            tmp.cleanup()
+    finally:
+        con.close()
+    if as_json:
+        d = cmp.to_dict()
+        d["written"] = [str(p) for p in written if out is not None]
+        d["ingested"] = do_ingest
+        click.echo(dumps(d))
+        return
+    click.echo(cmp.format())
+    if out is not None:
+        click.echo("wrote " + ", ".join(str(p) for p in written))
+    if do_ingest:
+        click.echo(f"ingested into {store.db_path(db)}: " + ", ".join(cmp.run_ids))
+
+
+def _sweep(cal, spec: str, seeds: list[int], slo_path: str | None, chart: str | None, as_json: bool) -> None:
+    from ..audit import load_slo
+    from ..replay import parse_sweep, run_sweep
+    from ..replay.chart import save_chart
+
+    param, values = parse_sweep(spec)
+    slo = load_slo(slo_path) if slo_path else None
+    sw = run_sweep(cal, param, values, seeds, slo)
+    path = save_chart(sw, chart or Path("reports") / _safe(cal.run_id) / f"replay-sweep-{param}.html")
+    if as_json:
+        click.echo(dumps(sw.to_dict() | {"chart": str(path)}))
+        return
+    click.echo(sw.format())
+    click.echo(f"\nchart: {path}")

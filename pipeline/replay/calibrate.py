@@ -1,0 +1,319 @@
+"""From a recorded run to the simulator's inputs: workload, policy, iteration model, noise.
+
+Decisions (docs/replay.md explains them to users):
+
+- **Workload**: every request with an arrival time and prompt and output lengths
+  >= 1, whatever its status. Failed and aborted requests took engine time in the
+  recorded run (queue slots, prefill, the tokens they did generate), so they are
+  replayed as load with the output length they reached; latency comparisons
+  use only requests whose *recorded* status is ``ok`` (the population of the
+  observed statistics). ``ok_only=True`` drops the others instead. Arrivals are
+  seconds after the first replayed arrival (``t_origin_s``, kept in the replay's
+  metadata). Prefix-cache hits (``cached_tokens``) are not modelled: the whole
+  prompt is prefilled.
+- **Front-end delay**: when request records carry ``t_queued`` (an extra field:
+  when the engine queued the request, as in vLLM's per-request stats), the time
+  from arrival to engine queue (HTTP, tokenisation) does not depend on the
+  scheduler, so each request reaches the simulated engine at its recorded queue
+  time and its replayed ``t_arrival`` is moved back by its recorded delay: TTFT
+  and E2E include the same front-end time as observed.
+- **Policy**: ``runs.meta`` keys ``max_num_seqs``, ``max_num_batched_tokens``,
+  ``kv_capacity_tokens`` (or vLLM's ``kv_cache_tokens``) and ``chunked_prefill``
+  (or ``enable_chunked_prefill``); options given by the user win. A missing number
+  is an error naming the option to pass; chunked prefill defaults to on (vLLM v1).
+- **Iteration model**: the run's fit (:func:`pipeline.fit.get_or_fit`), then two
+  corrections computed here from the fit's per-step table ``iteration_fit``:
+
+  * ``mean_scale = mean(measured) / mean(predicted)`` over steps that are not
+    stalls. The fit is robust (it follows the typical step), while the
+    simulator's noise factor has mean 1, so the coefficients are scaled to give
+    the measured mean step time; stalls are re-injected separately.
+  * ``host_gap_ms``: mean of ``span_ms - iteration_ms`` (time from one step's end
+    to the next step's end, minus the step itself) over steps that decode, i.e.
+    while the engine is busy. The simulator runs steps back to back, so this
+    host time (scheduling, detokenisation, output processing) is added to
+    ``t0``. Negative means steps overlap (async scheduling) and shortens ``t0``.
+    Skipped when the run's step times were reconstructed from coarse stamps.
+- **Noise** (``noise="fitted"``): log-normal sigma = the fit's robust residual
+  spread, stalls at the fit's stall rate with its mean stall size.
+  ``noise="none"``: no noise, no stalls (every seed gives the same replay).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from .. import store
+from ..errors import InputError
+from ..sim import NO_NOISE, IterationModel, NoiseModel, Policy, Workload
+
+POLICY_FIELDS = ("max_num_seqs", "max_num_batched_tokens", "kv_capacity_tokens", "chunked_prefill")
+# runs.meta keys that may hold each policy field, first match wins
+META_KEYS = {
+    "max_num_seqs": ("max_num_seqs",),
+    "max_num_batched_tokens": ("max_num_batched_tokens",),
+    "kv_capacity_tokens": ("kv_capacity_tokens", "kv_cache_tokens"),
+    "chunked_prefill": ("chunked_prefill", "enable_chunked_prefill"),
+}
+OPTIONS = {f: "--" + f.replace("_", "-") for f in POLICY_FIELDS}
+OPTIONS["chunked_prefill"] = "--chunked-prefill/--no-chunked-prefill"
+NOISE_MODES = ("fitted", "none")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Everything a replay of ``run_id`` needs, with where each part came from.
+
+    Attributes:
+        run_id: the recorded run.
+        workload: requests to replay (arrivals relative to ``t_origin_s``).
+        recorded_status: per workload row, its status in the recording.
+        policy: the policy to replay under (recorded, with the user's overrides).
+        baseline_policy: the recorded policy: ``runs.meta`` values, with fields the
+            run does not record filled from the options (or defaults). What-if
+            changes are counted against it.
+        model: the calibrated iteration model the simulator uses.
+        noise: the noise model the simulator uses.
+        t_origin_s: recorded time of the first replayed arrival.
+        frontend_delay_s: per workload row, recorded arrival -> engine queue (s);
+            the workload's arrivals are the engine-queue times.
+        details: fit coefficients, corrections, policy sources and request counts.
+        notes: sentences about anything approximate or left out.
+    """
+
+    run_id: str
+    workload: Workload
+    recorded_status: np.ndarray
+    policy: Policy
+    baseline_policy: dict[str, Any]
+    model: IterationModel
+    noise: NoiseModel
+    t_origin_s: float
+    frontend_delay_s: np.ndarray
+    details: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def recorded_ok(self) -> np.ndarray:
+        """Per workload row, whether it is in the comparison population (recorded status ``ok``)."""
+        return self.recorded_status == "ok"
+
+    def with_policy(self, **changes: Any) -> "Calibration":
+        """The same calibration under another policy (``Policy`` validation applies)."""
+        try:
+            policy = replace(self.policy, **changes)
+        except ValueError as exc:
+            raise InputError(f"policy {changes}: {exc}") from exc
+        return replace(self, policy=policy)
+
+    def policy_changes(self) -> dict[str, Any]:
+        """Policy fields that differ from the recorded (baseline) ones."""
+        rec = self.baseline_policy
+        return {f: getattr(self.policy, f) for f in POLICY_FIELDS if rec.get(f) != getattr(self.policy, f)}
+
+
+def _meta(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
+    raw = store.scalar(con, "select meta from runs where run_id = $run_id", {"run_id": run_id})
+    try:
+        meta = json.loads(raw) if raw else {}
+    except ValueError:
+        meta = {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def _as_bool(v: Any) -> bool | None:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, (int, float)):
+        return bool(v)
+    if isinstance(v, str) and v.strip().lower() in ("true", "false", "1", "0", "yes", "no"):
+        return v.strip().lower() in ("true", "1", "yes")
+    return None
+
+
+def _as_int(v: Any) -> int | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    try:
+        x = float(str(v).replace(",", ""))
+    except ValueError:
+        return None
+    return int(x) if math.isfinite(x) and x == int(x) else None
+
+
+def recorded_policy(meta: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Policy fields found in ``runs.meta`` (None when absent) and the key each came from."""
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for f, keys in META_KEYS.items():
+        values[f] = None
+        for key in keys:
+            v = (_as_bool if f == "chunked_prefill" else _as_int)(meta.get(key))
+            if v is not None:
+                values[f], sources[f] = v, f"runs.meta.{key}"
+                break
+    return values, sources
+
+
+def resolve_policy(run_id: str, recorded: dict[str, Any], sources: dict[str, str],
+                   overrides: dict[str, Any]) -> tuple[Policy, dict[str, Any], dict[str, str], list[str]]:
+    """The policy to replay under and the baseline (recorded) policy; errors name missing options.
+
+    An option for a field the run records is a what-if change; an option for a
+    field it does not record completes the baseline.
+    """
+    values, src, notes = {}, dict(sources), []
+    for f in POLICY_FIELDS:
+        if overrides.get(f) is not None:
+            values[f] = overrides[f]
+            src.setdefault(f, "option")
+        else:
+            values[f] = recorded[f]
+    if values["chunked_prefill"] is None:
+        values["chunked_prefill"], src["chunked_prefill"] = True, "default (vLLM v1 chunks prefills)"
+        notes.append("the run does not record whether prefill was chunked: replayed with chunked prefill "
+                     "(pass --no-chunked-prefill otherwise)")
+    missing = [f for f in POLICY_FIELDS if values[f] is None]
+    if missing:
+        raise InputError(
+            f"run {run_id!r} does not record {', '.join(missing)} in its metadata (runs.meta); "
+            f"pass {' and '.join(OPTIONS[f] + ' N' for f in missing)} to say what the engine used"
+        )
+    baseline = {f: recorded[f] if recorded[f] is not None else values[f] for f in POLICY_FIELDS}
+    try:
+        return Policy(**values), baseline, src, notes
+    except ValueError as exc:
+        raise InputError(f"policy for the replay of {run_id!r} is not valid: {exc}") from exc
+
+
+def load_workload(con: duckdb.DuckDBPyConnection, run_id: str, ok_only: bool = False
+                  ) -> tuple[Workload, np.ndarray, float, dict[str, int], list[str]]:
+    """Replayable requests of a run: workload, recorded-ok mask, time origin, counts, notes."""
+    df = con.sql(
+        """
+        select req_id, t_arrival, prompt_tokens, output_tokens, coalesce(status, 'ok') as status,
+               coalesce(status, 'ok') = 'ok' as recorded_ok,
+               coalesce(cached_tokens, 0) as cached_tokens,
+               greatest(coalesce(try_cast(extra->>'t_queued' as double) - t_arrival, 0), 0) as frontend_delay_s
+        from requests where run_id = $run_id
+        order by t_arrival, req_id
+        """,
+        params={"run_id": run_id},
+    ).pl()
+    import polars as pl
+
+    reason = (
+        pl.when(pl.col("t_arrival").is_null()).then(pl.lit("no arrival time"))
+        .when(pl.col("prompt_tokens").fill_null(0) < 1).then(pl.lit("no prompt length"))
+        .when(pl.col("output_tokens").fill_null(0) < 1).then(pl.lit("no output tokens"))
+        .when(pl.lit(ok_only) & ~pl.col("recorded_ok")).then(pl.lit("not ok (--ok-only)"))
+    )
+    df = df.with_columns(reason=reason)
+    dropped = df.filter(pl.col("reason").is_not_null()).group_by("reason").len().sort("reason")
+    keep = df.filter(pl.col("reason").is_null())
+    counts = {"recorded": df.height, "replayed": keep.height,
+              "replayed_not_ok": int((~keep["recorded_ok"]).sum()),
+              **{f"dropped_{r.replace(' ', '_').replace('(', '').replace(')', '').replace('-', '')}": n
+                 for r, n in dropped.iter_rows()}}
+    notes = [f"{n} of {df.height} requests not replayed: {r}" for r, n in dropped.iter_rows()]
+    if counts["replayed_not_ok"]:
+        notes.append(f"{counts['replayed_not_ok']} replayed requests failed or were aborted in the recording: "
+                     "replayed as load with the output length they reached, left out of the comparison")
+    if keep.height and int(keep["cached_tokens"].sum()):
+        notes.append(f"{int(keep['cached_tokens'].sum())} prompt tokens were prefix-cache hits in the recording; "
+                     "the replay prefills every prompt in full")
+    if keep.height == 0:
+        raise InputError(f"run {run_id!r} has no request with an arrival time and prompt and output lengths; "
+                         "replay needs request records (ingest the run's per-request log or benchmark results)")
+    origin = float(keep["t_arrival"].min())
+    # the simulated engine sees each request when it was queued; sort by that time
+    keep = keep.with_columns(t_engine=pl.col("t_arrival") - origin + pl.col("frontend_delay_s")).sort(
+        "t_engine", maintain_order=True)
+    delay = keep["frontend_delay_s"].to_numpy()
+    if delay.any():
+        notes.append(f"front-end delay (arrival -> engine queue, from t_queued) kept per request: median "
+                     f"{np.median(delay) * 1000:.3g} ms, max {delay.max() * 1000:.3g} ms")
+    w = Workload(keep["t_engine"].to_numpy(), keep["prompt_tokens"].to_numpy(), keep["output_tokens"].to_numpy(),
+                 keep["req_id"].to_numpy())
+    return w, keep["status"].to_numpy().astype(str), origin, delay, counts, notes
+
+
+CORRECTIONS_SQL = """
+select
+    avg(iteration_ms) filter (where not is_stall and predicted_ms is not null)
+        / nullif(avg(predicted_ms) filter (where not is_stall and predicted_ms is not null), 0) as mean_scale,
+    avg(span_ms - iteration_ms) filter (where decode_tokens > 0 and span_ms is not null) as host_gap_ms,
+    count(*) filter (where decode_tokens > 0 and span_ms is not null) as busy_steps
+from iteration_fit
+where run_id = $run_id
+"""
+
+
+def corrections(con: duckdb.DuckDBPyConnection, run_id: str, meta: dict[str, Any]) -> tuple[float, float, list[str]]:
+    """``mean_scale`` and ``host_gap_ms`` (see the module docstring), with notes."""
+    rows = con.execute(CORRECTIONS_SQL, {"run_id": run_id}).fetchall()
+    scale, gap, busy = rows[0] if rows else (None, None, 0)
+    notes = []
+    if scale is None or not math.isfinite(scale) or scale <= 0:
+        scale = 1.0
+    if meta.get("timestamps_reconstructed"):
+        gap = 0.0
+        notes.append("step times were rebuilt from coarse log stamps: host time between steps is not known "
+                     "and not added")
+    elif gap is None or busy < 10:
+        gap = 0.0
+    return float(scale), float(gap), notes
+
+
+def calibrate(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    overrides: dict[str, Any] | None = None,
+    noise: str = "fitted",
+    ok_only: bool = False,
+) -> Calibration:
+    """Calibrate a replay of ``run_id`` (the store's derived tables must be current)."""
+    from ..fit import get_or_fit
+
+    if noise not in NOISE_MODES:
+        raise InputError(f"--noise must be one of {', '.join(NOISE_MODES)}, got {noise!r}")
+    store.require_run(con, run_id)
+    meta = _meta(con, run_id)
+    rec, sources = recorded_policy(meta)
+    policy, baseline, sources, notes = resolve_policy(run_id, rec, sources, overrides or {})
+    w, statuses, origin, delay, counts, wnotes = load_workload(con, run_id, ok_only)
+    fit = get_or_fit(con, run_id)
+    if fit.t0_ms is None:
+        why = "; ".join(fit.statements) or "no steps to fit"
+        raise InputError(f"run {run_id!r} has no fitted iteration model ({why}); replay needs the run's "
+                         "per-step records (iteration_ms, context/prefill tokens)")
+    scale, gap, cnotes = corrections(con, run_id, meta)
+    base = fit.iteration_model()
+    t0 = max(base.t0_ms * scale + gap, 0.0)
+    model = IterationModel(t0, base.a_ms_per_ctx * scale, base.b_ms_per_prefill * scale, base.c_ms_per_decode * scale)
+    nz = fit.noise_model() if noise == "fitted" else NO_NOISE
+    details = {
+        "fit": {"t0_ms": fit.t0_ms, "a_ms_per_ctx": fit.a_ms_per_ctx, "b_ms_per_prefill": fit.b_ms_per_prefill,
+                "c_ms_per_decode": fit.c_ms_per_decode, "terms": list(fit.terms), "r2": fit.r2,
+                "mape_pct": fit.mape_pct, "residual_log_sigma": fit.residual_log_sigma,
+                "stall_rate": fit.stall_rate, "stall_ms_mean": fit.stall_ms.get("mean")},
+        "mean_scale": scale,
+        "host_gap_ms": gap,
+        "policy_sources": sources,
+        "requests": counts,
+        "noise_mode": noise,
+    }
+    unfitted = [n for n in ("a_ms_per_ctx", "b_ms_per_prefill", "c_ms_per_decode") if n not in fit.terms]
+    if unfitted:
+        notes.append(f"terms not fitted on this run count as 0 in the replay: {', '.join(unfitted)}")
+    if w.prompt_tokens.size and int((w.prompt_tokens + w.output_tokens - 1).max()) > policy.kv_capacity_tokens:
+        big = int((w.prompt_tokens + w.output_tokens - 1 > policy.kv_capacity_tokens).sum())
+        raise InputError(f"{big} requests of run {run_id!r} need more KV tokens than kv_capacity_tokens "
+                         f"({policy.kv_capacity_tokens}); pass a larger --kv-capacity-tokens")
+    return Calibration(run_id, w, statuses, policy, baseline, model, nz, origin, delay, details, notes + wnotes + cnotes)

@@ -1,0 +1,80 @@
+"""The sweep chart: p99 TTFT and p99 TPOT against the swept setting, SLO limits drawn in.
+
+:func:`sweep_chart` builds the Altair chart (no I/O); :func:`save_chart` writes
+it as one self-contained HTML file (Vega JS inlined by vl-convert, so it opens
+with no network).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .sweep import Sweep
+
+PANELS = (("ttft_ms", "p99", "p99 TTFT (ms)"), ("tpot_ms", "p99", "p99 TPOT (ms)"))
+
+
+def chart_rows(sweep: Sweep) -> list[dict[str, Any]]:
+    """Long-form data: one row per (swept value, panel, seed)."""
+    rows = []
+    for r in sweep.rows:
+        status = "no SLO file" if r.meets is None else ("meets SLO" if r.meets else "misses SLO")
+        for metric, stat, title in PANELS:
+            for seed, s in zip(sweep.seeds, r.per_seed):
+                rows.append({"value": r.value if not isinstance(r.value, bool) else str(r.value).lower(),
+                             "panel": title, "seed": seed, "ms": (s.get(metric) or {}).get(stat),
+                             "mean_ms": r.mean(metric, stat), "status": status,
+                             "recorded": r.value == sweep.recorded_value})
+    return rows
+
+
+def sweep_chart(sweep: Sweep):
+    """Two panels (p99 TTFT, p99 TPOT) of the replays' mean over seeds, seeds as faint dots."""
+    import altair as alt
+
+    rows = chart_rows(sweep)
+    data = alt.Data(values=rows)
+    numeric = sweep.param != "chunked_prefill"
+    # log2 axis ticked at the swept values (powers of two are the usual choices)
+    x = alt.X("value:Q", title=sweep.param, scale=alt.Scale(type="log", base=2),
+              axis=alt.Axis(values=[r.value for r in sweep.rows])) if numeric else alt.X("value:N", title=sweep.param)
+    palette = {"meets SLO": "#2a9d4b", "misses SLO": "#d1495b", "no SLO file": "#4c78a8"}
+    present = [k for k in palette if any(row["status"] == k for row in rows)]
+    color = alt.Color("status:N", title=None,
+                      scale=alt.Scale(domain=present, range=[palette[k] for k in present]))
+    limits = {(lim.metric, lim.stat): lim.limit for lim in _slo_limits(sweep)}
+    panels = []
+    for metric, stat, title in PANELS:
+        base = alt.Chart(data).transform_filter(alt.datum.panel == title)
+        line = base.mark_line(color="#888").encode(x=x, y=alt.Y("mean(mean_ms):Q", title=title))
+        dots = base.mark_circle(size=90).encode(
+            x=x, y="mean(mean_ms):Q", color=color,
+            tooltip=[alt.Tooltip("value:Q" if numeric else "value:N", title=sweep.param), alt.Tooltip("mean(mean_ms):Q", title=title, format=".4g"),
+                     alt.Tooltip("status:N")])
+        seeds = base.mark_tick(opacity=0.4, color="#555").encode(x=x, y="ms:Q")
+        layer = line + seeds + dots
+        if (metric, stat) in limits:
+            rule = alt.Chart(alt.Data(values=[{"limit": limits[(metric, stat)]}])).mark_rule(
+                color="#d1495b", strokeDash=[6, 4]).encode(y="limit:Q")
+            layer = layer + rule
+        panels.append(layer.properties(width=320, height=240, title=title))
+    sub = f"{len(sweep.seeds)} seed(s) per value; ticks: single seeds; dashed: SLO limit"
+    return alt.hconcat(*panels).properties(
+        title=alt.TitleParams(f"What-if replay of {sweep.calibration.run_id}: {sweep.param}", subtitle=sub))
+
+
+def _slo_limits(sweep: Sweep) -> list:
+    if not sweep.slo_path:
+        return []
+    from ..audit import load_slo
+
+    return list(load_slo(sweep.slo_path).limits)
+
+
+def save_chart(sweep: Sweep, path) -> Path:
+    """Write the sweep chart as self-contained HTML (inline Vega JS)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sweep_chart(sweep).save(str(path), format="html", inline=True)
+    return path

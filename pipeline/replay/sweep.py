@@ -1,0 +1,213 @@
+"""What-if sweeps: replay a run under several values of one policy setting, against an SLO file.
+
+``--sweep max_num_batched_tokens=256,512,1024,2048`` replays the run once per
+value and seed (everything else as recorded or as given) and tabulates the
+replays' latency percentiles and throughput (mean over seeds).
+
+With an SLO file (the audit's TOML, :func:`pipeline.audit.load_slo`) a setting
+*meets* the SLOs when every ``[slo]`` percentile/mean/max limit and every
+``[goodput]`` minimum holds in **every** seed (conservative: a setting that
+passes only with lucky noise is not marked as meeting). Goodput follows the
+audit's definition on the comparison population (requests that were ``ok`` in
+the recording): a request is good when it finished and meets every per-request
+limit (TPOT counts as met for one-token outputs). ``[fluidity]`` is not
+evaluated in sweeps (a note says so); run ``tracelat audit`` on an ingested
+replay for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+from ..sim import SimResult
+from .calibrate import POLICY_FIELDS, Calibration
+from .stats import METRICS, request_values
+from .validate import replay_seeds
+
+TABLE_STATS = (("ttft_ms", "p50"), ("ttft_ms", "p99"), ("tpot_ms", "p50"), ("tpot_ms", "p99"), ("itl_ms", "p99"),
+               ("e2e_ms", "p99"))
+
+
+def parse_sweep(text: str) -> tuple[str, list[Any]]:
+    """``"max_num_batched_tokens=256,512"`` -> ``("max_num_batched_tokens", [256, 512])``."""
+    name, eq, raw = text.partition("=")
+    name = name.strip().replace("-", "_")
+    if not eq or name not in POLICY_FIELDS:
+        raise InputError(f"--sweep {text!r}: expected NAME=V1,V2,... with NAME one of {', '.join(POLICY_FIELDS)}, "
+                         "as in --sweep max_num_batched_tokens=256,512,1024,2048")
+    values: list[Any] = []
+    for item in (s.strip() for s in raw.split(",")):
+        if not item:
+            continue
+        if name == "chunked_prefill":
+            low = item.lower()
+            if low not in ("true", "false", "on", "off", "1", "0", "yes", "no"):
+                raise InputError(f"--sweep {text!r}: chunked_prefill values are true/false, got {item!r}")
+            values.append(low in ("true", "on", "1", "yes"))
+            continue
+        try:
+            v = int(item.replace("_", ""))
+        except ValueError:
+            raise InputError(f"--sweep {text!r}: {item!r} is not a whole number") from None
+        if v < 1:
+            raise InputError(f"--sweep {text!r}: values must be >= 1, got {v}")
+        values.append(v)
+    if not values:
+        raise InputError(f"--sweep {text!r}: no values given")
+    return name, list(dict.fromkeys(values))
+
+
+def _goodput(result: SimResult, ok_rows: np.ndarray, spec, duration_s: float) -> dict[str, Any]:
+    """Audit-style goodput of one replay (see the module docstring)."""
+    rq = result.requests
+    pop = np.asarray(ok_rows, bool)[:result.n_requests]
+    done = pop & (rq["status"] == "ok")
+    vals = request_values(result, pop)  # arrays over the finished requests of the population
+    good = np.ones(int(done.sum()), bool)
+    multi = rq["output_tokens"][done] > 1
+    for metric, limit in spec.limits.items():
+        v = vals[metric]
+        if metric == "tpot_ms":
+            meets = np.ones(len(good), bool)
+            meets[multi] = v <= limit
+        else:
+            meets = v <= limit
+        good &= meets
+    total = int(pop.sum())
+    good_tokens = int(rq["output_tokens"][done][good].sum())
+    rate = (lambda x: x / duration_s) if duration_s and duration_s > 0 else (lambda x: None)
+    return {"attainment": int(good.sum()) / total if total else None,
+            "request_goodput_rps": rate(int(good.sum())), "token_goodput_tps": rate(good_tokens)}
+
+
+@dataclass
+class SweepRow:
+    """One swept value: per-seed statistics, their means, and the SLO verdicts."""
+
+    value: Any
+    per_seed: list[dict[str, Any]]
+    slo: list[dict[str, Any]] = field(default_factory=list)
+
+    def mean(self, section: str, stat: str) -> float | None:
+        vals = np.array([(s.get(section) or {}).get(stat, np.nan) for s in self.per_seed], dtype=float)
+        vals = vals[np.isfinite(vals)]
+        return float(vals.mean()) if len(vals) else None
+
+    @property
+    def meets(self) -> bool | None:
+        return all(c["meets"] for c in self.slo) if self.slo else None
+
+
+def _slo_checks(spec, per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    checks = []
+    for lim in spec.limits:
+        vals = [(s.get(lim.metric) or {}).get(lim.stat) for s in per_seed]
+        ok = [v is not None and np.isfinite(v) and v <= lim.limit for v in vals]
+        checks.append({"slo": lim.name, "limit": lim.limit, "kind": "upper", "values": vals,
+                       "seeds_meeting": sum(ok), "meets": all(ok)})
+    gp = spec.goodput
+    if gp is not None:
+        for key, stat in (("min_attainment", "attainment"), ("min_request_goodput_rps", "request_goodput_rps"),
+                          ("min_token_goodput_tps", "token_goodput_tps")):
+            minimum = getattr(gp, key)
+            if minimum is None:
+                continue
+            vals = [s["goodput"][stat] for s in per_seed]
+            ok = [v is not None and v >= minimum for v in vals]
+            checks.append({"slo": f"goodput.{stat}", "limit": minimum, "kind": "lower", "values": vals,
+                           "seeds_meeting": sum(ok), "meets": all(ok)})
+    return checks
+
+
+@dataclass
+class Sweep:
+    """A what-if sweep of one policy field."""
+
+    calibration: Calibration
+    param: str
+    seeds: list[int]
+    rows: list[SweepRow]
+    slo_path: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def recorded_value(self) -> Any:
+        return self.calibration.baseline_policy.get(self.param)
+
+    def to_dict(self) -> dict[str, Any]:
+        cal = self.calibration
+        return {
+            "run_id": cal.run_id, "mode": "sweep", "param": self.param, "seeds": self.seeds,
+            "recorded_value": self.recorded_value, "policy": cal.policy.to_dict(), "slo_file": self.slo_path,
+            "model": cal.model.to_dict(), "noise": cal.noise.to_dict(), "calibration": cal.details,
+            "rows": [
+                {"value": r.value, "recorded": r.value == self.recorded_value,
+                 **{f"{m}_{s}": r.mean(m, s) for m, s in TABLE_STATS},
+                 "output_tokens_per_s": r.mean("throughput", "output_tokens_per_s"),
+                 "meets_slo": r.meets, "slo": r.slo}
+                for r in self.rows
+            ],
+            "notes": cal.notes + self.notes,
+        }
+
+    def format(self) -> str:
+        cal = self.calibration
+        head = f"sweep of {self.param} on {cal.run_id} ({len(self.seeds)} seed(s), noise {cal.details['noise_mode']}"
+        head += f", SLOs from {self.slo_path})" if self.slo_path else ")"
+        cols = [f"{m.removesuffix('_ms')} {s}" for m, s in TABLE_STATS] + ["tok/s"]
+        lines = [head, "", f"{self.param:>24}" + "".join(f"{c:>11}" for c in cols) + ("   SLO" if self.slo_path else "")]
+        for r in self.rows:
+            vals = [r.mean(m, s) for m, s in TABLE_STATS] + [r.mean("throughput", "output_tokens_per_s")]
+            mark = " (recorded)" if r.value == self.recorded_value else ""
+            line = f"{str(r.value) + mark:>24}" + "".join(f"{_fmt(v):>11}" for v in vals)
+            if self.slo_path:
+                failed = [c["slo"] for c in r.slo if not c["meets"]]
+                line += "   meets" if not failed else "   fails: " + ", ".join(failed)
+            lines.append(line)
+        lines.append("")
+        lines.append("latencies in ms, mean over seeds; an SLO is met when it holds in every seed")
+        notes = cal.notes + self.notes
+        if notes:
+            lines += ["", "notes:"] + [f"  - {n}" for n in notes]
+        return "\n".join(lines)
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None or not np.isfinite(v) else f"{v:.4g}"
+
+
+def run_sweep(cal: Calibration, param: str, values: list[Any], seeds: list[int], slo=None,
+              progress: Callable[[Any, int], None] | None = None) -> Sweep:
+    """Replay ``cal`` under each value of ``param`` (and each seed); judge against ``slo`` (an SloSpec)."""
+    from ..audit.slo import percentile_of
+
+    extra: dict[str, float] = {}
+    notes: list[str] = []
+    if slo is not None:
+        for lim in slo.limits:
+            p = percentile_of(lim.stat)
+            if lim.metric not in METRICS:
+                raise InputError(f"{slo.path}: [slo] {lim.name}: metric not available in replays")
+            if p is not None:
+                extra[lim.stat] = p / 100
+        if slo.fluidity is not None:
+            notes.append("the SLO file's [fluidity] section is not evaluated in sweeps; ingest a replay "
+                         "(--out ... --ingest) and run tracelat audit on it")
+    rows = []
+    for v in values:
+        c = cal.with_policy(**{param: v})
+
+        def add_goodput(seed: int, result: SimResult, stats: dict[str, Any], c=c) -> None:
+            if slo is not None and slo.goodput is not None:
+                stats["goodput"] = _goodput(result, c.recorded_ok, slo.goodput, stats["throughput"]["duration_s"])
+            if progress is not None:
+                progress(v, seed)
+
+        per_seed = replay_seeds(c, seeds, add_goodput, extra)
+        rows.append(SweepRow(v, per_seed, _slo_checks(slo, per_seed) if slo is not None else []))
+    return Sweep(cal, param, list(seeds), rows, slo.path if slo is not None else None, notes)

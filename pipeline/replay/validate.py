@@ -1,0 +1,160 @@
+"""Replay a run over several seeds and compare with what was observed (SPEC §8).
+
+With the recorded policy this is the model's validation: how well do the fitted
+iteration model, its noise and the scheduler explain the run's TTFT, TPOT, ITL
+and throughput? With a changed policy the same table shows the what-if effect.
+
+Relative error of a statistic = ``(mean over seeds of the replay's value - observed)
+/ observed``; the per-seed minimum and maximum show the seeds' spread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from ..sim import SimResult, simulate
+from .calibrate import Calibration
+from .stats import replay_stats
+
+COMPARED_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+COMPARED_STATS = ("p50", "p90", "p99")
+THROUGHPUT = ("output_tokens_per_s", "requests_per_s")
+
+# called after each seed with (seed, SimResult, stats); the CLI writes traces from it
+OnResult = Callable[[int, SimResult, dict[str, Any]], None]
+
+
+def replay_once(cal: Calibration, seed: int, extra_quantiles: dict[str, float] | None = None
+                ) -> tuple[SimResult, dict[str, Any]]:
+    """Simulate one seed of the replay and compute its statistics."""
+    result = simulate(cal.workload, cal.policy, cal.model, cal.noise, seed)
+    if cal.frontend_delay_s.any():  # back to the client's arrival: TTFT includes the recorded front-end time
+        n = result.n_requests
+        result.requests["t_arrival"] = result.requests["t_arrival"] - cal.frontend_delay_s[:n]
+    return result, replay_stats(result, cal.recorded_ok, extra_quantiles)
+
+
+def replay_seeds(cal: Calibration, seeds: list[int], on_result: OnResult | None = None,
+                 extra_quantiles: dict[str, float] | None = None) -> list[dict[str, Any]]:
+    """Statistics of one replay per seed; results are dropped after ``on_result`` (memory)."""
+    out = []
+    for seed in seeds:
+        result, stats = replay_once(cal, seed, extra_quantiles)
+        if on_result is not None:
+            on_result(seed, result, stats)
+        out.append(stats)
+    return out
+
+
+def observed_stats(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
+    """The recorded run's statistics from the store (derived tables must be current)."""
+    from ..metrics import metric_stats, run_info
+
+    stats = metric_stats(con, run_id)
+    info = run_info(con, run_id)
+    stats["throughput"] = {k: info.get(k) for k in THROUGHPUT} | {"duration_s": info.get("duration_s")}
+    return stats
+
+
+def _rel(value: float | None, ref: float | None) -> float | None:
+    if value is None or ref is None or not np.isfinite(value) or not ref:
+        return None
+    return (value - ref) / ref
+
+
+@dataclass
+class Comparison:
+    """Observed vs replayed statistics of one run under one policy."""
+
+    calibration: Calibration
+    seeds: list[int]
+    observed: dict[str, Any]
+    replays: list[dict[str, Any]]
+    run_ids: list[str] = field(default_factory=list)
+
+    @property
+    def mode(self) -> str:
+        return "what-if" if self.calibration.policy_changes() else "validation"
+
+    def _row(self, section: str, stat: str) -> dict[str, Any]:
+        obs = (self.observed.get(section) or {}).get(stat)
+        vals = np.array([r[section][stat] for r in self.replays], dtype=float)
+        fin = vals[np.isfinite(vals)]
+        mean = float(fin.mean()) if len(fin) else None
+        errs = [e for e in (_rel(float(v), obs) for v in fin) if e is not None]
+        return {
+            "metric": section, "stat": stat, "observed": obs, "replay": mean,
+            "replay_min": float(fin.min()) if len(fin) else None, "replay_max": float(fin.max()) if len(fin) else None,
+            "rel_error": _rel(mean, obs),
+            "rel_error_min": min(errs) if errs else None, "rel_error_max": max(errs) if errs else None,
+        }
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per compared statistic (TTFT/TPOT/ITL/E2E p50/p90/p99, then throughput)."""
+        rows = [self._row(m, s) for m in COMPARED_METRICS for s in COMPARED_STATS]
+        return rows + [self._row("throughput", t) for t in THROUGHPUT]
+
+    def to_dict(self) -> dict[str, Any]:
+        cal = self.calibration
+        return {
+            "run_id": cal.run_id,
+            "mode": self.mode,
+            "seeds": self.seeds,
+            "policy": cal.policy.to_dict(),
+            "recorded_policy": cal.baseline_policy,
+            "changed": cal.policy_changes(),
+            "model": cal.model.to_dict(),
+            "noise": cal.noise.to_dict(),
+            "calibration": cal.details,
+            "replay_run_ids": self.run_ids,
+            "rows": self.rows(),
+            "notes": cal.notes,
+        }
+
+    def format(self) -> str:
+        """A human table, one line per statistic."""
+        cal = self.calibration
+        m = cal.model
+        head = "replayed" if self.mode == "validation" else "what-if"
+        change = ", ".join(f"{k}={v}" for k, v in cal.policy_changes().items()) or "recorded policy"
+        lines = [
+            f"{self.mode} replay of {cal.run_id} ({change}; {len(self.seeds)} seed(s), noise {cal.details['noise_mode']})",
+            f"policy: max_num_seqs={cal.policy.max_num_seqs} max_num_batched_tokens={cal.policy.max_num_batched_tokens} "
+            f"kv_capacity_tokens={cal.policy.kv_capacity_tokens} chunked_prefill={cal.policy.chunked_prefill}",
+            f"model:  t0={m.t0_ms:.4g} ms, a={m.a_ms_per_ctx * 1000:.4g} ms/1k ctx, b={m.b_ms_per_prefill * 1000:.4g} "
+            f"ms/1k prefill, c={m.c_ms_per_decode * 1000:.4g} ms/1k decode (mean scale "
+            f"{cal.details['mean_scale']:.3f}, host gap {cal.details['host_gap_ms']:.3g} ms)",
+            f"noise:  sigma={cal.noise.sigma:.3g}, stalls {cal.noise.stall_rate:.3g}/step of {cal.noise.stall_ms_mean:.3g} ms",
+            "",
+            f"{'metric':<24}{'observed':>11}{head:>11}{'error':>9}{'seed range':>22}",
+        ]
+        for r in self.rows():
+            name = f"{r['metric']} {r['stat']}" if r["metric"] != "throughput" else r["stat"]
+            rng = (f"{_num(r['replay_min'])} .. {_num(r['replay_max'])}" if len(self.seeds) > 1 else "")
+            lines.append(f"{name:<24}{_num(r['observed']):>11}{_num(r['replay']):>11}{_pct(r['rel_error']):>9}{rng:>22}")
+        if self.run_ids:
+            lines += ["", "replay runs: " + ", ".join(self.run_ids)]
+        if cal.notes:
+            lines += ["", "notes:"] + [f"  - {n}" for n in cal.notes]
+        return "\n".join(lines)
+
+
+def _num(v: float | None) -> str:
+    if v is None or not np.isfinite(v):
+        return "-"
+    return f"{v:.4g}" if abs(v) < 1e3 else f"{v:.0f}"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v * 100:+.1f}%"
+
+
+def compare(con: duckdb.DuckDBPyConnection, cal: Calibration, seeds: list[int],
+            on_result: OnResult | None = None) -> Comparison:
+    """Replay ``cal`` once per seed and set the results beside the observed run."""
+    return Comparison(cal, list(seeds), observed_stats(con, cal.run_id), replay_seeds(cal, seeds, on_result))

@@ -1,0 +1,143 @@
+"""Calibration: policy from run metadata, workload from requests, fitted model and noise, corrections."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from pipeline import store
+from pipeline.errors import InputError
+from pipeline.replay.calibrate import calibrate, recorded_policy, resolve_policy
+
+from .conftest import TRUE_MODEL, TRUE_NOISE, TRUE_POLICY
+
+
+def test_recorded_policy_reads_vllm_and_simulator_keys():
+    vllm_meta = {"max_num_seqs": 8, "max_num_batched_tokens": "256", "kv_cache_tokens": "2,048",
+                 "enable_chunked_prefill": "True"}
+    values, sources = recorded_policy(vllm_meta)
+    assert values == {"max_num_seqs": 8, "max_num_batched_tokens": 256, "kv_capacity_tokens": 2048,
+                      "chunked_prefill": True}
+    assert sources["kv_capacity_tokens"] == "runs.meta.kv_cache_tokens"
+    values, _ = recorded_policy({"max_num_seqs": True, "kv_capacity_tokens": 1.5})  # not whole numbers: ignored
+    assert values["max_num_seqs"] is None and values["kv_capacity_tokens"] is None
+
+
+def test_missing_policy_fields_name_the_options_to_pass():
+    values, sources = recorded_policy({"max_num_batched_tokens": 512})
+    with pytest.raises(InputError) as err:
+        resolve_policy("r1", values, sources, {})
+    msg = str(err.value)
+    assert "max_num_seqs, kv_capacity_tokens" in msg
+    assert "--max-num-seqs N and --kv-capacity-tokens N" in msg and "'r1'" in msg
+
+
+def test_options_fill_gaps_into_the_baseline_and_change_recorded_fields():
+    values, sources = recorded_policy({"max_num_batched_tokens": 512, "max_num_seqs": 16})
+    policy, baseline, src, notes = resolve_policy(
+        "r", values, sources, {"kv_capacity_tokens": 10_000, "max_num_batched_tokens": 256})
+    assert (policy.max_num_seqs, policy.max_num_batched_tokens, policy.kv_capacity_tokens) == (16, 256, 10_000)
+    # kv capacity was not recorded: the option completes the baseline; the token budget is a change
+    assert baseline == {"max_num_seqs": 16, "max_num_batched_tokens": 512, "kv_capacity_tokens": 10_000,
+                        "chunked_prefill": True}
+    assert src["kv_capacity_tokens"] == "option" and "chunked" in notes[0]
+
+
+def test_invalid_policy_is_an_input_error():
+    values, sources = recorded_policy({"max_num_batched_tokens": 8, "max_num_seqs": 16, "kv_capacity_tokens": 100})
+    with pytest.raises(InputError, match="max_num_batched_tokens"):
+        resolve_policy("r", values, sources, {})
+
+
+def test_calibration_recovers_the_simulated_truth(steady_db):
+    con = store.open_for_reading(steady_db)
+    cal = calibrate(con, "steady")
+    assert cal.policy == TRUE_POLICY and cal.policy_changes() == {}
+    m = cal.model
+    assert m.t0_ms == pytest.approx(TRUE_MODEL.t0_ms, rel=0.03)
+    assert m.a_ms_per_ctx == pytest.approx(TRUE_MODEL.a_ms_per_ctx, rel=0.05)
+    assert m.b_ms_per_prefill == pytest.approx(TRUE_MODEL.b_ms_per_prefill, rel=0.03)
+    assert abs(m.c_ms_per_decode) < 0.002  # truth 0; within noise of a few tenths of a us per token
+    assert cal.noise.sigma == pytest.approx(TRUE_NOISE.sigma, rel=0.1)
+    assert cal.noise.stall_rate == pytest.approx(TRUE_NOISE.stall_rate, rel=0.5)
+    assert cal.details["mean_scale"] == pytest.approx(1.0, abs=0.01)
+    assert cal.details["host_gap_ms"] == pytest.approx(0.0, abs=1e-6)  # the simulator runs steps back to back
+    # workload: recorded arrivals relative to the first, sizes as recorded
+    ref = con.execute("select t_arrival, prompt_tokens, output_tokens from requests where run_id = 'steady' "
+                      "order by t_arrival, req_id").fetchall()
+    t, p, o = (np.array(c) for c in zip(*ref))
+    np.testing.assert_allclose(cal.workload.t_arrival, t - t.min(), atol=1e-9)
+    np.testing.assert_array_equal(cal.workload.prompt_tokens, p)
+    np.testing.assert_array_equal(cal.workload.output_tokens, o)
+    assert cal.t_origin_s == pytest.approx(t.min()) and cal.recorded_ok.all()
+    con.close()
+
+
+@pytest.fixture
+def edited_db(steady_db, tmp_path):
+    """A private copy of the steady store, for tests that edit it."""
+    db = tmp_path / "edited.duckdb"
+    shutil.copy(steady_db, db)
+    return db
+
+
+def test_failed_requests_are_load_but_not_compared(edited_db):
+    con = store.connect(edited_db)
+    ids = [r[0] for r in con.execute("select req_id from requests where run_id = 'steady' order by t_arrival "
+                                      "limit 6").fetchall()]
+    con.execute("update requests set status = 'error' where req_id in (?, ?)", ids[:2])
+    con.execute("update requests set status = 'error', output_tokens = 0 where req_id = ?", [ids[2]])
+    con.execute("update requests set t_arrival = null where req_id = ?", [ids[3]])
+    store.build_derived(con, force=True)
+    cal = calibrate(con, "steady")
+    n = con.execute("select count(*) from requests where run_id = 'steady'").fetchall()[0][0]
+    assert len(cal.workload) == n - 2
+    assert cal.details["requests"] == {"recorded": n, "replayed": n - 2, "replayed_not_ok": 2,
+                                       "dropped_no_arrival_time": 1, "dropped_no_output_tokens": 1}
+    ids_replayed = list(cal.workload.ids())
+    assert not cal.recorded_ok[ids_replayed.index(ids[0])] and cal.recorded_ok[ids_replayed.index(ids[4])]
+    assert any("left out of the comparison" in s for s in cal.notes)
+    ok_only = calibrate(con, "steady", ok_only=True)
+    assert len(ok_only.workload) == n - 4 and ok_only.recorded_ok.all()
+    con.close()
+
+
+def test_host_time_between_steps_is_added_to_t0(edited_db):
+    """Shift every step 1 ms later than the previous: 1 ms of host time per busy step."""
+    con = store.connect(edited_db)
+    con.execute("update iterations set t_start = t_start + iter * 0.001, t_end = t_end + iter * 0.001 "
+                "where run_id = 'steady'")
+    store.build_derived(con, force=True)
+    cal = calibrate(con, "steady")
+    assert cal.details["host_gap_ms"] == pytest.approx(1.0, abs=1e-6)
+    fit = cal.details["fit"]
+    assert cal.model.t0_ms == pytest.approx(fit["t0_ms"] * cal.details["mean_scale"] + 1.0, rel=1e-12)
+    assert cal.model.b_ms_per_prefill == pytest.approx(fit["b_ms_per_prefill"] * cal.details["mean_scale"], rel=1e-12)
+    con.close()
+
+
+def test_front_end_delay_is_kept_per_request(edited_db):
+    """t_queued (an extra field) moves the engine arrival; the replay's TTFT adds the delay back."""
+    from pipeline.replay import replay_once
+
+    con = store.connect(edited_db)
+    con.execute("update requests set extra = json_object('t_queued', t_arrival + 0.004) where run_id = 'steady'")
+    cal = calibrate(con, "steady", noise="none")
+    np.testing.assert_allclose(cal.frontend_delay_s, 0.004, atol=1e-9)
+    assert cal.workload.t_arrival[0] == pytest.approx(0.004)  # the engine sees the first request 4 ms in
+    res, st = replay_once(cal, 0)
+    # arrivals are the recorded ones again; first tokens come 4 ms later than without the delay
+    np.testing.assert_allclose(res.requests["t_arrival"], cal.workload.t_arrival - 0.004, atol=1e-12)
+    assert st["ttft_ms"]["min"] >= 4.0
+    con.close()
+
+
+def test_unknown_noise_mode_and_run(steady_db):
+    con = store.open_for_reading(steady_db)
+    with pytest.raises(InputError, match="--noise"):
+        calibrate(con, "steady", noise="loud")
+    with pytest.raises(Exception, match="not in the store"):
+        calibrate(con, "nope")
+    con.close()

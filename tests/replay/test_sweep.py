@@ -1,0 +1,153 @@
+"""What-if on a simulated incident: a smaller prefill chunk lowers p99 TPOT and raises TTFT."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from pipeline import store
+from pipeline.audit import load_slo
+from pipeline.errors import InputError
+from pipeline.replay import calibrate, compare, parse_sweep, replay_once, run_sweep
+from pipeline.replay.chart import chart_rows, save_chart
+from pipeline.sim import Policy, WorkloadSpec
+
+from .conftest import simulated_store
+
+VALUES = [256, 512, 1024, 2048]
+SEEDS = [0, 1]
+SLO = """
+[slo]
+tpot_ms.p99 = 25
+ttft_ms.p99 = 4500
+[goodput]
+ttft_ms = 3000
+tpot_ms = 40
+min_attainment = 0.9
+"""
+
+
+@pytest.fixture(scope="module")
+def incident(tmp_path_factory):
+    """Steady load (10 req/s) plus a burst of 20 prompts of 6000 tokens at t = 30 s; recorded chunk 2048."""
+    d = tmp_path_factory.mktemp("incident")
+    spec = WorkloadSpec(requests=800, rate_rps=10.0, prompt_mean=400, output_mean=120, burst_at_s=30.0,
+                        burst_count=20, burst_prompt_tokens=6000, burst_output_tokens=40, burst_spread_s=1.0)
+    db = simulated_store(d, "incident", spec, policy=Policy(64, 2048, 400_000, True))
+    (d / "slo.toml").write_text(SLO)
+    con = store.open_for_reading(db)
+    cal = calibrate(con, "incident")
+    sweep = run_sweep(cal, "max_num_batched_tokens", VALUES, SEEDS, load_slo(d / "slo.toml"))
+    con.close()  # the CLI test opens the store in another process
+    return db, cal, sweep, d
+
+
+def _means(sweep, metric, stat):
+    return np.array([r.mean(metric, stat) for r in sweep.rows])
+
+
+def test_smaller_chunks_lower_p99_tpot_and_raise_ttft(incident):
+    _, _, sweep, _ = incident
+    tpot99 = _means(sweep, "tpot_ms", "p99")
+    ttft99 = _means(sweep, "ttft_ms", "p99")
+    ttft50 = _means(sweep, "ttft_ms", "p50")
+    # rows are in chunk order 256 .. 2048: decode steps carry less prefill, prompts take more steps
+    assert np.all(np.diff(tpot99) > 0), tpot99
+    assert np.all(np.diff(ttft99) < 0), ttft99
+    assert ttft50[0] > ttft50[-1]
+    # the mechanism, in numbers: the recorded chunk's p99 TPOT is several times the 256-token one
+    assert tpot99[-1] > 3 * tpot99[0]
+    # throughput does not depend on the chunk (same work, open-loop arrivals)
+    tput = _means(sweep, "throughput", "output_tokens_per_s")
+    assert np.ptp(tput) / tput.mean() < 0.01
+
+
+def test_slo_marks_only_the_settings_that_meet_it_in_every_seed(incident):
+    _, _, sweep, _ = incident
+    assert [r.meets for r in sweep.rows] == [False, True, False, False]
+    for row in sweep.rows:  # re-judge each limit from the per-seed statistics
+        checks = {c["slo"]: c for c in row.slo}
+        for name, (metric, stat, limit) in {"tpot_ms.p99": ("tpot_ms", "p99", 25),
+                                            "ttft_ms.p99": ("ttft_ms", "p99", 4500)}.items():
+            vals = [s[metric][stat] for s in row.per_seed]
+            assert checks[name]["values"] == vals
+            assert checks[name]["meets"] == all(v <= limit for v in vals)
+
+
+def test_goodput_attainment_against_per_request_numpy(incident):
+    _, cal, sweep, _ = incident
+    row = sweep.rows[1]
+    res, _ = replay_once(cal.with_policy(max_num_batched_tokens=row.value), SEEDS[0])
+    rq = res.requests
+    ttft = (rq["t_first_token"] - rq["t_arrival"]) * 1000
+    n = rq["output_tokens"]
+    tpot = np.where(n > 1, (rq["t_finish"] - rq["t_first_token"]) * 1000 / np.maximum(n - 1, 1), 0.0)
+    good = (rq["status"] == "ok") & (ttft <= 3000) & (tpot <= 40)
+    assert row.per_seed[0]["goodput"]["attainment"] == pytest.approx(good.sum() / len(good), rel=1e-12)
+    check = next(c for c in row.slo if c["slo"] == "goodput.attainment")
+    assert check["meets"] == all(s["goodput"]["attainment"] >= 0.9 for s in row.per_seed)
+
+
+def test_recorded_row_equals_the_validation_replay(incident):
+    db, cal, sweep, _ = incident
+    recorded = next(r for r in sweep.rows if r.value == 2048)
+    con = store.open_for_reading(db)
+    cmp = compare(con, cal, SEEDS)
+    con.close()
+    for s_sweep, s_val in zip(recorded.per_seed, cmp.replays):
+        assert s_sweep["tpot_ms"]["p99"] == s_val["tpot_ms"]["p99"]
+        assert s_sweep["ttft_ms"]["p50"] == s_val["ttft_ms"]["p50"]
+
+
+def test_table_and_json(incident):
+    _, _, sweep, _ = incident
+    text = sweep.format()
+    lines = {m.group(1): line for line in text.splitlines() if (m := re.match(r"\s*(\d+)( \(recorded\))?\s", line))}
+    assert set(lines) == {str(v) for v in VALUES}
+    assert "(recorded)" in lines["2048"] and "(recorded)" not in lines["512"]
+    assert lines["512"].rstrip().endswith("meets")
+    assert "fails: ttft_ms.p99" in lines["256"] and "fails: tpot_ms.p99" in lines["2048"]
+    header = text.splitlines()[2]
+    assert header.split()[:3] == ["max_num_batched_tokens", "ttft", "p50"] and header.rstrip().endswith("SLO")
+    doc = sweep.to_dict()
+    assert [r["value"] for r in doc["rows"]] == VALUES and [r["meets_slo"] for r in doc["rows"]] == [False, True, False, False]
+    assert doc["rows"][0]["tpot_ms_p99"] == pytest.approx(sweep.rows[0].mean("tpot_ms", "p99"))
+    json.dumps(doc)  # plain JSON types only
+
+
+def test_chart_is_self_contained_html(incident):
+    _, _, sweep, d = incident
+    path = save_chart(sweep, d / "sweep.html")
+    html = path.read_text()
+    assert html.lstrip().lower().startswith("<!doctype html>")
+    assert "<script src=" not in html.replace(" ", "") and "cdn.jsdelivr" not in html
+    assert "p99 TPOT (ms)" in html and "What-if replay of incident" in html
+    rows = chart_rows(sweep)
+    assert len(rows) == len(VALUES) * 2 * len(SEEDS)
+    r = next(x for x in rows if x["value"] == 512 and x["panel"] == "p99 TPOT (ms)" and x["seed"] == 1)
+    assert r["ms"] == sweep.rows[1].per_seed[1]["tpot_ms"]["p99"] and r["status"] == "meets SLO"
+
+
+def test_cli_sweep_writes_table_and_chart(incident, tmp_path):
+    db, _, _, d = incident
+    chart = tmp_path / "c.html"
+    r = subprocess.run([sys.executable, "-m", "pipeline", "replay", "incident", "--db", str(db), "--seeds", "1",
+                        "--sweep", "max_num_batched_tokens=512,2048", "--slo", str(d / "slo.toml"),
+                        "--chart", str(chart), "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["param"] == "max_num_batched_tokens" and doc["chart"] == str(chart) and chart.exists()
+    assert [row["meets_slo"] for row in doc["rows"]] == [True, False]
+
+
+def test_parse_sweep():
+    assert parse_sweep("max-num-seqs=8, 16,16,32") == ("max_num_seqs", [8, 16, 32])
+    assert parse_sweep("chunked_prefill=on,false") == ("chunked_prefill", [True, False])
+    for bad in ("max_num_seqs", "max_num_seqs=", "max_num_seqs=8,x", "max_num_seqs=0", "foo=1"):
+        with pytest.raises(InputError):
+            parse_sweep(bad)

@@ -1,0 +1,103 @@
+"""Acceptance: replaying a simulated run with its true policy reproduces its latencies; the CLI end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline import store
+from pipeline.replay import calibrate, compare
+
+TINY = Path(__file__).resolve().parents[2] / "fixtures" / "canonical" / "tiny.jsonl"
+SEEDS = [0, 1, 2, 3]
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def validation(steady_db):
+    con = store.open_for_reading(steady_db)
+    cmp = compare(con, calibrate(con, "steady"), SEEDS)
+    con.close()
+    return cmp
+
+
+@pytest.mark.parametrize("metric", ["ttft_ms", "tpot_ms"])
+@pytest.mark.parametrize("stat,tolerance", [("p50", 0.05), ("p99", 0.10)])
+def test_replay_with_true_policy_reproduces_the_run(validation, metric, stat, tolerance):
+    """SPEC §8 acceptance: p50 within 5 %, p99 within 10 %, in the mean and in every seed."""
+    row = next(r for r in validation.rows() if r["metric"] == metric and r["stat"] == stat)
+    per_seed = np.array([s[metric][stat] for s in validation.replays])
+    errors = per_seed / row["observed"] - 1
+    assert abs(row["rel_error"]) < tolerance, row
+    assert np.all(np.abs(errors) < tolerance), errors
+    assert row["rel_error"] == pytest.approx(per_seed.mean() / row["observed"] - 1, rel=1e-9)
+
+
+def test_observed_column_is_the_store_and_throughput_matches(validation, steady_db):
+    con = store.open_for_reading(steady_db)
+    ref = dict(con.execute("select metric, p99 from metric_stats where run_id = 'steady'").fetchall())
+    rows = {(r["metric"], r["stat"]): r for r in validation.rows()}
+    for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        assert rows[(m, "p99")]["observed"] == pytest.approx(ref[m], rel=1e-12)
+    assert abs(rows[("throughput", "output_tokens_per_s")]["rel_error"]) < 0.01  # same work, same arrivals
+    assert validation.mode == "validation"
+    con.close()
+
+
+def test_cli_writes_ingests_and_reports_replays(steady_db, tmp_path):
+    out = tmp_path / "rep.jsonl"
+    r = run("replay", "steady", "--db", str(steady_db), "--seeds", "2", "--out", str(out), "--ingest", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["mode"] == "validation" and doc["changed"] == {}
+    assert doc["replay_run_ids"] == ["steady~replay~recorded-seed0", "steady~replay~recorded-seed1"]
+    assert doc["written"] == [str(tmp_path / "rep-seed0.jsonl"), str(tmp_path / "rep-seed1.jsonl")]
+    con = store.open_for_reading(steady_db)
+    meta = json.loads(con.execute("select meta from runs where run_id = 'steady~replay~recorded-seed1'").fetchall()[0][0])
+    assert meta["replay"]["replay_of"] == "steady" and meta["replay"]["seed"] == 1
+    assert meta["max_num_batched_tokens"] == 1024 and meta["simulated"] is True
+    # the ingested replays, through the SQL pipeline, give the numbers the command reported
+    rows = {(x["metric"], x["stat"]): x for x in doc["rows"]}
+    for metric, stat in (("ttft_ms", "p50"), ("tpot_ms", "p99"), ("itl_ms", "p90")):
+        sql = [con.execute(f"select {stat} from metric_stats where run_id = ? and metric = ?",
+                           [f"steady~replay~recorded-seed{k}", metric]).fetchall()[0][0] for k in (0, 1)]
+        assert rows[(metric, stat)]["replay"] == pytest.approx(np.mean(sql), rel=1e-6)
+        assert rows[(metric, stat)]["replay_min"] == pytest.approx(min(sql), rel=1e-6)
+    n_recorded = con.execute("select count(*) from requests where run_id = 'steady'").fetchall()[0][0]
+    n_replayed = con.execute("select count(*) from requests where run_id = 'steady~replay~recorded-seed0' "
+                             "and extra->>'recorded_status' = 'ok'").fetchall()[0][0]
+    assert n_replayed == n_recorded
+    con.close()
+
+
+def test_cli_what_if_names_the_change(steady_db):
+    r = run("replay", "steady", "--db", str(steady_db), "--seeds", "1", "--max-num-batched-tokens", "512")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("what-if replay of steady (max_num_batched_tokens=512; 1 seed(s)")
+    assert "steady~replay~mbt512-seed0" in r.stdout
+    assert "ttft_ms p99" in r.stdout and "output_tokens_per_s" in r.stdout
+
+
+def test_cli_errors(tmp_path, steady_db):
+    db = str(tmp_path / "t.duckdb")
+    assert run("ingest", str(TINY), "--db", db).returncode == 0
+    r = run("replay", "tiny", "--db", db)
+    assert r.returncode == 2
+    assert r.stderr.strip() == ("Error: run 'tiny' does not record kv_capacity_tokens in its metadata (runs.meta); "
+                                "pass --kv-capacity-tokens N to say what the engine used")
+    r = run("replay", "nope", "--db", db)
+    assert r.returncode == 2 and "run 'nope' is not in the store" in r.stderr
+    r = run("replay", "steady", "--db", str(steady_db), "--slo", "x.toml")
+    assert r.returncode == 2 and "--slo and --chart go with --sweep" in r.stderr
+    r = run("replay", "steady", "--db", str(steady_db), "--sweep", "max_num_batched_tokens=256", "--out", "x.jsonl")
+    assert r.returncode == 2 and "--sweep does not write traces" in r.stderr
+    r = run("replay", "steady", "--db", str(steady_db), "--sweep", "block_size=16")
+    assert r.returncode == 2 and "NAME one of max_num_seqs" in r.stderr
