@@ -222,16 +222,17 @@ def build_sections(con: duckdb.DuckDBPyConnection, run_id: str, s: dict[str, Any
 
 
 def write_report(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: str | Path | None = None,
-                 slo: Any = None, max_points: int = frames.MAX_POINTS) -> Path:
+                 slo: Any = None, max_points: int = frames.MAX_POINTS, summary: dict[str, Any] | None = None) -> Path:
     """Write ``index.html``, ``summary.json`` and ``summary.md`` for ``run_id``; return the HTML path.
 
     ``out_dir`` defaults to ``reports/<run_id>/``; ``slo`` (a path or an
-    :class:`~pipeline.audit.SloSpec`) adds the SLO verdict, goodput and fluidity.
+    :class:`~pipeline.audit.SloSpec`) adds the SLO verdict, goodput and fluidity;
+    ``summary`` reuses a ``metrics.summary(con, run_id)`` the caller already has.
     Derived tables must be current (``store.open_for_reading`` or ``build_derived``).
     """
     from ..commands.options import dumps
 
-    s = metrics.summary(con, run_id)
+    s = dict(summary) if summary is not None else metrics.summary(con, run_id)
     audit = None
     if slo is not None:
         from .. import audit as aud
