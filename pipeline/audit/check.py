@@ -74,7 +74,7 @@ class AuditResult:
 def _fmt(v: float | None, unit: str) -> str:
     if v is None:
         return "n/a"
-    if unit == "fraction":
+    if unit in ("fraction", "index"):
         return f"{v:.4f}"
     return f"{v:.3f} {unit}".rstrip()
 
@@ -127,7 +127,7 @@ def _fluidity_checks(f: dict[str, Any], spec) -> list[Check]:
     for stat, limit in spec.minima.items():
         p = percentile_of(stat)
         value = f.get("percentiles", {}).get(measure._pname(p)) if p is not None else f.get(stat)
-        out.append(_check("fluidity", f"fluidity index {stat} >= {limit:g}", value, ">=", limit, "fraction",
+        out.append(_check("fluidity", f"fluidity index {stat} >= {limit:g}", value, ">=", limit, "index",
                           "no ok request has token times (token_times in request records)"))
     return out
 

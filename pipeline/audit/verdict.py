@@ -16,6 +16,8 @@ def _num(v: Any, unit: str = "") -> str:
         return "n/a"
     if unit == "fraction":
         return f"{100 * v:.2f}%"
+    if unit == "index":
+        return f"{v:.4f}"
     return f"{v:,.3f}{(' ' + unit) if unit else ''}"
 
 

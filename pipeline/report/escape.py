@@ -21,7 +21,8 @@ from typing import Any
 
 _SCRIPT_UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 _XML_INVALID = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~])")
+# characters that can start markup inside a line (links need "[", images "![", so "(" and "!" are inert)
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]|~])")
 
 
 def html_text(value: Any, limit: int | None = None) -> str:
