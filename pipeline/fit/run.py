@@ -32,12 +32,16 @@ create table if not exists fits (
 
 
 def _fingerprint(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
-    """Changes whenever the run's steps, requests or token times change."""
-    a = con.execute("select count(*), sum(iteration_ms), sum(context_tokens), sum(prefill_tokens), max(t_end) "
-                    "from iteration_metrics where run_id = ?", [run_id]).fetchall()[0]
-    b = con.execute("select count(*), sum(e2e_ms), sum(preemptions) from request_latency where run_id = ?",
-                    [run_id]).fetchall()[0]
-    c = con.execute("select count(*), sum(t) from tokens where run_id = ?", [run_id]).fetchall()[0]
+    """Changes whenever the run's steps, requests or token times change.
+
+    An xor of row hashes: exact and independent of row order (a float sum is not:
+    DuckDB's parallel sums may differ in the last bits between two reads).
+    """
+    a = con.execute("select count(*), bit_xor(hash(iter, iteration_ms, t_end, context_tokens, prefill_tokens, "
+                    "decode_tokens, preempted_reqs)) from iteration_metrics where run_id = ?", [run_id]).fetchall()[0]
+    b = con.execute("select count(*), bit_xor(hash(req_id, t_arrival, t_scheduled, t_first_token, t_finish, "
+                    "output_tokens, preemptions, status)) from request_latency where run_id = ?", [run_id]).fetchall()[0]
+    c = con.execute("select count(*), bit_xor(hash(req_id, idx, t)) from tokens where run_id = ?", [run_id]).fetchall()[0]
     return json.dumps([FIT_VERSION, *a, *b, *c], default=str)
 
 

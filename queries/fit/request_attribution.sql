@@ -14,7 +14,8 @@
 --     decode:  baseline -> decode_baseline, prefill part -> prefill_interference
 --     all:     residual + host gap -> unexplained; steps without a prediction -> unattributed
 --   Preemption (decode phase): with token times, every token gap that spans more than
---   one step means the request sat out steps; the whole gap is preemption. Without
+--   one step means the request sat out steps; the whole gap is preemption. Only requests
+--   whose preemptions is not 0 (or unknown) are examined token by token. Without
 --   token times, a request with preemptions > 0 that spans n steps but emitted only
 --   output_tokens - 1 tokens after the first sat out the difference: that fraction of
 --   the decode phase is preemption. The other parts are scaled to what is left.
@@ -110,35 +111,60 @@ priced as (
     where p.ta is not null and p.tb is not null
 ),
 
-token_gaps as (
+-- only requests that may have been preempted (preemptions > 0, or unknown) are examined token by token
+maybe_preempted as (
+    select req_id from req where coalesce(preemptions, 1) > 0
+),
+
+-- each token matched to the step that emitted it (the last step ending at or before it)
+token_steps as (
     select
         t.req_id,
-        lag(t.t) over (partition by t.req_id order by t.idx) as ta,
-        t.t as tb
+        t.idx,
+        t.t,
+        x.k,
+        x.c_span,
+        x.c_base,
+        x.c_pf,
+        x.c_ux,
+        x.c_ua
     from tokens as t
-    semi join req as r on r.req_id = t.req_id
+    semi join maybe_preempted as m on m.req_id = t.req_id
+    asof left join cum0 as x on t.t + $tol_s >= x.t_end
     where t.run_id = $run_id
+),
+
+token_gaps as (
+    select
+        req_id,
+        (t - lag(t) over w) * 1000 as gap_ms,
+        k - lag(k) over w as n_steps,
+        c_span - lag(c_span) over w as d_span,
+        c_base - lag(c_base) over w as d_base,
+        c_pf - lag(c_pf) over w as d_pf,
+        c_ux - lag(c_ux) over w as d_ux,
+        c_ua - lag(c_ua) over w as d_ua
+    from token_steps
+    window w as (partition by req_id order by idx)
 ),
 
 -- token gaps that span more than one step: the request was out of the batch
 preempted_gaps as (
     select
-        g.req_id,
-        sum((g.tb - g.ta) * 1000) as gap_ms,
-        sum(y.c_span - x.c_span) as d_span,
-        sum(y.c_base - x.c_base) as d_base,
-        sum(y.c_pf - x.c_pf) as d_pf,
-        sum(y.c_ux - x.c_ux) as d_ux,
-        sum(y.c_ua - x.c_ua) as d_ua
-    from token_gaps as g
-    asof left join cum0 as x on g.ta + $tol_s >= x.t_end
-    asof left join cum0 as y on g.tb + $tol_s >= y.t_end
-    where g.ta is not null and y.k - x.k > 1
-    group by g.req_id
+        req_id,
+        sum(gap_ms) as gap_ms,
+        sum(d_span) as d_span,
+        sum(d_base) as d_base,
+        sum(d_pf) as d_pf,
+        sum(d_ux) as d_ux,
+        sum(d_ua) as d_ua
+    from token_gaps
+    where n_steps > 1
+    group by req_id
 ),
 
 has_tokens as (
-    select distinct req_id from token_gaps
+    select distinct req_id from token_steps
 ),
 
 decode as (
