@@ -104,8 +104,8 @@ def replay(run_id: str, db: str, max_num_seqs, max_num_batched_tokens, kv_capaci
         cmp = compare(con, cal, seed_list, write)
         cmp.run_ids = [replay_run_id(cal, s) for s in seed_list]
         if do_ingest:
-            for p in written:
-                ingest_replay(con, p)
+            for p, rid in zip(written, cmp.run_ids):
+                ingest_replay(con, p, rid)
         if tmp is not None:
             tmp.cleanup()
     finally:

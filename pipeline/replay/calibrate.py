@@ -309,6 +309,11 @@ def calibrate(
         "requests": counts,
         "noise_mode": noise,
     }
+    negative = [f"{n} = {getattr(base, n):.3g} ms" for n in ("a_ms_per_ctx", "b_ms_per_prefill", "c_ms_per_decode")
+                if getattr(base, n) < 0]
+    if negative:
+        notes.append(f"fitted {', '.join(negative)} per token is below 0 (a term the data barely separate): "
+                     "what-ifs far outside the recorded batch sizes extrapolate it")
     unfitted = [n for n in ("a_ms_per_ctx", "b_ms_per_prefill", "c_ms_per_decode") if n not in fit.terms]
     if unfitted:
         notes.append(f"terms not fitted on this run count as 0 in the replay: {', '.join(unfitted)}")

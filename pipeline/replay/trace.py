@@ -133,10 +133,38 @@ def _requests(result: SimResult, cal: Calibration, lo: int, hi: int, offsets, va
     return df
 
 
-def ingest_replay(con, path: Path, replace: bool = True) -> list[str]:
-    """Ingest a written replay into the store (replacing an older replay of the same id); its run ids."""
+def drop_replay(con, run_id: str) -> int:
+    """Delete the stored rows of an earlier replay with this run id; the number of ingests removed.
+
+    Only ingests that hold nothing but replay runs are touched, so a recorded run is
+    never deleted. A replay is derived data: ``tracelat replay`` recreates it.
+    """
+    from .. import store
+
+    if SEP not in run_id:
+        raise ValueError(f"{run_id!r} is not a replay run id")
+    which = ("select ingest_id from ingests where list_contains(run_ids, $rid) "
+             "and len(list_filter(run_ids, lambda r: not contains(r, $sep))) = 0")
+    ids = [r[0] for r in con.execute(which, {"rid": run_id, "sep": SEP}).fetchall()]
+    if not ids:
+        return 0
+    con.execute("begin transaction")
+    try:
+        for table in (t for t in store.BASE_TABLES if t != "ingests"):
+            con.execute(f'delete from "{table}" where ingest_id = any($ids)', {"ids": ids})
+        con.execute("delete from ingests where ingest_id = any($ids)", {"ids": ids})
+        con.execute("commit")
+    except BaseException:
+        con.execute("rollback")
+        raise
+    return len(ids)
+
+
+def ingest_replay(con, path: Path, run_id: str) -> list[str]:
+    """Ingest a written replay into the store, replacing an earlier replay of the same id; its run ids."""
     from .. import ingest, store
 
-    results = ingest.ingest_paths(con, [path], fmt="jsonl", replace=replace)
+    drop_replay(con, run_id)
+    results = ingest.ingest_paths(con, [path], fmt="jsonl", replace=True)
     store.build_derived(con)
     return sorted({r for res in results for r in res.run_ids})

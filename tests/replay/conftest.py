@@ -1,4 +1,4 @@
-"""Simulated "recorded" runs with known truth, ingested once per module."""
+"""Simulated "recorded" runs with known truth, ingested once."""
 
 from __future__ import annotations
 
@@ -29,8 +29,12 @@ def simulated_store(directory: Path, run_id: str, spec: WorkloadSpec, policy: Po
     return db
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def steady_db(tmp_path_factory) -> Path:
-    """3000 requests at 10/s, log-normal sizes, noise and rare stalls: run id ``steady``."""
+    """3000 requests at 10/s, log-normal sizes, noise and rare stalls: run id ``steady``.
+
+    Shared by the session: tests may add replay runs to it but never change ``steady``
+    (tests that edit the store work on a copy).
+    """
     spec = WorkloadSpec(requests=3000, rate_rps=10.0, prompt_mean=400, output_mean=100)
     return simulated_store(tmp_path_factory.mktemp("steady"), "steady", spec)

@@ -133,6 +133,7 @@ def test_chart_is_self_contained_html(incident):
     assert r["ms"] == sweep.rows[1].per_seed[1]["tpot_ms"]["p99"] and r["status"] == "meets SLO"
 
 
+@pytest.mark.slow
 def test_cli_sweep_writes_table_and_chart(incident, tmp_path):
     db, _, _, d = incident
     chart = tmp_path / "c.html"

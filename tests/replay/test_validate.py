@@ -78,6 +78,27 @@ def test_cli_writes_ingests_and_reports_replays(steady_db, tmp_path):
     con.close()
 
 
+@pytest.mark.slow
+def test_a_new_replay_replaces_the_stored_one_and_never_the_recording(steady_db, tmp_path):
+    from pipeline.replay.trace import drop_replay
+
+    args = ["replay", "steady", "--db", str(steady_db), "--seeds", "1", "--ingest"]
+    assert run(*args, "--out", str(tmp_path / "a.jsonl")).returncode == 0
+    r = run(*args, "--out", str(tmp_path / "b.jsonl.gz"), "--no-token-times")  # other file, other content
+    assert r.returncode == 0, r.stderr
+    con = store.open_for_reading(steady_db)
+    q = "select count(*) from {} where run_id = 'steady~replay~recorded-seed0'"
+    n_rec = con.execute("select count(*) from requests where run_id = 'steady'").fetchall()[0][0]
+    assert con.execute(q.format("requests")).fetchall()[0][0] == n_rec
+    assert con.execute(q.format("tokens")).fetchall()[0][0] == 0  # the second replay has no token times
+    assert con.execute(q.format("runs")).fetchall()[0][0] == 1
+    assert con.execute("select count(*) from rejects").fetchall()[0][0] == 0
+    with pytest.raises(ValueError):
+        drop_replay(con, "steady")
+    assert drop_replay(con, "steady~replay~nothing-seed0") == 0
+    con.close()
+
+
 def test_cli_what_if_names_the_change(steady_db):
     r = run("replay", "steady", "--db", str(steady_db), "--seeds", "1", "--max-num-batched-tokens", "512")
     assert r.returncode == 0, r.stderr
