@@ -140,6 +140,8 @@ def run_simulation(
     t_end_s: float | None = None,
     with_token_times: bool = True,
     progress: Callable[[int], None] | None = None,
+    model_name: str = "simulated",
+    gpu: str = "simulated",
 ) -> SimulationRun:
     """Simulate and write the canonical trace at ``out`` and the truth file.
 
@@ -155,6 +157,8 @@ def run_simulation(
         t_end_s: stop at this simulated time.
         with_token_times: write per-token times in the request records.
         progress: called with the number of steps done so far.
+        model_name, gpu: what the run record names (e.g. a catalogued model and GPU,
+            so that bandwidth figures can be checked against the simulated truth).
     """
     from pipeline.sim.writer import write_trace, write_truth
 
@@ -171,7 +175,7 @@ def run_simulation(
         # the workload ran out before the step count: size it up from what one request lasted
         n_req = int(n_req * 1.3 * iterations / max(result.n_iterations, 1)) + 100
     info = {"spec": spec.to_dict() if workload is None else None, **w.describe()}
-    write_trace(result, out, run_id, policy, model, noise, info, with_token_times)
+    write_trace(result, out, run_id, policy, model, noise, info, with_token_times, model_name=model_name, gpu=gpu)
     truth_path = None
     if truth is not False:
         truth_path = Path(truth) if truth else default_truth_path(out)
