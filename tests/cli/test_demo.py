@@ -1,0 +1,33 @@
+"""`tracelat demo`: the README's main job, end to end on the bundled incident."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DEMO = Path(__file__).resolve().parents[2] / "fixtures" / "demo"
+
+
+def test_demo_ingests_summarises_and_writes_report(tmp_path):
+    out = tmp_path / "rep"
+    r = subprocess.run(
+        [sys.executable, "-m", "pipeline", "demo", "--db", str(tmp_path / "d.duckdb"), "--out", str(out)],
+        capture_output=True, text=True, cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    assert f"report: {out / 'index.html'}" in r.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    truth = json.loads((DEMO / "incident.truth.json").read_text())
+    # the report's numbers are those of the bundled trace (counts from the truth file)
+    assert summary["iterations"] == truth["result"]["iterations"]
+    assert summary["requests"] == truth["result"]["requests"]
+    # and the fit recovers the simulated hardware-consistent model within 3%
+    fit = summary["fit"]
+    assert fit["t0_ms"] == pytest.approx(truth["model"]["t0_ms"], rel=0.03)
+    assert fit["ms_per_1k_context_tokens"] == pytest.approx(truth["model"]["a_ms_per_ctx"] * 1000, rel=0.03)
+    assert fit["ms_per_1k_prefill_tokens"] == pytest.approx(truth["model"]["b_ms_per_prefill"] * 1000, rel=0.03)
+    assert "<html" in (out / "index.html").read_text()[:500].lower()
