@@ -81,31 +81,39 @@ with b as (
   select line_no, raw,
     case when raw is null or trim(raw) = '' then 'blank'
          when not json_valid(raw) then 'not valid JSON (truncated or garbage line)'
-         when json_type(raw) <> 'OBJECT' then 'not a JSON object'
+         when not starts_with(ltrim(raw), '{') then 'not a JSON object'
     end as perr
   from batch_in
-), k as (
-  select *,
-    case when perr is null then json_extract_string(raw, '$.kind') end as kind,
-    case when perr is null then json_type(raw, '$.kind') end as kind_type,
-    case when perr is null and json_type(raw, '$.run_id') in ('VARCHAR','UBIGINT','BIGINT')
-      then json_extract_string(raw, '$.run_id') end as own_run
-  from b
 )
-select line_no, raw, perr, kind, kind_type,
+select line_no, raw, perr, x[1] as kind, x[2] as own_run
+from (
+  -- CASE does not shield the JSON functions from invalid rows: pass them NULL instead
+  select *, json_extract_string(case when perr is null then raw end, ['$.kind', '$.run_id']) as x from b
+)
+"""
+
+# The run of each line: its own run_id, else that of the last run record before it
+# (in this batch, or carried from earlier batches), else --run-id or the file name.
+# The window is needed only in batches that hold run records.
+RUN_OF_LINE_SQL = {
+    False: "select * exclude (own_run), coalesce(own_run, $carry_run, $default_run) as run_id from parsed",
+    True: """
+select * exclude (own_run),
   coalesce(own_run,
     last_value(case when kind = 'run' then coalesce(own_run, $default_run) end ignore nulls)
       over (order by line_no rows between unbounded preceding and current row),
     $carry_run, $default_run) as run_id
-from k
-"""
+from parsed
+""",
+}
 
 PARSE_REJECTS_SQL = """
 insert into rejects
 select $ingest_id, $path, line_no,
   coalesce(perr, case
-    when kind_type is null then 'missing field kind (expected run, iteration or request)'
-    when kind_type <> 'VARCHAR' then 'kind must be a string'
+    when json_type(case when perr is null then raw end, '$.kind') is null
+      then 'missing field kind (expected run, iteration or request)'
+    when json_type(case when perr is null then raw end, '$.kind') <> 'VARCHAR' then 'kind must be a string'
     else 'unknown kind ' || kind || ' (expected run, iteration or request)' end),
   left(raw, 1024)
 from parsed
@@ -252,8 +260,10 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
     res = st.result
     assert res is not None
     q = _Scope(con, batch.lines)
-    q.table("parsed", PARSE_SQL, {"default_run": st.default_run, "carry_run": st.carry_run})
+    q.table("parsed", PARSE_SQL)
     del q.tables["batch_in"]
+    has_runs = q.count("select count(*) from parsed where kind = 'run'") > 0
+    q.table("parsed", RUN_OF_LINE_SQL[has_runs], {"default_run": st.default_run, "carry_run": st.carry_run})
     ids = {"ingest_id": st.ingest_id, "path": st.path}
     q.run(PARSE_REJECTS_SQL, ids)
     res.rejected += q.count(
