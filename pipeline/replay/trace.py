@@ -13,16 +13,13 @@ field) keeps their status in the recording.
 
 from __future__ import annotations
 
-import gzip
-import json
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..sim import SimResult
-from ..sim.writer import ITERATION_BATCH, REQUEST_BATCH, TRACE_ITERATION_FIELDS, run_record
+from ..sim.writer import write_trace
 from .calibrate import Calibration
 
 SEP = "~replay~"
@@ -69,68 +66,13 @@ def _source_run(con, run_id: str) -> dict[str, Any]:
 def write_replay(result: SimResult, path, run_id: str, cal: Calibration, seed: int, con=None,
                  with_token_times: bool = True) -> Path:
     """Write one replay as canonical JSON Lines (gzip when the name ends in ``.gz``)."""
-    import polars as pl
-
     src = _source_run(con, cal.run_id)
-    rec = run_record(run_id, cal.policy, cal.model, cal.noise, cal.workload.describe(),
-                     model_name=src.get("model") or "replayed", gpu=src.get("gpu") or "simulated")
-    rec["meta"]["replay"] = replay_meta(cal, seed, result)
-    path = Path(path)
-    with _open_out(path) as fh:
-        fh.write((json.dumps(_plain(rec), allow_nan=False, separators=(",", ":")) + "\n").encode())
-        it = result.iterations
-        for lo in range(0, result.n_iterations, ITERATION_BATCH):
-            sl = slice(lo, lo + ITERATION_BATCH)
-            pl.DataFrame({"kind": "iteration", **{f: it[f][sl] for f in TRACE_ITERATION_FIELDS}}).write_ndjson(fh)
-        offsets, values = result.token_times_flat() if with_token_times else (None, None)
-        for lo in range(0, result.n_requests, REQUEST_BATCH):
-            _requests(result, cal, lo, min(lo + REQUEST_BATCH, result.n_requests), offsets, values).write_ndjson(fh)
-    return path
-
-
-@contextmanager
-def _open_out(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    opener = gzip.open(path, "wb", compresslevel=3) if path.name.endswith(".gz") else open(path, "wb")
-    with opener as fh:
-        yield fh
-
-
-def _plain(obj: Any) -> Any:
-    """Numpy scalars to Python values, non-finite floats to None (strict JSON)."""
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, float) and not np.isfinite(obj):
-        return None
-    return obj
-
-
-def _requests(result: SimResult, cal: Calibration, lo: int, hi: int, offsets, values):
-    import polars as pl
-
-    rq = result.requests
-    times = ["t_arrival", "t_scheduled", "t_first_token", "t_finish"]
-    df = pl.DataFrame({
-        "kind": "request",
-        "req_id": np.asarray(rq["req_id"][lo:hi]).astype(str),
-        **{c: rq[c][lo:hi] for c in times},
-        "prompt_tokens": rq["prompt_tokens"][lo:hi],
-        "output_tokens": rq["output_tokens"][lo:hi],
-        "preemptions": rq["preemptions"][lo:hi],
-        "status": np.asarray(rq["status"][lo:hi]).astype(str),
-        "recorded_status": np.asarray(cal.recorded_status[lo:hi]).astype(str),
-    }).with_columns(pl.col(times).fill_nan(None))
-    if offsets is not None:
-        import pyarrow as pa
-
-        off = offsets[lo:hi + 1]
-        lists = pa.LargeListArray.from_arrays(pa.array(off - off[0], pa.int64()), pa.array(values[off[0]:off[-1]]))
-        df = df.with_columns(pl.Series("token_times", pl.from_arrow(lists)))
-    return df
+    recorded = np.asarray(cal.recorded_status[:result.n_requests]).astype(str)
+    return write_trace(
+        result, path, run_id, cal.policy, cal.model, cal.noise, cal.workload.describe(), with_token_times,
+        model_name=src.get("model") or "replayed", gpu=src.get("gpu") or "simulated",
+        meta_extra={"replay": replay_meta(cal, seed, result)}, request_columns={"recorded_status": recorded},
+    )
 
 
 def drop_replay(con, run_id: str) -> int:

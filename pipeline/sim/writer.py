@@ -76,17 +76,22 @@ def write_trace(
     with_token_times: bool = True,
     model_name: str = "simulated",
     gpu: str = "simulated",
+    meta_extra: dict | None = None,
+    request_columns: dict[str, np.ndarray] | None = None,
 ) -> Path:
     """Write ``result`` as canonical JSON Lines at ``path`` (gzip if it ends in ``.gz``).
 
     Request times not reached (a run stopped early) are written as ``null``;
     such requests have status ``aborted``. ``with_token_times=False`` leaves out
     the per-token ``token_times`` lists (much smaller files for huge runs).
+    ``meta_extra`` is merged into the run record's ``meta``; ``request_columns``
+    adds fields to the request records (arrays aligned with ``result.requests``).
     """
     import polars as pl
 
     path = Path(path)
     rec = run_record(run_id, policy, model, noise, _jsonable(workload_info), model_name, gpu)
+    rec["meta"].update(_jsonable(meta_extra or {}))
     with _open_out(path) as fh:
         fh.write((json.dumps(rec, allow_nan=False, separators=(",", ":")) + "\n").encode())
         it = result.iterations
@@ -96,11 +101,12 @@ def write_trace(
             pl.DataFrame(cols).write_ndjson(fh)
         offsets, values = result.token_times_flat() if with_token_times else (None, None)
         for lo in range(0, result.n_requests, REQUEST_BATCH):
-            _request_frame(result, lo, min(lo + REQUEST_BATCH, result.n_requests), offsets, values).write_ndjson(fh)
+            hi = min(lo + REQUEST_BATCH, result.n_requests)
+            _request_frame(result, lo, hi, offsets, values, request_columns).write_ndjson(fh)
     return path
 
 
-def _request_frame(result: SimResult, lo: int, hi: int, offsets, values):
+def _request_frame(result: SimResult, lo: int, hi: int, offsets, values, extra: dict | None = None):
     import polars as pl
 
     rq = result.requests
@@ -114,6 +120,7 @@ def _request_frame(result: SimResult, lo: int, hi: int, offsets, values):
             "output_tokens": rq["output_tokens"][lo:hi],
             "preemptions": rq["preemptions"][lo:hi],
             "status": np.asarray(rq["status"][lo:hi]).astype(str),
+            **{name: np.asarray(col[lo:hi]) for name, col in (extra or {}).items()},
         }
     ).with_columns(pl.col(times).fill_nan(None))
     if offsets is not None:
