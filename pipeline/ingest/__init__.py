@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 from ..errors import InputError
 from . import canonical, reader
-from .load import Batch, IngestResult, ingest_file
+from .load import Batch, IngestResult, default_run_id, ingest_file
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,16 @@ def expand(paths: Iterable[Path]) -> list[tuple[Path, bool]]:
     return out
 
 
+def _distinct_run_names(files: list[Path]) -> dict[Path, str]:
+    """Run names for files whose file names collide (``a/profile_export.jsonl`` and
+    ``b/profile_export.jsonl``): qualify them with their folder, ``a/profile_export``,
+    so that one ingest never merges unrelated runs by accident."""
+    by_name: dict[str, list[Path]] = {}
+    for f in files:
+        by_name.setdefault(default_run_id(f), []).append(f)
+    return {f: f"{f.parent.name}/{name}" for name, fs in by_name.items() if len(fs) > 1 for f in fs}
+
+
 # Steps run after files were ingested, with the run ids they touched, each in its own
 # transaction: e.g. estimating context_tokens from request timelines (engine ingestors).
 PostIngest = Callable[["duckdb.DuckDBPyConnection", list[str]], None]
@@ -100,7 +110,9 @@ def ingest_paths(con, paths, fmt=None, run_id=None, replace=False, progress_for=
     receives byte counts (the CLI uses a click progress bar).
     """
     results = []
-    for path, in_dir in expand(Path(p) for p in paths):
+    files = expand(Path(p) for p in paths)
+    run_names = _distinct_run_names([f for f, _ in files]) if run_id is None else {}
+    for path, in_dir in files:
         try:
             ing = get(fmt) if fmt else detect(path)
         except InputError:
@@ -110,10 +122,12 @@ def ingest_paths(con, paths, fmt=None, run_id=None, replace=False, progress_for=
             results.append(IngestResult(str(path), "?", status="skipped", note="no known format"))
             continue
         if progress_for is None:
-            results.append(ingest_file(con, path, ing.name, ing.convert, run_id, replace))
+            results.append(ingest_file(con, path, ing.name, ing.convert, run_id or run_names.get(path), replace))
             continue
         with progress_for(path) as progress:
-            results.append(ingest_file(con, path, ing.name, ing.convert, run_id, replace, progress))
+            results.append(
+                ingest_file(con, path, ing.name, ing.convert, run_id or run_names.get(path), replace, progress)
+            )
     touched = sorted({r for res in results if res.status not in ("unchanged", "skipped") for r in res.run_ids})
     if touched:
         for step in POST_INGEST:

@@ -305,6 +305,11 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
 Converter = Callable[[Path, Callable[[int], None] | None], Iterator[Batch]]
 
 
+def default_run_id(path: Path) -> str:
+    """The run of records that name none and have no --run-id: the file name up to its first dot."""
+    return path.name.split(".")[0] or path.name
+
+
 def ingest_file(
     con: duckdb.DuckDBPyConnection,
     path: Path,
@@ -318,7 +323,7 @@ def ingest_file(
     reader.check_file(path)
     digest = reader.sha256(path)
     shown = str(path)
-    default_run = run_id or path.name.split(".")[0] or path.name
+    default_run = run_id or default_run_id(path)
     # Same bytes under another run name (file name or --run-id) are a different ingest.
     prior = con.execute(
         "select path, t_ingested from ingests where sha256 = ? and default_run_id = ? "

@@ -145,6 +145,16 @@ def test_directory_ingests_each_file(con, tmp_path):
     assert [r.run_ids for r in res] == [["one"], ["two"]]
 
 
+def test_same_file_names_in_different_folders_stay_separate_runs(con, tmp_path):
+    for sub in ("c1", "c2"):
+        (tmp_path / sub).mkdir()
+        write(tmp_path / sub / "profile.jsonl", [it(0), it(1)])
+    write(tmp_path / "c2" / "other.jsonl", [it(0)])
+    ingest.ingest_paths(con, [tmp_path])
+    got = dict(con.execute("select run_id, count(*) from iterations group by 1").fetchall())
+    assert got == {"c1/profile": 2, "c2/profile": 2, "other": 1}
+
+
 def test_directory_skips_unknown_files_but_a_named_one_is_an_error(con, tmp_path):
     d = tmp_path / "logs"
     d.mkdir()
