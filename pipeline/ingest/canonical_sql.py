@@ -78,33 +78,40 @@ FIELDS = {"run": RUN_FIELDS, "iteration": ITERATION_FIELDS, "request": REQUEST_F
 COMMON = ("kind", "run_id")
 
 
-def _struct_spec(fields: tuple[Field, ...]) -> str:
-    names = sorted({f.name for f in fields} | set(COMMON))
-    return "{" + ",".join(f'"{n}":"JSON"' for n in names) + "}"
+_TYPED = {
+    "int": "DOUBLE", "count": "DOUBLE", "float": "DOUBLE", "fraction": "DOUBLE", "str": "VARCHAR",
+    "id": "VARCHAR", "status": "VARCHAR", "clock": "VARCHAR", "strlist": "VARCHAR[]", "floatlist": "DOUBLE[]",
+    "object": "JSON",
+}
 
 
-def _value(f: Field) -> str:
+def _typed_spec(fields: tuple[Field, ...]) -> str:
+    return "{" + ",".join(f'"{f.name}":"{_TYPED[f.kind]}"' for f in fields) + "}"
+
+
+def _paths(fields: tuple[Field, ...]) -> str:
+    return "[" + ",".join(f"'$.{f.name}'" for f in fields) + "]"
+
+
+# Each record is parsed twice: once for the JSON type of every field (``ty``) and
+# once into a typed struct (``v``).  The typed parse alone is lenient ("5" becomes
+# 5.0), so a value is taken only where its JSON type is the right one.
+def _value(f: Field, i: int) -> str:
     """Typed value of a field, NULL when absent, null or of the wrong type."""
-    v, t = f"s.{f.name}", f"json_type(s.{f.name})"
+    v, t = f"v.{f.name}", f"ty[{i}]"
     if f.kind in ("int", "count"):
         return (
-            f"case when {t} in ('UBIGINT','BIGINT') then try_cast({v}::varchar as bigint) "
-            f"when {t} = 'DOUBLE' and {v}::double = round({v}::double) "
-            f"and abs({v}::double) < 9e18 then {v}::double::bigint end"
+            f"case when {t} in ('UBIGINT','BIGINT','DOUBLE') and {v} = round({v}) and abs({v}) < 9e18 "
+            f"then {v}::bigint end"
         )
     if f.kind in ("float", "fraction"):
-        return f"case when {t} in {NUMERIC} then {v}::double end"
+        return f"case when {t} in {NUMERIC} then {v} end"
     if f.kind == "id":
-        return (
-            f"case when {t} = 'VARCHAR' then {v}->>'$' "
-            f"when {t} in ('UBIGINT','BIGINT') then {v}::varchar end"
-        )
+        return f"case when {t} in ('VARCHAR','UBIGINT','BIGINT') then {v} end"
     if f.kind in ("str", "status", "clock"):
-        return f"case when {t} = 'VARCHAR' then {v}->>'$' end"
-    if f.kind == "strlist":
-        return f"case when {t} = 'ARRAY' then try_cast({v} as varchar[]) end"
-    if f.kind == "floatlist":
-        return f"case when {t} = 'ARRAY' then try_cast({v} as double[]) end"
+        return f"case when {t} = 'VARCHAR' then {v} end"
+    if f.kind in ("strlist", "floatlist"):
+        return f"case when {t} = 'ARRAY' then {v} end"
     if f.kind == "object":
         return f"case when {t} = 'OBJECT' then {v} end"
     raise ValueError(f.kind)
@@ -125,10 +132,10 @@ _EXPECT = {
 }
 
 
-def _problem(f: Field) -> str:
+def _problem(f: Field, i: int) -> str:
     """A SQL expression naming what is wrong with one field, or NULL."""
-    t, val = f"json_type(s.{f.name})", f"v_{f.name}"
-    shown = f"left(s.{f.name}::varchar, 40)"
+    t, val = f"ty[{i}]", f"v_{f.name}"
+    shown = f"left(json_extract(raw, '$.{f.name}')::varchar, 40)"
     absent = f"({t} is null or {t} = 'NULL')"
     checks = [f"when not {absent} and {val} is null then '{f.name}: expected {_EXPECT[f.kind]}, got ' || {shown}"]
     if f.required:
@@ -184,19 +191,26 @@ def stage_sql(kind: str) -> str:
     Reads ``parsed`` (line_no, raw, perr, kind, run_id); ``raw`` is valid JSON when perr is NULL.
     """
     fields = FIELDS[kind]
-    values = ",\n    ".join(f"{_value(f)} as v_{f.name}" for f in fields)
-    problems = ", ".join(_problem(f) for f in fields)
+    values = ",\n    ".join(f"{_value(f, i)} as v_{f.name}" for i, f in enumerate(fields, 1))
+    problems = ", ".join(_problem(f, i) for i, f in enumerate(fields, 1))
     cross = ", ".join(CROSS_CHECKS[kind])
-    known = "{" + ",".join(f'"{n}":null' for n in sorted({f.name for f in fields} | set(COMMON))) + "}"
+    names = sorted({f.name for f in fields} | set(COMMON))
+    known = "{" + ",".join(f'"{n}":null' for n in names) + "}"
+    known_list = "[" + ",".join(f"'{n}'" for n in names) + "]"
     all_checks = problems + (", " + cross if cross else "")
     return f"""
 with typed as (
-  select line_no, raw, run_id, s,
-    nullif(json_merge_patch(raw, '{known}'), '{{}}') as extra,
+  select line_no, raw, run_id, ty,
+    -- unknown fields are kept; most records have none, so skip the patch for them
+    case when len(list_filter(json_keys(raw), lambda k: not list_contains({known_list}, k))) > 0
+      then nullif(json_merge_patch(raw, '{known}'), '{{}}') end as extra,
     {values}
-  from (select *, from_json(raw, '{_struct_spec(fields)}') as s from parsed where kind = '{kind}' and perr is null)
+  from (
+    select *, json_type(raw, {_paths(fields)}) as ty, from_json(raw, '{_typed_spec(fields)}') as v
+    from parsed where kind = '{kind}' and perr is null
+  )
 )
-select * exclude (s),
+select * exclude (ty),
   nullif(array_to_string(list_filter([{all_checks}], lambda x: x is not null), '; '), '') as reason
 from typed
 """
