@@ -139,9 +139,10 @@ select t.*,
   end as final_reason
 from (select *, min(line_no) over (partition by run_id, {val}) as first_line from staged) t
 left join (
+  -- only the keys of this batch: earlier batches of a big file are not re-aggregated
   select x.run_id, x.{col}, min(x.line_no) as line_no, any_value(g.path) as path
-  from {table} x left join ingests g using (ingest_id)
-  where x.run_id in (select distinct run_id from staged)
+  from (select * from {table} semi join staged s on s.run_id = {table}.run_id and s.{val} = {table}.{col}) x
+  left join ingests g using (ingest_id)
   group by all
 ) e on e.run_id = t.run_id and e.{col} = t.{val}
 """
