@@ -2,6 +2,7 @@
 
     python benchmarks/bench_simulate.py                      # 1M iterations, token times on
     python benchmarks/bench_simulate.py --iterations 200000 --no-token-times --out /tmp/b.jsonl.gz
+    python benchmarks/bench_simulate.py --kv-block-size 16 --admit-full-prompt --kv-capacity-tokens 60000
 
 Prints iterations/s of the event loop, the time of each phase, the total, the
 trace size and the peak RSS of the process.
@@ -32,11 +33,14 @@ def main() -> None:
     ap.add_argument("--no-token-times", action="store_true")
     ap.add_argument("--stall-rate", type=float, default=0.001)
     ap.add_argument("--kv-capacity-tokens", type=int, default=200_000)
+    ap.add_argument("--kv-block-size", type=int, default=1, help="KV block size in tokens (1: token-granular)")
+    ap.add_argument("--admit-full-prompt", action="store_true", help="admit only when the whole prompt fits in KV")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
 
     spec = WorkloadSpec(rate_rps=a.rate)
-    policy = Policy(kv_capacity_tokens=a.kv_capacity_tokens)
+    policy = Policy(kv_capacity_tokens=a.kv_capacity_tokens, kv_block_size=a.kv_block_size,
+                    admit_full_prompt=a.admit_full_prompt)
     model, noise = IterationModel(), NoiseModel(stall_rate=a.stall_rate)
     tmp = None
     if a.out is None:

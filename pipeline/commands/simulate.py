@@ -32,6 +32,11 @@ def _p(flag: str, default, help: str, type=None):  # noqa: A002 - mirrors click'
 @_p("--max-num-seqs", 256, "Most requests running at once (vLLM --max-num-seqs).", int)
 @_p("--max-num-batched-tokens", 2048, "Token budget per step, decodes + prefill chunks (tokens).", int)
 @_p("--kv-capacity-tokens", 1_000_000, "KV-cache capacity in tokens; exceeding it preempts (recompute).", int)
+@_p("--kv-block-size", 1, "KV allocated in blocks of this many tokens (vLLM block_size: 16 on GPU, 128 on CPU; "
+    "1 = token-granular); the cache holds kv-capacity-tokens // kv-block-size blocks.", int)
+@click.option("--admit-full-prompt", is_flag=True,
+              help="Admit a request only when KV has room for its whole prompt, not just its first chunk "
+                   "(vLLM's scheduler_reserve_full_isl).")
 @click.option("--no-chunked-prefill", is_flag=True,
               help="Do not split prompts: a prompt must fit whole in a step's token budget.")
 @_p("--t0-ms", 5.0, "Fixed cost of one step in ms (weight read, launches, scheduling).", float)
@@ -52,7 +57,7 @@ def simulate(**o) -> None:
     """Simulate a continuous-batching LLM server (vLLM-like) and write a canonical trace.
 
     Decodes go first in every step, then prefill chunks fill the token budget
-    FCFS; KV overflow preempts the newest request (recompute). Iteration time is
+    FCFS; KV is held in blocks and overflow preempts the newest request (recompute). Iteration time is
     t0 + a*context + b*prefill + c*decode, times log-normal noise, plus injected
     stalls. The truth file lists every parameter and every injected stall.
 
@@ -69,7 +74,7 @@ def simulate(**o) -> None:
                             o["output_mean"], o["output_sigma"], o["lengths_file"], o["burst_at"],
                             o["burst_count"], o["burst_prompt_tokens"], o["burst_output_tokens"], o["burst_spread"])
         policy = Policy(o["max_num_seqs"], o["max_num_batched_tokens"], o["kv_capacity_tokens"],
-                        not o["no_chunked_prefill"])
+                        not o["no_chunked_prefill"], o["kv_block_size"], o["admit_full_prompt"])
         model = IterationModel(o["t0_ms"], o["a_ms_per_ctx"], o["b_ms_per_prefill"], o["c_ms_per_decode"])
         noise = NoiseModel(o["noise_sigma"], o["stall_rate"], o["stall_ms"])
     except ValueError as exc:

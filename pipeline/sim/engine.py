@@ -10,8 +10,12 @@ Mechanics, one engine step (iteration) ``k`` at a time:
    next arrival. Requests with ``t_arrival <= clock`` join the waiting queue.
 2. **Decodes first**: every running request past its prefill gets exactly one
    token this step. Each decode needs one more KV slot.
-3. **KV check**: if the KV in use after the step would exceed
-   ``kv_capacity_tokens``, the most recently admitted running request is
+3. **KV check**: KV is allocated in blocks of ``kv_block_size`` tokens (1:
+   token-granular); the cache holds ``kv_capacity_tokens // kv_block_size``
+   blocks and a request holds ``ceil(tokens in KV / kv_block_size)`` of them, so
+   a decode needs a new block only when it crosses a block boundary (as vLLM's
+   paged KV cache). If the blocks in use after the step would exceed the cache,
+   the most recently admitted running request is
    preempted (recompute: its KV is freed, it goes to the FRONT of the waiting
    queue, and when re-admitted it re-prefills prompt + generated tokens). This
    repeats until the step fits; a request counts its preemptions, a step counts
@@ -20,17 +24,20 @@ Mechanics, one engine step (iteration) ``k`` at a time:
    decodes) goes to partially prefilled running requests in admission order,
    one chunk each (a chunk that does not fit in KV preempts newer requests, as
    in 3), then to waiting requests in queue order while
-   ``running < max_num_seqs``, the budget lasts and the chunk fits in KV (an
-   admission never preempts; in a step that preempted, nothing is admitted, as
-   in vLLM v1). With chunked prefill the last admitted prompt may be cut to the
-   budget and continues next step. Without it a prompt must fit whole in the
-   budget left; a prompt longer than the whole budget is admitted only as the
-   first prefill of a step, and that step then exceeds the budget.
+   ``running < max_num_seqs``, the budget lasts and KV has room (an admission
+   never preempts; in a step that preempted, nothing is admitted, as in vLLM
+   v1). An admission needs free blocks for its first chunk, or for its whole
+   prompt with ``admit_full_prompt``, and takes those of the chunk. With
+   chunked prefill the last admitted prompt may be cut to the budget and
+   continues next step. Without it a prompt must fit whole in the budget left;
+   a prompt longer than the whole budget is admitted only as the first prefill
+   of a step, and that step then exceeds the budget.
 5. The step lasts ``model.base_ms(context, prefill, decode) * noise + stall``.
    ``context_tokens`` is the sum over scheduled sequences of their context
    before the step: prompt + generated tokens for a decode, prompt tokens
-   already computed for a prefill chunk. ``kv_usage`` is the KV held after the
-   step (decodes: their context; prefills: computed + chunk) over capacity.
+   already computed for a prefill chunk. ``kv_usage`` is the KV blocks held
+   after the step (decodes: their context; prefills: computed + chunk, each
+   rounded up to whole blocks) over the blocks of the cache.
 6. A request whose last prompt chunk is computed in step ``k`` emits its first
    token at ``t_end[k]``, then one token per step; it finishes at the step that
    emits its ``output_tokens``-th token (the prefill step itself when
@@ -39,9 +46,13 @@ Mechanics, one engine step (iteration) ``k`` at a time:
 Bookkeeping is aggregate, so the cost per step does not grow with the batch:
 decoding requests live in a heap keyed by the step at which they finish, and
 their total context at step ``k`` is ``B + n_decode * k`` (each decode adds one
-token per step). A request's token times are ``t_end`` over a contiguous range
-of steps per uninterrupted segment, so only segments ``(req, first, last)`` are
-stored; :func:`token_times` rebuilds the times by slicing.
+token per step). A decode whose context is ``base + k`` takes a new block at the
+steps ``k`` with ``(base + k - 1) % kv_block_size == 0``, so decodes are counted
+per phase ``(1 - base) % kv_block_size`` and their blocks grow by the count of
+phase ``k % kv_block_size`` at step ``k``. A request's token times are ``t_end``
+over a contiguous range of steps per uninterrupted segment, so only segments
+``(req, first, last)`` are stored; :func:`token_times` rebuilds the times by
+slicing.
 """
 
 from __future__ import annotations
@@ -79,12 +90,22 @@ class Policy:
         max_num_batched_tokens: token budget of one step (decodes + prefill chunks).
         kv_capacity_tokens: KV-cache size in tokens; exceeding it preempts.
         chunked_prefill: split prompts over steps to fit the budget.
+        kv_block_size: KV is allocated in blocks of this many tokens (vLLM's
+            ``block_size``: 16 on GPU, 128 on CPU); 1 counts KV in tokens. The
+            cache holds ``kv_capacity_tokens // kv_block_size`` blocks.
+        admit_full_prompt: admit a waiting request only when the blocks of its
+            whole prompt (prompt + tokens generated, after a preemption) are
+            free, not just those of its first chunk (vLLM's
+            ``scheduler_reserve_full_isl``): a chunked prompt admitted into a
+            nearly full cache otherwise preempts itself as it grows.
     """
 
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 2048
     kv_capacity_tokens: int = 1_000_000
     chunked_prefill: bool = True
+    kv_block_size: int = 1
+    admit_full_prompt: bool = False
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:
@@ -96,6 +117,19 @@ class Policy:
             )
         if self.kv_capacity_tokens < 1:
             raise ValueError(f"kv_capacity_tokens must be >= 1, got {self.kv_capacity_tokens}")
+        if self.kv_block_size < 1 or self.kv_block_size > self.kv_capacity_tokens:
+            raise ValueError(f"kv_block_size must be between 1 and kv_capacity_tokens ({self.kv_capacity_tokens}), "
+                             f"got {self.kv_block_size}")
+
+    @property
+    def kv_blocks(self) -> int:
+        """Blocks in the KV cache."""
+        return self.kv_capacity_tokens // self.kv_block_size
+
+    @property
+    def kv_usable_tokens(self) -> int:
+        """Tokens the whole cache holds in full blocks: the most one request can use."""
+        return self.kv_blocks * self.kv_block_size
 
     def to_dict(self) -> dict:
         """Plain-dict form, for run metadata and truth files."""
@@ -180,10 +214,13 @@ def _check_fits(workload: Workload, policy: Policy) -> None:
         return
     need = workload.prompt_tokens + workload.output_tokens - 1
     worst = int(np.argmax(need))
-    if need[worst] > policy.kv_capacity_tokens:
+    if need[worst] > policy.kv_usable_tokens:
+        blocks = (f" ({policy.kv_blocks} blocks of {policy.kv_block_size}: {policy.kv_usable_tokens} tokens)"
+                  if policy.kv_block_size > 1 else "")
         raise InputError(
             f"request {str(workload.ids()[worst])!r} needs {int(need[worst])} KV tokens (prompt + output - 1) but "
-            f"kv_capacity_tokens is {policy.kv_capacity_tokens}. Raise --kv-capacity-tokens or shorten the request."
+            f"kv_capacity_tokens is {policy.kv_capacity_tokens}{blocks}. Raise --kv-capacity-tokens or shorten "
+            "the request."
         )
 
 
@@ -220,8 +257,10 @@ def simulate(
     O = workload.output_tokens.tolist()
     M = policy.max_num_batched_tokens
     S = policy.max_num_seqs
-    cap = policy.kv_capacity_tokens
+    bs = policy.kv_block_size
+    capb = policy.kv_blocks
     chunked = policy.chunked_prefill
+    full = policy.admit_full_prompt
     t0, ca, cb, cc = model.t0_ms, model.a_ms_per_ctx, model.b_ms_per_prefill, model.c_ms_per_decode
     k_max = math.inf if max_iterations is None else max_iterations
     t_stop = math.inf if t_end_s is None else t_end_s
@@ -244,7 +283,9 @@ def simulate(
     B = 0  # decode context at step k is B + n_d * k
     n_d = 0
     n_run = 0
-    kv_partial = 0  # KV held by requests mid-prefill
+    D = 0  # KV blocks of the decodes after the current step
+    phase = [0] * bs  # decodes per phase (1 - dec_base) % bs: they take a new block at steps k % bs == phase
+    kvb_partial = 0  # KV blocks held by requests mid-prefill
     seq = 0
     nxt = 0
 
@@ -285,29 +326,33 @@ def simulate(
         while nxt < n and t_arr[nxt] <= clock:
             waiting.append(nxt)
             nxt += 1
+        D += phase[k % bs]  # decodes that cross a block boundary this step
 
         # running requests: decodes, then partial prefills in admission order
         preempted = 0
         pf = 0  # prefill tokens scheduled
+        pfb = 0  # KV blocks the scheduled prefill chunks add
         pf_ctx = 0  # context of prefill chunks
         sched: list[tuple[int, int]] = []  # (req, chunk) for prefill chunks
         pi = 0
         while True:
-            need = B + n_d * k + kv_partial + pf
             if pi < len(partial):
                 r = partial[pi]
-                rem = P[r] + gen[r] - partial_of[r]
+                c0 = partial_of[r]
+                rem = P[r] + gen[r] - c0
                 budget = M - n_d - pf
                 chunk = rem if rem < budget else budget
+                extra = (c0 + chunk + bs - 1) // bs - (c0 + bs - 1) // bs
             else:
                 r = -1
-                chunk = 0
-            if need + chunk <= cap:
+                chunk = extra = 0
+            if D + kvb_partial + pfb + extra <= capb:
                 if chunk <= 0:
                     break
                 sched.append((r, chunk))
-                pf_ctx += partial_of[r]
+                pf_ctx += c0
                 pf += chunk
+                pfb += extra
                 pi += 1
                 continue
             # preempt the most recently admitted running request
@@ -321,11 +366,13 @@ def simulate(
             preempted += 1
             waiting.appendleft(v)
             if v in partial_of:
-                kv_partial -= partial_of.pop(v)
+                kvb_partial -= (partial_of.pop(v) + bs - 1) // bs
                 partial.remove(v)  # the newest partial: never one already scheduled
             else:
                 B -= dec_base[v]
                 n_d -= 1
+                D -= (dec_base[v] + k + bs - 1) // bs
+                phase[(1 - dec_base[v]) % bs] -= 1
                 done = gen[v] + (k - 1 - seg_start[v])
                 seg_req.append(v)
                 seg_first.append(seg_start[v])
@@ -347,7 +394,8 @@ def simulate(
                     chunk = L
                 else:
                     break
-                if B + n_d * k + kv_partial + pf + chunk > cap:
+                blocks = (chunk + bs - 1) // bs
+                if D + kvb_partial + pfb + ((L + bs - 1) // bs if full else blocks) > capb:
                     break
                 waiting.popleft()
                 seq += 1
@@ -358,6 +406,7 @@ def simulate(
                     t_sched[r] = clock
                 sched.append((r, chunk))
                 pf += chunk
+                pfb += blocks
                 if chunk < L:
                     admitted = r
                     break
@@ -382,7 +431,7 @@ def simulate(
         o_ctx.append(ctx)
         o_run.append(n_run)
         o_wait.append(len(waiting))
-        o_kv.append((B + n_d * k + kv_partial + pf) / cap)
+        o_kv.append((D + kvb_partial + pfb) / capb)
         o_pre.append(preempted)
 
         # decodes that emitted their last token this step
@@ -394,6 +443,8 @@ def simulate(
             n_run -= 1
             B -= dec_base[r]
             n_d -= 1
+            D -= (dec_base[r] + k + bs - 1) // bs
+            phase[(1 - dec_base[r]) % bs] -= 1
             gen[r] = O[r]
             t_fin[r] = clock
             seg_req.append(r)
@@ -406,20 +457,21 @@ def simulate(
             ch_iter.append(k)
             ch_tok.append(chunk)
             if r in partial_of:
-                ch_ctx.append(partial_of[r])
-                done = partial_of[r] + chunk
+                c0 = partial_of[r]
+                ch_ctx.append(c0)
+                done = c0 + chunk
                 if done < P[r] + gen[r]:
                     partial_of[r] = done
-                    kv_partial += chunk
+                    kvb_partial += (done + bs - 1) // bs - (c0 + bs - 1) // bs
                     continue
-                kv_partial -= partial_of.pop(r)
+                kvb_partial -= (partial_of.pop(r) + bs - 1) // bs
                 partial.remove(r)
             else:
                 ch_ctx.append(0)
             if r == admitted:
                 partial_of[r] = chunk
                 partial.append(r)
-                kv_partial += chunk
+                kvb_partial += (chunk + bs - 1) // bs
                 continue
             g = gen[r] + 1
             gen[r] = g
@@ -438,6 +490,8 @@ def simulate(
                 dec_base[r] = d
                 B += d
                 n_d += 1
+                D += (P[r] + g - 2 + bs) // bs  # its blocks as of this step: ceil((P + g - 1) / bs)
+                phase[(1 - d) % bs] += 1
                 heapq.heappush(dec_heap, (k + O[r] - g, seq_of[r], r))
 
         if len(run_heap) > 4 * n_run + 4096:  # drop entries of requests no longer running

@@ -18,13 +18,20 @@ def reference_simulate(w, policy, model, noise, seed):
     """A deliberately naive scheduler that loops over every running request each step.
 
     It follows the rules in the engine docstring with per-request state and
-    per-token lists, to check the engine's aggregate bookkeeping. Small inputs only.
+    per-token lists, to check the engine's aggregate bookkeeping. KV is counted
+    per request in whole blocks, recomputed from every request's tokens each time.
+    Small inputs only.
     """
     rng = np.random.default_rng(seed)
     n = len(w)
     P = [int(x) for x in w.prompt_tokens]
     O = [int(x) for x in w.output_tokens]
-    M, S, cap = policy.max_num_batched_tokens, policy.max_num_seqs, policy.kv_capacity_tokens
+    M, S = policy.max_num_batched_tokens, policy.max_num_seqs
+    bs = policy.kv_block_size
+    cap = policy.kv_capacity_tokens // bs  # blocks
+
+    def blocks(tokens):
+        return math.ceil(tokens / bs)
     stored = [0] * n  # KV tokens held
     gen = [0] * n
     prefilling = [True] * n
@@ -53,10 +60,15 @@ def reference_simulate(w, policy, model, noise, seed):
         def decoders():
             return [r for r in running if not prefilling[r]]
 
-        def kv_after():
-            return (sum(P[r] + gen[r] for r in decoders())
-                    + sum(stored[r] for r in running if prefilling[r])
-                    + sum(c for _, c in pf_sched))
+        def kv_after(cand=None, cand_chunk=0):
+            """Blocks held after the step, with ``cand`` given ``cand_chunk`` more tokens."""
+            add = {}
+            for r, c in pf_sched + ([(cand, cand_chunk)] if cand is not None else []):
+                add[r] = add.get(r, 0) + c
+            held = [P[r] + gen[r] for r in decoders()]
+            held += [stored[r] + add.pop(r, 0) for r in running if prefilling[r]]
+            held += list(add.values())  # a candidate not yet running
+            return sum(blocks(t) for t in held)
 
         while True:
             done_ids = {r for r, _ in pf_sched}
@@ -66,7 +78,7 @@ def reference_simulate(w, policy, model, noise, seed):
                 r = pending[0]
                 budget = M - len(decoders()) - sum(c for _, c in pf_sched)
                 chunk = min(P[r] + gen[r] - stored[r], budget)
-            if kv_after() + chunk <= cap:
+            if kv_after(r, chunk) <= cap:
                 if chunk <= 0:
                     break
                 pf_sched.append((r, chunk))
@@ -90,7 +102,7 @@ def reference_simulate(w, policy, model, noise, seed):
                     chunk = L
                 else:
                     break
-                if kv_after() + chunk > cap:
+                if kv_after(r, L if policy.admit_full_prompt else chunk) > cap:
                     break
                 waiting.popleft()
                 running.append(r)
@@ -143,11 +155,21 @@ CASES = {
     "whole-prompts-kv-tight": Policy(max_num_seqs=8, max_num_batched_tokens=512, kv_capacity_tokens=3_000,
                                      chunked_prefill=False),
     "few-seqs": Policy(max_num_seqs=3, max_num_batched_tokens=64, kv_capacity_tokens=100_000),
+    "chunked-blocks16-tight": Policy(max_num_seqs=16, max_num_batched_tokens=256, kv_capacity_tokens=3_000,
+                                     kv_block_size=16),
+    "chunked-blocks128-tight": Policy(max_num_seqs=16, max_num_batched_tokens=200, kv_capacity_tokens=3_000,
+                                      kv_block_size=128),
+    "whole-prompts-blocks7-tight": Policy(max_num_seqs=8, max_num_batched_tokens=512, kv_capacity_tokens=3_000,
+                                          chunked_prefill=False, kv_block_size=7),
+    "chunked-blocks16-fullprompt-tight": Policy(max_num_seqs=16, max_num_batched_tokens=128, kv_capacity_tokens=3_000,
+                                                kv_block_size=16, admit_full_prompt=True),
+    "chunked-fullprompt-kv-tight": Policy(max_num_seqs=16, max_num_batched_tokens=256, kv_capacity_tokens=3_000,
+                                          admit_full_prompt=True),
 }
 
 
 def _check_fits(w, policy):
-    keep = w.prompt_tokens + w.output_tokens - 1 <= policy.kv_capacity_tokens
+    keep = w.prompt_tokens + w.output_tokens - 1 <= policy.kv_usable_tokens
     return Workload(w.t_arrival[keep], w.prompt_tokens[keep], w.output_tokens[keep])
 
 
@@ -166,7 +188,7 @@ def test_matches_naive_reference(name, noise):
     assert res.requests["preemptions"].tolist() == npre
     got = token_times(res)
     assert [g.tolist() for g in got] == tokens
-    if name.endswith("kv-tight"):
+    if name.endswith("tight"):
         assert it["preempted_reqs"].sum() > 0  # the case exercises preemption
 
 
@@ -350,3 +372,98 @@ def test_request_larger_than_kv_is_rejected():
 def test_policy_validation():
     with pytest.raises(ValueError):
         Policy(max_num_seqs=512, max_num_batched_tokens=256)
+
+
+def test_blocks_limit_admission_where_tokens_would_fit():
+    # 4 blocks of 4 tokens: A and B (5 tokens = 2 blocks each) fill the cache, C (1 token) waits;
+    # counted in tokens (11 of 16) all three would run at once
+    w = Workload(np.zeros(3), np.array([5, 5, 1]), np.array([2, 2, 1]))
+    blocks = simulate(w, Policy(max_num_seqs=4, max_num_batched_tokens=64, kv_capacity_tokens=16, kv_block_size=4),
+                      MODEL, NO_NOISE, seed=0)
+    it = blocks.iterations
+    assert it["prefill_tokens"].tolist() == [10, 0, 1]
+    assert it["decode_tokens"].tolist() == [0, 2, 0]
+    assert it["kv_usage"].tolist() == [1.0, 1.0, 0.25]  # step 1: contexts of 6 tokens still fit in 2 blocks each
+    assert it["waiting_reqs"].tolist() == [1, 1, 0]
+    assert blocks.requests["t_first_token"][2] == it["t_end"][2]
+    tokens = simulate(w, Policy(max_num_seqs=4, max_num_batched_tokens=64, kv_capacity_tokens=16), MODEL, NO_NOISE,
+                      seed=0)
+    assert tokens.iterations["prefill_tokens"].tolist() == [11, 0]
+
+
+def test_decode_crossing_a_block_boundary_preempts_the_newest():
+    # 9 tokens = 2 blocks of 4. Step 0 prefills A (4 tokens, 1 block) and B (3 tokens, 1 block). In step 1 A's
+    # decode has context 5: a second block; the cache is full, so B (newest) is preempted and recomputed
+    # (prompt + its first token = 4 tokens) only after A finishes. In tokens, 5 + 4 <= 9: no preemption.
+    w = Workload(np.zeros(2), np.array([4, 3]), np.array([3, 2]))
+    res = simulate(w, Policy(max_num_seqs=4, max_num_batched_tokens=64, kv_capacity_tokens=9, kv_block_size=4),
+                   MODEL, NO_NOISE, seed=0)
+    it, rq = res.iterations, res.requests
+    assert it["prefill_tokens"].tolist() == [7, 0, 0, 4]
+    assert it["decode_tokens"].tolist() == [0, 1, 1, 0]
+    assert it["preempted_reqs"].tolist() == [0, 1, 0, 0]
+    assert it["running_reqs"].tolist() == [2, 1, 1, 1]
+    assert it["waiting_reqs"].tolist() == [0, 1, 1, 0]
+    assert it["kv_usage"].tolist() == [1.0, 1.0, 1.0, 0.5]
+    assert it["context_tokens"].tolist() == [0, 5, 6, 0]
+    assert rq["preemptions"].tolist() == [0, 1]
+    assert token_times(res, 1).tolist() == [it["t_end"][0], it["t_end"][3]]
+    tokens = simulate(w, Policy(max_num_seqs=4, max_num_batched_tokens=64, kv_capacity_tokens=9), MODEL, NO_NOISE,
+                      seed=0)
+    assert tokens.iterations["preempted_reqs"].sum() == 0
+
+
+def test_block_rounding_caps_concurrency():
+    # 129-token contexts take 2 blocks of 128: 15 blocks hold 7 such requests, not 1920 // 130 = 14
+    n = 30
+    w = Workload(np.zeros(n), np.full(n, 129), np.full(n, 2))
+    res = simulate(w, Policy(max_num_seqs=32, max_num_batched_tokens=8192, kv_capacity_tokens=1920, kv_block_size=128),
+                   MODEL, NO_NOISE, seed=0)
+    assert res.iterations["running_reqs"].max() == 7
+    tok = simulate(w, Policy(max_num_seqs=32, max_num_batched_tokens=8192, kv_capacity_tokens=1920), MODEL, NO_NOISE,
+                   seed=0)
+    assert tok.iterations["running_reqs"].max() == 1920 // 130
+
+
+def test_request_larger_than_whole_blocks_is_rejected():
+    from pipeline.errors import InputError
+
+    # 1000 tokens of capacity in blocks of 300 hold 900 tokens: a 950-token request cannot run
+    w = Workload(np.array([0.0]), np.array([900]), np.array([51]))
+    simulate(w, Policy(kv_capacity_tokens=1000), MODEL, NO_NOISE, seed=0)
+    with pytest.raises(InputError, match="3 blocks of 300: 900 tokens"):
+        simulate(w, Policy(kv_capacity_tokens=1000, kv_block_size=300), MODEL, NO_NOISE, seed=0)
+
+
+def test_block_size_validation():
+    assert Policy(kv_capacity_tokens=2048, kv_block_size=128).kv_blocks == 16
+    assert Policy().kv_block_size == 1 and Policy().to_dict()["kv_block_size"] == 1
+    with pytest.raises(ValueError, match="kv_block_size"):
+        Policy(kv_capacity_tokens=100, kv_block_size=128)
+    with pytest.raises(ValueError, match="kv_block_size"):
+        Policy(kv_block_size=0)
+
+
+def test_full_prompt_admission_avoids_self_preemption():
+    # 5 blocks of 4 tokens, budget 8. A (8 tokens, 2 blocks) decodes from step 1 with 3 blocks (4 at step 5).
+    # First-chunk admission lets B (12 tokens) in at step 1 with a 7-token chunk (2 blocks); its next chunk needs
+    # a 6th block, so B (the newest) preempts itself at step 2, is re-admitted at step 3, preempted again at
+    # step 4, and prefills for good once A is done (steps 6-7): 14 prefill tokens wasted. Whole-prompt admission
+    # waits until B's 3 blocks are free: the same first token, no preemption, no waste.
+    w = Workload(np.zeros(2), np.array([8, 12]), np.array([6, 2]))
+    runs = {}
+    for full in (False, True):
+        pol = Policy(max_num_seqs=4, max_num_batched_tokens=8, kv_capacity_tokens=20, kv_block_size=4,
+                     admit_full_prompt=full)
+        runs[full] = simulate(w, pol, MODEL, NO_NOISE, seed=0)
+    chunk, whole = runs[False], runs[True]
+    assert chunk.iterations["prefill_tokens"].tolist() == [8, 7, 0, 7, 0, 0, 8, 4, 0]
+    assert chunk.iterations["preempted_reqs"].tolist() == [0, 0, 1, 0, 1, 0, 0, 0, 0]
+    assert chunk.requests["preemptions"].tolist() == [0, 2]
+    assert whole.iterations["prefill_tokens"].tolist() == [8, 0, 0, 0, 0, 0, 8, 4, 0]
+    assert whole.iterations["preempted_reqs"].sum() == 0
+    assert whole.iterations["kv_usage"].tolist() == [0.4, 0.6, 0.6, 0.6, 0.6, 0.8, 0.4, 0.6, 0.8]
+    assert chunk.requests["t_scheduled"][1] == chunk.iterations["t_start"][1]
+    assert whole.requests["t_scheduled"][1] == whole.iterations["t_start"][6]
+    for r in (chunk, whole):
+        assert r.requests["t_first_token"][1] == r.iterations["t_end"][7]

@@ -121,3 +121,22 @@ def test_simulate_command_usage_errors(tmp_path):
     bad.write_text("t_arrival,prompt_tokens,output_tokens\n0,x,1\n")
     res = CliRunner().invoke(cmd, ["--out", str(tmp_path / "x.jsonl"), "--lengths-file", str(bad)])
     assert res.exit_code != 0 and "bad.csv:2" in str(res.exception)
+
+
+def test_simulate_command_kv_blocks(tmp_path):
+    from pipeline.commands.simulate import simulate as cmd
+
+    out = tmp_path / "blocks.jsonl"
+    args = ["--out", str(out), "--requests", "80", "--rate", "40", "--prompt-mean", "300", "--output-mean", "30",
+            "--max-num-seqs", "16", "--max-num-batched-tokens", "256", "--kv-capacity-tokens", "2000",
+            "--kv-block-size", "128", "--seed", "1"]
+    res = CliRunner().invoke(cmd, args)
+    assert res.exit_code == 0, res.output
+    recs = read_jsonl(out)
+    assert recs[0]["meta"]["kv_block_size"] == 128 and recs[0]["meta"]["kv_capacity_tokens"] == 2000
+    usage = np.array([r["kv_usage"] for r in recs if r["kind"] == "iteration"])
+    held = usage * (2000 // 128)  # 15 blocks: usage is whole blocks over 15
+    assert usage.max() == 1.0 and np.allclose(held, np.round(held), atol=1e-9)
+    res = CliRunner().invoke(cmd, ["--out", str(tmp_path / "x.jsonl"), "--kv-capacity-tokens", "100",
+                                   "--kv-block-size", "128"])
+    assert res.exit_code == 2 and "kv_block_size" in res.output
