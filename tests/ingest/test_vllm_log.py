@@ -51,6 +51,24 @@ def test_run_metadata_from_startup_lines(con):
     assert (ver, model, dtype, clock) == ("0.32.0", "tiny-llama", "bfloat16", "unix")
     assert (meta["max_num_seqs"], meta["max_num_batched_tokens"], meta["kv_cache_tokens"]) == (8, 256, 2048)
     assert meta["chunked_prefill"] is True and meta["timestamps_reconstructed"] is True
+    # 2048 tokens in the 16 overridden blocks: 128-token blocks, one of them vLLM's null block
+    assert (meta["num_gpu_blocks"], meta["kv_block_size"], meta["kv_capacity_tokens"]) == (16, 128, 15 * 128)
+    usage = np.array(con.execute("select kv_usage from iterations").fetchall(), dtype=float).ravel()
+    assert np.allclose(usage * 15, np.round(usage * 15), atol=0.01)  # the log's usage counts 15 blocks
+
+
+@pytest.mark.parametrize("args, want", [
+    ({"kv_cache_tokens": 41408, "kv_block_size": 16}, (2588, 16, 2587 * 16)),  # block_size argument
+    ({"kv_cache_tokens": 2048, "num_gpu_blocks": 16}, (16, 128, 1920)),  # override: size = tokens / blocks
+    ({"kv_cache_tokens": 41408}, None),  # a GPU log without either: block size unknown, nothing derived
+])
+def test_kv_blocks_derivation(args, want):
+    from pipeline.ingest.engines.vllm_log import _kv_blocks
+
+    meta = dict(args)
+    _kv_blocks(meta, None)
+    got = (meta.get("num_gpu_blocks"), meta.get("kv_block_size"), meta.get("kv_capacity_tokens"))
+    assert got == (want or (None, None, None))
 
 
 def test_one_second_stamps_rebuild_the_timeline(con):

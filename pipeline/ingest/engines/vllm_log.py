@@ -36,6 +36,7 @@ _META = {
     "model": r"serving model (\S+)",
     "kv_cache_tokens": r"(?:GPU|CPU|XPU|TPU) KV cache size: ([\d,]+) tokens",
     "chunked_prefill_tokens": r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)",
+    "num_gpu_blocks": r"Overriding num_gpu_blocks=\d+ with num_gpu_blocks_override=(\d+)",
     "non_default_args": r"non-default args: (\{.*\})\s*$",
     "engine_config": r"Initializing a V1 LLM engine .*? with config: (.*)$",
 }
@@ -93,11 +94,16 @@ def _meta(lines: pl.DataFrame) -> dict:
         except (ValueError, SyntaxError):
             args = {}
         for key in ("max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "max_model_len",
-                    "enable_prefix_caching", "tensor_parallel_size", "kv_cache_memory_bytes", "gpu_memory_utilization"):
+                    "enable_prefix_caching", "tensor_parallel_size", "kv_cache_memory_bytes", "gpu_memory_utilization",
+                    "scheduler_reserve_full_isl"):
             if key in args and isinstance(args[key], (int, float, bool, str)):
                 meta["chunked_prefill" if key == "enable_chunked_prefill" else key] = args[key]
+        for key, to in (("block_size", "kv_block_size"), ("num_gpu_blocks_override", "num_gpu_blocks")):
+            if isinstance(args.get(key), int) and not isinstance(args[key], bool) and args[key] > 0:
+                meta[to] = args[key]
         if isinstance(args.get("served_model_name"), list) and args["served_model_name"]:
             out.setdefault("served", args["served_model_name"][0])
+    _kv_blocks(meta, out.get("num_gpu_blocks"))
     cfg = out.get("engine_config", "")
     dtype = re.search(r"\bdtype=(?:torch\.)?(\w+)", cfg)
     return {
@@ -106,6 +112,27 @@ def _meta(lines: pl.DataFrame) -> dict:
         "dtype": dtype.group(1) if dtype else None,
         "meta": meta,
     }
+
+
+def _kv_blocks(meta: dict, override: str | None) -> None:
+    """Block size and usable KV capacity, when the log lets them be derived.
+
+    vLLM v1 logs ``KV cache size: N tokens`` = blocks x block size, and one block
+    is its reserved null block (``KV cache usage`` counts the others: 16 blocks
+    read as steps of 1/15), so the usable capacity is ``(blocks - 1) x block
+    size``. The block size is the ``block_size`` argument or ``N / blocks`` when
+    the block count is known (``--num-gpu-blocks-override``); otherwise the log
+    does not say it and nothing is recorded.
+    """
+    if override:
+        meta["num_gpu_blocks"] = int(override)
+    tokens, blocks = meta.get("kv_cache_tokens"), meta.get("num_gpu_blocks")
+    if "kv_block_size" not in meta and tokens and blocks and tokens % blocks == 0:
+        meta["kv_block_size"] = tokens // blocks
+    bs = meta.get("kv_block_size")
+    if tokens and bs and tokens % bs == 0 and tokens // bs > 1:
+        meta["num_gpu_blocks"] = tokens // bs
+        meta["kv_capacity_tokens"] = (tokens // bs - 1) * bs
 
 
 def convert(path: Path, progress: Callable[[int], None] | None = None) -> Iterator[Batch]:
