@@ -34,8 +34,14 @@ def _safe(run_id: str) -> str:
 @click.option("--max-num-batched-tokens", type=click.IntRange(min=1),
               help="Token budget per step, i.e. the prefill chunk size (default: recorded).")
 @click.option("--kv-capacity-tokens", type=click.IntRange(min=1), help="KV-cache size in tokens (default: recorded).")
+@click.option("--kv-block-size", type=click.IntRange(min=1),
+              help="KV allocated in blocks of this many tokens (vLLM block_size; default: recorded, else 1 = "
+                   "counted in tokens).")
 @click.option("--chunked-prefill/--no-chunked-prefill", default=None,
               help="Split long prompts over steps (default: recorded, else on).")
+@click.option("--admit-full-prompt/--no-admit-full-prompt", default=None,
+              help="Admit a request only when KV has room for its whole prompt, not just its first chunk "
+                   "(vLLM scheduler_reserve_full_isl; default: recorded, else on).")
 @click.option("--noise", type=click.Choice(["fitted", "none"]), default="fitted", show_default=True,
               help="fitted: the fit's residual spread and stalls; none: the model's mean step time only.")
 @click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True,
@@ -44,8 +50,9 @@ def _safe(run_id: str) -> str:
 @click.option("--ok-only", is_flag=True, help="Replay only requests that were ok in the recording "
               "(default: failed/aborted ones are replayed as load, not compared).")
 @click.option("--sweep", "sweep_spec", metavar="NAME=V1,V2,...",
-              help="What-if sweep of one setting: max_num_batched_tokens, max_num_seqs, kv_capacity_tokens "
-                   "or chunked_prefill, e.g. max_num_batched_tokens=256,512,1024,2048.")
+              help="What-if sweep of one setting: max_num_batched_tokens, max_num_seqs, kv_capacity_tokens, "
+                   "kv_block_size, chunked_prefill or admit_full_prompt, "
+                   "e.g. max_num_batched_tokens=256,512,1024,2048.")
 @click.option("--slo", type=click.Path(dir_okay=False), help="SLO file (as for tracelat audit): mark which swept "
               "settings meet it.")
 @click.option("--chart", type=click.Path(dir_okay=False),
@@ -56,9 +63,10 @@ def _safe(run_id: str) -> str:
 @click.option("--ingest", "do_ingest", is_flag=True, help="Also ingest the replay traces into --db.")
 @click.option("--no-token-times", is_flag=True, help="Leave per-token times out of written traces (smaller).")
 @json_option
-def replay(run_id: str, db: str, max_num_seqs, max_num_batched_tokens, kv_capacity_tokens, chunked_prefill,
-           noise: str, seeds: int, first_seed: int, ok_only: bool, sweep_spec: str | None, slo: str | None,
-           chart: str | None, out: Path | None, do_ingest: bool, no_token_times: bool, as_json: bool) -> None:
+def replay(run_id: str, db: str, max_num_seqs, max_num_batched_tokens, kv_capacity_tokens, kv_block_size,
+           chunked_prefill, admit_full_prompt, noise: str, seeds: int, first_seed: int, ok_only: bool,
+           sweep_spec: str | None, slo: str | None, chart: str | None, out: Path | None, do_ingest: bool,
+           no_token_times: bool, as_json: bool) -> None:
     """Replay RUN's arrivals and sizes through the simulator with RUN's fitted iteration model.
 
     With the recorded policy (no policy option) this validates the model: observed
@@ -82,7 +90,8 @@ def replay(run_id: str, db: str, max_num_seqs, max_num_batched_tokens, kv_capaci
         raise InputError("--slo and --chart go with --sweep; for a single replay use --out --ingest and "
                          "tracelat audit on the replay run")
     overrides = {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
-                 "kv_capacity_tokens": kv_capacity_tokens, "chunked_prefill": chunked_prefill}
+                 "kv_capacity_tokens": kv_capacity_tokens, "chunked_prefill": chunked_prefill,
+                 "kv_block_size": kv_block_size, "admit_full_prompt": admit_full_prompt}
     con = store.open_for_reading(db)
     try:
         cal = calibrate(con, run_id, overrides, noise=noise, ok_only=ok_only)

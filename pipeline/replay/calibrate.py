@@ -18,9 +18,14 @@ Decisions (docs/replay.md explains them to users):
   time and its replayed ``t_arrival`` is moved back by its recorded delay: TTFT
   and E2E include the same front-end time as observed.
 - **Policy**: ``runs.meta`` keys ``max_num_seqs``, ``max_num_batched_tokens``,
-  ``kv_capacity_tokens`` (or vLLM's ``kv_cache_tokens``) and ``chunked_prefill``
-  (or ``enable_chunked_prefill``); options given by the user win. A missing number
-  is an error naming the option to pass; chunked prefill defaults to on (vLLM v1).
+  ``kv_capacity_tokens`` (or vLLM's ``kv_cache_tokens``), ``chunked_prefill``
+  (or ``enable_chunked_prefill``), ``kv_block_size`` (or ``block_size``) and
+  ``admit_full_prompt`` (or ``scheduler_reserve_full_isl``); options given by
+  the user win. A missing number is an error naming the option to pass; chunked
+  prefill and whole-prompt admission default to on (vLLM v1's defaults) and the
+  block size to 1 (KV counted in tokens), each with a note. A simulated run
+  that predates these two settings gets what the simulator then did (tokens,
+  first-chunk admission).
 - **Iteration model**: the run's fit (:func:`pipeline.fit.get_or_fit`), then two
   corrections computed here from the fit's per-step table ``iteration_fit``:
 
@@ -53,16 +58,20 @@ from .. import store
 from ..errors import InputError
 from ..sim import NO_NOISE, IterationModel, NoiseModel, Policy, Workload
 
-POLICY_FIELDS = ("max_num_seqs", "max_num_batched_tokens", "kv_capacity_tokens", "chunked_prefill")
+POLICY_FIELDS = ("max_num_seqs", "max_num_batched_tokens", "kv_capacity_tokens", "chunked_prefill", "kv_block_size",
+                 "admit_full_prompt")
+BOOL_FIELDS = ("chunked_prefill", "admit_full_prompt")
 # runs.meta keys that may hold each policy field, first match wins
 META_KEYS = {
     "max_num_seqs": ("max_num_seqs",),
     "max_num_batched_tokens": ("max_num_batched_tokens",),
     "kv_capacity_tokens": ("kv_capacity_tokens", "kv_cache_tokens"),
     "chunked_prefill": ("chunked_prefill", "enable_chunked_prefill"),
+    "kv_block_size": ("kv_block_size", "block_size"),
+    "admit_full_prompt": ("admit_full_prompt", "scheduler_reserve_full_isl"),
 }
 OPTIONS = {f: "--" + f.replace("_", "-") for f in POLICY_FIELDS}
-OPTIONS["chunked_prefill"] = "--chunked-prefill/--no-chunked-prefill"
+OPTIONS.update({f: f"--{f.replace('_', '-')}/--no-{f.replace('_', '-')}" for f in BOOL_FIELDS})
 NOISE_MODES = ("fitted", "none")
 
 
@@ -154,7 +163,7 @@ def recorded_policy(meta: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str
     for f, keys in META_KEYS.items():
         values[f] = None
         for key in keys:
-            v = (_as_bool if f == "chunked_prefill" else _as_int)(meta.get(key))
+            v = (_as_bool if f in BOOL_FIELDS else _as_int)(meta.get(key))
             if v is not None:
                 values[f], sources[f] = v, f"runs.meta.{key}"
                 break
@@ -179,6 +188,17 @@ def resolve_policy(run_id: str, recorded: dict[str, Any], sources: dict[str, str
         values["chunked_prefill"], src["chunked_prefill"] = True, "default (vLLM v1 chunks prefills)"
         notes.append("the run does not record whether prefill was chunked: replayed with chunked prefill "
                      "(pass --no-chunked-prefill otherwise)")
+    if values["admit_full_prompt"] is None:
+        values["admit_full_prompt"] = True
+        src["admit_full_prompt"] = "default (vLLM v1 scheduler_reserve_full_isl)"
+        notes.append("the run does not record whether admission waits for KV room for the whole prompt: replayed "
+                     "with it, as vLLM's default scheduler_reserve_full_isl (pass --no-admit-full-prompt for an "
+                     "engine that checks only the first chunk)")
+    if values["kv_block_size"] is None:
+        values["kv_block_size"], src["kv_block_size"] = 1, "default (KV counted in tokens)"
+        notes.append("the run does not record its KV block size: KV is counted in tokens, which fits more "
+                     "requests than a paged cache when KV is tight (pass --kv-block-size N: vLLM uses 16 on GPU, "
+                     "128 on CPU)")
     missing = [f for f in POLICY_FIELDS if values[f] is None]
     if missing:
         raise InputError(
@@ -286,6 +306,10 @@ def calibrate(
     store.require_run(con, run_id)
     meta = _meta(con, run_id)
     rec, sources = recorded_policy(meta)
+    if meta.get("simulated") is True:  # traces simulated before these settings existed: what the simulator did
+        for f, v in (("kv_block_size", 1), ("admit_full_prompt", False)):
+            if rec[f] is None:
+                rec[f], sources[f] = v, "simulator default (runs.meta.simulated)"
     policy, baseline, sources, notes = resolve_policy(run_id, rec, sources, overrides or {})
     w, statuses, origin, delay, counts, wnotes = load_workload(con, run_id, ok_only)
     fit = get_or_fit(con, run_id)
@@ -317,8 +341,10 @@ def calibrate(
     unfitted = [n for n in ("a_ms_per_ctx", "b_ms_per_prefill", "c_ms_per_decode") if n not in fit.terms]
     if unfitted:
         notes.append(f"terms not fitted on this run count as 0 in the replay: {', '.join(unfitted)}")
-    if w.prompt_tokens.size and int((w.prompt_tokens + w.output_tokens - 1).max()) > policy.kv_capacity_tokens:
-        big = int((w.prompt_tokens + w.output_tokens - 1 > policy.kv_capacity_tokens).sum())
+    usable = policy.kv_usable_tokens  # whole blocks only
+    if w.prompt_tokens.size and int((w.prompt_tokens + w.output_tokens - 1).max()) > usable:
+        big = int((w.prompt_tokens + w.output_tokens - 1 > usable).sum())
+        blocks = f" in {policy.kv_blocks} blocks of {policy.kv_block_size}" if policy.kv_block_size > 1 else ""
         raise InputError(f"{big} requests of run {run_id!r} need more KV tokens than kv_capacity_tokens "
-                         f"({policy.kv_capacity_tokens}); pass a larger --kv-capacity-tokens")
+                         f"({policy.kv_capacity_tokens}{blocks}) holds; pass a larger --kv-capacity-tokens")
     return Calibration(run_id, w, statuses, policy, baseline, model, nz, origin, delay, details, notes + wnotes + cnotes)

@@ -35,7 +35,7 @@ def sweep_chart(sweep: Sweep):
 
     rows = chart_rows(sweep)
     data = alt.Data(values=rows)
-    numeric = sweep.param != "chunked_prefill"
+    numeric = sweep.param not in ("chunked_prefill", "admit_full_prompt")
     # log2 axis ticked at the swept values (powers of two are the usual choices)
     x = alt.X("value:Q", title=sweep.param, scale=alt.Scale(type="log", base=2),
               axis=alt.Axis(values=[r.value for r in sweep.rows])) if numeric else alt.X("value:N", title=sweep.param)

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..sim import SimResult
-from .calibrate import POLICY_FIELDS, Calibration
+from .calibrate import BOOL_FIELDS, POLICY_FIELDS, Calibration
 from .stats import METRICS, request_values
 from .validate import replay_seeds
 
@@ -44,10 +44,10 @@ def parse_sweep(text: str) -> tuple[str, list[Any]]:
     for item in (s.strip() for s in raw.split(",")):
         if not item:
             continue
-        if name == "chunked_prefill":
+        if name in BOOL_FIELDS:
             low = item.lower()
             if low not in ("true", "false", "on", "off", "1", "0", "yes", "no"):
-                raise InputError(f"--sweep {text!r}: chunked_prefill values are true/false, got {item!r}")
+                raise InputError(f"--sweep {text!r}: {name} values are true/false, got {item!r}")
             values.append(low in ("true", "on", "1", "yes"))
             continue
         try:

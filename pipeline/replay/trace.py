@@ -4,8 +4,8 @@ A replay trace is an ordinary canonical trace (SPEC §2) written by the
 simulator's conventions (one ``run`` record, the steps, the requests with token
 times), so ``tracelat ingest`` loads it like any other run. Its run id says what
 it is: ``RUN~replay~<policy>-seed<k>`` where ``<policy>`` is ``recorded`` or the
-changed fields (``mbt512``, ``mns16``, ``kv50000``, ``nochunk``/``chunk``), with
-``-nonoise`` for a replay without noise. Its ``meta.replay`` records the source
+changed fields (``mbt512``, ``mns16``, ``kv50000``, ``kvb16``, ``nochunk``/``chunk``,
+``nofullprompt``/``fullprompt``), with ``-nonoise`` for a replay without noise. Its ``meta.replay`` records the source
 run, the policy (and what changed), the calibrated model and noise, the seed and
 the time origin. Requests keep their recorded ids; ``recorded_status`` (an extra
 field) keeps their status in the recording.
@@ -23,14 +23,18 @@ from ..sim.writer import write_trace
 from .calibrate import Calibration
 
 SEP = "~replay~"
-TAGS = {"max_num_seqs": "mns", "max_num_batched_tokens": "mbt", "kv_capacity_tokens": "kv"}
+TAGS = {"max_num_seqs": "mns", "max_num_batched_tokens": "mbt", "kv_capacity_tokens": "kv", "kv_block_size": "kvb"}
+BOOLS = {"chunked_prefill": "chunk", "admit_full_prompt": "fullprompt"}
 
 
 def policy_tag(cal: Calibration) -> str:
     """``recorded`` or the changed policy fields in short form (``mbt512-mns16``)."""
     parts = []
     for f, v in cal.policy_changes().items():
-        parts.append(("chunk" if v else "nochunk") if f == "chunked_prefill" else f"{TAGS[f]}{v}")
+        if f in BOOLS:
+            parts.append(BOOLS[f] if v else "no" + BOOLS[f])
+        else:
+            parts.append(f"{TAGS[f]}{v}")
     return "-".join(parts) or "recorded"
 
 

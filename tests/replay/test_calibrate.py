@@ -19,8 +19,14 @@ def test_recorded_policy_reads_vllm_and_simulator_keys():
                  "enable_chunked_prefill": "True"}
     values, sources = recorded_policy(vllm_meta)
     assert values == {"max_num_seqs": 8, "max_num_batched_tokens": 256, "kv_capacity_tokens": 2048,
-                      "chunked_prefill": True}
+                      "chunked_prefill": True, "kv_block_size": None, "admit_full_prompt": None}
     assert sources["kv_capacity_tokens"] == "runs.meta.kv_cache_tokens"
+    # the vLLM log ingestor's block facts: usable capacity wins over the reported cache size
+    values, sources = recorded_policy({**vllm_meta, "kv_capacity_tokens": 1920, "block_size": "128",
+                                       "scheduler_reserve_full_isl": False})
+    assert (values["kv_capacity_tokens"], values["kv_block_size"], values["admit_full_prompt"]) == (1920, 128, False)
+    assert sources["kv_block_size"] == "runs.meta.block_size"
+    assert sources["admit_full_prompt"] == "runs.meta.scheduler_reserve_full_isl"
     values, _ = recorded_policy({"max_num_seqs": True, "kv_capacity_tokens": 1.5})  # not whole numbers: ignored
     assert values["max_num_seqs"] is None and values["kv_capacity_tokens"] is None
 
@@ -41,14 +47,22 @@ def test_options_fill_gaps_into_the_baseline_and_change_recorded_fields():
     assert (policy.max_num_seqs, policy.max_num_batched_tokens, policy.kv_capacity_tokens) == (16, 256, 10_000)
     # kv capacity was not recorded: the option completes the baseline; the token budget is a change
     assert baseline == {"max_num_seqs": 16, "max_num_batched_tokens": 512, "kv_capacity_tokens": 10_000,
-                        "chunked_prefill": True}
+                        "chunked_prefill": True, "kv_block_size": 1, "admit_full_prompt": True}
     assert src["kv_capacity_tokens"] == "option" and "chunked" in notes[0]
+    assert "whole prompt" in notes[1] and "--kv-block-size" in notes[2]
+    # a block size given for a run that does not record one completes the baseline, as kv capacity does
+    policy, baseline, src, _ = resolve_policy("r", values, sources, {"kv_capacity_tokens": 10_000,
+                                                                     "kv_block_size": 16})
+    assert policy.kv_block_size == baseline["kv_block_size"] == 16 and src["kv_block_size"] == "option"
 
 
 def test_invalid_policy_is_an_input_error():
     values, sources = recorded_policy({"max_num_batched_tokens": 8, "max_num_seqs": 16, "kv_capacity_tokens": 100})
     with pytest.raises(InputError, match="max_num_batched_tokens"):
         resolve_policy("r", values, sources, {})
+    values, sources = recorded_policy({"max_num_batched_tokens": 64, "max_num_seqs": 16, "kv_capacity_tokens": 100})
+    with pytest.raises(InputError, match="kv_block_size"):
+        resolve_policy("r", values, sources, {"kv_block_size": 128})
 
 
 def test_calibration_recovers_the_simulated_truth(steady_db):
@@ -140,4 +154,26 @@ def test_unknown_noise_mode_and_run(steady_db):
         calibrate(con, "steady", noise="loud")
     with pytest.raises(Exception, match="not in the store"):
         calibrate(con, "nope")
+    con.close()
+
+
+def test_block_settings_missing_from_the_metadata(edited_db):
+    """An older simulated trace gets what the simulator then did; any other run gets vLLM's defaults, with notes."""
+    import json
+
+    con = store.connect(edited_db)
+    meta = json.loads(con.execute("select meta from runs where run_id = 'steady'").fetchall()[0][0])
+    assert (meta["kv_block_size"], meta["admit_full_prompt"], meta["simulated"]) == (1, False, True)
+    del meta["kv_block_size"], meta["admit_full_prompt"]
+    con.execute("update runs set meta = ? where run_id = 'steady'", [json.dumps(meta)])
+    cal = calibrate(con, "steady", noise="none")
+    assert (cal.policy.kv_block_size, cal.policy.admit_full_prompt) == (1, False)
+    assert cal.details["policy_sources"]["kv_block_size"] == "simulator default (runs.meta.simulated)"
+    assert not any("block size" in n for n in cal.notes)
+    del meta["simulated"]
+    con.execute("update runs set meta = ? where run_id = 'steady'", [json.dumps(meta)])
+    cal = calibrate(con, "steady", noise="none")
+    assert (cal.policy.kv_block_size, cal.policy.admit_full_prompt) == (1, True)
+    assert cal.policy_changes() == {}  # defaults complete the baseline: still a validation
+    assert any("--kv-block-size" in n for n in cal.notes) and any("whole prompt" in n for n in cal.notes)
     con.close()

@@ -149,6 +149,9 @@ def test_cli_sweep_writes_table_and_chart(incident, tmp_path):
 def test_parse_sweep():
     assert parse_sweep("max-num-seqs=8, 16,16,32") == ("max_num_seqs", [8, 16, 32])
     assert parse_sweep("chunked_prefill=on,false") == ("chunked_prefill", [True, False])
-    for bad in ("max_num_seqs", "max_num_seqs=", "max_num_seqs=8,x", "max_num_seqs=0", "foo=1"):
+    assert parse_sweep("kv-block-size=1,16,128") == ("kv_block_size", [1, 16, 128])
+    assert parse_sweep("admit_full_prompt=no,yes") == ("admit_full_prompt", [False, True])
+    for bad in ("max_num_seqs", "max_num_seqs=", "max_num_seqs=8,x", "max_num_seqs=0", "foo=1",
+                "admit_full_prompt=maybe"):
         with pytest.raises(InputError):
             parse_sweep(bad)
