@@ -15,8 +15,10 @@ class FitResult:
     """Memory-bound model of one run (SPEC §6), its stalls, hardware figures and claim checks.
 
     Coefficients are in ms (per token for a, b, c); a coefficient the data could not
-    separate is None, and ``statements`` says why. ``ci`` holds 95% bootstrap
-    intervals keyed by coefficient name. ``residual_log_sigma`` is the robust spread
+    separate is None, and ``statements`` says why. ``ci`` holds 95%
+    intervals keyed by coefficient name (``ci_method`` says how they were computed;
+    ``ci_systematic_rel`` is the relative bound on the robust fit's own offset, added
+    to them in quadrature). ``residual_log_sigma`` is the robust spread
     (1.4826 x MAD) of log(measured / predicted), i.e. the multiplicative noise; stalls
     are steps whose log ratio exceeds ``log_center + k * residual_log_sigma``,
     ``stall_rate`` is their share of steps and ``stall_ms`` their size distribution
@@ -47,6 +49,8 @@ class FitResult:
     claims: list[dict[str, Any]]
     statements: list[str]
     top_spikes: list[dict[str, Any]] = field(default_factory=list)
+    ci_method: str = ""
+    ci_systematic_rel: float = 0.0
 
     @classmethod
     def from_numbers(cls, run_id: str, nums: dict[str, Any], hw: dict | None, claims: list, statements: list) -> "FitResult":
@@ -59,6 +63,7 @@ class FitResult:
             nums.get("mape_pct"), _finite(nums.get("log_scale")), nums["log_center"],
             nums.get("k", 4.0), nums.get("stall_rate"), nums.get("stall_ms", {}), nums.get("spikes", {}),
             nums.get("phases", {}), nums.get("shape", {}), hw, claims, statements, nums.get("top_spikes", []),
+            nums.get("ci_method", ""), nums.get("ci_systematic_rel") or 0.0,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -11,6 +11,7 @@ recomputed from the stored numbers on every call (cheap).
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import duckdb
@@ -21,7 +22,9 @@ from . import claims, hardware, sql, stalls
 from .model import TERMS, LinearFit, fit_linear, log_ratio
 from .result import FitResult
 
-FIT_VERSION = 1
+# Version of what ``fits`` stores; a stored fit of another version is refitted, never read
+# (v1 lacked log_center; v2: sandwich intervals above 20k steps, one-step bootstrap, ci_method).
+FIT_VERSION = 2
 TOL_S = 1e-6  # request times match a step ending up to 1 us later (float rounding of the same clock)
 
 FITS_SCHEMA = """
@@ -104,41 +107,62 @@ def fit_run(
     tflops: float | None = None,
     k: float = stalls.DEFAULT_K,
     n_boot: int = 200,
+    timings: dict[str, float] | None = None,
 ) -> FitResult:
     """Fit the memory-bound model to a run, store it, and return the full result.
 
     ``model`` (catalogue name or HF id), ``config`` (HF config.json), ``gpu``
     (catalogue name, ``cpu:GBPS``), ``bandwidth_gbps`` and ``tflops`` only affect
-    the hardware figures; without them the run's metadata is used.
+    the hardware figures; without them the run's metadata is used. ``timings``,
+    if given, receives the seconds each phase took (benchmarks).
     """
+    lap = _Lap(timings)
     store.require_run(con, run_id)
     hw = hardware.resolve(con, run_id, model, config, gpu, bandwidth_gbps, tflops)  # bad names fail early
     cols, y, notes, n_all = _load(con, run_id)
+    lap("load")
     fit = fit_linear(cols, y, n_boot=n_boot, k=k) if len(y) else None
     if n_all == 0:
         notes.append("the run has no steps with a duration: there is nothing to fit")
     elif fit is None:
         notes.append(f"only {len(y)} usable steps: too few to fit the model")
+    lap("fit")
     nums = _numbers(fit, cols, y, k)
     nums["statements"] = notes + nums["statements"]
     nums.update(n_iterations=n_all, k=k, phases=_phase_fits(cols, y, k) if fit else {})
+    lap("phase_fits_and_evidence")
     con.execute("begin transaction")
     try:
-        _materialise(con, run_id, nums)
+        _materialise(con, run_id, nums, lap)
         nums.update(stalls.stats(con, run_id))
         nums["top_spikes"] = stalls.top_spikes(con, run_id)
+        lap("stall_stats")
         con.execute(FITS_SCHEMA)
         con.execute("delete from fits where run_id = ?", [run_id])
         con.execute("insert into fits values (?, ?, ?, ?, now())",
                     [run_id, FIT_VERSION, _fingerprint(con, run_id), json.dumps(_jsonable(nums))])
         con.execute("commit")
+        lap("store_and_commit")
     except BaseException:
         con.execute("rollback")
         raise
     return assemble(run_id, nums, hw)
 
 
-def _materialise(con: duckdb.DuckDBPyConnection, run_id: str, nums: dict[str, Any]) -> None:
+class _Lap:
+    """Seconds since the previous lap, recorded under a name (no-op without a dict)."""
+
+    def __init__(self, out: dict[str, float] | None) -> None:
+        self.out, self.t = out, time.perf_counter()
+
+    def __call__(self, name: str) -> None:
+        if self.out is not None:
+            now = time.perf_counter()
+            self.out[name] = self.out.get(name, 0.0) + now - self.t
+            self.t = now
+
+
+def _materialise(con: duckdb.DuckDBPyConnection, run_id: str, nums: dict[str, Any], lap: _Lap) -> None:
     coef = nums["coef"]
     params = {"run_id": run_id, "t0_ms": coef["t0_ms"] or 0.0, "log_center": nums["log_center"],
               "log_scale": nums["log_scale"], "k": nums["k"], "tol_s": TOL_S}
@@ -146,7 +170,10 @@ def _materialise(con: duckdb.DuckDBPyConnection, run_id: str, nums: dict[str, An
     if coef["t0_ms"] is None:  # nothing fitted: no predictions, every step unattributed
         params["t0_ms"] = float("nan")
     sql.materialise(con, "iteration_fit", params)
-    sql.materialise(con, "request_attribution", params)
+    lap("iteration_fit")
+    with sql.step_sums(con, run_id):
+        sql.materialise(con, "request_attribution", params)
+    lap("request_attribution")
 
 
 def _jsonable(o: Any) -> Any:

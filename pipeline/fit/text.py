@@ -18,10 +18,15 @@ def _n(v: Any, fmt: str = ".4g") -> str:
     return "-" if v is None else format(v, fmt)
 
 
+def _ci_text(f: FitResult) -> str:
+    method = (f.ci_method or "bootstrap").split(" (")[0]
+    return f"{method}, with a {f.ci_systematic_rel:.2%} systematic allowance" if f.ci_systematic_rel else method
+
+
 def format_fit(f: FitResult) -> str:
     """The fit as a short report: model, diagnostics, hardware, claims, statements, spikes."""
     lines = [f"run {f.run_id}: iteration_ms ~ t0 + a*context + b*prefill + c*decode "
-             f"({f.n_fitted} of {f.n_iterations} steps fitted, robust, 95% bootstrap CIs)"]
+             f"({f.n_fitted} of {f.n_iterations} steps fitted, robust, 95% CIs: {_ci_text(f)})"]
     for key, label, scale, unit in COEF_TEXT:
         v = getattr(f, key)
         if v is None:

@@ -190,3 +190,31 @@ def test_kv_pressure_names_preemption(kv_run, kv_run_no_tokens):
         assert explain(run.con, run.run_id, "ttft")["largest"] == "waiting_capacity"
     notes = explain(kv_run_no_tokens.con, kv_run_no_tokens.run_id, "tpot")["statements"]
     assert any("estimated from the number of steps" in s for s in notes)
+
+
+def test_step_sums_are_running_sums_of_the_step_parts(incident_run):
+    """fit_step_sums (Polars) against numpy: rank, running sums, next step's parts, the -infinity row."""
+    from pipeline.fit import sql
+
+    con, run = incident_run.con, incident_run.run_id
+    it = con.sql("select t_end, iter, span_ms, predicted_ms, decode_baseline_ms, prefill_ms_part, residual_ms, "
+                 "host_gap_ms from iteration_fit where run_id = ? and t_end is not null and span_ms is not null "
+                 "order by t_end, iter", params=[run]).pl()
+    fitted = it["predicted_ms"].is_not_null().to_numpy()
+    span = it["span_ms"].to_numpy()
+    parts = {"span": span,
+             "base": np.where(fitted, it["decode_baseline_ms"].fill_null(0).to_numpy(), 0),
+             "pf": np.where(fitted, it["prefill_ms_part"].fill_null(0).to_numpy(), 0),
+             "ux": np.where(fitted, (it["residual_ms"] + it["host_gap_ms"]).fill_null(0).to_numpy(), 0),
+             "ua": np.where(fitted, 0, span)}
+    with sql.step_sums(con, run):
+        got = con.sql("select * from fit_step_sums order by k").pl()
+    assert got.height == it.height + 1 and got["t_end"][0] == -math.inf
+    assert got["k"].to_list() == list(range(it.height + 1))
+    np.testing.assert_array_equal(got["t_end"].to_numpy()[1:], it["t_end"].to_numpy())
+    for p, v in parts.items():
+        np.testing.assert_allclose(got[f"c_{p}"].to_numpy(), np.concatenate([[0], np.cumsum(v)]), rtol=1e-12, atol=1e-9)
+        np.testing.assert_array_equal(got[f"n_{p}"].to_numpy()[:-1], v)  # row 0 holds the first step's
+        assert got[f"n_{p}"][-1] is None
+    parts_sum = sum(got[f"c_{p}"].to_numpy() for p in ("base", "pf", "ux", "ua"))
+    np.testing.assert_allclose(got["c_span"].to_numpy(), parts_sum, rtol=1e-9)
