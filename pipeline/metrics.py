@@ -80,30 +80,32 @@ def metric_stats(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, dict[
     return out
 
 
+def _one_row(con: duckdb.DuckDBPyConnection, sql: str, params: list) -> dict[str, Any]:
+    """The first row of a query as ``{column: value}``, or ``{}``."""
+    cur = con.execute(sql, params)
+    rows = cur.fetchall()
+    return {d[0]: _clean(v) for d, v in zip(cur.description, rows[0])} if rows else {}
+
+
 def run_info(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
-    rows = con.execute(
+    return _one_row(
+        con,
         "select run_id, requests, requests_ok, requests_failed, iterations, duration_s, busy_s, "
         "output_tokens_per_s, requests_per_s, throughput_source from run_summary where run_id = ?",
         [run_id],
-    ).fetchall()
-    names = ("run_id", "requests", "requests_ok", "requests_failed", "iterations", "duration_s",
-             "busy_s", "output_tokens_per_s", "requests_per_s", "throughput_source")
-    return {k: _clean(v) for k, v in zip(names, rows[0])} if rows else {}
+    )
 
 
 def run_metadata(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
     import json
 
-    rows = con.execute(
-        "select engine, engine_version, model, gpu, num_gpus, dtype, kv_dtype, clock, meta "
-        "from runs where run_id = ?",
+    out = _one_row(
+        con,
+        "select engine, engine_version, model, gpu, num_gpus, dtype, kv_dtype, clock, meta from runs where run_id = ?",
         [run_id],
-    ).fetchall()
-    if not rows:
-        return {}
-    names = ("engine", "engine_version", "model", "gpu", "num_gpus", "dtype", "kv_dtype", "clock", "meta")
-    out = dict(zip(names, rows[0]))
-    out["meta"] = json.loads(out["meta"]) if out["meta"] else {}
+    )
+    if out:
+        out["meta"] = json.loads(out["meta"]) if out["meta"] else {}
     return out
 
 
