@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 
 from ..errors import InputError, TracelatError
 from ..store import scalar
@@ -29,13 +30,13 @@ class Batch:
     ``lines`` is anything DuckDB can scan (Arrow table, Polars frame) with columns
     ``line_no`` (int) and ``raw`` (one canonical JSON object as text).  Converters
     that already rejected or skipped some source lines say so in ``rejects``
-    (rows of line_no, reason, raw) and ``skipped``; ``lines_read`` counts the
-    source lines this batch covers.
+    (an Arrow table with line_no, reason, raw, or a list of such tuples) and
+    ``skipped``; ``lines_read`` counts the source lines this batch covers.
     """
 
     lines: object
     lines_read: int
-    rejects: list[tuple[int, str, str]] = field(default_factory=list)
+    rejects: pa.Table | list[tuple[int, str, str]] = field(default_factory=list)
     skipped: int = 0
 
 
@@ -234,14 +235,14 @@ class _Scope:
     every batch's intermediates alive until commit (memory would grow with the file).
     """
 
-    NAMES = ("batch_in", "parsed", "staged", "checked", "run_new")
+    NAMES = ("batch_in", "parsed", "staged", "checked", "run_new", "rejects_in")
 
     def __init__(self, con: duckdb.DuckDBPyConnection, batch_in: object):
         self.con = con
         self.tables: dict[str, object] = {"batch_in": batch_in}
 
     def _run(self, sql: str, params: dict | None, fetch: str):
-        batch_in, parsed, staged, checked, run_new = (self.tables.get(n) for n in self.NAMES)  # noqa: F841
+        batch_in, parsed, staged, checked, run_new, rejects_in = (self.tables.get(n) for n in self.NAMES)  # noqa: F841
         if fetch == "arrow":
             return self.con.sql(sql, params=params).to_arrow_table()
         return self.con.execute(sql, params).fetchall() if params else self.con.execute(sql).fetchall()
@@ -254,6 +255,14 @@ class _Scope:
 
     def count(self, sql: str) -> int:
         return int(self.run(sql)[0][0])
+
+
+def _rejects_table(rejects: pa.Table | list[tuple[int, str, str]]) -> pa.Table:
+    if isinstance(rejects, pa.Table):
+        return rejects.select(["line_no", "reason", "raw"])
+    cols = list(zip(*rejects)) if rejects else [(), (), ()]
+    return pa.table({"line_no": pa.array(cols[0], pa.int64()), "reason": pa.array(cols[1], pa.string()),
+                     "raw": pa.array(cols[2], pa.string())})
 
 
 def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None:
@@ -273,9 +282,11 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
     )
     res.skipped += batch.skipped + q.count("select count(*) from parsed where perr = 'blank'")
     res.lines_read += batch.lines_read
-    for line_no, reason, raw in batch.rejects:
-        con.execute("insert into rejects values (?, ?, ?, ?, ?)", [st.ingest_id, st.path, line_no, reason, raw[:1024]])
-    res.rejected += len(batch.rejects)
+    rejects_in = _rejects_table(batch.rejects)
+    if rejects_in.num_rows:
+        q.tables["rejects_in"] = rejects_in
+        q.run("insert into rejects select $ingest_id, $path, line_no, reason, left(raw, 1024) from rejects_in", ids)
+        res.rejected += rejects_in.num_rows
     last = q.run("select run_id from parsed where kind = 'run' order by line_no desc limit 1")
     if last:
         st.carry_run = last[0][0]

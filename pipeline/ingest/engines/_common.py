@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
 
 from ..load import Batch
 
@@ -76,9 +77,11 @@ def batch(
     if records is not None and records.height:
         parts.append(records)
     lines = pl.concat(parts) if parts else pl.DataFrame(schema={"line_no": pl.Int64, "raw": pl.String})
-    rows: list[tuple[int, str, str]] = []
+    rows: pa.Table | list = []
     if rejects is not None and rejects.height:
-        rows = [(int(n), str(r), str(w)) for n, r, w in rejects.select("line_no", "reason", "raw").iter_rows()]
+        rows = rejects.select(
+            pl.col("line_no").cast(pl.Int64), pl.col("reason").cast(pl.String), pl.col("raw").cast(pl.String)
+        ).to_arrow()
     return Batch(lines.to_arrow(), lines_read, rows, skipped)
 
 
