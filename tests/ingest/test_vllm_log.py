@@ -129,3 +129,18 @@ def test_broken_lines_are_rejects_other_lines_skipped(con, tmp_path):
     assert len(rej) == 3
     assert res.lines_read == res.accepted + res.rejected + res.skipped
     assert con.execute("select count(*) from iterations").fetchall()[0][0] == len(idx) - 2
+
+
+def test_output_slices_give_the_same_store(con, tmp_path, monkeypatch):
+    from pipeline.ingest.engines import vllm_log
+
+    log = FIX / "server.log"
+    (whole,) = load(con, log)
+    q = "select iter, t_start, t_end, dur_ms, prefill_tokens, decode_tokens from iterations order by iter"
+    expect = con.execute(q).fetchall()
+    monkeypatch.setattr(vllm_log, "OUT_BATCH_ROWS", 50)  # the 532 steps in 11 slices
+    other = store.connect(tmp_path / "sliced.duckdb")
+    (sliced,) = load(other, log)
+    assert (sliced.lines_read, sliced.accepted, sliced.skipped) == (whole.lines_read, whole.accepted, whole.skipped)
+    assert other.execute(q).fetchall() == expect and len(expect) == 532
+    assert other.execute("select count(*) from runs").fetchall() == [(1,)]

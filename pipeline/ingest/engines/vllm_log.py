@@ -135,6 +135,9 @@ def _kv_blocks(meta: dict, override: str | None) -> None:
         meta["kv_capacity_tokens"] = (tokens // bs - 1) * bs
 
 
+OUT_BATCH_ROWS = 200_000
+
+
 def convert(path: Path, progress: Callable[[int], None] | None = None) -> Iterator[Batch]:
     """Whole-file conversion: the timeline rebuild needs every step in order.
 
@@ -171,6 +174,12 @@ def convert(path: Path, progress: Callable[[int], None] | None = None) -> Iterat
     run = {"engine": "vllm", "engine_version": info.get("engine_version"), "model": info.get("model"),
            "dtype": info.get("dtype"), "clock": "unix", "meta": meta}
     extra = ("engine_index", "is_dummy", "stamp_s")
-    records = c.encode(good, "iteration", extra)
     rejects = bad.select("line_no", "reason", "raw")
-    yield c.batch(records, total, run=run, rejects=rejects, skipped=total - rec.height)
+    # Encoded in slices: the typed steps are small, their JSON text and the loader's
+    # work on it are not.  The first slice carries the run record and the counts.
+    for lo in range(0, max(good.height, 1), OUT_BATCH_ROWS):
+        records = c.encode(good.slice(lo, OUT_BATCH_ROWS), "iteration", extra)
+        if lo == 0:
+            yield c.batch(records, total, run=run, rejects=rejects, skipped=total - rec.height)
+        else:
+            yield c.batch(records, 0)
