@@ -8,6 +8,7 @@ advancing by each step's elapsed time) interleaved with its other lines, then ti
 from __future__ import annotations
 
 import re
+import resource
 import sys
 import tempfile
 import time
@@ -45,7 +46,8 @@ def main() -> None:
         t0 = time.perf_counter()
         (res,) = ingest.ingest_paths(con, [log])
         dt = time.perf_counter() - t0
-        print(f"{n} steps, {size / 1e6:.0f} MB: {dt:.1f} s ({n / dt:,.0f} steps/s); {res.line()}")
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"{n} steps, {size / 1e6:.0f} MB: {dt:.1f} s ({n / dt:,.0f} steps/s), peak RSS {peak:.0f} MiB; {res.line()}")
 
 
 if __name__ == "__main__":
