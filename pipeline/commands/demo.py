@@ -57,5 +57,5 @@ def demo(db: str, trace: Path | None, fresh: bool, out: Path | None, open_report
     slo = EXAMPLE_SLO if EXAMPLE_SLO.exists() else None
     index = write_report(con, run_id, out, slo=slo)
     click.echo(f"\nreport: {index}")
-    if open_report:
-        click.launch(str(index))
+    if open_report and click.launch(str(index)) != 0:
+        click.echo("no browser could be started here; open the report file above in one", err=True)
