@@ -134,14 +134,21 @@ select t.*,
   case when t.reason is not null then t.reason
        when t.first_line <> t.line_no then
          'duplicate {col} ' || t.{val} || ' in run ' || t.run_id || ' (first at line ' || t.first_line || ')'
+       when e.line_no is not null and e.ingest_id = $ingest_id then
+         'duplicate {col} ' || t.{val} || ' in run ' || t.run_id || ' (first at line ' || e.line_no || ')'
        when e.line_no is not null then
          'duplicate {col} ' || t.{val} || ' in run ' || t.run_id || ' (already stored from line '
-         || e.line_no || ' of ' || coalesce(e.path, 'this file') || '; use --replace to re-load that file)'
+         || e.line_no || ' of ' || e.path || '; use --replace to re-load that file)'
   end as final_reason
-from (select *, min(line_no) over (partition by run_id, {val}) as first_line from staged) t
+from (
+  -- the first VALID record with this key keeps it; a rejected one never blocks a later good one
+  select *, min(line_no) filter (where reason is null) over (partition by run_id, {val}) as first_line
+  from staged
+) t
 left join (
   -- only the keys of this batch: earlier batches of a big file are not re-aggregated
-  select x.run_id, x.{col}, min(x.line_no) as line_no, any_value(g.path) as path
+  select x.run_id, x.{col}, arg_min(x.line_no, x.ingest_id) as line_no, min(x.ingest_id) as ingest_id,
+    arg_min(g.path, x.ingest_id) as path
   from (select * from {table} semi join staged s on s.run_id = {table}.run_id and s.{val} = {table}.{col}) x
   left join ingests g using (ingest_id)
   group by all
@@ -305,7 +312,7 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
             res.accepted += q.count("select count(*) from staged where reason is null")
             res.rejected += q.count("select count(*) from staged where reason is not null")
             continue
-        q.table("checked", _check_duplicates_sql(kind))
+        q.table("checked", _check_duplicates_sql(kind), {"ingest_id": st.ingest_id})
         q.run(INSERT_SQL[kind], {"ingest_id": st.ingest_id})
         if kind == "request":
             q.run(TOKENS_SQL, {"ingest_id": st.ingest_id})

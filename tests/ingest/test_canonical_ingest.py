@@ -279,3 +279,20 @@ def test_unknown_format_lists_known(con, tmp_path):
     f.write_text("hello world\nnothing here\n")
     with pytest.raises(InputError, match="unknown format; known formats: .*jsonl"):
         ingest.ingest_paths(con, [f])
+
+
+def test_rejected_record_does_not_block_a_later_valid_one(con, tmp_path):
+    f = write(tmp_path / "v.jsonl", [it(0), it(1, t_start=5.0, t_end=1.0), it(1)])
+    (res,) = ingest.ingest_paths(con, [f])
+    assert (res.accepted, res.rejected) == (2, 1)
+    assert "t_end (1.0) is before t_start (5.0)" in rejects(con)[2]
+    assert con.execute("select count(*) from iterations where iter = 1").fetchall() == [(1,)]
+
+
+def test_duplicate_across_batches_of_one_file_names_the_line(con, tmp_path, monkeypatch):
+    from pipeline.ingest import reader
+
+    monkeypatch.setattr(reader, "BATCH_BYTES", 64)
+    f = write(tmp_path / "b.jsonl", [it(0), it(1), it(2), it(1)])
+    ingest.ingest_paths(con, [f])
+    assert rejects(con) == {4: "duplicate iter 1 in run b (first at line 2)"}

@@ -18,6 +18,7 @@ import polars as pl
 import pyarrow as pa
 
 from ..load import Batch
+from ..load import default_run_id as stem  # the loader's rule for a file's run name
 
 # Canonical columns in the order we write them (the loader does not care about order).
 ITERATION_COLS = (
@@ -85,9 +86,7 @@ def batch(
     return Batch(lines.to_arrow(), lines_read, rows, skipped)
 
 
-def stem(path: Path) -> str:
-    """The default run id the loader gives records of this file (see load.ingest_file)."""
-    return path.name.split(".")[0] or path.name
+
 
 
 # ---------------------------------------------------------------------------
