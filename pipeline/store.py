@@ -153,7 +153,18 @@ def scalar(con: duckdb.DuckDBPyConnection, sql: str, params=None):
 
 
 def _generation(con: duckdb.DuckDBPyConnection) -> int:
-    return int(scalar(con, "select coalesce(max(ingest_id), 0) + count(*) from ingests"))
+    return int(scalar(con, "select coalesce(max(value), 0) from _state where key = 'generation'"))
+
+
+def bump_generation(con: duckdb.DuckDBPyConnection) -> None:
+    """Mark the base tables as changed; call inside the transaction that changed them.
+
+    Derived tables are rebuilt when this counter differs from the one they were
+    built at (a count of ingests would repeat after a --replace).
+    """
+    con.execute("insert into _state select 'generation', 0 where not exists "
+                "(select 1 from _state where key = 'generation')")
+    con.execute("update _state set value = value + 1 where key = 'generation'")
 
 
 def build_derived(con: duckdb.DuckDBPyConnection, force: bool = False) -> bool:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import duckdb
 
+from .. import store
 from ..errors import InputError
 from . import canonical, reader
 from .load import Batch, IngestResult, default_run_id, ingest_file
@@ -134,6 +135,7 @@ def ingest_paths(con, paths, fmt=None, run_id=None, replace=False, progress_for=
             con.execute("begin transaction")
             try:
                 step(con, touched)
+                store.bump_generation(con)
                 con.execute("commit")
             except BaseException:
                 con.execute("rollback")

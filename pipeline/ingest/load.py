@@ -16,6 +16,7 @@ import duckdb
 import pyarrow as pa
 
 from ..errors import InputError, TracelatError
+from .. import store
 from ..store import scalar
 from . import reader
 from .canonical_sql import FIELDS, stage_sql
@@ -377,6 +378,7 @@ def ingest_file(
             [ingest_id, shown, digest, fmt, result.lines_read, result.accepted, result.rejected,
              result.skipped, path.stat().st_size, dt.datetime.now(), result.run_ids, default_run],
         )
+        store.bump_generation(con)
         con.execute("commit")
     except BaseException as exc:
         con.execute("rollback")

@@ -99,6 +99,7 @@ def drop_replay(con, run_id: str) -> int:
         for table in (t for t in store.BASE_TABLES if t != "ingests"):
             con.execute(f'delete from "{table}" where ingest_id = any($ids)', {"ids": ids})
         con.execute("delete from ingests where ingest_id = any($ids)", {"ids": ids})
+        store.bump_generation(con)
         con.execute("commit")
     except BaseException:
         con.execute("rollback")

@@ -51,3 +51,20 @@ def test_derived_tables_rebuilt_only_when_store_changed(con, tmp_path):
     ingest.ingest_paths(con, [f], replace=True)
     assert store.build_derived(con) is True
     assert con.execute("select iteration_ms from iteration_metrics").fetchall() == [(7.0,)]
+
+
+def test_replace_that_removes_several_ingests_still_rebuilds(con, tmp_path):
+    """A count of ingests repeats after a --replace; the store's change counter does not."""
+    from pipeline import ingest
+
+    p, q = tmp_path / "p.jsonl", tmp_path / "q.jsonl"
+    p.write_text('{"kind":"request","req_id":"a","t_arrival":0,"t_first_token":0.1,"t_finish":0.2}\n')
+    q.write_text('{"kind":"iteration","iter":0,"dur_ms":5}\n')
+    ingest.ingest_paths(con, [p], run_id="A")
+    ingest.ingest_paths(con, [p], run_id="B")
+    ingest.ingest_paths(con, [q], run_id="Q")
+    store.build_derived(con)
+    ingest.ingest_paths(con, [p], run_id="C", replace=True)  # removes A and B (same path), adds C
+    assert store.build_derived(con) is True
+    runs = {r[0] for r in con.execute("select distinct run_id from request_latency").fetchall()}
+    assert runs == {"C"}
