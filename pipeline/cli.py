@@ -20,6 +20,7 @@ from .errors import TracelatError
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "ingest": ("pipeline.commands.ingest", "ingest", "Load trace files (any known format) into the store."),
     "runs": ("pipeline.commands.runs", "runs", "List the runs in the store."),
+    "rejects": ("pipeline.commands.rejects", "rejects", "Show the lines ingest rejected, with line numbers and reasons."),
     "summary": ("pipeline.commands.summary", "summary", "Latency summary of a run (TTFT, TPOT, ITL, ...)."),
     "simulate": ("pipeline.commands.simulate", "simulate", "Generate a synthetic trace with known ground truth."),
     "demo": ("pipeline.commands.demo", "demo", "Simulate, ingest and summarise a demo run end to end."),

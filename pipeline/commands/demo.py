@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import click
@@ -12,10 +11,6 @@ from .options import db_option
 REPO = Path(__file__).resolve().parent.parent.parent
 BUNDLED = REPO / "fixtures" / "demo" / "incident.jsonl.gz"
 EXAMPLE_SLO = REPO / "examples" / "slo.toml"
-
-
-def _has(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
 
 
 @click.command()
@@ -34,6 +29,7 @@ def demo(db: str, trace: Path | None, fresh: bool, out: Path | None, open_report
     report is checked against examples/slo.toml.
     """
     from .. import ingest, metrics, store
+    from ..ingest import reader
 
     if fresh:
         from ..fixtures_gen import make_incident
@@ -45,13 +41,12 @@ def demo(db: str, trace: Path | None, fresh: bool, out: Path | None, open_report
     for res in ingest.ingest_paths(con, [trace]):
         click.echo(res.line())
     store.build_derived(con)
+    # the run of THIS trace (it may have been ingested earlier, so not the latest ingest)
     run_id = con.execute(
-        "select run_ids[1] from ingests where sha256 = (select sha256 from ingests order by ingest_id desc limit 1)"
+        "select run_ids[1] from ingests where sha256 = ? order by ingest_id desc limit 1", [reader.sha256(trace)]
     ).fetchall()[0][0]
     click.echo("")
     click.echo(metrics.format_summary(metrics.summary(con, run_id)))
-    if not _has("pipeline.report"):
-        return
     from ..report import write_report
 
     slo = EXAMPLE_SLO if EXAMPLE_SLO.exists() else None

@@ -14,7 +14,7 @@ from .options import db_option, dumps, json_option
 @click.option("--from", "t_from", help="Only requests arriving at or after this time: seconds since the run's "
                                         "start, @<clock seconds>, or (unix clocks) HH:MM[:SS] / ISO date-time, UTC.")
 @click.option("--to", "t_to", help="Only requests arriving at or before this time (same forms as --from).")
-@click.option("--limit", type=int, default=10, show_default=True, help="Top steps and requests to list.")
+@click.option("--limit", type=click.IntRange(min=1), default=10, show_default=True, help="Top steps and requests to list.")
 @db_option
 @json_option
 def explain(run_id: str, metric: str, t_from, t_to, limit: int, db: str, as_json: bool) -> None:

@@ -16,7 +16,7 @@ from .options import db_option, dumps, json_option
 @click.option("--peak-tflops", type=float, help="Dense peak TFLOP/s, overriding the catalogue (prefill roofline).")
 @click.option("--k", "k", type=float, default=4.0, show_default=True,
               help="Stall threshold in robust standard deviations of the relative residual.")
-@click.option("--bootstrap", type=int, default=200, show_default=True, help="Bootstrap replicates for the CIs.")
+@click.option("--bootstrap", type=click.IntRange(min=10), default=200, show_default=True, help="Bootstrap replicates for the CIs.")
 @db_option
 @json_option
 def fit(run_id: str, model, config, gpu, bandwidth_gbps, peak_tflops, k, bootstrap, db: str, as_json: bool) -> None:

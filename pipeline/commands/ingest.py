@@ -16,8 +16,9 @@ BIG_FILE = 8 << 20
 @click.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @db_option
-@click.option("--run-id", help="Run id for records that name none (default: the file name without extensions).")
-@click.option("--format", "fmt", help="Skip detection and use this format (see the list below).")
+@click.option("--run-id", help="Run id for records that name none (default: the file name up to its first dot; "
+              "with the folder in front when two files of one ingest share a name).")
+@click.option("--format", "fmt", help="Skip detection and use this format (see the list above).")
 @click.option("--replace", is_flag=True, help="Re-load files whose content (or path) was ingested before.")
 @json_option
 def ingest(paths: tuple[Path, ...], db: str, run_id: str | None, fmt: str | None, replace: bool, as_json: bool) -> None:
@@ -51,10 +52,7 @@ def ingest(paths: tuple[Path, ...], db: str, run_id: str | None, fmt: str | None
         click.echo(r.line())
     rejected = sum(r.rejected for r in results)
     if rejected:
-        click.echo(
-            f"{rejected} lines rejected; see them with: duckdb {db} \"select path, line_no, reason from rejects\"",
-            err=True,
-        )
+        click.echo(f"{rejected} lines rejected; see them with: tracelat rejects [FILE] --db {db}", err=True)
 
 
 def _formats_help() -> str:

@@ -44,10 +44,7 @@ register(Ingestor("jsonl", "canonical JSON Lines, plain/.gz/.zst (SPEC §2)", ca
 
 def _load_plugins() -> None:
     """Engine ingestors register themselves on import (see pipeline/ingest/engines)."""
-    try:
-        from . import engines  # noqa: F401
-    except ImportError:  # engines are optional until that package exists
-        pass
+    from . import engines  # noqa: F401
 
 
 def detect(path: Path) -> Ingestor:

@@ -73,3 +73,18 @@ def test_every_command_has_help():
         res = runner.invoke(cli, [name, "--help"])
         assert res.exit_code == 0, (name, res.output)
         assert len(res.output.split("\n\n")[1].strip()) > 20, name
+
+
+def test_rejects_lists_lines_with_reasons(tmp_path):
+    f = tmp_path / "bad.jsonl"
+    f.write_text('{"kind":"iteration","iter":0,"dur_ms":1}\nnot json\n{"kind":"iteration","iter":1,"dur_ms":-2}\n')
+    db = str(tmp_path / "r.duckdb")
+    r = run("ingest", str(f), "--db", db)
+    assert r.returncode == 0 and "2 lines rejected; see them with: tracelat rejects" in r.stderr
+    r = run("rejects", str(f), "--db", db, "--json")
+    got = json.loads(r.stdout)
+    assert got["total"] == 2
+    assert [(x["line_no"], x["reason"]) for x in got["rejects"]] == [
+        (2, "not valid JSON (truncated or garbage line)"), (3, "dur_ms is negative (-2.0)")]
+    r = run("rejects", "--db", db, "--limit", "1")
+    assert f"{f}:2: not valid JSON" in r.stdout and "1 more" in r.stdout

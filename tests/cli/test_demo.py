@@ -31,3 +31,14 @@ def test_demo_ingests_summarises_and_writes_report(tmp_path):
     assert fit["ms_per_1k_context_tokens"] == pytest.approx(truth["model"]["a_ms_per_ctx"] * 1000, rel=0.03)
     assert fit["ms_per_1k_prefill_tokens"] == pytest.approx(truth["model"]["b_ms_per_prefill"] * 1000, rel=0.03)
     assert "<html" in (out / "index.html").read_text()[:500].lower()
+
+
+def test_demo_again_after_other_ingests_summarises_its_own_run(tmp_path):
+    db = str(tmp_path / "d.duckdb")
+    tiny = Path(__file__).resolve().parents[2] / "fixtures" / "canonical" / "tiny.jsonl"
+    args = [sys.executable, "-m", "pipeline"]
+    subprocess.run(args + ["ingest", str(DEMO / "incident.jsonl.gz"), "--db", db], check=True, capture_output=True)
+    subprocess.run(args + ["ingest", str(tiny), "--db", db], check=True, capture_output=True)
+    r = subprocess.run(args + ["demo", "--db", db, "--out", str(tmp_path / "rep")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "unchanged" in r.stdout and "run demo-incident:" in r.stdout

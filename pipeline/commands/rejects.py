@@ -1,0 +1,41 @@
+"""``tracelat rejects``."""
+
+from __future__ import annotations
+
+import click
+
+from .options import db_option, dumps, json_option
+
+
+@click.command()
+@click.argument("path", required=False)
+@db_option
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="Most lines to show.")
+@json_option
+def rejects(path: str | None, db: str, limit: int, as_json: bool) -> None:
+    """Lines that ingest rejected: file, line number, reason and the line itself.
+
+    PATH limits the list to one ingested file (as it was named at ingest).
+    Line numbers count every line of the file from 1 (`sed -n Np FILE` shows it);
+    for whole-document formats (vLLM bench JSON, GenAI-Perf, TRT-LLM JSON arrays)
+    they count entries of the document instead.
+    """
+    from .. import store
+
+    con = store.open_for_reading(db)
+    where, params = ("where path = ?", [path]) if path else ("", [])
+    total = store.scalar(con, f"select count(*) from rejects {where}", params)
+    rows = con.execute(
+        f"select path, line_no, reason, raw from rejects {where} order by ingest_id, line_no limit {int(limit)}", params
+    ).fetchall()
+    if as_json:
+        click.echo(dumps({"total": total, "rejects": [dict(zip(("path", "line_no", "reason", "raw"), r)) for r in rows]}))
+        return
+    if not rows:
+        click.echo("no rejected lines" + (f" for {path}" if path else ""))
+        return
+    for p, line_no, reason, raw in rows:
+        shown = (raw or "")[:100] + ("..." if raw and len(raw) > 100 else "")
+        click.echo(f"{p}:{line_no}: {reason}\n    {shown}")
+    if total > len(rows):
+        click.echo(f"... {total - len(rows)} more (use --limit)")
