@@ -105,39 +105,53 @@ def ingest_paths(con, paths, fmt=None, run_id=None, replace=False, progress_for=
     """Ingest files (directories expanded), each in its own transaction.
 
     ``progress_for(path)`` may return a context manager yielding a callable that
-    receives byte counts (the CLI uses a click progress bar).
+    receives byte counts (the CLI uses a click progress bar).  When a file fails,
+    the files before it stay ingested (and get their post-ingest steps); the error
+    says which they were.
     """
-    results = []
+    results: list[IngestResult] = []
     files = expand(Path(p) for p in paths)
     run_names = _distinct_run_names([f for f, _ in files]) if run_id is None else {}
-    for path, in_dir in files:
-        try:
-            ing = get(fmt) if fmt else detect(path)
-        except InputError:
-            if not in_dir or fmt:
-                raise
-            # a README or config file next to the logs: say so, do not stop the directory
-            results.append(IngestResult(str(path), "?", status="skipped", note="no known format"))
-            continue
-        if progress_for is None:
-            results.append(ingest_file(con, path, ing.name, ing.convert, run_id or run_names.get(path), replace))
-            continue
-        with progress_for(path) as progress:
-            results.append(
-                ingest_file(con, path, ing.name, ing.convert, run_id or run_names.get(path), replace, progress)
-            )
-    touched = sorted({r for res in results if res.status not in ("unchanged", "skipped") for r in res.run_ids})
-    if touched:
-        for step in POST_INGEST:
-            con.execute("begin transaction")
+    try:
+        for path, in_dir in files:
             try:
-                step(con, touched)
-                store.bump_generation(con)
-                con.execute("commit")
-            except BaseException:
-                con.execute("rollback")
-                raise
+                ing = get(fmt) if fmt else detect(path)
+            except InputError:
+                if not in_dir or fmt:
+                    raise
+                # a README or config file next to the logs: say so, do not stop the directory
+                results.append(IngestResult(str(path), "?", status="skipped", note="no known format"))
+                continue
+            name = run_id or run_names.get(path)
+            if progress_for is None:
+                results.append(ingest_file(con, path, ing.name, ing.convert, name, replace))
+                continue
+            with progress_for(path) as progress:
+                results.append(ingest_file(con, path, ing.name, ing.convert, name, replace, progress))
+    except InputError as exc:
+        done = [r for r in results if r.status not in ("unchanged", "skipped")]
+        _post_ingest(con, done)
+        if done:
+            kept = ", ".join(r.path for r in done[:5]) + (" ..." if len(done) > 5 else "")
+            raise InputError(f"{exc} (the {len(done)} file(s) before it were ingested and kept: {kept})") from exc
+        raise
+    _post_ingest(con, results)
     return results
+
+
+def _post_ingest(con, results: list[IngestResult]) -> None:
+    touched = sorted({r for res in results if res.status not in ("unchanged", "skipped") for r in res.run_ids})
+    if not touched:
+        return
+    for step in POST_INGEST:
+        con.execute("begin transaction")
+        try:
+            step(con, touched)
+            store.bump_generation(con)
+            con.execute("commit")
+        except BaseException:
+            con.execute("rollback")
+            raise
 
 
 __all__ = ["POST_INGEST", "INGESTORS", "Ingestor", "register", "detect", "get", "ingest_paths", "Batch", "IngestResult"]

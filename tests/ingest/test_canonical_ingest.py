@@ -296,3 +296,14 @@ def test_duplicate_across_batches_of_one_file_names_the_line(con, tmp_path, monk
     f = write(tmp_path / "b.jsonl", [it(0), it(1), it(2), it(1)])
     ingest.ingest_paths(con, [f])
     assert rejects(con) == {4: "duplicate iter 1 in run b (first at line 2)"}
+
+
+def test_a_failing_file_keeps_the_files_before_it_and_says_so(con, tmp_path):
+    good = write(tmp_path / "a_good.jsonl", [it(0)])
+    bad = tmp_path / "b_bad.jsonl.gz"
+    blob = bytearray(gzip.compress(("".join(json.dumps(it(i)) + "\n" for i in range(20000))).encode()))
+    blob[len(blob) // 2 : len(blob) // 2 + 64] = b"\xff" * 64
+    bad.write_bytes(bytes(blob))
+    with pytest.raises(InputError, match=r"corrupt after line .*1 file\(s\) before it were ingested and kept: .*a_good"):
+        ingest.ingest_paths(con, [good, bad])
+    assert con.execute("select run_id, count(*) from iterations group by 1").fetchall() == [("a_good", 1)]
