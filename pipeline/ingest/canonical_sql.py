@@ -167,6 +167,10 @@ CROSS_CHECKS = {
         "then 'needs t_start, t_end or dur_ms' end",
         "case when v_t_end < v_t_start then 't_end (' || v_t_end || ') is before t_start (' || v_t_start || ')' end",
         "case when v_dur_ms < 0 then 'dur_ms is negative (' || v_dur_ms || ')' end",
+        # both given: they must agree (to float precision of epoch-second stamps)
+        "case when abs((v_t_end - v_t_start) * 1000 - v_dur_ms) > 0.002 + 1e-6 * abs(v_dur_ms) "
+        "then 'dur_ms (' || v_dur_ms || ') disagrees with (t_end - t_start) * 1000 ('"
+        " || round((v_t_end - v_t_start) * 1000, 6) || ')' end",
     ),
     "request": (
         "case when v_t_scheduled < v_t_arrival then 't_scheduled is before t_arrival' end",

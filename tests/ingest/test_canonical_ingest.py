@@ -80,6 +80,7 @@ def test_garbage_in_the_middle_does_not_abort(con, tmp_path):
         ('{"kind":"iteration","iter":0,"dur_ms":NaN}', "dur_ms: NaN or infinite"),
         (it(0, t_start=2.0, t_end=1.0), "t_end (1.0) is before t_start (2.0)"),
         (it(0, decode_tokens=-1), "decode_tokens: negative count"),
+        (it(0, t_start=1.0, t_end=1.5, dur_ms=20.0), "dur_ms (20.0) disagrees with (t_end - t_start) * 1000 (500.0)"),
         (it(0, kv_usage=1.5), "kv_usage: expected a fraction 0..1"),
         ({"kind": "iteration", "t_start": 0, "t_end": 1}, "missing required field iter"),
         ({"kind": "request", "req_id": "a", "t_arrival": 2.0, "t_first_token": 1.0}, "t_first_token is before t_arrival"),
