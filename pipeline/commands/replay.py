@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import tempfile
 from pathlib import Path
 
@@ -21,10 +20,6 @@ def _seed_path(out: Path, seed: int, n_seeds: int) -> Path:
         if stem.endswith(ext):
             stem, suffix = stem[: -len(ext)], ext + suffix
     return out.with_name(f"{stem}-seed{seed}{suffix}")
-
-
-def _safe(run_id: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._~-]", "_", run_id)
 
 
 @click.command()
@@ -140,7 +135,9 @@ def _sweep(cal, spec: str, seeds: list[int], slo_path: str | None, chart: str | 
     param, values = parse_sweep(spec)
     slo = load_slo(slo_path) if slo_path else None
     sw = run_sweep(cal, param, values, seeds, slo)
-    path = save_chart(sw, chart or Path("reports") / _safe(cal.run_id) / f"replay-sweep-{param}.html")
+    from ..report.render import default_out_dir
+
+    path = save_chart(sw, chart or default_out_dir(cal.run_id) / f"replay-sweep-{param}.html")
     if as_json:
         click.echo(dumps(sw.to_dict() | {"chart": str(path)}))
         return

@@ -3,7 +3,6 @@ with CIs), comparison.json and comparison.md."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +12,14 @@ import polars as pl
 from ..compare import Comparison, Delta
 from . import charts, frames
 from .escape import html_text, md_text
+from .render import safe_name
 from .page import Section, card, page, table
 
 ICON = {"regression": "\u274c", "improvement": "\u2705", "no significant change": ""}
 
 
 def default_out_dir(base_run: str, cand_run: str) -> Path:
-    safe = lambda s: re.sub(r"[^A-Za-z0-9._-]+", "_", s).lstrip(".")[:60] or "run"  # noqa: E731
-    return Path("reports") / f"compare_{safe(base_run)}_vs_{safe(cand_run)}"
+    return Path("reports") / f"compare_{safe_name(base_run, 60)}_vs_{safe_name(cand_run, 60)}"
 
 
 def _pct(v: float | None) -> str | None:
@@ -72,7 +71,6 @@ def write_comparison(comp: Comparison, base_con: duckdb.DuckDBPyConnection, cand
     out = Path(out_dir) if out_dir is not None else default_out_dir(comp.base_run, comp.cand_run)
     out.mkdir(parents=True, exist_ok=True)
     n_reg = len(comp.regressions)
-    verdict = "regression" if n_reg else "pass"
     header = (f'<h1>tracelat compare: <span class="rid">{html_text(comp.cand_run, 200)}</span> vs baseline '
               f'<span class="rid">{html_text(comp.base_run, 200)}</span></h1>'
               '<div class="cards">'

@@ -26,10 +26,14 @@ FIT_HINT = "not available (run `tracelat fit`)"
 HEADLINE = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E"), ("iteration_ms", "iteration"))
 
 
+def safe_name(run_id: str, limit: int = 100) -> str:
+    """A run id reduced to a safe file or folder name (ids come from logs: no ``..``, no ``/``)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", run_id).lstrip(".")[:limit] or "run"
+
+
 def default_out_dir(run_id: str) -> Path:
-    """``reports/<run_id>/`` with the id reduced to a safe folder name (ids come from logs)."""
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", run_id).lstrip(".")[:100] or "run"
-    return Path("reports") / safe
+    """``reports/<run_id>/`` with the id reduced to a safe folder name."""
+    return Path("reports") / safe_name(run_id)
 
 
 def _headline(s: dict[str, Any], audit: Any) -> str:
