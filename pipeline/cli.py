@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "rejects": ("pipeline.commands.rejects", "rejects", "Show the lines ingest rejected, with line numbers and reasons."),
     "summary": ("pipeline.commands.summary", "summary", "Latency summary of a run (TTFT, TPOT, ITL, ...)."),
     "simulate": ("pipeline.commands.simulate", "simulate", "Generate a synthetic trace with known ground truth."),
-    "demo": ("pipeline.commands.demo", "demo", "Simulate, ingest and summarise a demo run end to end."),
+    "demo": ("pipeline.commands.demo", "demo", "The main job on the bundled incident trace: ingest, summary, HTML report."),
     "report": ("pipeline.commands.report", "report", "Offline HTML report, summary.json and summary.md of a run."),
     "audit": ("pipeline.commands.audit", "audit", "Check a run against SLOs (percentiles, goodput, fluidity); JUnit XML."),
     "compare": ("pipeline.commands.compare", "compare", "Compare two runs: deltas with bootstrap CIs; flag regressions."),
