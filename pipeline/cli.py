@@ -63,7 +63,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
     \b
     Quick start:
-      tracelat demo                 # simulate, ingest and summarise a run
+      tracelat demo --open          # bundled incident: ingest, summary, HTML report
       tracelat ingest logs/         # ingest every file under logs/
       tracelat runs                 # list runs
       tracelat summary RUN --json   # SPEC summary.json on stdout
