@@ -179,3 +179,13 @@ def read_json_document(path: Path) -> Any:
 
     with reader.open_binary(path) as f:
         return json.loads(f.read().decode("utf-8", errors="replace"))
+
+
+# Lines of a JSON Lines file as objects: ``ok`` says whether a line is one and ``js``
+# is the line or NULL.  DuckDB's CASE does not shield JSON functions from invalid
+# text, a NULL argument does, so extract from ``js`` only.
+JSON_OBJECTS = """
+select line_no, raw, ok, case when ok then raw end as js from (
+  select line_no, raw, coalesce(case when json_valid(raw) then json_type(raw) = 'OBJECT' end, false) as ok
+  from lines
+)"""

@@ -39,12 +39,7 @@ def sniff_aiperf(path: Path, head: str) -> bool:
     return first.lstrip().startswith("{") and '"request_start_ns"' in first and '"metrics"' in first
 
 
-AIPERF_SQL = """
-with p as (
-  select line_no, raw, coalesce(case when json_valid(raw) then json_type(raw) = 'OBJECT' end, false) as ok from lines
-), j as (
-  select line_no, raw, ok, case when ok then raw end as js from p  -- NULL for bad lines: extraction cannot fail
-)
+AIPERF_SQL = "with j as (" + c.JSON_OBJECTS + """)
 select line_no, raw,
   case when trim(raw) = '' then 'blank'
        when not ok then 'not valid JSON (truncated or garbage line)' end as perr,

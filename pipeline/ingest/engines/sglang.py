@@ -152,12 +152,7 @@ def sniff_metrics(path: Path, head: str) -> bool:
     return first.lstrip().startswith("{") and '"request_parameters"' in first and '"completion_tokens"' in first
 
 
-METRICS_SQL = """
-with j as (  -- invalid lines get a NULL document, so no extraction below can fail on them
-  select line_no, raw, coalesce(case when json_valid(raw) then json_type(raw) = 'OBJECT' end, false) as ok,
-    case when coalesce(case when json_valid(raw) then json_type(raw) = 'OBJECT' end, false) then raw end as js
-  from lines
-)
+METRICS_SQL = "with j as (" + c.JSON_OBJECTS + """)
 select line_no, raw,
   case when not ok then 'not valid JSON (truncated or garbage line)' end as perr,
   coalesce(js->>'$.id', js->>'$.rid') as req_id,

@@ -31,12 +31,7 @@ from . import _common as c
 
 REQUIRED = ("request_id", "arrival_time", "queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
 
-PARSE = """
-with b as (
-  select line_no, raw, coalesce(case when json_valid(raw) then json_type(raw) = 'OBJECT' end, false) as ok from lines
-), j as (  -- invalid lines get a NULL document, so no extraction below can fail on them
-  select line_no, raw, ok, case when ok then raw end as js from b
-)
+PARSE = "with j as (" + c.JSON_OBJECTS + """)
 select line_no, raw,
   case when trim(raw) = '' then 'blank'
        when not ok then 'not valid JSON (truncated or garbage line)'
