@@ -59,17 +59,17 @@ def db_path(db: str | os.PathLike | None) -> str:
     return str(db or os.environ.get("TRACELAT_DB") or DEFAULT_DB)
 
 
-def connect(db: str | os.PathLike | None = None, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """Open (and if needed create) the store, turning DuckDB's errors into ours."""
+def connect(db: str | os.PathLike | None = None, must_exist: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open (and unless ``must_exist``, create) the store, turning DuckDB's errors into ours."""
     path = db_path(db)
-    if read_only and not Path(path).exists():
+    if must_exist and not Path(path).exists():
         raise StoreError(
             f"database {path} does not exist; ingest a trace first (tracelat ingest FILE --db {path})"
         )
     if Path(path).is_dir():
         raise StoreError(f"database path {path} is a directory; pass a file path with --db")
     try:
-        con = duckdb.connect(path, read_only=read_only)
+        con = duckdb.connect(path)
     except duckdb.IOException as exc:
         msg = str(exc)
         if "lock" in msg.lower():
@@ -85,8 +85,7 @@ def connect(db: str | os.PathLike | None = None, read_only: bool = False) -> duc
     limit = os.environ.get("TRACELAT_MEMORY_LIMIT")
     if limit:  # DuckDB spills to disk beyond this; the default is 80% of RAM
         con.execute(f"set memory_limit = '{_memory_limit(limit)}'")
-    if not read_only:
-        con.execute(SCHEMA)
+    con.execute(SCHEMA)
     return con
 
 
@@ -198,10 +197,7 @@ def _derived_exist(con: duckdb.DuckDBPyConnection) -> bool:
 
 def open_for_reading(db: str | os.PathLike | None) -> duckdb.DuckDBPyConnection:
     """A connection whose derived tables are current (rebuilt if an ingest happened)."""
-    path = db_path(db)
-    if not Path(path).exists():
-        raise StoreError(f"database {path} does not exist; ingest a trace first (tracelat ingest FILE --db {path})")
-    con = connect(db)
+    con = connect(db, must_exist=True)
     build_derived(con)
     return con
 
