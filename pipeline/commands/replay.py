@@ -15,10 +15,9 @@ def _seed_path(out: Path, seed: int, n_seeds: int) -> Path:
     """``out`` itself for one seed, else ``<stem>-seed<k><suffixes>`` (``x.jsonl.gz`` -> ``x-seed1.jsonl.gz``)."""
     if n_seeds == 1:
         return out
-    stem, suffix = out.name, ""
-    for ext in (".gz", ".jsonl", ".ndjson", ".json"):
-        if stem.endswith(ext):
-            stem, suffix = stem[: -len(ext)], ext + suffix
+    from ..sim import split_trace_name
+
+    stem, suffix = split_trace_name(out.name)
     return out.with_name(f"{stem}-seed{seed}{suffix}")
 
 

@@ -116,13 +116,19 @@ def build_workload(spec: WorkloadSpec, seed: int, n_requests: int | None = None)
     return w
 
 
+def split_trace_name(name: str) -> tuple[str, str]:
+    """``("sim", ".jsonl.gz")`` for ``sim.jsonl.gz``: a trace file's stem and its format suffixes."""
+    stem, suffix = name, ""
+    for ext in (".gz", ".jsonl", ".ndjson", ".json"):
+        if stem.endswith(ext):
+            stem, suffix = stem[: -len(ext)], ext + suffix
+    return stem, suffix
+
+
 def default_truth_path(out) -> Path:
     """``<out stem>.truth.json`` next to the trace (``sim.jsonl.gz`` -> ``sim.truth.json``)."""
     out = Path(out)
-    name = out.name
-    for suffix in (".gz", ".jsonl", ".ndjson", ".json"):
-        name = name.removesuffix(suffix)
-    return out.with_name(f"{name}.truth.json")
+    return out.with_name(f"{split_trace_name(out.name)[0]}.truth.json")
 
 
 def run_simulation(
