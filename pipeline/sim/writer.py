@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline import __version__
+from pipeline.jsonplain import plain
 from pipeline.sim.engine import Policy, SimResult
 from pipeline.sim.model import IterationModel, NoiseModel
 
@@ -90,8 +91,8 @@ def write_trace(
     import polars as pl
 
     path = Path(path)
-    rec = run_record(run_id, policy, model, noise, _jsonable(workload_info), model_name, gpu)
-    rec["meta"].update(_jsonable(meta_extra or {}))
+    rec = run_record(run_id, policy, model, noise, plain(workload_info), model_name, gpu)
+    rec["meta"].update(plain(meta_extra or {}))
     with _open_out(path) as fh:
         fh.write((json.dumps(rec, allow_nan=False, separators=(",", ":")) + "\n").encode())
         it = result.iterations
@@ -166,7 +167,7 @@ def write_truth(
         "engine_version": __version__,
         "trace": Path(trace_path).name if trace_path is not None else None,
         "seed": seed,
-        "workload": _jsonable(workload_info or {}),
+        "workload": plain(workload_info or {}),
         "policy": policy.to_dict(),
         "model": model.to_dict(),
         "noise": noise.to_dict(),
@@ -183,18 +184,3 @@ def write_truth(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1) + "\n")
     return path
-
-
-def _jsonable(obj):
-    """Numpy scalars and paths to plain JSON values."""
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, Path):
-        return str(obj)
-    if isinstance(obj, float) and not np.isfinite(obj):
-        return None
-    return obj
