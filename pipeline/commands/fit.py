@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..fit.stalls import DEFAULT_K
 from .options import db_option, dumps, json_option
 
 
@@ -14,8 +15,9 @@ from .options import db_option, dumps, json_option
 @click.option("--gpu", help="GPU from the catalogue (h100-sxm, a100-80gb, ..., cpu:GBPS); default: the run's GPU.")
 @click.option("--bandwidth-gbps", type=float, help="Peak memory bandwidth in GB/s (required for --gpu cpu).")
 @click.option("--peak-tflops", type=float, help="Dense peak TFLOP/s, overriding the catalogue (prefill roofline).")
-@click.option("--k", "k", type=float, default=4.0, show_default=True,
-              help="Stall threshold in robust standard deviations of the relative residual.")
+@click.option("--k", "k", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_K, show_default=True,
+              help="Stall threshold: a step is a stall when log(measured/predicted) exceeds the median by k robust "
+                   "standard deviations. Lower finds smaller stalls and more false ones.")
 @click.option("--bootstrap", type=click.IntRange(min=10), default=200, show_default=True, help="Bootstrap replicates for the CIs.")
 @db_option
 @json_option

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
 
 def _finite(v: Any) -> float | None:
     return None if v is None or v != v or v in (float("inf"), "inf") else float(v)
@@ -22,7 +24,8 @@ class FitResult:
     (1.4826 x MAD) of log(measured / predicted), i.e. the multiplicative noise; stalls
     are steps whose log ratio exceeds ``log_center + k * residual_log_sigma``,
     ``stall_rate`` is their share of steps and ``stall_ms`` their size distribution
-    (residual ms).
+    (residual ms). ``stall_detection_limit_ms`` is the smallest stall the rule finds on
+    the median and the p90 step (see :meth:`detection_limit_ms`).
     """
 
     run_id: str
@@ -51,6 +54,7 @@ class FitResult:
     top_spikes: list[dict[str, Any]] = field(default_factory=list)
     ci_method: str = ""
     ci_systematic_rel: float = 0.0
+    stall_detection_limit_ms: dict[str, float | None] = field(default_factory=dict)
 
     @classmethod
     def from_numbers(cls, run_id: str, nums: dict[str, Any], hw: dict | None, claims: list, statements: list) -> "FitResult":
@@ -63,7 +67,7 @@ class FitResult:
             nums.get("mape_pct"), _finite(nums.get("log_scale")), nums["log_center"],
             nums.get("k", 4.0), nums.get("stall_rate"), nums.get("stall_ms", {}), nums.get("spikes", {}),
             nums.get("phases", {}), nums.get("shape", {}), hw, claims, statements, nums.get("top_spikes", []),
-            nums.get("ci_method", ""), nums.get("ci_systematic_rel") or 0.0,
+            nums.get("ci_method", ""), nums.get("ci_systematic_rel") or 0.0, nums.get("detection_limit_ms", {}),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -76,6 +80,17 @@ class FitResult:
         """Model step time in ms (scalars or numpy arrays); unfitted terms count as 0."""
         return ((self.t0_ms or 0.0) + (self.a_ms_per_ctx or 0.0) * context_tokens
                 + (self.b_ms_per_prefill or 0.0) * prefill_tokens + (self.c_ms_per_decode or 0.0) * decode_tokens)
+
+    def detection_limit_ms(self, predicted_ms: Any) -> Any:
+        """Smallest stall (ms) found on a step the model puts at ``predicted_ms``, at typical noise.
+
+        A step is a stall when ``measured > predicted * exp(m + k*s)``; a step at the noise
+        centre (``predicted * exp(m)``) crosses that with an extra
+        ``predicted * exp(m) * (exp(k*s) - 1)`` ms. Smaller stalls hide in the step's own noise.
+        """
+        if self.residual_log_sigma is None:
+            return predicted_ms * float("inf")
+        return predicted_ms * np.exp(self.log_center) * np.expm1(self.k * self.residual_log_sigma)
 
     def iteration_model(self):
         """The fit as the simulator's :class:`~pipeline.sim.model.IterationModel` (unfitted terms = 0)."""

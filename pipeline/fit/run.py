@@ -11,6 +11,7 @@ recomputed from the stored numbers on every call (cheap).
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any
 
@@ -23,8 +24,9 @@ from .model import TERMS, LinearFit, fit_linear, log_ratio
 from .result import FitResult
 
 # Version of what ``fits`` stores; a stored fit of another version is refitted, never read
-# (v1 lacked log_center; v2: sandwich intervals above 20k steps, one-step bootstrap, ci_method).
-FIT_VERSION = 2
+# (v1 lacked log_center; v2: sandwich intervals above 20k steps, one-step bootstrap, ci_method;
+# v3: default k 3.5 (was 4), stall detection limit).
+FIT_VERSION = 3
 TOL_S = 1e-6  # request times match a step ending up to 1 us later (float rounding of the same clock)
 
 FITS_SCHEMA = """
@@ -82,6 +84,11 @@ def _phase_fits(cols: dict[str, np.ndarray], y: np.ndarray, k: float) -> dict[st
     return out
 
 
+def _limit_factor(nums: dict[str, Any]) -> float:
+    """exp(m) * (exp(k*s) - 1): a step's smallest detectable stall per ms of its predicted time."""
+    return math.exp(nums["log_center"]) * math.expm1(nums["k"] * nums["log_scale"])
+
+
 def _numbers(fit: LinearFit | None, cols, y, k: float) -> dict[str, Any]:
     """The stored numeric part of a fit (JSON-ready)."""
     if fit is None:
@@ -134,7 +141,7 @@ def fit_run(
     con.execute("begin transaction")
     try:
         _materialise(con, run_id, nums, lap)
-        nums.update(stalls.stats(con, run_id))
+        nums.update(stalls.stats(con, run_id, _limit_factor(nums)))
         nums["top_spikes"] = stalls.top_spikes(con, run_id)
         lap("stall_stats")
         con.execute(FITS_SCHEMA)

@@ -16,4 +16,5 @@ def sections(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
     if fit.n_iterations == 0:
         return {"fit": None, "spikes": None, "tail": tail_section(con, run_id)}
     spikes = {k: fit.spikes.get(k, 0) for k in ("count", "prefill", "preemption", "unexplained")}
+    spikes["stall_detection_limit_ms"] = fit.stall_detection_limit_ms
     return {"fit": fit.summary_section(), "spikes": spikes, "tail": tail_section(con, run_id)}

@@ -73,6 +73,10 @@ def format_fit(f: FitResult) -> str:
     if st.get("count"):
         lines.append(f"  stalls: {st['count']} ({(f.stall_rate or 0):.2%} of steps), residual ms mean {st['mean']:.3g}, "
                      f"p50 {st['p50']:.3g}, p90 {st['p90']:.3g}, max {st['max']:.3g}, total {st['total']:.4g}")
+    lim = f.stall_detection_limit_ms
+    if lim.get("median_step") is not None:
+        lines.append(f"  stalls shorter than {lim['median_step']:.3g} ms on a median step ({lim['p90_step']:.3g} ms on a "
+                     "p90 step) hide in the step's own noise: they are not counted")
     for s in f.top_spikes[:5]:
         lines.append(f"  iter {s['iter']} at +{s['t_offset_s']:.3f} s: {s['iteration_ms']:.4g} ms vs predicted "
                      f"{s['predicted_ms']:.4g} ms (prefill {s['prefill_tokens']} tokens) -> {s['spike_cause']}")

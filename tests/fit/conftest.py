@@ -49,9 +49,16 @@ def make_run(tmp: Path, run_id: str, workload, policy, noise, tokens: bool = Tru
     return SimRun(run_id, con, db, result, model, noise)
 
 
+def chat_workload(seed: int):
+    """Chat-like steady load: prompts of 300 and outputs of 400 tokens on average (decode-dominated steps)."""
+    from pipeline.sim.workload import poisson_workload
+
+    return poisson_workload(3000, 20, 300, 0.8, 400, 0.8, seed=seed)
+
+
 @pytest.fixture(scope="session")
 def accuracy_run(tmp_path_factory) -> SimRun:
-    """Steady load, 3% noise, 2% of steps with an injected stall (mean 50 ms)."""
+    """Prefill-heavy steady load (prompts 800, outputs 200), 3% noise, 2% of steps with a stall (mean 50 ms)."""
     from pipeline.sim.engine import Policy
     from pipeline.sim.model import NoiseModel
     from pipeline.sim.workload import poisson_workload

@@ -48,6 +48,8 @@ def test_fit_json_and_text(small_db):
     r = run("fit", "small", "--db", db, "--gpu", "cpu:50", "--bootstrap", "20")
     assert r.returncode == 0, r.stderr
     assert "GPU cpu x1" in r.stdout and "of peak 50 GB/s" in r.stdout and "seed claims" in r.stdout
+    lim = d["stall_detection_limit_ms"]
+    assert f"stalls shorter than {lim['median_step']:.3g} ms on a median step" in r.stdout
 
 
 def test_fit_errors_exit_2(small_db):
@@ -73,7 +75,10 @@ def test_explain_and_summary(small_db):
     s = json.loads(run("summary", "small", "--db", db, "--json").stdout)
     assert set(s["fit"]) >= {"t0_ms", "ms_per_1k_context_tokens", "ms_per_1k_prefill_tokens", "r2", "mape",
                              "effective_bandwidth_gbps", "bandwidth_fraction_of_peak"}
-    assert set(s["spikes"]) == {"count", "prefill", "preemption", "unexplained"}
+    assert set(s["spikes"]) == {"count", "prefill", "preemption", "unexplained", "stall_detection_limit_ms"}
+    fit = json.loads(run("fit", "small", "--db", db, "--json").stdout)
+    lim = s["spikes"]["stall_detection_limit_ms"]
+    assert lim == fit["stall_detection_limit_ms"] and 0 < lim["median_step"] < lim["p90_step"]
     assert set(s["tail"]) == {"ttft", "tpot", "e2e"}
     assert sum(s["tail"]["e2e"].values()) == pytest.approx(1.0)
 

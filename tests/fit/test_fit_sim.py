@@ -7,6 +7,11 @@ import pytest
 
 from pipeline.fit import get_or_fit
 from pipeline.fit.stalls import stall_iters
+from pipeline.sim.engine import Policy
+from pipeline.sim.model import NoiseModel
+from pipeline.sim.scoring import oracle_recall, score_stalls
+
+from .conftest import chat_workload, make_run
 
 KV_BYTES = 2 * 32 * 8 * 128 * 2
 
@@ -46,26 +51,56 @@ def test_bandwidth_recovered_within_3_percent(acc_fit, accuracy_run):
     assert hw["prefill_roofline_ms_per_token"] == pytest.approx(2 * 8.03e9 / 989.4e12 * 1e3, rel=1e-9)
 
 
-def test_stall_recall_and_false_positives(acc_fit, accuracy_run):
+def _flags_and_predicted(run) -> tuple[np.ndarray, np.ndarray]:
+    rows = run.con.execute("select iter, is_stall, predicted_ms from iteration_fit where run_id = ? order by iter",
+                           [run.run_id]).fetchnumpy()
+    assert np.array_equal(rows["iter"], np.arange(len(run.result.iterations["t_end"])))
+    return rows["is_stall"].astype(bool), rows["predicted_ms"]
+
+
+def _oracle(run) -> float:
+    it = run.result.iterations
+    return oracle_recall((it["t_end"] - it["t_start"]) * 1000, it["base_ms"], it["stall_ms"] > 0, run.noise)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_stall_recall_and_false_positives_on_chat_load(tmp_path, seed):
+    """The acceptance figure: >= 95% of ALL injected stalls found, <= 5% of the flagged steps false."""
+    run = make_run(tmp_path, f"chat{seed}", chat_workload(seed), Policy(128, 2048), NoiseModel(0.03, 0.02, 50.0),
+                   tokens=False, seed=seed + 1)
+    flagged, _ = _flags_and_predicted(run)
+    score = score_stalls(flagged, run.result.iterations["stall_ms"])
+    assert score["stalls"] > 200
+    assert score["recall"] >= 0.95, score
+    assert score["fdr"] <= 0.05, score
+    assert score["recall"] >= _oracle(run) - 0.01  # within a point of what any per-step rule could do
+
+
+def test_stall_detection_on_prefill_heavy_load(acc_fit, accuracy_run):
+    """Long prefill steps hide more small stalls in their noise: recall is judged against what is findable."""
     it = accuracy_run.result.iterations
-    truth = set(np.flatnonzero(it["stall_ms"] > 0).tolist())
-    found = stall_iters(accuracy_run.con, accuracy_run.run_id)
-    assert len(truth) > 50
-    recall = len(truth & found) / len(truth)
-    false_pos = len(found - truth) / len(found)
-    assert false_pos <= 0.05
-    # Stalls below the noise (an exponential stall of 2 ms on a 40 ms prefill step with 3% noise) cannot be
-    # told from noise by any rule: recall is judged on stalls above the detection limit, exp(m + k*s) - 1 of
-    # their step; over all injected stalls it is 93-98% on these workloads.
-    limit = np.expm1(acc_fit.log_center + acc_fit.k * acc_fit.residual_log_sigma) * it["base_ms"]
-    detectable = set(np.flatnonzero(it["stall_ms"] > limit).tolist())
-    assert len(detectable & found) / len(detectable) >= 0.95
-    assert recall >= 0.9
-    assert acc_fit.spikes["unexplained"] + acc_fit.spikes["preemption"] == len(found)
+    flagged, predicted = _flags_and_predicted(accuracy_run)
+    assert set(np.flatnonzero(flagged).tolist()) == stall_iters(accuracy_run.con, accuracy_run.run_id)
+    limit = acc_fit.detection_limit_ms(predicted)
+    np.testing.assert_allclose(limit, predicted * np.exp(acc_fit.log_center)
+                               * (np.exp(acc_fit.k * acc_fit.residual_log_sigma) - 1), rtol=1e-12)
+    lim = acc_fit.stall_detection_limit_ms
+    assert lim["median_step"] == pytest.approx(np.median(limit), rel=1e-6)
+    assert lim["p90_step"] == pytest.approx(np.quantile(limit, 0.9), rel=1e-6)
+    score = score_stalls(flagged, it["stall_ms"], limit)
+    oracle = _oracle(accuracy_run)
+    assert score["stalls"] > 100
+    assert score["fdr"] <= 0.05
+    assert score["recall_above_limit"] >= 0.95
+    # below 95% even for the best per-step rule on this seed: the bound is what to hold the detector to
+    assert score["recall"] >= oracle - 0.015, (score, oracle)
+    assert score["ms_recall"] >= 0.99
+    assert acc_fit.spikes["unexplained"] + acc_fit.spikes["preemption"] == flagged.sum()
     # the noise model for replay: sigma 3%, stall rate and mean size close to what was injected
+    truth = it["stall_ms"] > 0
     assert acc_fit.residual_log_sigma == pytest.approx(accuracy_run.noise.sigma, rel=0.1)
-    assert acc_fit.stall_rate == pytest.approx(len(truth) / len(it["t_end"]), rel=0.1)
-    assert acc_fit.stall_ms["mean"] == pytest.approx(np.mean(it["stall_ms"][list(truth & found)]), rel=0.1)
+    assert acc_fit.stall_rate == pytest.approx(truth.mean(), rel=0.1)
+    assert acc_fit.stall_ms["mean"] == pytest.approx(np.mean(it["stall_ms"][truth & flagged]), rel=0.1)
 
 
 def test_claims_hold_on_memory_bound_simulation(acc_fit):
