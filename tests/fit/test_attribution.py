@@ -90,7 +90,7 @@ def test_partial_step_and_host_gap(hand):
 
 
 def test_preemption_from_step_counts(hand):
-    r, base, pf, span = hand["parts"]["r3"], hand["base"], hand["pf"], hand["span"]
+    r, base, span = hand["parts"]["r3"], hand["base"], hand["span"]
     length = span[21:27].sum()
     assert r["preemption_method"] == "step_counts"
     assert r["preemption_ms"] == pytest.approx(length * 3 / 6, abs=1e-6)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import ingest, store
+from pipeline import ingest
 from pipeline.errors import InputError
 
 IT = {"kind": "iteration", "t_start": 0.0, "t_end": 0.01, "decode_tokens": 1}

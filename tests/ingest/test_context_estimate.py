@@ -6,9 +6,8 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pytest
 
-from pipeline import ingest, store
+from pipeline import ingest
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
 

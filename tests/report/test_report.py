@@ -6,7 +6,6 @@ import html
 import json
 import re
 
-import pytest
 
 from pipeline import metrics
 from pipeline.report import default_out_dir, write_report
