@@ -1,8 +1,10 @@
 """Ingestors: one module per source format behind one small registry.
 
 Each ingestor has a ``sniff(path, head_text) -> bool`` that recognises its format
-from content and a ``convert(path, progress) -> Iterator[Batch]`` that yields
-canonical records; :mod:`pipeline.ingest.load` applies the store rules to all.
+from content and a ``convert(path, progress, run_name=...) -> Iterator[Batch]`` that
+yields canonical records (``run_name``: the run of records that name none, for
+converters that split a file into several runs); :mod:`pipeline.ingest.load`
+applies the store rules to all.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ class Ingestor:
     name: str
     description: str
     sniff: Callable[[Path, str], bool]
-    convert: Callable[[Path, Callable[[int], None] | None], Iterator[Batch]]
+    convert: Callable[..., Iterator[Batch]]
 
 
 # Order matters: detection tries them in turn, most specific first.

@@ -23,7 +23,7 @@ def sniff_jsonl(path: Path, head: str) -> bool:
     return False
 
 
-def convert_jsonl(path: Path, progress: Callable[[int], None] | None = None) -> Iterator[Batch]:
+def convert_jsonl(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
     for table in reader.line_batches(path, progress):
         yield Batch(table, table.num_rows)
 
@@ -33,7 +33,7 @@ def sniff_parquet(path: Path, head: str) -> bool:
         return f.read(4) == PARQUET_MAGIC
 
 
-def convert_parquet(path: Path, progress: Callable[[int], None] | None = None) -> Iterator[Batch]:
+def convert_parquet(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
     """Each Parquet row becomes one canonical JSON object; row numbers stand in for lines."""
     import pyarrow.parquet as pq
 

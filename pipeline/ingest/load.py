@@ -322,7 +322,10 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
         res.rejected += q.count("select count(*) from checked where final_reason is not null")
 
 
-Converter = Callable[[Path, Callable[[int], None] | None], Iterator[Batch]]
+# convert(path, progress, run_name=...) -> batches; run_name is the run of records that
+# name none (--run-id or the file name): a converter that splits a file into several
+# runs names them after it.
+Converter = Callable[..., Iterator[Batch]]
 
 
 def default_run_id(path: Path) -> str:
@@ -361,7 +364,7 @@ def ingest_file(
             _delete_ingests(con, digest, shown, default_run)
         ingest_id = _count(con, "select nextval('ingest_seq')")
         st = _State(ingest_id, shown, default_run, result=result)
-        for batch in convert(path, progress):
+        for batch in convert(path, progress, run_name=default_run):
             load_batch(con, batch, st)
         con.execute(ENSURE_RUNS_SQL, {"ingest_id": ingest_id})
         result.run_ids = [

@@ -114,3 +114,16 @@ def test_cut_arrays_and_truncated_file(con, tmp_path):
     with pytest.raises(InputError, match="invalid JSON"):
         load(con, cut, fmt="vllm-bench")
     assert con.execute("select count(*) from ingests").fetchall()[0][0] == 0
+
+
+@pytest.mark.parametrize("run_id, want", [(None, ["two-1", "two-2"]), ("nightly", ["nightly-1", "nightly-2"])])
+def test_appended_results_become_runs_named_after_the_run(con, tmp_path, run_id, want):
+    doc = json.loads(BENCH.read_text())
+    path = tmp_path / "two.jsonl"  # --append-result: one result object per line
+    path.write_text(json.dumps(doc) + "\n" + json.dumps(doc) + "\n")
+    (res,) = load(con, path, fmt="vllm-bench", run_id=run_id)
+    assert res.run_ids == want
+    n = len(doc["ttfts"])
+    for rid in want:
+        assert stat(con, rid, "ttft_ms", "count") == n
+        assert stat(con, rid, "ttft_ms", "mean") == pytest.approx(doc["mean_ttft_ms"], rel=1e-12)

@@ -144,3 +144,49 @@ def test_output_slices_give_the_same_store(con, tmp_path, monkeypatch):
     assert (sliced.lines_read, sliced.accepted, sliced.skipped) == (whole.lines_read, whole.accepted, whole.skipped)
     assert other.execute(q).fetchall() == expect and len(expect) == 532
     assert other.execute("select count(*) from runs").fetchall() == [(1,)]
+
+
+def _two_engine_log(tmp_path: Path) -> tuple[Path, list[tuple], list[tuple]]:
+    """The recorded log with a second data-parallel engine: every step line repeated as
+    ``Engine 001`` with a different elapsed time, interleaved line by line."""
+    out = []
+    for line in (FIX / "server.log").read_text().splitlines():
+        out.append(line)
+        if ITER.search(line):
+            out.append(re.sub(r"elapsed time: ([0-9.]+) ms",
+                              lambda m: f"elapsed time: {float(m.group(1)) * 0.5:.2f} ms",
+                              line.replace("Engine 000:", "Engine 001:")))
+    path = tmp_path / "dp.log"
+    path.write_text("\n".join(out) + "\n")
+    text = path.read_text().splitlines()
+    e0 = [tuple(float(x) for x in ITER.search(ln).groups()) for ln in text if "Engine 000:" in ln and ITER.search(ln)]
+    e1 = [tuple(float(x) for x in ITER.search(ln).groups()) for ln in text if "Engine 001:" in ln and ITER.search(ln)]
+    return path, e0, e1
+
+
+@pytest.mark.parametrize("run_id", [None, "prod"])
+def test_data_parallel_engines_become_runs(con, tmp_path, run_id):
+    path, e0, e1 = _two_engine_log(tmp_path)
+    (res,) = load(con, path, run_id=run_id)
+    base = run_id or "dp"
+    assert res.rejected == 0 and res.accepted == len(e0) + len(e1) + 2  # steps and one run record per engine
+    assert res.run_ids == [f"{base}-engine000", f"{base}-engine001"]
+    for k, steps in enumerate((e0, e1)):
+        rid = f"{base}-engine{k:03d}"
+        n, dur, last_iter = con.execute("select count(*), sum(dur_ms), max(iter) from iterations where run_id = ?",
+                                        [rid]).fetchall()[0]
+        assert n == len(steps) and last_iter == max(s[0] for s in steps)
+        assert dur == pytest.approx(sum(s[5] for s in steps), rel=1e-12)
+        # each engine's rebuilt timeline is its own: steps never overlap within a run
+        t = np.array(con.execute("select t_start, t_end from iterations where run_id = ? order by iter",
+                                 [rid]).fetchall())
+        assert np.all(t[1:, 0] >= t[:-1, 1] - 1e-6)  # float64 at 1.8e9 s: ~0.2 us
+        meta = json.loads(con.execute("select meta from runs where run_id = ?", [rid]).fetchall()[0][0])
+        assert (meta["dp_engine_index"], meta["dp_engines"], meta["max_num_seqs"]) == (k, 2, 8)
+    # engine 001's timeline is the one its lines give on their own (not one shared with engine 000)
+    alone = tmp_path / "alone.log"
+    alone.write_text("\n".join(ln for ln in path.read_text().splitlines() if "Engine 000: Iteration" not in ln) + "\n")
+    load(con, alone, run_id="alone")
+    diff = con.execute("select max(abs(a.t_end - b.t_end)), count(*) from iterations a join iterations b using (iter) "
+                       "where a.run_id = 'alone' and b.run_id = ?", [f"{base}-engine001"]).fetchall()[0]
+    assert diff == (0.0, len(e1))

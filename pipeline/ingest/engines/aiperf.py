@@ -62,7 +62,7 @@ from j
 """
 
 
-def convert_aiperf(path: Path, progress: Callable[[int], None] | None = None) -> Iterator[Batch]:
+def convert_aiperf(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
     con = duckdb.connect()
     first = True
     for table in reader.line_batches(path, progress):
@@ -113,7 +113,7 @@ def sniff_genai_perf(path: Path, head: str) -> bool:
     return head.lstrip().startswith("{") and '"experiments"' in head and ('"response_timestamps"' in head or '"service_kind"' in head)
 
 
-def convert_genai_perf(path: Path, progress: Callable[[int], None] | None = None) -> Iterator[Batch]:
+def convert_genai_perf(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
     doc = c.read_json_document(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("experiments"), list):
         raise InputError(f"{path}: GenAI-Perf profile export without an 'experiments' list")
@@ -148,7 +148,7 @@ def convert_genai_perf(path: Path, progress: Callable[[int], None] | None = None
             "experiment_mode": experiment.get("mode"), "experiment_value": experiment.get("value"),
             "output_tokens_are": "text-bearing responses (the export holds no token counts)"}}
         if len(exps) > 1:
-            run["run_id"] = f"{c.stem(path)}-{experiment.get('mode', 'exp')}{experiment.get('value', k)}"
+            run["run_id"] = f"{run_name or c.stem(path)}-{experiment.get('mode', 'exp')}{experiment.get('value', k)}"
         bad = df.filter(pl.col("reason").is_not_null()).select("line_no", "reason", raw=pl.col("timestamp").cast(pl.String).fill_null(""))
         yield c.batch(c.encode(good, "request"), n, run=run, rejects=bad)
         first_line += n

@@ -111,7 +111,7 @@ def _reasons(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(reason=reason)
 
 
-def convert_log(path: Path, progress: Callable[[int], None] | None = None) -> Iterator[Batch]:
+def convert_log(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
     year = c.file_year(path)
     parts, total = [], 0
     for table in reader.line_batches(path, progress):
@@ -169,7 +169,7 @@ from j
 """
 
 
-def convert_metrics(path: Path, progress: Callable[[int], None] | None = None) -> Iterator[Batch]:
+def convert_metrics(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
     """One request per line: ``request_received_ts`` (Unix s) is the arrival; the finish is
     ``request_finished_ts`` or arrival + ``e2e_latency``.  SGLang exports no first-token
     time, so TTFT/TPOT stay unknown for these requests (NULL, not zero)."""

@@ -130,7 +130,7 @@ def _source_tables(path: Path, progress) -> Iterator[tuple[pl.DataFrame, int]]:
                                  .then(pl.col("raw"))), frame.height
 
 
-def convert(path: Path, progress: Callable[[int], None] | None = None) -> Iterator[Batch]:
+def convert(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
     con = duckdb.connect()
     run_done = False
     for frame, n in _source_tables(path, progress):

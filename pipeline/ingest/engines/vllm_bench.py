@@ -127,7 +127,7 @@ def _run(doc: dict, origin: float, has_starts: bool) -> dict:
     return {"engine": "vllm", "model": doc.get("model_id"), "clock": "monotonic", "meta": meta}
 
 
-def convert(path: Path, progress: Callable[[int], None] | None = None) -> Iterator[Batch]:
+def convert(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
     docs = _documents(path)
     if not docs:
         raise InputError(f"{path}: no vllm bench result object found")
@@ -138,7 +138,7 @@ def convert(path: Path, progress: Callable[[int], None] | None = None) -> Iterat
         origin = float(min(starts)) if starts else 0.0
         run = _run(doc, origin, bool(starts))
         if len(docs) > 1:  # several appended results: one run each
-            run["run_id"] = f"{c.stem(path)}-{k + 1}"
+            run["run_id"] = f"{run_name or c.stem(path)}-{k + 1}"
         req = _requests(df, origin)
         records = c.encode(req, "request", ("error", "client_queue_s")) if req.height else None
         if records is not None:  # entries are numbered through the whole file

@@ -12,6 +12,10 @@ logging config, a Docker/ISO stamp with fraction, else vLLM's default
 step's stats reach the front end, so the stamp is the step end.  With whole-second
 stamps the step timeline is rebuilt from the elapsed times
 (:func:`_common.reconstruct_ends`) and the run says ``timestamps_reconstructed``.
+
+A data-parallel server prefixes each line with its engine (``Engine 001:``) and
+counts steps per engine: a log with several engines becomes one run per engine,
+``<run>-engine000``, ``<run>-engine001``, ... (``<run>``: --run-id or the file name).
 """
 
 from __future__ import annotations
@@ -138,7 +142,7 @@ def _kv_blocks(meta: dict, override: str | None) -> None:
 OUT_BATCH_ROWS = 200_000
 
 
-def convert(path: Path, progress: Callable[[int], None] | None = None) -> Iterator[Batch]:
+def convert(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
     """Whole-file conversion: the timeline rebuild needs every step in order.
 
     Memory is bounded by the record lines (a few hundred bytes each), not the log.
@@ -157,8 +161,12 @@ def convert(path: Path, progress: Callable[[int], None] | None = None) -> Iterat
     good = rec.filter(pl.col("reason").is_null()).sort("line_no")
     info = _meta(pl.concat(head_lines)) if head_lines else {"meta": {}}
     coarse = good.height > 0 and good.get_column("stamp_resolution_s").max() >= 1.0
+    # Data-parallel servers log each engine's steps with its own counter ("Engine 001:
+    # Iteration(7)"): one run per engine, each with its own timeline.
+    engines = good.get_column("engine_index").fill_null(0).unique().sort().to_list()
+    good = good.with_columns(engine=pl.col("engine_index").fill_null(0))
     if coarse:
-        good = good.with_columns(t_end=c.reconstruct_ends(pl.col("stamp_s"), pl.col("dur_ms")))
+        good = good.with_columns(t_end=c.reconstruct_ends(pl.col("stamp_s"), pl.col("dur_ms")).over("engine"))
     else:
         good = good.with_columns(t_end=pl.col("stamp_s"))
     good = good.with_columns(t_start=pl.col("t_end") - pl.col("dur_ms") / 1000.0)
@@ -173,13 +181,32 @@ def convert(path: Path, progress: Callable[[int], None] | None = None) -> Iterat
         meta["assumed_year"] = year
     run = {"engine": "vllm", "engine_version": info.get("engine_version"), "model": info.get("model"),
            "dtype": info.get("dtype"), "clock": "unix", "meta": meta}
-    extra = ("engine_index", "is_dummy", "stamp_s")
     rejects = bad.select("line_no", "reason", "raw")
-    # Encoded in slices: the typed steps are small, their JSON text and the loader's
-    # work on it are not.  The first slice carries the run record and the counts.
+    if len(engines) <= 1:
+        yield from _batches(good, run, total, rejects, total - rec.height)
+        return
+    base = run_name or c.stem(path)
+    for k, idx in enumerate(engines):
+        rid = f"{base}-engine{idx:03d}"
+        part = good.filter(pl.col("engine") == idx).with_columns(run_id=pl.lit(rid))
+        run_k = run | {"run_id": rid, "meta": meta | {"dp_engine_index": idx, "dp_engines": len(engines)}}
+        if k == 0:
+            yield from _batches(part, run_k, total, rejects, total - rec.height)
+        else:
+            yield from _batches(part, run_k, 0, None, 0)
+
+
+EXTRA = ("engine_index", "is_dummy", "stamp_s")
+
+
+def _batches(good: pl.DataFrame, run: dict, lines_read: int, rejects: pl.DataFrame | None, skipped: int
+             ) -> Iterator[Batch]:
+    """One run's steps, encoded in slices: the typed steps are small, their JSON text and
+    the loader's work on it are not. The first slice carries the run record and the counts."""
+    extra = EXTRA + (("run_id",) if "run_id" in good.columns else ())
     for lo in range(0, max(good.height, 1), OUT_BATCH_ROWS):
         records = c.encode(good.slice(lo, OUT_BATCH_ROWS), "iteration", extra)
         if lo == 0:
-            yield c.batch(records, total, run=run, rejects=rejects, skipped=total - rec.height)
+            yield c.batch(records, lines_read, run=run, rejects=rejects, skipped=skipped)
         else:
             yield c.batch(records, 0)

@@ -82,7 +82,7 @@ def _sidecar(path: Path) -> dict:
     }
 
 
-def convert(path: Path, progress: Callable[[int], None] | None = None) -> Iterator[Batch]:
+def convert(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
     """Parse every line in DuckDB, then map the clocks with one offset for the file."""
     con = duckdb.connect()
     names = "[" + ", ".join(f"'{n}'" for n in REQUIRED) + "]"
