@@ -6,8 +6,10 @@ Base tables (SPEC §4) are written only by ingest; derived tables are rebuilt fr
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,9 +51,12 @@ create table if not exists rejects (
     ingest_id bigint, path varchar, line_no bigint, reason varchar, raw varchar
 );
 create table if not exists _state (key varchar, value bigint);
+-- runs whose base rows changed since the derived tables were built (NULL: all of them)
+create table if not exists _dirty_runs (run_id varchar);
 """
 
 BASE_TABLES = ("runs", "iterations", "requests", "tokens", "ingests", "rejects")
+RUN_TABLES = ("runs", "iterations", "requests", "tokens")  # base tables with a run_id column
 
 
 def db_path(db: str | os.PathLike | None) -> str:
@@ -155,15 +160,34 @@ def _generation(con: duckdb.DuckDBPyConnection) -> int:
     return int(scalar(con, "select coalesce(max(value), 0) from _state where key = 'generation'"))
 
 
-def bump_generation(con: duckdb.DuckDBPyConnection) -> None:
+def bump_generation(con: duckdb.DuckDBPyConnection, run_ids: Iterable[str] | None = None) -> None:
     """Mark the base tables as changed; call inside the transaction that changed them.
 
-    Derived tables are rebuilt when this counter differs from the one they were
-    built at (a count of ingests would repeat after a --replace).
+    ``run_ids``: the runs whose rows changed (added, replaced or deleted); None when
+    unknown, which makes the next :func:`build_derived` rebuild everything. Derived
+    tables are rebuilt when this counter differs from the one they were built at (a
+    count of ingests would repeat after a --replace).
     """
     con.execute("insert into _state select 'generation', 0 where not exists "
                 "(select 1 from _state where key = 'generation')")
     con.execute("update _state set value = value + 1 where key = 'generation'")
+    if run_ids is None:
+        con.execute("insert into _dirty_runs values (NULL)")
+    else:
+        con.execute("insert into _dirty_runs select unnest($r::varchar[])", {"r": sorted(set(run_ids))})
+
+
+def pending_runs(con: duckdb.DuckDBPyConnection) -> list[str] | None:
+    """Runs whose derived rows are out of date (None: all of them, or the derived tables are missing)."""
+    rows = con.execute("select distinct run_id from _dirty_runs order by run_id nulls first").fetchall()
+    if (rows and rows[0][0] is None) or not _derived_exist(con):
+        return None
+    return [r[0] for r in rows]
+
+
+def _sql_digest() -> int:
+    """Changes when any query file changes (stored tables may then have other columns)."""
+    return int.from_bytes(hashlib.sha256("\0".join(q.sql for q in query_files()).encode()).digest()[:7], "big")
 
 
 def build_derived(con: duckdb.DuckDBPyConnection, force: bool = False) -> bool:
@@ -171,23 +195,63 @@ def build_derived(con: duckdb.DuckDBPyConnection, force: bool = False) -> bool:
 
     Returns True when tables were rebuilt.  The store's generation (a number that
     changes with every ingest or replace) is remembered in ``_state`` so read
-    commands do not redo the work.
+    commands do not redo the work.  Only the runs that changed are recomputed
+    (:func:`pending_runs`), every query being per run; a full rebuild happens when
+    the tables are missing, the queries changed, a writer did not say which runs
+    it changed, or ``force``.
     """
     gen = _generation(con)
-    row = scalar(con, "select max(value) from _state where key = 'derived_generation'")
-    if not force and row == gen and _derived_exist(con):
+    digest = _sql_digest()
+    state = dict(con.execute("select key, max(value) from _state group by key").fetchall())
+    if not force and state.get("derived_generation") == gen and _derived_exist(con):
         return False
+    per_run = all(i in _shadowed() for q in query_files() for i in q.inputs)  # no query reads ingests/rejects
+    runs = None if force or not per_run or state.get("derived_sql") != digest else pending_runs(con)
     con.execute("begin transaction")
     try:
-        for q in query_files():
-            con.execute(f'create or replace table "{q.table}" as {q.sql}')
-        con.execute("delete from _state where key = 'derived_generation'")
-        con.execute("insert into _state values ('derived_generation', ?)", [gen])
+        if runs is None:
+            for q in query_files():
+                con.execute(f'create or replace table "{q.table}" as {q.sql}')
+        elif runs:
+            _rebuild_runs(con, runs)
+        con.execute("delete from _dirty_runs")
+        con.execute("delete from _state where key in ('derived_generation', 'derived_sql')")
+        con.execute("insert into _state values ('derived_generation', ?), ('derived_sql', ?)", [gen, digest])
         con.execute("commit")
     except duckdb.Error as exc:
         con.execute("rollback")
         raise StoreError(f"building derived tables failed: {exc}") from exc
+    finally:
+        _drop_run_views(con)
     return True
+
+
+def _rebuild_runs(con: duckdb.DuckDBPyConnection, runs: list[str]) -> None:
+    """Recompute the derived rows of ``runs`` only.
+
+    Each query runs unchanged against temporary views that shadow every table it
+    reads with that table's rows of these runs (a temporary view is found before
+    the stored table of the same name); its rows replace the runs' old rows.
+    """
+    db = scalar(con, "select current_database()")
+    con.execute("create or replace temp table _build_runs as select unnest($r::varchar[]) as run_id", {"r": runs})
+    for t in _shadowed():
+        con.execute(f'create or replace temp view "{t}" as select * from "{db}".main."{t}" '
+                    f"where run_id in (select run_id from temp.main._build_runs)")
+    for q in query_files():
+        target = f'"{db}".main."{q.table}"'
+        con.execute(f"delete from {target} where run_id in (select run_id from temp.main._build_runs)")
+        con.execute(f"insert into {target} by name select * from (\n{q.sql}\n)")
+
+
+def _shadowed() -> list[str]:
+    return list(RUN_TABLES) + [q.table for q in query_files()]
+
+
+def _drop_run_views(con: duckdb.DuckDBPyConnection) -> None:
+    for name in _shadowed():
+        con.execute(f'drop view if exists temp.main."{name}"')
+    con.execute("drop table if exists temp.main._build_runs")
 
 
 def _derived_exist(con: duckdb.DuckDBPyConnection) -> bool:

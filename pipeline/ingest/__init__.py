@@ -149,7 +149,7 @@ def _post_ingest(con, results: list[IngestResult]) -> None:
         con.execute("begin transaction")
         try:
             step(con, touched)
-            store.bump_generation(con)
+            store.bump_generation(con, touched)
             con.execute("commit")
         except BaseException:
             con.execute("rollback")

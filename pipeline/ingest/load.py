@@ -74,6 +74,7 @@ class _State:
     default_run: str
     carry_run: str | None = None
     result: IngestResult | None = None
+    run_records: set[str] = field(default_factory=set)  # runs named by run records (merged metadata)
 
 
 # Intermediate results are Arrow tables held by _Scope, not temp tables: inside
@@ -303,6 +304,7 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
             continue
         q.table("staged", stage_sql(kind))
         if kind == "run":
+            st.run_records.update(r[0] for r in q.run("select distinct run_id from staged where reason is null"))
             q.table("run_new", RUN_NEW_SQL)
             q.run(RUN_MERGE_SQL, {"ingest_id": st.ingest_id})
             q.run(
@@ -360,8 +362,7 @@ def ingest_file(
     result = IngestResult(shown, fmt, status="replaced" if prior else "ingested")
     con.execute("begin transaction")
     try:
-        if replace:
-            _delete_ingests(con, digest, shown, default_run)
+        removed = _delete_ingests(con, digest, shown, default_run) if replace else []
         ingest_id = _count(con, "select nextval('ingest_seq')")
         st = _State(ingest_id, shown, default_run, result=result)
         for batch in convert(path, progress, run_name=default_run):
@@ -381,7 +382,7 @@ def ingest_file(
             [ingest_id, shown, digest, fmt, result.lines_read, result.accepted, result.rejected,
              result.skipped, path.stat().st_size, dt.datetime.now(), result.run_ids, default_run],
         )
-        store.bump_generation(con)
+        store.bump_generation(con, [*result.run_ids, *removed, *st.run_records])
         con.execute("commit")
     except BaseException as exc:
         con.execute("rollback")
@@ -391,13 +392,15 @@ def ingest_file(
     return result
 
 
-def _delete_ingests(con: duckdb.DuckDBPyConnection, digest: str, path: str, default_run: str) -> None:
-    """Remove what earlier ingests of this content (or this path) loaded."""
+def _delete_ingests(con: duckdb.DuckDBPyConnection, digest: str, path: str, default_run: str) -> list[str]:
+    """Remove what earlier ingests of this content (or this path) loaded; returns their runs."""
     which = "(sha256 = $d and default_run_id = $r) or path = $p"
     params = {"d": digest, "p": path, "r": default_run}
+    runs = [r[0] for r in con.execute(f"select distinct unnest(run_ids) from ingests where {which}", params).fetchall()]
     for table in ("iterations", "requests", "tokens", "rejects", "runs"):
         con.execute(f"delete from {table} where ingest_id in (select ingest_id from ingests where {which})", params)
     con.execute(f"delete from ingests where {which}", params)
+    return runs
 
 
 __all__ = ["Batch", "IngestResult", "ingest_file", "load_batch", "FIELDS", "TracelatError"]

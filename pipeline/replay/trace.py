@@ -94,12 +94,14 @@ def drop_replay(con, run_id: str) -> int:
     ids = [r[0] for r in con.execute(which, {"rid": run_id, "sep": SEP}).fetchall()]
     if not ids:
         return 0
+    runs = [r[0] for r in con.execute("select distinct unnest(run_ids) from ingests where ingest_id = any($ids)",
+                                      {"ids": ids}).fetchall()]
     con.execute("begin transaction")
     try:
         for table in (t for t in store.BASE_TABLES if t != "ingests"):
             con.execute(f'delete from "{table}" where ingest_id = any($ids)', {"ids": ids})
         con.execute("delete from ingests where ingest_id = any($ids)", {"ids": ids})
-        store.bump_generation(con)
+        store.bump_generation(con, runs)
         con.execute("commit")
     except BaseException:
         con.execute("rollback")
