@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .stalls import DEFAULT_K
+
 # coefficient name -> iteration column; t0_ms is the intercept
 TERMS = (("a_ms_per_ctx", "context_tokens"), ("b_ms_per_prefill", "prefill_tokens"), ("c_ms_per_decode", "decode_tokens"))
 MAX_VIF = 30.0  # beyond this a term's column is (nearly) a combination of the others
@@ -282,7 +284,7 @@ def fit_linear(
     allow: tuple[str, ...] | None = None,
     n_boot: int = 200,
     seed: int = 0,
-    k: float = 4.0,
+    k: float = DEFAULT_K,
 ) -> LinearFit | None:
     """Fit the model to complete rows; None (with no exception) when too few rows.
 

@@ -65,7 +65,7 @@ class FitResult:
             c.get("a_ms_per_ctx"), c.get("b_ms_per_prefill"), c.get("c_ms_per_decode"),
             {k: list(v) for k, v in nums["ci"].items()}, nums.get("r2"), nums.get("r2_inliers"),
             nums.get("mape_pct"), _finite(nums.get("log_scale")), nums["log_center"],
-            nums.get("k", 4.0), nums.get("stall_rate"), nums.get("stall_ms", {}), nums.get("spikes", {}),
+            nums["k"], nums.get("stall_rate"), nums.get("stall_ms", {}), nums.get("spikes", {}),
             nums.get("phases", {}), nums.get("shape", {}), hw, claims, statements, nums.get("top_spikes", []),
             nums.get("ci_method", ""), nums.get("ci_systematic_rel") or 0.0, nums.get("detection_limit_ms", {}),
         )
