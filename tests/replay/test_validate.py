@@ -73,7 +73,7 @@ def test_cli_writes_ingests_and_reports_replays(steady_db, tmp_path):
         assert rows[(metric, stat)]["replay_min"] == pytest.approx(min(sql), rel=1e-6)
     n_recorded = con.execute("select count(*) from requests where run_id = 'steady'").fetchall()[0][0]
     n_replayed = con.execute("select count(*) from requests where run_id = 'steady~replay~recorded-seed0' "
-                             "and extra->>'recorded_status' = 'ok'").fetchall()[0][0]
+                             "and (extra->>'recorded_status') = 'ok'").fetchall()[0][0]
     assert n_replayed == n_recorded
     con.close()
 
