@@ -32,6 +32,11 @@ create table if not exists runs (
     num_gpus bigint, dtype varchar, kv_dtype varchar, clock varchar, meta json,
     ingest_id bigint
 );
+-- every accepted run record, so that removing one ingest can re-merge what the others said
+create table if not exists run_records (
+    ingest_id bigint, line_no bigint, run_id varchar, engine varchar, engine_version varchar,
+    model varchar, gpu varchar, num_gpus bigint, dtype varchar, kv_dtype varchar, clock varchar, meta json
+);
 create table if not exists iterations (
     run_id varchar, iter bigint, t_start double, t_end double, dur_ms double,
     prefill_tokens bigint, prefill_reqs bigint, decode_tokens bigint, decode_reqs bigint,
@@ -55,7 +60,7 @@ create table if not exists _state (key varchar, value bigint);
 create table if not exists _dirty_runs (run_id varchar);
 """
 
-BASE_TABLES = ("runs", "iterations", "requests", "tokens", "ingests", "rejects")
+BASE_TABLES = ("runs", "run_records", "iterations", "requests", "tokens", "ingests", "rejects")
 RUN_TABLES = ("runs", "iterations", "requests", "tokens")  # base tables with a run_id column
 
 
@@ -90,7 +95,12 @@ def connect(db: str | os.PathLike | None = None, must_exist: bool = False) -> du
     limit = os.environ.get("TRACELAT_MEMORY_LIMIT")
     if limit:  # DuckDB spills to disk beyond this; the default is 80% of RAM
         con.execute(f"set memory_limit = '{_memory_limit(limit)}'")
+    before = {r[0] for r in con.execute("select table_name from duckdb_tables()").fetchall()}
     con.execute(SCHEMA)
+    if "runs" in before and "run_records" not in before:
+        # a store from before run_records: each run's merged row stands for the records that made it
+        con.execute("insert into run_records select ingest_id, 0, run_id, engine, engine_version, model, gpu, "
+                    "num_gpus, dtype, kv_dtype, clock, meta from runs")
     return con
 
 

@@ -74,7 +74,6 @@ class _State:
     default_run: str
     carry_run: str | None = None
     result: IngestResult | None = None
-    run_records: set[str] = field(default_factory=set)  # runs named by run records (merged metadata)
 
 
 # Intermediate results are Arrow tables held by _Scope, not temp tables: inside
@@ -190,19 +189,32 @@ select run_id, v_req_id,
 from checked where final_reason is null and len(v_token_times) > 0
 """
 
-RUN_NEW_SQL = """
+RUN_FIELDS = ("engine", "engine_version", "model", "gpu", "num_gpus", "dtype", "kv_dtype", "clock")
+
+
+def merge_runs_sql(source: str) -> str:
+    """One merged row per run of ``source`` (columns run_id, k, ingest_id, RUN_FIELDS, meta).
+
+    Later records win (``k`` orders them): the last non-null value of each field, and
+    the metas applied in order as JSON merge patches (RFC 7386: a null removes a key).
+    """
+    fields = ",\n  ".join(f"arg_max({f}, k) filter ({f} is not null) as {f}" for f in RUN_FIELDS)
+    return f"""
 select run_id,
-  arg_max(v_engine, line_no) filter (v_engine is not null) as engine,
-  arg_max(v_engine_version, line_no) filter (v_engine_version is not null) as engine_version,
-  arg_max(v_model, line_no) filter (v_model is not null) as model,
-  arg_max(v_gpu, line_no) filter (v_gpu is not null) as gpu,
-  arg_max(v_num_gpus, line_no) filter (v_num_gpus is not null) as num_gpus,
-  arg_max(v_dtype, line_no) filter (v_dtype is not null) as dtype,
-  arg_max(v_kv_dtype, line_no) filter (v_kv_dtype is not null) as kv_dtype,
-  arg_max(v_clock, line_no) filter (v_clock is not null) as clock,
-  arg_max(v_meta, line_no) filter (v_meta is not null) as meta
-from staged where reason is null group by run_id
+  {fields},
+  nullif(list_reduce(list(meta order by k) filter (meta is not null),
+                     lambda a, b: json_merge_patch(a, b), '{{}}'::json)::varchar, '{{}}')::json as meta,
+  min(ingest_id) as ingest_id
+from ({source}) group by run_id
 """
+
+
+# The run records of a batch, merged per run; then stored as they came (run_records).
+STAGED_RUNS = ("select $ingest_id as ingest_id, line_no, line_no as k, run_id, "
+               + ", ".join(f"v_{f} as {f}" for f in RUN_FIELDS) + ", v_meta as meta from staged where reason is null")
+RUN_NEW_SQL = merge_runs_sql(STAGED_RUNS)
+RUN_RECORDS_SQL = ("insert into run_records select ingest_id, line_no, run_id, " + ", ".join(RUN_FIELDS)
+                   + f", meta from ({STAGED_RUNS})")
 
 RUN_MERGE_SQL = """
 update runs set
@@ -304,9 +316,9 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
             continue
         q.table("staged", stage_sql(kind))
         if kind == "run":
-            st.run_records.update(r[0] for r in q.run("select distinct run_id from staged where reason is null"))
-            q.table("run_new", RUN_NEW_SQL)
+            q.table("run_new", RUN_NEW_SQL, {"ingest_id": st.ingest_id})
             q.run(RUN_MERGE_SQL, {"ingest_id": st.ingest_id})
+            q.run(RUN_RECORDS_SQL, {"ingest_id": st.ingest_id})
             q.run(
                 "insert into rejects select $ingest_id, $path, line_no, reason, left(raw, 1024) "
                 "from staged where reason is not null",
@@ -362,7 +374,9 @@ def ingest_file(
     result = IngestResult(shown, fmt, status="replaced" if prior else "ingested")
     con.execute("begin transaction")
     try:
-        removed = _delete_ingests(con, digest, shown, default_run) if replace else []
+        n_removed, removed = _delete_ingests(con, digest, shown, default_run) if replace else (0, [])
+        if n_removed:  # same path with new content counts as a replacement too
+            result.status = "replaced"
         ingest_id = _count(con, "select nextval('ingest_seq')")
         st = _State(ingest_id, shown, default_run, result=result)
         for batch in convert(path, progress, run_name=default_run):
@@ -373,7 +387,8 @@ def ingest_file(
             for r in con.execute(
                 "select distinct run_id from (select run_id from iterations where ingest_id = $i "
                 "union all select run_id from requests where ingest_id = $i "
-                "union all select run_id from runs where ingest_id = $i) order by 1",
+                "union all select run_id from runs where ingest_id = $i "
+                "union all select run_id from run_records where ingest_id = $i) order by 1",
                 {"i": ingest_id},
             ).fetchall()
         ]
@@ -382,7 +397,7 @@ def ingest_file(
             [ingest_id, shown, digest, fmt, result.lines_read, result.accepted, result.rejected,
              result.skipped, path.stat().st_size, dt.datetime.now(), result.run_ids, default_run],
         )
-        store.bump_generation(con, [*result.run_ids, *removed, *st.run_records])
+        store.bump_generation(con, [*result.run_ids, *removed])
         con.execute("commit")
     except BaseException as exc:
         con.execute("rollback")
@@ -392,15 +407,34 @@ def ingest_file(
     return result
 
 
-def _delete_ingests(con: duckdb.DuckDBPyConnection, digest: str, path: str, default_run: str) -> list[str]:
-    """Remove what earlier ingests of this content (or this path) loaded; returns their runs."""
+def _delete_ingests(con: duckdb.DuckDBPyConnection, digest: str, path: str, default_run: str
+                    ) -> tuple[int, list[str]]:
+    """Remove what earlier ingests of this content (or this path) loaded; returns how many and their runs."""
     which = "(sha256 = $d and default_run_id = $r) or path = $p"
     params = {"d": digest, "p": path, "r": default_run}
+    n = int(scalar(con, f"select count(*) from ingests where {which}", params))
     runs = [r[0] for r in con.execute(f"select distinct unnest(run_ids) from ingests where {which}", params).fetchall()]
-    for table in ("iterations", "requests", "tokens", "rejects", "runs"):
+    for table in ("iterations", "requests", "tokens", "rejects", "runs", "run_records"):
         con.execute(f"delete from {table} where ingest_id in (select ingest_id from ingests where {which})", params)
     con.execute(f"delete from ingests where {which}", params)
-    return runs
+    remerge_runs(con, runs)
+    return n, runs
+
+
+def remerge_runs(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
+    """Rebuild the ``runs`` rows of ``run_ids`` from the run records still stored.
+
+    After ingests are removed, a run keeps what the remaining files said of it (not
+    only what the file that created it said). Runs left without records get a bare
+    row at the end of the ingest if they still have steps or requests.
+    """
+    if not run_ids:
+        return
+    con.execute("delete from runs where run_id = any($r)", {"r": run_ids})
+    source = ("select *, ingest_id * 4294967296 + line_no as k from run_records where run_id = any($r)")
+    cols = ", ".join(RUN_FIELDS)
+    con.execute(f"insert into runs select run_id, {cols}, meta, ingest_id from ({merge_runs_sql(source)})",
+                {"r": run_ids})
 
 
 __all__ = ["Batch", "IngestResult", "ingest_file", "load_batch", "FIELDS", "TracelatError"]
