@@ -35,6 +35,10 @@ def _fit_lines(s: dict[str, Any]) -> list[str]:
     if isinstance(spikes, dict):
         out.append("**Spikes**: " + ", ".join(f"{md_text(k)} {_n(v)}" for k, v in spikes.items()
                                               if not isinstance(v, (dict, list))))
+        lim = spikes.get("stall_detection_limit_ms") or {}
+        if isinstance(lim.get("median_step"), (int, float)) and isinstance(lim.get("p90_step"), (int, float)):
+            out.append(f"**Stall detection limit**: {_n(lim['median_step'], 3)} ms on a median step, "
+                       f"{_n(lim['p90_step'], 3)} ms on a p90 step (shorter stalls hide in the step's noise)")
     if isinstance(tail, dict):
         for metric, parts in tail.items():
             if isinstance(parts, dict):

@@ -96,6 +96,9 @@ def _timeline_section(con, run_id: str, s: dict[str, Any], max_points: int) -> S
         counts = s.get("spikes") or {}
         by_cause = ", ".join(f"{c} {counts[c]}" for c in charts.CAUSES if counts.get(c) is not None)
         note = f"points: {sp.method}" + (f" ({by_cause})" if by_cause else "")
+        lim = (counts.get("stall_detection_limit_ms") or {}).get("median_step")
+        if isinstance(lim, (int, float)):
+            note += f"; stalls under {lim:.3g} ms hide in a median step's noise"
     sec.charts["timeline"] = charts.spec(charts.timeline(tl.df, tl.method, sp.df if sp else None, note))
     return sec
 

@@ -41,6 +41,9 @@ def test_outputs_and_structure(synth_run, tmp_path):
     md = (tmp_path / "rep" / "summary.md").read_text()
     assert f"| ttft_ms | 120 | {summary['ttft_ms']['p50']:,.2f} |" in md
     assert "Iteration-time model**: t0" in md
+    lim = summary["spikes"]["stall_detection_limit_ms"]
+    assert f"**Stall detection limit**: {lim['median_step']:,.3f} ms on a median step, {lim['p90_step']:,.3f} ms" in md
+    assert f"stalls under {lim['median_step']:.3g} ms hide" in json.dumps(specs["timeline"])
     # the headline numbers on the page are the summary's
     assert f"{summary['ttft_ms']['p50']:,.2f} / {summary['ttft_ms']['p99']:,.2f}" in own
 
