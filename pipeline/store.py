@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,8 +69,13 @@ def db_path(db: str | os.PathLike | None) -> str:
     return str(db or os.environ.get("TRACELAT_DB") or DEFAULT_DB)
 
 
-def connect(db: str | os.PathLike | None = None, must_exist: bool = False) -> duckdb.DuckDBPyConnection:
-    """Open (and unless ``must_exist``, create) the store, turning DuckDB's errors into ours."""
+def connect(db: str | os.PathLike | None = None, must_exist: bool = False, read_only: bool = False
+            ) -> duckdb.DuckDBPyConnection:
+    """Open (and unless ``must_exist``, create) the store, turning DuckDB's errors into ours.
+
+    ``read_only``: several processes may read a store at once (no writer meanwhile);
+    the schema is then taken as it is.
+    """
     path = db_path(db)
     if must_exist and not Path(path).exists():
         raise StoreError(
@@ -79,22 +84,28 @@ def connect(db: str | os.PathLike | None = None, must_exist: bool = False) -> du
     if Path(path).is_dir():
         raise StoreError(f"database path {path} is a directory; pass a file path with --db")
     try:
-        con = duckdb.connect(path)
+        con = duckdb.connect(path, read_only=read_only)
     except duckdb.IOException as exc:
         msg = str(exc)
         if "lock" in msg.lower():
             holder = re.search(r"PID (\d+)", msg)
             who = f" (process {holder.group(1)})" if holder else ""
             raise StoreError(
-                f"database {path} is locked by another writer{who}; wait for it to finish "
-                "or use another --db"
+                f"database {path} is locked by another process{who}: a writer, or readers while this "
+                "command needs to write; wait for it to finish or use another --db"
             ) from exc
         raise StoreError(f"cannot open database {path}: {msg}") from exc
+    except duckdb.ConnectionException as exc:
+        mode = "read-write" if read_only else "read-only"
+        raise StoreError(f"cannot open database {path}: this process has it open {mode} already; "
+                         "close that connection first") from exc
     except duckdb.Error as exc:
         raise StoreError(f"cannot open database {path}: {exc}; is it a DuckDB file?") from exc
     limit = os.environ.get("TRACELAT_MEMORY_LIMIT")
     if limit:  # DuckDB spills to disk beyond this; the default is 80% of RAM
         con.execute(f"set memory_limit = '{_memory_limit(limit)}'")
+    if read_only:
+        return con
     before = {r[0] for r in con.execute("select table_name from duckdb_tables()").fetchall()}
     con.execute(SCHEMA)
     if "runs" in before and "run_records" not in before:
@@ -200,6 +211,17 @@ def _sql_digest() -> int:
     return int.from_bytes(hashlib.sha256("\0".join(q.sql for q in query_files()).encode()).digest()[:7], "big")
 
 
+def _state(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    return dict(con.execute("select key, max(value) from _state group by key").fetchall())
+
+
+def derived_current(con: duckdb.DuckDBPyConnection) -> bool:
+    """Derived tables exist and were built from the store as it is, by the queries as they are."""
+    state = _state(con)
+    return (state.get("derived_generation") == state.get("generation", 0)
+            and state.get("derived_sql") == _sql_digest() and _derived_exist(con))
+
+
 def build_derived(con: duckdb.DuckDBPyConnection, force: bool = False) -> bool:
     """Materialise every ``queries/*.sql`` as a table unless already current.
 
@@ -210,10 +232,9 @@ def build_derived(con: duckdb.DuckDBPyConnection, force: bool = False) -> bool:
     the tables are missing, the queries changed, a writer did not say which runs
     it changed, or ``force``.
     """
-    gen = _generation(con)
-    digest = _sql_digest()
-    state = dict(con.execute("select key, max(value) from _state group by key").fetchall())
-    if not force and state.get("derived_generation") == gen and _derived_exist(con):
+    gen, digest = _generation(con), _sql_digest()
+    state = _state(con)
+    if not force and derived_current(con):
         return False
     per_run = all(i in _shadowed() for q in query_files() for i in q.inputs)  # no query reads ingests/rejects
     runs = None if force or not per_run or state.get("derived_sql") != digest else pending_runs(con)
@@ -269,11 +290,48 @@ def _derived_exist(con: duckdb.DuckDBPyConnection) -> bool:
     return all(q.table in names for q in query_files())
 
 
-def open_for_reading(db: str | os.PathLike | None) -> duckdb.DuckDBPyConnection:
-    """A connection whose derived tables are current (rebuilt if an ingest happened)."""
+SCHEMA_TABLES = tuple(re.findall(r"create table if not exists (\w+)", SCHEMA))
+
+
+def always(con: duckdb.DuckDBPyConnection) -> bool:
+    """``read_only_if`` for commands that only read derived tables."""
+    return True
+
+
+def open_for_reading(db: str | os.PathLike | None,
+                     read_only_if: Callable[[duckdb.DuckDBPyConnection], bool] | None = None
+                     ) -> duckdb.DuckDBPyConnection:
+    """A connection whose derived tables are current (rebuilt if an ingest happened).
+
+    With ``read_only_if``, the connection is read-only when nothing has to be written,
+    so that several commands can read one store at the same time: the schema and
+    derived tables are current and ``read_only_if(con)`` holds (:func:`always`, or
+    :func:`pipeline.fit.fit_ready` for commands that need a run's stored fit).
+    Otherwise a read-write connection (one process at a time).
+    """
+    write = read_only_if is None
+    if not write:
+        try:
+            con = connect(db, must_exist=True, read_only=True)
+        except StoreError as exc:
+            if not isinstance(exc.__cause__, duckdb.ConnectionException):
+                raise
+            write = True  # this process holds the store read-write already: share that
+    if not write:
+        try:
+            names = {r[0] for r in con.execute("select table_name from duckdb_tables()").fetchall()}
+            if set(SCHEMA_TABLES) <= names and derived_current(con) and read_only_if(con):
+                return con
+        except duckdb.Error:
+            pass  # something to create or migrate: the read-write path below does it
+        con.close()
     con = connect(db, must_exist=True)
     build_derived(con)
     return con
+
+
+def is_read_only(con: duckdb.DuckDBPyConnection) -> bool:
+    return bool(scalar(con, "select readonly from duckdb_databases() where database_name = current_database()"))
 
 
 def known_runs(con: duckdb.DuckDBPyConnection) -> list[str]:

@@ -35,7 +35,7 @@ def audit(run_id: str, slo_path: Path, junit_path: Path | None, md_path: Path | 
     from .. import store
 
     spec = aud.load_slo(slo_path)
-    con = store.open_for_reading(db)
+    con = store.open_for_reading(db, read_only_if=store.always)
     result = aud.audit(con, run_id, spec)
     if junit_path:
         junit_path.parent.mkdir(parents=True, exist_ok=True)

@@ -41,8 +41,8 @@ def compare(base_run: str, cand_run: str, db: str, base_db: str | None, out_dir:
     from ..compare import compare as run_compare
     from ..report.compare_page import comparison_markdown, write_comparison
 
-    cand_con = store.open_for_reading(db)
-    base_con = store.open_for_reading(base_db) if base_db and store.db_path(base_db) != store.db_path(db) else cand_con
+    cand_con = store.open_for_reading(db, read_only_if=store.always)
+    base_con = store.open_for_reading(base_db, read_only_if=store.always) if base_db and store.db_path(base_db) != store.db_path(db) else cand_con
     comp = run_compare(base_con, base_run, cand_con, cand_run, threshold, confidence, resamples, seed)
     html = write_comparison(comp, base_con, cand_con, out_dir)
     if as_json:

@@ -37,7 +37,7 @@ def fit(run_id: str, model, config, gpu, bandwidth_gbps, peak_tflops, k, bootstr
 
     if model and config:
         raise InputError("give --model or --config, not both")
-    con = store.open_for_reading(db)
+    con = store.open_for_reading(db)  # read-write: the fit is stored
     result = fit_run(con, run_id, model=model, gpu=gpu, config=config, bandwidth_gbps=bandwidth_gbps,
                      tflops=peak_tflops, k=k, n_boot=bootstrap)
     click.echo(dumps(result.to_dict()) if as_json else format_fit(result))

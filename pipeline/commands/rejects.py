@@ -22,7 +22,7 @@ def rejects(path: str | None, db: str, limit: int, as_json: bool) -> None:
     """
     from .. import store
 
-    con = store.open_for_reading(db)
+    con = store.open_for_reading(db, read_only_if=store.always)
     where, params = ("where path = ?", [path]) if path else ("", [])
     total = store.scalar(con, f"select count(*) from rejects {where}", params)
     rows = con.execute(

@@ -76,6 +76,7 @@ def replay(run_id: str, db: str, max_num_seqs, max_num_batched_tokens, kv_capaci
       tracelat replay RUN --sweep max_num_batched_tokens=256,512,1024,2048 --slo slo.toml
     """
     from .. import store
+    from ..fit import fit_ready
     from ..replay import calibrate, compare, ingest_replay, replay_run_id, write_replay
 
     if sweep_spec and (out or do_ingest):
@@ -86,7 +87,7 @@ def replay(run_id: str, db: str, max_num_seqs, max_num_batched_tokens, kv_capaci
     overrides = {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
                  "kv_capacity_tokens": kv_capacity_tokens, "chunked_prefill": chunked_prefill,
                  "kv_block_size": kv_block_size, "admit_full_prompt": admit_full_prompt}
-    con = store.open_for_reading(db)
+    con = store.open_for_reading(db, read_only_if=None if do_ingest else fit_ready(run_id))
     try:
         cal = calibrate(con, run_id, overrides, noise=noise, ok_only=ok_only)
         seed_list = list(range(first_seed, first_seed + (1 if noise == "none" else seeds)))

@@ -28,7 +28,9 @@ def report(run_id: str, out_dir: Path | None, slo_path: Path | None, db: str, as
     from .. import store
     from ..report import write_report
 
-    con = store.open_for_reading(db)
+    from ..fit import fit_ready
+
+    con = store.open_for_reading(db, read_only_if=fit_ready(run_id))
     html = write_report(con, run_id, out_dir, slo=slo_path)
     files = {"html": str(html), "summary_json": str(html.with_name("summary.json")),
              "summary_md": str(html.with_name("summary.md")), "html_bytes": html.stat().st_size}

@@ -14,7 +14,7 @@ def runs(db: str, as_json: bool) -> None:
     """List runs: engine, model, request and iteration counts, duration."""
     from .. import store
 
-    con = store.open_for_reading(db)
+    con = store.open_for_reading(db, read_only_if=store.always)
     rows = con.execute(
         "select r.run_id, r.engine, r.model, s.requests, s.iterations, s.duration_s "
         "from runs r left join run_summary s using (run_id) order by r.run_id"

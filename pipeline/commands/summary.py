@@ -18,6 +18,8 @@ def summary(run_id: str, db: str, as_json: bool) -> None:
     """
     from .. import metrics, store
 
-    con = store.open_for_reading(db)
+    from ..fit import fit_ready
+
+    con = store.open_for_reading(db, read_only_if=fit_ready(run_id))
     s = metrics.summary(con, run_id)
     click.echo(dumps(s) if as_json else metrics.format_summary(s))

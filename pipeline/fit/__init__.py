@@ -17,6 +17,6 @@ from __future__ import annotations
 
 from .attribution import explain, parse_time, tail_section
 from .result import FitResult
-from .run import fit_run, get_or_fit
+from .run import fit_ready, fit_run, get_or_fit
 
-__all__ = ["FitResult", "explain", "fit_run", "get_or_fit", "parse_time", "tail_section"]
+__all__ = ["FitResult", "explain", "fit_ready", "fit_run", "get_or_fit", "parse_time", "tail_section"]

@@ -216,6 +216,14 @@ def stored_numbers(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any
     return nums
 
 
+def fit_ready(*run_ids: str):
+    """``read_only_if`` for ``store.open_for_reading``: every known run of ``run_ids`` has a current stored fit."""
+    def ready(con: duckdb.DuckDBPyConnection) -> bool:
+        known = set(store.known_runs(con))
+        return all(stored_numbers(con, r) is not None for r in run_ids if r in known)
+    return ready
+
+
 def get_or_fit(
     con: duckdb.DuckDBPyConnection,
     run_id: str,
@@ -229,5 +237,8 @@ def get_or_fit(
     store.require_run(con, run_id)
     nums = stored_numbers(con, run_id)
     if nums is None:
+        if store.is_read_only(con):
+            raise store.StoreError(f"run {run_id!r} has no current stored fit and the store is open read-only; "
+                                   "open it with store.open_for_reading(db, read_only_if=fit_ready(run_id))")
         return fit_run(con, run_id, model, gpu, config, bandwidth_gbps, tflops)
     return assemble(run_id, nums, hardware.resolve(con, run_id, model, config, gpu, bandwidth_gbps, tflops))

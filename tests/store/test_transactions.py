@@ -87,7 +87,7 @@ def test_locked_database_is_a_clear_error(tmp_path):
     )
     try:
         assert holder.stdout.readline().strip() == "HELD"
-        with pytest.raises(StoreError, match="locked by another writer"):
+        with pytest.raises(StoreError, match="locked by another process"):
             store.connect(db)
     finally:
         holder.kill()
