@@ -148,17 +148,22 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
     Memory is bounded by the record lines (a few hundred bytes each), not the log.
     """
     year = c.file_year(path)
-    recs, head_lines, total = [], [], 0
+    goods, bads, head_lines, total, n_rec = [], [], [], 0, 0
     for table in reader.line_batches(path, progress):
         lines = pl.from_arrow(table)
         total += lines.height
-        if not recs:
+        if not head_lines:
             head_lines.append(lines.head(2000))
-        recs.append(_records(lines, year))
-    rec = pl.concat(recs) if recs else _records(pl.DataFrame(schema={"line_no": pl.Int64, "raw": pl.String}), year)
-    rec = rec.with_columns(reason=_reason(rec))
-    bad = rec.filter(pl.col("reason").is_not_null())
-    good = rec.filter(pl.col("reason").is_null()).sort("line_no")
+        rec = _records(lines, year)
+        rec = rec.with_columns(reason=_reason(rec))
+        n_rec += rec.height
+        # only rejects keep their text: a step's typed fields are a fraction of its log line
+        bads.append(rec.filter(pl.col("reason").is_not_null()).select("line_no", "reason", "raw"))
+        goods.append(rec.filter(pl.col("reason").is_null()).drop("raw", "reason"))
+    empty = _records(pl.DataFrame(schema={"line_no": pl.Int64, "raw": pl.String}), year)
+    bad = pl.concat(bads) if bads else empty.select("line_no", pl.lit(None, pl.String).alias("reason"), "raw")
+    good = (pl.concat(goods) if goods else empty.drop("raw")).sort("line_no")
+    del goods
     info = _meta(pl.concat(head_lines)) if head_lines else {"meta": {}}
     coarse = good.height > 0 and good.get_column("stamp_resolution_s").max() >= 1.0
     # Data-parallel servers log each engine's steps with its own counter ("Engine 001:
@@ -181,9 +186,9 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
         meta["assumed_year"] = year
     run = {"engine": "vllm", "engine_version": info.get("engine_version"), "model": info.get("model"),
            "dtype": info.get("dtype"), "clock": "unix", "meta": meta}
-    rejects = bad.select("line_no", "reason", "raw")
+    rejects = bad
     if len(engines) <= 1:
-        yield from _batches(good, run, total, rejects, total - rec.height)
+        yield from _batches(good, run, total, rejects, total - n_rec)
         return
     base = run_name or c.stem(path)
     for k, idx in enumerate(engines):
@@ -191,7 +196,7 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
         part = good.filter(pl.col("engine") == idx).with_columns(run_id=pl.lit(rid))
         run_k = run | {"run_id": rid, "meta": meta | {"dp_engine_index": idx, "dp_engines": len(engines)}}
         if k == 0:
-            yield from _batches(part, run_k, total, rejects, total - rec.height)
+            yield from _batches(part, run_k, total, rejects, total - n_rec)
         else:
             yield from _batches(part, run_k, 0, None, 0)
 
