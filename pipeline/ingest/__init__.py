@@ -142,7 +142,8 @@ def ingest_paths(con, paths, fmt=None, run_id=None, replace=False, progress_for=
 
 
 def _post_ingest(con, results: list[IngestResult]) -> None:
-    touched = sorted({r for res in results if res.status not in ("unchanged", "skipped") for r in res.run_ids})
+    touched = sorted({r for res in results if res.status not in ("unchanged", "skipped")
+                      for r in (*res.run_ids, *res.removed_runs)})
     if not touched:
         return
     for step in POST_INGEST:

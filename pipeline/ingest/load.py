@@ -52,6 +52,7 @@ class IngestResult:
     run_ids: list[str] = field(default_factory=list)
     status: str = "ingested"  # ingested | unchanged | replaced | skipped
     note: str = ""
+    removed_runs: list[str] = field(default_factory=list)  # runs of the replaced ingests (they may be gone)
 
     def line(self) -> str:
         if self.status == "skipped":
@@ -60,10 +61,12 @@ class IngestResult:
             return f"{self.path}: unchanged (same content already ingested{self.note}); use --replace to re-load"
         runs = ", ".join(self.run_ids[:5]) + (" ..." if len(self.run_ids) > 5 else "")
         skipped = f", {self.skipped} skipped" if self.skipped else ""
+        gone = [r for r in self.removed_runs if r not in self.run_ids]
         return (
             f"{self.path} [{self.format}]: {self.lines_read} read, {self.accepted} accepted, "
             f"{self.rejected} rejected{skipped}; runs: {runs or 'none'}"
             + (" (replaced)" if self.status == "replaced" else "")
+            + (f"; runs of the replaced ingest no longer loaded by it: {', '.join(gone)}" if gone else "")
         )
 
 
@@ -197,6 +200,7 @@ def merge_runs_sql(source: str) -> str:
 
     Later records win (``k`` orders them): the last non-null value of each field, and
     the metas applied in order as JSON merge patches (RFC 7386: a null removes a key).
+    ``ingest_id``: the first ingest that named the run.
     """
     fields = ",\n  ".join(f"arg_max({f}, k) filter ({f} is not null) as {f}" for f in RUN_FIELDS)
     return f"""
@@ -209,26 +213,10 @@ from ({source}) group by run_id
 """
 
 
-# The run records of a batch, merged per run; then stored as they came (run_records).
-STAGED_RUNS = ("select $ingest_id as ingest_id, line_no, line_no as k, run_id, "
-               + ", ".join(f"v_{f} as {f}" for f in RUN_FIELDS) + ", v_meta as meta from staged where reason is null")
-RUN_NEW_SQL = merge_runs_sql(STAGED_RUNS)
-RUN_RECORDS_SQL = ("insert into run_records select ingest_id, line_no, run_id, " + ", ".join(RUN_FIELDS)
-                   + f", meta from ({STAGED_RUNS})")
-
-RUN_MERGE_SQL = """
-update runs set
-  engine = coalesce(n.engine, runs.engine), engine_version = coalesce(n.engine_version, runs.engine_version),
-  model = coalesce(n.model, runs.model), gpu = coalesce(n.gpu, runs.gpu),
-  num_gpus = coalesce(n.num_gpus, runs.num_gpus), dtype = coalesce(n.dtype, runs.dtype),
-  kv_dtype = coalesce(n.kv_dtype, runs.kv_dtype), clock = coalesce(n.clock, runs.clock),
-  meta = case when runs.meta is null then n.meta when n.meta is null then runs.meta
-              else json_merge_patch(runs.meta, n.meta) end
-from run_new n where runs.run_id = n.run_id;
-insert into runs
-select run_id, engine, engine_version, model, gpu, num_gpus, dtype, kv_dtype, clock, meta, $ingest_id
-from run_new where run_id not in (select run_id from runs);
-"""
+# The accepted run records of a batch, stored as they came; their runs are then merged
+# again from all their records (remerge_runs), the same path a --replace takes.
+RUN_RECORDS_SQL = ("insert into run_records select $ingest_id, line_no, run_id, "
+                   + ", ".join(f"v_{f}" for f in RUN_FIELDS) + ", v_meta from staged where reason is null")
 
 ENSURE_RUNS_SQL = """
 insert into runs (run_id, ingest_id)
@@ -256,14 +244,14 @@ class _Scope:
     every batch's intermediates alive until commit (memory would grow with the file).
     """
 
-    NAMES = ("batch_in", "parsed", "staged", "checked", "run_new", "rejects_in")
+    NAMES = ("batch_in", "parsed", "staged", "checked", "rejects_in")
 
     def __init__(self, con: duckdb.DuckDBPyConnection, batch_in: object):
         self.con = con
         self.tables: dict[str, object] = {"batch_in": batch_in}
 
     def _run(self, sql: str, params: dict | None, fetch: str):
-        batch_in, parsed, staged, checked, run_new, rejects_in = (self.tables.get(n) for n in self.NAMES)  # noqa: F841
+        batch_in, parsed, staged, checked, rejects_in = (self.tables.get(n) for n in self.NAMES)  # noqa: F841
         if fetch == "arrow":
             return self.con.sql(sql, params=params).to_arrow_table()
         return self.con.execute(sql, params).fetchall() if params else self.con.execute(sql).fetchall()
@@ -316,9 +304,8 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
             continue
         q.table("staged", stage_sql(kind))
         if kind == "run":
-            q.table("run_new", RUN_NEW_SQL, {"ingest_id": st.ingest_id})
-            q.run(RUN_MERGE_SQL, {"ingest_id": st.ingest_id})
             q.run(RUN_RECORDS_SQL, {"ingest_id": st.ingest_id})
+            remerge_runs(con, [r[0] for r in q.run("select distinct run_id from staged where reason is null")])
             q.run(
                 "insert into rejects select $ingest_id, $path, line_no, reason, left(raw, 1024) "
                 "from staged where reason is not null",
@@ -377,6 +364,7 @@ def ingest_file(
         n_removed, removed = _delete_ingests(con, digest, shown, default_run) if replace else (0, [])
         if n_removed:  # same path with new content counts as a replacement too
             result.status = "replaced"
+            result.removed_runs = removed
         ingest_id = _count(con, "select nextval('ingest_seq')")
         st = _State(ingest_id, shown, default_run, result=result)
         for batch in convert(path, progress, run_name=default_run):
@@ -421,17 +409,38 @@ def _delete_ingests(con: duckdb.DuckDBPyConnection, digest: str, path: str, defa
     return n, runs
 
 
-def remerge_runs(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
-    """Rebuild the ``runs`` rows of ``run_ids`` from the run records still stored.
+def derive_run_meta(con: duckdb.DuckDBPyConnection, run_id: str, patch: dict) -> None:
+    """Metadata a post-ingest step derived for a run (e.g. how context_tokens was estimated).
 
-    After ingests are removed, a run keeps what the remaining files said of it (not
-    only what the file that created it said). Runs left without records get a bare
-    row at the end of the ingest if they still have steps or requests.
+    Kept as the run's one record without an ingest, applied after every file's records,
+    so that it survives a --replace of any file; the step rewrites it when it runs again.
+    """
+    import json
+
+    con.execute("delete from run_records where run_id = ? and ingest_id is null", [run_id])
+    con.execute("insert into run_records (ingest_id, line_no, run_id, meta) values (NULL, 0, ?, ?::json)",
+                [run_id, json.dumps(patch)])
+    remerge_runs(con, [run_id])
+
+
+def remerge_runs(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
+    """Rebuild the ``runs`` rows of ``run_ids`` from their stored run records.
+
+    Used after every batch with run records and after ingests are removed, so a run
+    always says what its remaining files said (not only the file that created it).
+    Runs left without records get a bare row at the end of the ingest if they still
+    have steps or requests.
     """
     if not run_ids:
         return
     con.execute("delete from runs where run_id = any($r)", {"r": run_ids})
-    source = ("select *, ingest_id * 4294967296 + line_no as k from run_records where run_id = any($r)")
+    # what a post-ingest step derived for a run that has neither files naming it nor data goes with it
+    con.execute("delete from run_records where ingest_id is null and run_id = any($r) and run_id not in "
+                "(select run_id from run_records where ingest_id is not null union all select run_id from iterations "
+                "union all select run_id from requests)", {"r": run_ids})
+    # records of post-ingest steps (ingest_id NULL, see derive_run_meta) come after every file's
+    source = ("select *, coalesce(ingest_id * 4294967296 + line_no, 9223372036854775807) as k "
+              "from run_records where run_id = any($r)")
     cols = ", ".join(RUN_FIELDS)
     con.execute(f"insert into runs select run_id, {cols}, meta, ingest_id from ({merge_runs_sql(source)})",
                 {"r": run_ids})

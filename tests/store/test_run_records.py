@@ -97,3 +97,61 @@ def test_store_from_before_run_records_is_migrated(tmp_path):
     row = run_row(con, "x")
     assert (row["gpu"], row["model"]) == ("h200", "m2")  # the old file's gpu survives the replace
     con.close()
+
+
+STEPS = [{"kind": "iteration", "iter": i, "t_start": i * 0.01, "t_end": (i + 1) * 0.01} for i in range(6)]
+
+
+def request(prompt: int) -> dict:
+    return {"kind": "request", "req_id": "A", "t_arrival": 0.0, "t_scheduled": 0.0, "t_first_token": 0.01,
+            "t_finish": 0.05, "prompt_tokens": prompt, "output_tokens": 5}
+
+
+def contexts(con) -> list:
+    return con.execute("select list(context_tokens order by iter) from iterations").fetchall()[0][0]
+
+
+def test_context_estimate_follows_a_replaced_request_file(con, tmp_path):
+    steps = write(tmp_path / "it.jsonl", {"kind": "run", "run_id": "r", "model": "m",
+                                          "meta": {"estimated": ["dur_ms"]}}, *STEPS)
+    reqs = write(tmp_path / "rq.jsonl", {"kind": "run", "run_id": "r"}, request(100))
+    ingest.ingest_paths(con, [steps, reqs])
+    first = contexts(con)
+    assert first[1] > 100 and first[-1] == 0  # prompt plus tokens emitted, while the request runs
+    assert run_row(con, "r")["meta"]["estimated"] == ["dur_ms", "context_tokens"]  # the converter's flag kept
+    write(reqs, {"kind": "run", "run_id": "r"}, request(1000))
+    ingest.ingest_paths(con, [reqs], replace=True)
+    assert contexts(con) == [c + 900 if 0 < c else c for c in first]  # estimated again from the new file
+    meta = run_row(con, "r")["meta"]
+    assert meta["estimated"] == ["dur_ms", "context_tokens"] and meta["context_estimate"]["requests"] == 1
+    assert run_row(con, "r")["model"] == "m"
+    # the request file now holds another run: r has no requests left, so no estimate either
+    write(reqs, {"kind": "run", "run_id": "other"}, request(1000))
+    (res,) = ingest.ingest_paths(con, [reqs], replace=True)
+    assert res.removed_runs == ["r"] and "no longer loaded by it: r" in res.line()
+    assert contexts(con) == [None] * 6
+    meta = run_row(con, "r")["meta"]
+    assert meta["estimated"] == ["dur_ms"] and "no request records" in meta["context_estimate"]["skipped"]
+
+
+def test_a_patch_that_removes_a_key_means_the_same_at_ingest_and_after_a_replace(con, tmp_path):
+    a = write(tmp_path / "a.jsonl", {"kind": "run", "run_id": "x", "meta": {"a": 1, "b": 1}}, STEP | {"run_id": "x"})
+    b = write(tmp_path / "b.jsonl", {"kind": "run", "run_id": "x", "meta": {"a": None}})
+    c = write(tmp_path / "c.jsonl", {"kind": "run", "run_id": "x", "gpu": "l40s"})
+    ingest.ingest_paths(con, [a, b, c])
+    assert run_row(con, "x")["meta"] == {"b": 1}
+    write(c, {"kind": "run", "run_id": "x", "gpu": "h100-sxm"})
+    ingest.ingest_paths(con, [c], replace=True)
+    row = run_row(con, "x")
+    assert (row["gpu"], row["meta"]) == ("h100-sxm", {"b": 1})
+
+
+def test_replace_says_which_runs_of_the_path_it_removed(con, tmp_path):
+    p = write(tmp_path / "p.jsonl", {"kind": "request", "req_id": "a", "t_arrival": 0, "t_first_token": 0.1,
+                                     "t_finish": 0.2})
+    ingest.ingest_paths(con, [p], run_id="A")
+    ingest.ingest_paths(con, [p], run_id="B")
+    (res,) = ingest.ingest_paths(con, [p], run_id="C", replace=True)
+    assert res.status == "replaced" and res.removed_runs == ["A", "B"]
+    assert "no longer loaded by it: A, B" in res.line()
+    assert store.known_runs(con) == ["C"]

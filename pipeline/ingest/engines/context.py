@@ -16,11 +16,16 @@ before the step:
 
 Only NULL ``context_tokens`` are filled (or ones this step filled before), and only
 when most steps lie inside the requests' time span (clocks must agree).  The run's
-``meta.estimated`` then lists ``context_tokens`` and ``meta.context_estimate`` says
-how; a run whose clocks do not overlap gets ``context_estimate.skipped`` instead.
+``meta.estimated`` then lists ``context_tokens`` (next to what the converter
+estimated) and ``meta.context_estimate`` says how; a run whose clocks do not overlap
+gets ``context_estimate.skipped`` instead.  This metadata is the run's derived record
+(``load.derive_run_meta``), so it survives a ``--replace`` of any of the run's files;
+when a replace leaves the run without requests, the estimates are removed too.
 """
 
 from __future__ import annotations
+
+import json
 
 import duckdb
 
@@ -87,9 +92,9 @@ def estimate_context(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None
         if not (n_null or was_estimated):
             continue
         if n_inside < 0.5 * n_iter:
-            _patch_meta(con, run_id, {"context_estimate": {
+            _derive(con, run_id, was_estimated, {
                 "skipped": f"only {n_inside} of {n_iter} steps lie inside the requests' time span; "
-                           "iteration and request clocks differ, so context_tokens stays unknown"}})
+                           "iteration and request clocks differ, so context_tokens stays unknown"})
             continue
         con.execute(ESTIMATE, {"run": run_id})
         cond = "" if was_estimated else "and i.context_tokens is null"
@@ -99,23 +104,31 @@ def estimate_context(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None
             {"run": run_id},
         )
         mean_active = scalar(con, "select avg(active_reqs) from ctx_est")
-        _patch_meta(con, run_id, {
-            "estimated": ["context_tokens"],
-            "context_estimate": {
-                "method": "sum over requests running at each step's midpoint of prompt share computed "
-                          "(prefill) or prompt + tokens emitted (decode, ASOF join on token times)",
-                "requests": int(n_req),
-                "steps": int(n_iter),
-                "mean_active_requests": round(float(mean_active or 0.0), 3),
-            },
+        _derive(con, run_id, True, {
+            "method": "sum over requests running at each step's midpoint of prompt share computed "
+                      "(prefill) or prompt + tokens emitted (decode, ASOF join on token times)",
+            "requests": int(n_req),
+            "steps": int(n_iter),
+            "mean_active_requests": round(float(mean_active or 0.0), 3),
         })
         con.execute("drop table if exists ctx_est")
+    # runs whose estimate lost its requests (a --replace removed them): the values go, not just the flag
+    with_requests = [r[0] for r in rows]
+    gone = [r[0] for r in con.execute(
+        "select run_id from runs where run_id = any($runs) and not list_contains($kept, run_id) "
+        "and list_contains(try_cast(json_extract(meta, '$.estimated') as varchar[]), 'context_tokens')",
+        {"runs": run_ids, "kept": with_requests}).fetchall()]
+    for run_id in gone:
+        con.execute("update iterations set context_tokens = null where run_id = ?", [run_id])
+        _derive(con, run_id, False, {"skipped": "no request records to estimate context_tokens from"})
 
 
-def _patch_meta(con: duckdb.DuckDBPyConnection, run_id: str, patch: dict) -> None:
-    import json
+def _derive(con: duckdb.DuckDBPyConnection, run_id: str, estimated: bool, how: dict) -> None:
+    """Record on the run whether context_tokens is estimated (keeping other estimated fields) and how."""
+    from ..load import derive_run_meta
 
-    con.execute(
-        "update runs set meta = json_merge_patch(coalesce(meta, '{}'), $p::json) where run_id = $run",
-        {"p": json.dumps(patch), "run": run_id},
-    )
+    meta = scalar(con, "select meta from runs where run_id = ?", [run_id])
+    fields = [f for f in (json.loads(meta).get("estimated") or []) if f != "context_tokens"] if meta else []
+    if estimated:
+        fields.append("context_tokens")
+    derive_run_meta(con, run_id, {"estimated": fields or None, "context_estimate": how})
