@@ -249,9 +249,11 @@ def build_derived(con: duckdb.DuckDBPyConnection, force: bool = False) -> bool:
         con.execute("delete from _state where key in ('derived_generation', 'derived_sql')")
         con.execute("insert into _state values ('derived_generation', ?), ('derived_sql', ?)", [gen, digest])
         con.execute("commit")
-    except duckdb.Error as exc:
+    except BaseException as exc:  # an interrupt too: never leave half-deleted derived rows
         con.execute("rollback")
-        raise StoreError(f"building derived tables failed: {exc}") from exc
+        if isinstance(exc, duckdb.Error):
+            raise StoreError(f"building derived tables failed: {exc}") from exc
+        raise
     finally:
         _drop_run_views(con)
     return True

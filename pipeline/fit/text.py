@@ -76,7 +76,7 @@ def format_fit(f: FitResult) -> str:
     lim = f.stall_detection_limit_ms
     if lim.get("median_step") is not None:
         lines.append(f"  stalls shorter than {lim['median_step']:.3g} ms on a median step ({lim['p90_step']:.3g} ms on a "
-                     "p90 step) hide in the step's own noise: they are not counted")
+                     "p90 step) hide in the step's own noise: most of them are missed")
     for s in f.top_spikes[:5]:
         lines.append(f"  iter {s['iter']} at +{s['t_offset_s']:.3f} s: {s['iteration_ms']:.4g} ms vs predicted "
                      f"{s['predicted_ms']:.4g} ms (prefill {s['prefill_tokens']} tokens) -> {s['spike_cause']}")

@@ -10,7 +10,7 @@ read against what the noise allows.
 from __future__ import annotations
 
 import numpy as np
-from scipy.integrate import trapezoid
+from scipy.special import logsumexp
 
 from .model import NoiseModel
 
@@ -27,11 +27,16 @@ def stall_log_odds(y_ms: np.ndarray, base_ms: np.ndarray, noise: NoiseModel) -> 
     log_p0 = -0.5 * ((np.log(y_ms / base_ms) - mu) / sigma) ** 2 - np.log(sigma * y_ms)  # x sqrt(2 pi)
     # the stall s = y - base f must be >= 0: integrate z (f = exp(mu + sigma z)) from -7 to that bound
     z_max = np.clip((np.log(y_ms / base_ms) - mu) / sigma, -7.0, 7.0)
-    z = -7.0 + (z_max + 7.0)[:, None] * np.linspace(0.0, 1.0, 401)[None, :]
+    t = np.linspace(0.0, 1.0, 401)
+    z = -7.0 + (z_max + 7.0)[:, None] * t[None, :]
     s = np.maximum(y_ms[:, None] - base_ms[:, None] * np.exp(mu + sigma * z), 0.0)
-    p1 = trapezoid(np.exp(-0.5 * z * z - s / mean) / mean, z, axis=1)  # same sqrt(2 pi) factor as log_p0
+    # trapezoid rule in log space (a long stall's exp(-s/mean) underflows otherwise)
+    w = np.full(len(t), t[1] - t[0])
+    w[[0, -1]] /= 2
     with np.errstate(divide="ignore"):
-        return np.log(rate) + np.log(p1) - np.log1p(-rate) - log_p0
+        log_w = np.log((z_max + 7.0)[:, None] * w[None, :])
+        log_p1 = logsumexp(-0.5 * z * z - s / mean + log_w, axis=1) - np.log(mean)  # same sqrt(2 pi) as log_p0
+        return np.log(rate) + log_p1 - np.log1p(-rate) - log_p0
 
 
 def best_recall_at_fdr(score: np.ndarray, stalled: np.ndarray, max_fdr: float = 0.05) -> float:

@@ -59,3 +59,12 @@ def test_score_stalls_by_hand():
     assert s["ms_recall"] == pytest.approx(45 / 45.5)
     assert s["recall_above_limit"] == 1.0  # the 0.5 ms stall is below the 1 ms limit
     assert score_stalls(np.zeros(6, bool), stall_ms)["fdr"] == 0.0
+
+
+def test_log_odds_stay_finite_for_stalls_far_beyond_their_law():
+    base = np.array([20.0, 20.0])
+    y = np.array([20.0, 60.0])  # a normal step, and one 40 ms too long
+    tiny = stall_log_odds(y, base, NoiseModel(sigma=0.03, stall_rate=0.02, stall_ms_mean=0.05))
+    assert np.all(np.isfinite(tiny))  # 800 mean stall lengths: exp(-800) underflows outside log space
+    usual = stall_log_odds(y, base, NoiseModel(sigma=0.03, stall_rate=0.02, stall_ms_mean=50.0))
+    assert usual[1] > 10 > 0 > usual[0]

@@ -28,7 +28,10 @@ def assert_same_as_full_rebuild(con) -> None:
     want = snapshot(con)
     for table, df in want.items():
         # DuckDB's parallel float sums may differ in the last bits between two runs of a query
-        assert_frame_equal(got[table], df, check_exact=False, rel_tol=1e-12, abs_tol=1e-12), table
+        try:
+            assert_frame_equal(got[table], df, check_exact=False, rel_tol=1e-12, abs_tol=1e-12)
+        except AssertionError as exc:
+            raise AssertionError(f"{table}: incremental build differs from a full rebuild: {exc}") from exc
 
 
 @pytest.fixture
