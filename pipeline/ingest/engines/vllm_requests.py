@@ -82,31 +82,37 @@ def _sidecar(path: Path) -> dict:
     }
 
 
+# Why a parsed line is not a request (None: it is one).
+_REASON = pl.coalesce(
+    pl.col("perr"),
+    pl.when(pl.col("missing").list.len() > 0).then(
+        pl.lit("vLLM request stats without ") + pl.col("missing").list.join(", ")),
+    pl.when(pl.col("arrival_time").is_null() | pl.col("queued_ts").is_null())
+    .then(pl.lit("arrival_time and queued_ts must be non-zero numbers")),
+)
+
+
 def convert(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
     """Parse every line in DuckDB, then map the clocks with one offset for the file."""
     con = duckdb.connect()
     names = "[" + ", ".join(f"'{n}'" for n in REQUIRED) + "]"
-    parts, total = [], 0
+    goods, bads, total, blank = [], [], 0, 0
     for table in reader.line_batches(path, progress):
         total += table.num_rows
         con.register("lines", table)
-        parts.append(con.sql(PARSE.format(names=names)).pl())
+        part = con.sql(PARSE.format(names=names)).pl().with_columns(reason=_REASON)
         con.unregister("lines")
+        blank += part.filter(pl.col("reason") == "blank").height
+        # only rejects keep their text
+        bads.append(part.filter(pl.col("reason").is_not_null() & (pl.col("reason") != "blank"))
+                    .select("line_no", "reason", "raw"))
+        goods.append(part.filter(pl.col("reason").is_null()).drop("raw"))
     con.close()
-    rows = pl.concat(parts) if parts else pl.DataFrame()
-    if not rows.height:
-        yield c.batch(None, total, run={"engine": "vllm", "clock": "unix", "meta": {"source_format": "vllm-requests"}})
+    if not any(g.height for g in goods) and not any(b.height for b in bads):
+        yield c.batch(None, total, run={"engine": "vllm", "clock": "unix", "meta": {"source_format": "vllm-requests"}},
+                      skipped=blank)
         return
-    rows = rows.with_columns(
-        reason=pl.coalesce(
-            pl.col("perr"),
-            pl.when(pl.col("missing").list.len() > 0).then(
-                pl.lit("vLLM request stats without ") + pl.col("missing").list.join(", ")),
-            pl.when(pl.col("arrival_time").is_null() | pl.col("queued_ts").is_null())
-            .then(pl.lit("arrival_time and queued_ts must be non-zero numbers")),
-        )
-    )
-    good = rows.filter(pl.col("reason").is_null())
+    good, bad = pl.concat(goods), pl.concat(bads)
     offset = float(good.select((pl.col("arrival_time") - pl.col("queued_ts")).max()).item()) if good.height else 0.0
     got_token = pl.col("first_token_ts").is_not_null()
     req = good.select(
@@ -126,7 +132,5 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
     meta.update(source_format="vllm-requests", monotonic_to_unix_s=offset,
                 clock_mapping="t = monotonic_ts + max(arrival_time - queued_ts) over the file")
     run.update(engine="vllm", clock="unix", meta=meta)
-    bad = rows.filter(pl.col("reason").is_not_null() & (pl.col("reason") != "blank"))
-    blank = rows.filter(pl.col("reason") == "blank").height
     records = c.encode(req, "request", ("t_queued", "finish_reason"))
-    yield c.batch(records, total, run=run, rejects=bad.select("line_no", "reason", "raw"), skipped=blank)
+    yield c.batch(records, total, run=run, rejects=bad, skipped=blank)
