@@ -113,16 +113,23 @@ def _reasons(df: pl.DataFrame) -> pl.DataFrame:
 
 def convert_log(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
     year = c.file_year(path)
-    parts, total = [], 0
+    goods, bads, total, n_rec = [], [], 0, 0
     for table in reader.line_batches(path, progress):
         lines = pl.from_arrow(table)
         total += lines.height
-        parts.append(_parse(lines, year))
-    df = _reasons(pl.concat(parts)) if parts else None
-    if df is None or not df.height:
+        df = _reasons(_parse(lines, year))
+        n_rec += df.height
+        # only rejects keep their text (and the parsed key/value pairs go once read)
+        bads.append(df.filter(pl.col("reason").is_not_null()).select("line_no", "reason", "raw"))
+        goods.append(df.filter(pl.col("reason").is_null()).drop("raw", "kv", "reason"))
+    if not n_rec:
         yield c.batch(None, total, run={"engine": "sglang", "meta": {"source_format": "sglang-log"}}, skipped=total)
         return
-    good = df.filter(pl.col("reason").is_null()).sort("line_no").with_row_index("iter")
+    good = pl.concat(goods).sort("line_no").with_row_index("iter")
+    if not good.height:  # every batch line was broken: its rejects, and a run without steps
+        yield c.batch(None, total, run={"engine": "sglang", "meta": {"source_format": "sglang-log"}},
+                      rejects=pl.concat(bads), skipped=total - n_rec)
+        return
     # Only the decode lines carry a (mean) duration; prefill steps keep their end time only.
     good = good.with_columns(iter=pl.col("iter").cast(pl.Int64), t_end=pl.col("stamp_s"),
                              t_start=pl.when(pl.col("dur_ms").is_not_null()).then(pl.col("stamp_s") - pl.col("dur_ms") / 1000))
@@ -141,8 +148,7 @@ def convert_log(path: Path, progress: Callable[[int], None] | None = None, run_n
     }
     run = {"engine": "sglang", "clock": "unix", "meta": meta}
     records = c.encode(good, "iteration", ("phase", "sglang_iter", "cached_tokens", "gen_throughput_tok_s", "graph"))
-    bad = df.filter(pl.col("reason").is_not_null())
-    yield c.batch(records, total, run=run, rejects=bad.select("line_no", "reason", "raw"), skipped=total - df.height)
+    yield c.batch(records, total, run=run, rejects=pl.concat(bads), skipped=total - n_rec)
 
 
 # --- --export-metrics-to-file request records -------------------------------------------
