@@ -7,6 +7,8 @@ from pathlib import Path
 
 import duckdb
 
+from ..errors import InputError
+
 from . import reader
 from .load import Batch
 
@@ -37,7 +39,12 @@ def convert_parquet(path: Path, progress: Callable[[int], None] | None = None, r
     """Each Parquet row becomes one canonical JSON object; row numbers stand in for lines."""
     import pyarrow.parquet as pq
 
-    pf = pq.ParquetFile(path)
+    import pyarrow as pa
+
+    try:
+        pf = pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InputError(f"{path}: not a readable Parquet file ({exc}); is --format right?") from exc
     con = duckdb.connect()
     first = 1
     for rb in pf.iter_batches(batch_size=200_000):

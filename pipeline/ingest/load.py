@@ -66,6 +66,8 @@ class IngestResult:
             f"{self.path} [{self.format}]: {self.lines_read} read, {self.accepted} accepted, "
             f"{self.rejected} rejected{skipped}; runs: {runs or 'none'}"
             + (" (replaced)" if self.status == "replaced" else "")
+            + ("" if self.accepted or self.rejected else "; the file is empty" if not self.lines_read
+               else f"; no {self.format} records in it: is --format right?")
             + (f"; runs of the replaced ingest no longer loaded by it: {', '.join(gone)}" if gone else "")
         )
 

@@ -1,4 +1,4 @@
-"""A file whose every record line is broken ingests as rejects, in every format (no crash)."""
+"""Files with broken or no records, in every format: rejects or a clear message, never a crash."""
 
 from __future__ import annotations
 
@@ -28,3 +28,23 @@ def test_every_line_rejected(con, tmp_path, fmt):
     assert con.execute("select count(*) from requests").fetchall()[0][0] == 0
     (line_no, reason), = con.execute("select line_no, reason from rejects").fetchall()
     assert line_no == 1 and reason
+
+
+@pytest.mark.parametrize("fmt", sorted(CASES))
+def test_empty_file_loads_nothing_and_says_so(con, tmp_path, fmt):
+    path = tmp_path / "empty.txt"
+    path.write_text("")
+    (res,) = ingest.ingest_paths(con, [path], fmt=fmt)
+    assert (res.lines_read, res.accepted, res.rejected, res.run_ids) == (0, 0, 0, [])
+    assert res.line().endswith("; the file is empty")
+    assert con.execute("select count(*) from runs").fetchall() == [(0,)]
+
+
+@pytest.mark.parametrize("fmt", ["genai-perf", "parquet", "vllm-bench"])
+def test_whole_document_formats_name_the_problem(con, tmp_path, fmt):
+    from pipeline.errors import InputError
+
+    path = tmp_path / "notes.txt"
+    path.write_text("hello\n")
+    with pytest.raises(InputError, match=r"notes\.txt.*(JSON|Parquet|bench)"):
+        ingest.ingest_paths(con, [path], fmt=fmt)

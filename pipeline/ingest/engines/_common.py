@@ -17,6 +17,7 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
+from ...errors import InputError
 from ..load import Batch
 from ..load import default_run_id as stem  # the loader's rule for a file's run name
 
@@ -178,7 +179,12 @@ def read_json_document(path: Path) -> Any:
     from .. import reader
 
     with reader.open_binary(path) as f:
-        return json.loads(f.read().decode("utf-8", errors="replace"))
+        text = f.read().decode("utf-8", errors="replace")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}:{exc.lineno}: not a JSON document ({exc.msg} at column {exc.colno}); "
+                         "is the file complete, and is --format right?") from exc
 
 
 # Lines of a JSON Lines file as objects: ``ok`` says whether a line is one and ``js``

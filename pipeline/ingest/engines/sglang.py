@@ -122,8 +122,8 @@ def convert_log(path: Path, progress: Callable[[int], None] | None = None, run_n
         # only rejects keep their text (and the parsed key/value pairs go once read)
         bads.append(df.filter(pl.col("reason").is_not_null()).select("line_no", "reason", "raw"))
         goods.append(df.filter(pl.col("reason").is_null()).drop("raw", "kv", "reason"))
-    if not n_rec:
-        yield c.batch(None, total, run={"engine": "sglang", "meta": {"source_format": "sglang-log"}}, skipped=total)
+    if not n_rec:  # no batch line at all: no run either
+        yield c.batch(None, total, skipped=total)
         return
     good = pl.concat(goods).sort("line_no").with_row_index("iter")
     if not good.height:  # every batch line was broken: its rejects, and a run without steps

@@ -109,8 +109,7 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
         goods.append(part.filter(pl.col("reason").is_null()).drop("raw"))
     con.close()
     if not any(g.height for g in goods) and not any(b.height for b in bads):
-        yield c.batch(None, total, run={"engine": "vllm", "clock": "unix", "meta": {"source_format": "vllm-requests"}},
-                      skipped=blank)
+        yield c.batch(None, total, skipped=blank)  # no request line: no run either
         return
     good, bad = pl.concat(goods), pl.concat(bads)
     offset = float(good.select((pl.col("arrival_time") - pl.col("queued_ts")).max()).item()) if good.height else 0.0
