@@ -17,7 +17,7 @@ def _p(flag: str, default, help: str, type=None):  # noqa: A002 - mirrors click'
 @click.option("--truth", type=click.Path(dir_okay=False),
               help="Ground-truth JSON (parameters, injected stalls). Default: <out stem>.truth.json.")
 @click.option("--run-id", help="Run id written in the trace. Default: the trace file's stem.")
-@_p("--requests", None, "Number of requests. Default 1000, or enough to last --iterations steps.", int)
+@_p("--requests", None, "Number of requests. Default 1000, or enough to last --iterations steps.", click.IntRange(min=1))
 @_p("--rate", 10.0, "Mean arrival rate in requests per second ('inf': all at t=0).", float)
 @_p("--burstiness", 1.0, "Gamma shape of inter-arrival gaps: 1 = Poisson, <1 burstier, >1 more regular.", float)
 @_p("--prompt-mean", 512.0, "Mean prompt length in tokens (log-normal).", float)
@@ -28,7 +28,8 @@ def _p(flag: str, default, help: str, type=None):  # noqa: A002 - mirrors click'
               help="CSV/JSONL of recorded arrivals (s) and prompt/output token counts to replay instead "
                    "of synthetic ones (t_arrival|arrived_at, prompt_tokens|num_prefill_tokens|ContextTokens, "
                    "output_tokens|num_decode_tokens|GeneratedTokens).")
-@_p("--iterations", None, "Stop after this many engine steps (the workload is sized to last that long).", int)
+@_p("--iterations", None, "Stop after this many engine steps (the workload is sized to last that long).",
+   click.IntRange(min=1))
 @_p("--max-num-seqs", 256, "Most requests running at once (vLLM --max-num-seqs).", int)
 @_p("--max-num-batched-tokens", 2048, "Token budget per step, decodes + prefill chunks (tokens).", int)
 @_p("--kv-capacity-tokens", 1_000_000, "KV-cache capacity in tokens; exceeding it preempts (recompute).", int)

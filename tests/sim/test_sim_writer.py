@@ -121,6 +121,9 @@ def test_simulate_command_usage_errors(tmp_path):
     bad.write_text("t_arrival,prompt_tokens,output_tokens\n0,x,1\n")
     res = CliRunner().invoke(cmd, ["--out", str(tmp_path / "x.jsonl"), "--lengths-file", str(bad)])
     assert res.exit_code != 0 and "bad.csv:2" in str(res.exception)
+    for flag in ("--requests", "--iterations"):  # an empty trace is never what was meant
+        res = CliRunner().invoke(cmd, ["--out", str(tmp_path / "x.jsonl"), flag, "0"])
+        assert res.exit_code == 2 and f"Invalid value for '{flag}'" in res.output
 
 
 def test_simulate_command_kv_blocks(tmp_path):
