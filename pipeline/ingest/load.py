@@ -313,7 +313,8 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
                 "from staged where reason is not null",
                 ids,
             )
-            res.accepted += q.count("select count(*) from staged where reason is null")
+            # a converter's own run record (line 0) is no line of the file: neither read nor accepted
+            res.accepted += q.count("select count(*) from staged where reason is null and line_no > 0")
             res.rejected += q.count("select count(*) from staged where reason is not null")
             continue
         q.table("checked", _check_duplicates_sql(kind), {"ingest_id": st.ingest_id})

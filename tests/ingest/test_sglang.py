@@ -25,7 +25,7 @@ def unix(s: str) -> float:
 
 def test_docs_lines(con):
     (res,) = load(con, FIX / "server.log")
-    assert (res.format, res.accepted, res.rejected, res.skipped) == ("sglang-log", 4, 0, 2)
+    assert (res.format, res.accepted, res.rejected, res.skipped) == ("sglang-log", 3, 0, 2)
     got = con.execute("select iter, t_end, dur_ms, prefill_tokens, prefill_reqs, decode_reqs, context_tokens, "
                       "running_reqs, waiting_reqs, kv_usage, extra->>'$.cached_tokens' from iterations order by iter").fetchall()
     t = unix("2025-09-03 05:49:04")
@@ -43,7 +43,7 @@ def test_docs_lines(con):
 
 def test_wording_variants_and_step_counters(con):
     (res,) = load(con, FIX / "server_tp.log")
-    assert (res.accepted, res.rejected) == (7, 0)
+    assert (res.accepted, res.rejected) == (6, 0)
     got = con.execute("select extra->>'$.phase', extra->>'$.sglang_iter', prefill_tokens, running_reqs, decode_reqs, "
                       "context_tokens, waiting_reqs, extra->>'$.graph' from iterations order by iter").fetchall()
     assert got == [
@@ -75,7 +75,7 @@ def test_broken_lines(con, tmp_path):
 def test_request_metrics_export(con):
     path = FIX / "sglang-request-metrics-20260301_10.log"
     (res,) = load(con, path)
-    assert (res.format, res.accepted, res.rejected) == ("sglang-metrics", 4, 0)
+    assert (res.format, res.accepted, res.rejected) == ("sglang-metrics", 3, 0)
     got = con.execute("select req_id, t_arrival, t_finish, prompt_tokens, output_tokens, cached_tokens, status "
                       "from requests order by req_id").fetchall()
     assert got == [

@@ -39,7 +39,7 @@ def expected(rec: dict) -> tuple:
 def test_iteration_log_dict_repr(con):
     path = FIX / "iteration_log.txt"
     (res,) = load(con, path)
-    assert (res.format, res.accepted, res.rejected) == ("trtllm-iterlog", 7, 0)
+    assert (res.format, res.accepted, res.rejected) == ("trtllm-iterlog", 6, 0)
     recs = [ast.literal_eval(l) for l in path.read_text().splitlines()]
     assert con.execute(f"select {COLS} from iterations order by iter").fetchall() == [expected(r) for r in recs]
     meta = json.loads(con.execute("select meta from runs").fetchall()[0][0])
@@ -49,7 +49,7 @@ def test_iteration_log_dict_repr(con):
 def test_metrics_json_array_with_flat_fields(con):
     path = FIX / "metrics.json"
     (res,) = load(con, path)
-    assert (res.format, res.accepted, res.rejected) == ("trtllm-iterlog", 5, 0)
+    assert (res.format, res.accepted, res.rejected) == ("trtllm-iterlog", 4, 0)
     recs = json.loads(path.read_text())
     assert con.execute(f"select {COLS} from iterations order by iter").fetchall() == [expected(r) for r in recs]
 

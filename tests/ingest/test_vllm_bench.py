@@ -30,7 +30,7 @@ def test_detected_and_every_request_accepted(con):
     (res,) = load(con, BENCH)
     assert res.format == "vllm-bench"
     n = len(doc["ttfts"])
-    assert (res.lines_read, res.accepted, res.rejected) == (n + 1, n + 1, 0)  # + the run record
+    assert (res.lines_read, res.accepted, res.rejected) == (n, n, 0)  # the converter's run record is no entry of the file
     assert con.execute("select count(*) from tokens").fetchall()[0][0] == sum(len(i) + 1 for i in doc["itls"])
 
 

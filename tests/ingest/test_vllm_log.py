@@ -33,7 +33,8 @@ def test_iteration_count_and_time_equal_the_log(con, name):
     (res,) = load(con, FIX / name)
     assert res.format == "vllm-log"
     n_lines = len((FIX / name).read_text().splitlines())
-    assert (res.accepted, res.rejected, res.skipped) == (len(steps) + 1, 0, n_lines - len(steps))
+    assert (res.accepted, res.rejected, res.skipped) == (len(steps), 0, n_lines - len(steps))
+    assert res.lines_read == n_lines
     got = con.execute("select count(*), sum(dur_ms), sum(prefill_tokens), sum(decode_tokens) from iterations").fetchall()[0]
     want = np.array(steps)
     assert got[0] == len(steps)
@@ -101,7 +102,7 @@ def test_prefixes(con, tmp_path, prefix, t_end):
     path = tmp_path / "x.log"
     path.write_text("some start-up line\n" + prefix + LINE + "\n")
     (res,) = load(con, path)
-    assert (res.format, res.accepted, res.skipped) == ("vllm-log", 2, 1)
+    assert (res.format, res.accepted, res.skipped) == ("vllm-log", 1, 1)
     row = con.execute("select iter, prefill_reqs, prefill_tokens, decode_reqs, decode_tokens, dur_ms, kv_usage, t_end "
                       "from iterations").fetchall()[0]
     assert row[:7] == (7, 1, 255, 1, 1, 16.31, pytest.approx(0.333))
@@ -169,7 +170,8 @@ def test_data_parallel_engines_become_runs(con, tmp_path, run_id):
     path, e0, e1 = _two_engine_log(tmp_path)
     (res,) = load(con, path, run_id=run_id)
     base = run_id or "dp"
-    assert res.rejected == 0 and res.accepted == len(e0) + len(e1) + 2  # steps and one run record per engine
+    assert res.rejected == 0 and res.accepted == len(e0) + len(e1)
+    assert res.lines_read == len(path.read_text().splitlines())  # the run records made up per engine are not lines
     assert res.run_ids == [f"{base}-engine000", f"{base}-engine001"]
     for k, steps in enumerate((e0, e1)):
         rid = f"{base}-engine{k:03d}"

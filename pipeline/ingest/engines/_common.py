@@ -4,7 +4,8 @@ Every converter builds a Polars frame whose columns are canonical field names pl
 ``line_no`` and encodes it with one ``struct.json_encode`` call; the canonical loader
 then validates and stores the records.  A converter may emit a ``run`` record built
 from the file as a whole; it gets line number 0 (there is no such source line) and
-counts as one line read, so ``read = accepted + rejected + skipped`` still holds.
+is neither read nor accepted, so ``read`` is the file's line count and
+``read = accepted + rejected + skipped`` still holds.
 """
 
 from __future__ import annotations
@@ -75,7 +76,6 @@ def batch(
     parts = []
     if run is not None:
         parts.append(pl.DataFrame({"line_no": [0], "raw": [run_json(run)]}, schema={"line_no": pl.Int64, "raw": pl.String}))
-        lines_read += 1
     if records is not None and records.height:
         parts.append(records)
     lines = pl.concat(parts) if parts else pl.DataFrame(schema={"line_no": pl.Int64, "raw": pl.String})
