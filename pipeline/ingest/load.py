@@ -41,6 +41,13 @@ class Batch:
     skipped: int = 0
 
 
+# What to check when a file of a format holds no record of it.
+NO_RECORDS_HINT = {
+    "vllm-log": "vLLM logs Iteration(N) lines only with --enable-logging-iteration-details (or is --format right?)",
+    "sglang-log": "SGLang logs Prefill/Decode batch lines at log level info (or is --format right?)",
+}
+
+
 @dataclass
 class IngestResult:
     path: str
@@ -66,8 +73,8 @@ class IngestResult:
             f"{self.path} [{self.format}]: {self.lines_read} read, {self.accepted} accepted, "
             f"{self.rejected} rejected{skipped}; runs: {runs or 'none'}"
             + (" (replaced)" if self.status == "replaced" else "")
-            + ("" if self.accepted or self.rejected else "; the file is empty" if not self.lines_read
-               else f"; no {self.format} records in it: is --format right?")
+            + ("" if self.accepted or self.rejected else "; no records in it" if not self.lines_read
+               else f"; no {self.format} records in it: {NO_RECORDS_HINT.get(self.format, 'is --format right?')}")
             + (f"; runs of the replaced ingest no longer loaded by it: {', '.join(gone)}" if gone else "")
         )
 
@@ -313,9 +320,11 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
                 "from staged where reason is not null",
                 ids,
             )
-            # a converter's own run record (line 0) is no line of the file: neither read nor accepted
+            # a converter's own run record (line 0) is no line of the file: not read, not accepted;
+            # rejected, it counts as a line read so that the reject shows in the sums
             res.accepted += q.count("select count(*) from staged where reason is null and line_no > 0")
             res.rejected += q.count("select count(*) from staged where reason is not null")
+            res.lines_read += q.count("select count(*) from staged where reason is not null and line_no = 0")
             continue
         q.table("checked", _check_duplicates_sql(kind), {"ingest_id": st.ingest_id})
         q.run(INSERT_SQL[kind], {"ingest_id": st.ingest_id})
@@ -372,6 +381,11 @@ def ingest_file(
         st = _State(ingest_id, shown, default_run, result=result)
         for batch in convert(path, progress, run_name=default_run):
             load_batch(con, batch, st)
+        if not result.accepted:  # nothing of the file loaded: its converter's run record goes too
+            named = [r[0] for r in con.execute("select distinct run_id from run_records where ingest_id = ?",
+                                               [ingest_id]).fetchall()]
+            con.execute("delete from run_records where ingest_id = ?", [ingest_id])
+            remerge_runs(con, named)
         con.execute(ENSURE_RUNS_SQL, {"ingest_id": ingest_id})
         result.run_ids = [
             r[0]

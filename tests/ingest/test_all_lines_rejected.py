@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from pipeline import ingest
+from pipeline import ingest, store
 
 CASES = {
     "vllm-log": "INFO 05-19 10:13:11 [loggers.py:199] Engine 000: Iteration(0): 1 context requests, 3 context tokens\n",
@@ -20,14 +22,45 @@ CASES = {
 @pytest.mark.parametrize("fmt", sorted(CASES))
 def test_every_line_rejected(con, tmp_path, fmt):
     path = tmp_path / "broken.txt"
-    path.write_text(CASES[fmt])
+    path.write_text(CASES[fmt] + "\n")  # and a blank line: skipped, not rejected
     (res,) = ingest.ingest_paths(con, [path], fmt=fmt)
-    assert res.rejected == 1
-    assert res.lines_read == res.accepted + res.rejected + res.skipped
+    assert (res.lines_read, res.accepted, res.rejected, res.skipped) == (2, 0, 1, 1)
+    assert res.run_ids == [] and store.known_runs(con) == []  # nothing loaded: no run either
     assert con.execute("select count(*) from iterations").fetchall()[0][0] == 0
     assert con.execute("select count(*) from requests").fetchall()[0][0] == 0
     (line_no, reason), = con.execute("select line_no, reason from rejects").fetchall()
     assert line_no == 1 and reason
+
+
+@pytest.mark.parametrize("fmt", sorted(CASES))
+def test_only_blank_lines(con, tmp_path, fmt):
+    path = tmp_path / "blank.txt"
+    path.write_text("\n  \n\n")
+    (res,) = ingest.ingest_paths(con, [path], fmt=fmt)
+    assert (res.lines_read, res.accepted, res.rejected, res.skipped) == (3, 0, 0, 3)
+    assert res.run_ids == [] and store.known_runs(con) == []
+    assert f"no {fmt} records in it" in res.line()
+
+
+def test_rejected_run_record_of_a_converter_keeps_the_sums(con, tmp_path):
+    path = tmp_path / "b.json"  # the run record of this bench file is fine; its model id is a number
+    path.write_text(json.dumps({"model_id": 123, "ttfts": [0.1, 0.2], "itls": [[0.01], [0.02]], "input_lens": [3, 4],
+                                "output_lens": [2, 2], "start_times": [1, 2], "latencies": [0.2, 0.3]}))
+    (res,) = ingest.ingest_paths(con, [path], fmt="vllm-bench")
+    assert (res.lines_read, res.accepted, res.rejected) == (2, 2, 0)
+    assert con.execute("select model from runs").fetchall() == [("123",)]
+
+
+@pytest.mark.parametrize("fmt, doc", [
+    ("vllm-bench", {"model_id": "m", "ttfts": [], "itls": []}),
+    ("genai-perf", {"experiments": []}),
+])
+def test_empty_documents_create_no_run(con, tmp_path, fmt, doc):
+    path = tmp_path / "doc.json"
+    path.write_text(json.dumps(doc))
+    (res,) = ingest.ingest_paths(con, [path], fmt=fmt)
+    assert (res.lines_read, res.accepted, res.rejected, res.run_ids) == (0, 0, 0, [])
+    assert store.known_runs(con) == [] and res.line().endswith("; no records in it")
 
 
 @pytest.mark.parametrize("fmt", sorted(CASES))
@@ -36,7 +69,7 @@ def test_empty_file_loads_nothing_and_says_so(con, tmp_path, fmt):
     path.write_text("")
     (res,) = ingest.ingest_paths(con, [path], fmt=fmt)
     assert (res.lines_read, res.accepted, res.rejected, res.run_ids) == (0, 0, 0, [])
-    assert res.line().endswith("; the file is empty")
+    assert res.line().endswith("; no records in it")
     assert con.execute("select count(*) from runs").fetchall() == [(0,)]
 
 

@@ -70,14 +70,14 @@ def convert_aiperf(path: Path, progress: Callable[[int], None] | None = None, ru
         df = con.sql(AIPERF_SQL).pl()
         con.unregister("lines")
         failed = pl.col("has_error").fill_null(False) | pl.col("cancelled").fill_null(False)
-        df = df.with_columns(
-            reason=pl.coalesce(
-                pl.when(pl.col("perr") != "blank").then(pl.col("perr")),
+        df = df.with_columns(  # a blank line is skipped, not rejected
+            reason=pl.when(pl.col("perr") == "blank").then(None).otherwise(pl.coalesce(
+                pl.col("perr"),
                 c.missing_reason([("metadata.x_request_id", pl.col("req_id")),
                                   ("metadata.request_start_ns", pl.col("start_ns"))], "AIPerf record without "),
                 pl.when(~failed & pl.col("ttft_ms").is_null())
                 .then(pl.lit("AIPerf record without metrics.time_to_first_token (and no error)")),
-            )
+            ))
         )
         good = df.filter(pl.col("reason").is_null() & pl.col("perr").is_null())
         arrival = pl.col("start_ns").cast(pl.Float64) / 1e9

@@ -124,7 +124,8 @@ def _run(doc: dict, origin: float, has_starts: bool) -> dict:
         bench_summary={k: doc.get(k) for k in SUMMARY_KEYS if doc.get(k) is not None},
         token_times_are="streamed chunk arrival times (one per SSE chunk); itl_ms is per chunk as in vLLM",
     )
-    return {"engine": "vllm", "model": doc.get("model_id"), "clock": "monotonic", "meta": meta}
+    model = doc.get("model_id")
+    return {"engine": "vllm", "model": None if model is None else str(model), "clock": "monotonic", "meta": meta}
 
 
 def convert(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
