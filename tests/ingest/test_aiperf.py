@@ -8,16 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import ingest, store
+
+from .conftest import load
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "genai_perf"
 RUNS = ["qwen_concurrency1", "qwen_concurrency2", "qwen_concurrency2/qwen_concurrency4"]
-
-
-def load(con, *paths, **kw):
-    res = ingest.ingest_paths(con, [Path(p) for p in paths], **kw)
-    store.build_derived(con)
-    return res
 
 
 def stat(con, metric, cols="count, mean, p50, p99, max"):

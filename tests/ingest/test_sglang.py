@@ -8,15 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import ingest, store
+
+from .conftest import load
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "sglang"
-
-
-def load(con, *paths, **kw):
-    res = ingest.ingest_paths(con, [Path(p) for p in paths], **kw)
-    store.build_derived(con)
-    return res
 
 
 def unix(s: str) -> float:

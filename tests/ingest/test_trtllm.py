@@ -9,16 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import ingest, store
+
+from .conftest import load
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "trtllm"
 COLS = "iter, dur_ms, t_end, prefill_reqs, prefill_tokens, decode_reqs, decode_tokens, running_reqs, waiting_reqs, kv_usage, preempted_reqs, context_tokens"
-
-
-def load(con, *paths, **kw):
-    res = ingest.ingest_paths(con, [Path(p) for p in paths], **kw)
-    store.build_derived(con)
-    return res
 
 
 def expected(rec: dict) -> tuple:

@@ -8,17 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import ingest, store
 from pipeline.errors import InputError
+
+from .conftest import load
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
 BENCH = FIX / "bench.json"
-
-
-def load(con, *paths, **kw):
-    res = ingest.ingest_paths(con, [Path(p) for p in paths], **kw)
-    store.build_derived(con)
-    return res
 
 
 def stat(con, run_id, metric, col):

@@ -9,17 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import ingest, store
+from pipeline import store
+
+from .conftest import load
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
 ITER = re.compile(r"Iteration\((\d+)\): (\d+) context requests, (\d+) context tokens, (\d+) generation requests, "
                   r"(\d+) generation tokens, iteration elapsed time: ([0-9.]+) ms")
-
-
-def load(con, *paths, **kw):
-    res = ingest.ingest_paths(con, [Path(p) for p in paths], **kw)
-    store.build_derived(con)
-    return res
 
 
 def truth(path: Path) -> list[tuple]:

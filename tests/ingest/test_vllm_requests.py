@@ -8,16 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import ingest, store
+
+from .conftest import load
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
 RUN = "llmservingsim/bench/examples/RTX4090/Llama-3.1-8B/vllm"
-
-
-def load(con, *paths, **kw):
-    res = ingest.ingest_paths(con, [Path(p) for p in paths], **kw)
-    store.build_derived(con)
-    return res
 
 
 def independent(path: Path) -> dict[str, np.ndarray]:
