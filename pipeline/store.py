@@ -177,10 +177,6 @@ def scalar(con: duckdb.DuckDBPyConnection, sql: str, params=None):
     return rows[0][0] if rows else None
 
 
-def _generation(con: duckdb.DuckDBPyConnection) -> int:
-    return int(scalar(con, "select coalesce(max(value), 0) from _state where key = 'generation'"))
-
-
 def bump_generation(con: duckdb.DuckDBPyConnection, run_ids: Iterable[str] | None = None) -> None:
     """Mark the base tables as changed; call inside the transaction that changed them.
 
@@ -198,28 +194,31 @@ def bump_generation(con: duckdb.DuckDBPyConnection, run_ids: Iterable[str] | Non
         con.execute("insert into _dirty_runs select unnest($r::varchar[])", {"r": sorted(set(run_ids))})
 
 
-def pending_runs(con: duckdb.DuckDBPyConnection) -> list[str] | None:
+def pending_runs(con: duckdb.DuckDBPyConnection, files: list[QueryFile] | None = None) -> list[str] | None:
     """Runs whose derived rows are out of date (None: all of them, or the derived tables are missing)."""
     rows = con.execute("select distinct run_id from _dirty_runs order by run_id nulls first").fetchall()
-    if (rows and rows[0][0] is None) or not _derived_exist(con):
+    if (rows and rows[0][0] is None) or not _derived_exist(con, files or query_files()):
         return None
     return [r[0] for r in rows]
 
 
-def _sql_digest() -> int:
+def _sql_digest(files: list[QueryFile]) -> int:
     """Changes when any query file changes (stored tables may then have other columns)."""
-    return int.from_bytes(hashlib.sha256("\0".join(q.sql for q in query_files()).encode()).digest()[:7], "big")
+    return int.from_bytes(hashlib.sha256("\0".join(q.sql for q in files).encode()).digest()[:7], "big")
 
 
 def _state(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     return dict(con.execute("select key, max(value) from _state group by key").fetchall())
 
 
+def _current(con: duckdb.DuckDBPyConnection, state: dict[str, int], files: list[QueryFile]) -> bool:
+    return (state.get("derived_generation") == state.get("generation", 0)
+            and state.get("derived_sql") == _sql_digest(files) and _derived_exist(con, files))
+
+
 def derived_current(con: duckdb.DuckDBPyConnection) -> bool:
     """Derived tables exist and were built from the store as it is, by the queries as they are."""
-    state = _state(con)
-    return (state.get("derived_generation") == state.get("generation", 0)
-            and state.get("derived_sql") == _sql_digest() and _derived_exist(con))
+    return _current(con, _state(con), query_files())
 
 
 def build_derived(con: duckdb.DuckDBPyConnection, force: bool = False) -> bool:
@@ -232,22 +231,25 @@ def build_derived(con: duckdb.DuckDBPyConnection, force: bool = False) -> bool:
     the tables are missing, the queries changed, a writer did not say which runs
     it changed, or ``force``.
     """
-    gen, digest = _generation(con), _sql_digest()
+    files = query_files()
     state = _state(con)
-    if not force and derived_current(con):
+    if not force and _current(con, state, files):
         return False
-    per_run = all(i in _shadowed() for q in query_files() for i in q.inputs)  # no query reads ingests/rejects
-    runs = None if force or not per_run or state.get("derived_sql") != digest else pending_runs(con)
+    digest = _sql_digest(files)
+    shadowed = [*RUN_TABLES, *(q.table for q in files)]
+    per_run = all(i in shadowed for q in files for i in q.inputs)  # no query reads ingests/rejects
+    runs = None if force or not per_run or state.get("derived_sql") != digest else pending_runs(con, files)
     con.execute("begin transaction")
     try:
         if runs is None:
-            for q in query_files():
+            for q in files:
                 con.execute(f'create or replace table "{q.table}" as {q.sql}')
         elif runs:
-            _rebuild_runs(con, runs)
+            _rebuild_runs(con, runs, files, shadowed)
         con.execute("delete from _dirty_runs")
         con.execute("delete from _state where key in ('derived_generation', 'derived_sql')")
-        con.execute("insert into _state values ('derived_generation', ?), ('derived_sql', ?)", [gen, digest])
+        con.execute("insert into _state values ('derived_generation', ?), ('derived_sql', ?)",
+                    [state.get("generation", 0), digest])
         con.execute("commit")
     except BaseException as exc:  # an interrupt too: never leave half-deleted derived rows
         con.execute("rollback")
@@ -255,41 +257,35 @@ def build_derived(con: duckdb.DuckDBPyConnection, force: bool = False) -> bool:
             raise StoreError(f"building derived tables failed: {exc}") from exc
         raise
     finally:
-        _drop_run_views(con)
+        for name in shadowed:
+            con.execute(f'drop view if exists temp.main."{name}"')
+        con.execute("drop table if exists temp.main._build_runs")
     return True
 
 
-def _rebuild_runs(con: duckdb.DuckDBPyConnection, runs: list[str]) -> None:
+def _rebuild_runs(con: duckdb.DuckDBPyConnection, runs: list[str], files: list[QueryFile], shadowed: list[str]
+                  ) -> None:
     """Recompute the derived rows of ``runs`` only.
 
     Each query runs unchanged against temporary views that shadow every table it
-    reads with that table's rows of these runs (a temporary view is found before
-    the stored table of the same name); its rows replace the runs' old rows.
+    reads (``shadowed``) with that table's rows of these runs (a temporary view is
+    found before the stored table of the same name); its rows replace the runs' old
+    rows. The caller drops the views.
     """
     db = scalar(con, "select current_database()")
     con.execute("create or replace temp table _build_runs as select unnest($r::varchar[]) as run_id", {"r": runs})
-    for t in _shadowed():
+    for t in shadowed:
         con.execute(f'create or replace temp view "{t}" as select * from "{db}".main."{t}" '
                     f"where run_id in (select run_id from temp.main._build_runs)")
-    for q in query_files():
+    for q in files:
         target = f'"{db}".main."{q.table}"'
         con.execute(f"delete from {target} where run_id in (select run_id from temp.main._build_runs)")
         con.execute(f"insert into {target} by name select * from (\n{q.sql}\n)")
 
 
-def _shadowed() -> list[str]:
-    return list(RUN_TABLES) + [q.table for q in query_files()]
-
-
-def _drop_run_views(con: duckdb.DuckDBPyConnection) -> None:
-    for name in _shadowed():
-        con.execute(f'drop view if exists temp.main."{name}"')
-    con.execute("drop table if exists temp.main._build_runs")
-
-
-def _derived_exist(con: duckdb.DuckDBPyConnection) -> bool:
+def _derived_exist(con: duckdb.DuckDBPyConnection, files: list[QueryFile]) -> bool:
     names = {r[0] for r in con.execute("select table_name from duckdb_tables()").fetchall()}
-    return all(q.table in names for q in query_files())
+    return all(q.table in names for q in files)
 
 
 SCHEMA_TABLES = tuple(re.findall(r"create table if not exists (\w+)", SCHEMA))
@@ -311,25 +307,31 @@ def open_for_reading(db: str | os.PathLike | None,
     :func:`pipeline.fit.fit_ready` for commands that need a run's stored fit).
     Otherwise a read-write connection (one process at a time).
     """
-    write = read_only_if is None
-    if not write:
-        try:
-            con = connect(db, must_exist=True, read_only=True)
-        except StoreError as exc:
-            if not isinstance(exc.__cause__, duckdb.ConnectionException):
-                raise
-            write = True  # this process holds the store read-write already: share that
-    if not write:
-        try:
-            names = {r[0] for r in con.execute("select table_name from duckdb_tables()").fetchall()}
-            if set(SCHEMA_TABLES) <= names and derived_current(con) and read_only_if(con):
-                return con
-        except duckdb.Error:
-            pass  # something to create or migrate: the read-write path below does it
-        con.close()
+    if read_only_if is not None:
+        con = _read_only_if_current(db, read_only_if)
+        if con is not None:
+            return con
     con = connect(db, must_exist=True)
     build_derived(con)
     return con
+
+
+def _read_only_if_current(db, read_only_if) -> duckdb.DuckDBPyConnection | None:
+    """A read-only connection if nothing has to be written, else None."""
+    try:
+        con = connect(db, must_exist=True, read_only=True)
+    except StoreError as exc:
+        if isinstance(exc.__cause__, duckdb.ConnectionException):
+            return None  # this process holds the store read-write already: share that
+        raise
+    try:
+        names = {r[0] for r in con.execute("select table_name from duckdb_tables()").fetchall()}
+        if set(SCHEMA_TABLES) <= names and derived_current(con) and read_only_if(con):
+            return con
+    except duckdb.Error:
+        pass  # something to create or migrate: the read-write path does it
+    con.close()
+    return None
 
 
 def is_read_only(con: duckdb.DuckDBPyConnection) -> bool:

@@ -39,9 +39,9 @@ def spy(monkeypatch):
     calls: list[list[str]] = []
     real = store._rebuild_runs
 
-    def wrapped(con, runs):
+    def wrapped(con, runs, *rest):
         calls.append(list(runs))
-        return real(con, runs)
+        return real(con, runs, *rest)
 
     monkeypatch.setattr(store, "_rebuild_runs", wrapped)
     return calls
@@ -146,7 +146,7 @@ def test_failed_build_leaves_no_filter_views(con, tmp_path, monkeypatch):
     last = broken[-1]
     broken[-1] = store.QueryFile(last.path, last.table, last.grain, last.inputs, "select nosuchcolumn from runs")
     monkeypatch.setattr(store, "query_files", lambda *a: broken)
-    monkeypatch.setattr(store, "_sql_digest", lambda: store.scalar(con, "select value from _state where key = 'derived_sql'"))
+    monkeypatch.setattr(store, "_sql_digest", lambda files: store.scalar(con, "select value from _state where key = 'derived_sql'"))
     with pytest.raises(store.StoreError, match="building derived tables failed"):
         store.build_derived(con)
     monkeypatch.undo()
