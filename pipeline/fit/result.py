@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
+from .stalls import limit_factor
 
 
 def _finite(v: Any) -> float | None:
@@ -82,15 +82,9 @@ class FitResult:
                 + (self.b_ms_per_prefill or 0.0) * prefill_tokens + (self.c_ms_per_decode or 0.0) * decode_tokens)
 
     def detection_limit_ms(self, predicted_ms: Any) -> Any:
-        """Smallest stall (ms) found on a step the model puts at ``predicted_ms``, at typical noise.
-
-        A step is a stall when ``measured > predicted * exp(m + k*s)``; a step at the noise
-        centre (``predicted * exp(m)``) crosses that with an extra
-        ``predicted * exp(m) * (exp(k*s) - 1)`` ms. Smaller stalls hide in the step's own noise.
-        """
-        if self.residual_log_sigma is None:
-            return predicted_ms * float("inf")
-        return predicted_ms * np.exp(self.log_center) * np.expm1(self.k * self.residual_log_sigma)
+        """Smallest stall (ms) found on a step the model puts at ``predicted_ms``, at typical noise
+        (:func:`pipeline.fit.stalls.limit_factor`)."""
+        return predicted_ms * limit_factor(self.log_center, self.k, self.residual_log_sigma)
 
     def iteration_model(self):
         """The fit as the simulator's :class:`~pipeline.sim.model.IterationModel` (unfitted terms = 0)."""

@@ -11,7 +11,6 @@ recomputed from the stored numbers on every call (cheap).
 from __future__ import annotations
 
 import json
-import math
 import time
 from typing import Any
 
@@ -84,11 +83,6 @@ def _phase_fits(cols: dict[str, np.ndarray], y: np.ndarray, k: float) -> dict[st
     return out
 
 
-def _limit_factor(nums: dict[str, Any]) -> float:
-    """exp(m) * (exp(k*s) - 1): a step's smallest detectable stall per ms of its predicted time."""
-    return math.exp(nums["log_center"]) * math.expm1(nums["k"] * nums["log_scale"])
-
-
 def _numbers(fit: LinearFit | None, cols, y, k: float) -> dict[str, Any]:
     """The stored numeric part of a fit (JSON-ready)."""
     if fit is None:
@@ -141,7 +135,7 @@ def fit_run(
     con.execute("begin transaction")
     try:
         _materialise(con, run_id, nums, lap)
-        nums.update(stalls.stats(con, run_id, _limit_factor(nums)))
+        nums.update(stalls.stats(con, run_id, stalls.limit_factor(nums["log_center"], k, nums["log_scale"])))
         nums["top_spikes"] = stalls.top_spikes(con, run_id)
         lap("stall_stats")
         con.execute(FITS_SCHEMA)

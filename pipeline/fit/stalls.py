@@ -34,11 +34,23 @@ import duckdb
 DEFAULT_K = 3.5
 
 
-def stats(con: duckdb.DuckDBPyConnection, run_id: str, limit_factor: float) -> dict[str, Any]:
+def limit_factor(log_center: float, k: float, log_scale: float | None) -> float:
+    """Smallest stall found, per ms of a step's predicted time: ``exp(m) * (exp(k*s) - 1)``.
+
+    A step is a stall when ``measured > predicted * exp(m + k*s)``; a step at the noise
+    centre (``predicted * exp(m)``) crosses that only with this much extra time per ms
+    predicted. Smaller stalls hide in the step's own noise. Infinite without a spread.
+    """
+    if log_scale is None or not math.isfinite(log_scale):
+        return math.inf
+    return math.exp(log_center) * math.expm1(k * log_scale)
+
+
+def stats(con: duckdb.DuckDBPyConnection, run_id: str, factor: float) -> dict[str, Any]:
     """Spike counts by cause, the size distribution of stalls (residual ms) and the detection limit.
 
-    ``limit_factor`` is ``exp(m) * (exp(k*s) - 1)``: the smallest stall found on a step
-    is that times the step's predicted time (see ``FitResult.detection_limit_ms``).
+    ``factor`` is :func:`limit_factor` of the fit: the smallest stall found on a step
+    is that times the step's predicted time.
     """
     row = con.execute(
         """
@@ -62,7 +74,7 @@ def stats(con: duckdb.DuckDBPyConnection, run_id: str, limit_factor: float) -> d
         [run_id],
     ).fetchall()[0]
     n, spikes, prefill, preempt, unexpl, stalls, *sizes, step_ms = row
-    limit = [v * limit_factor if v is not None and math.isfinite(limit_factor) else None for v in (step_ms or [None, None])]
+    limit = [v * factor if v is not None and math.isfinite(factor) else None for v in (step_ms or [None, None])]
     return {
         "detection_limit_ms": {"median_step": limit[0], "p90_step": limit[1]},
         "spikes": {"count": spikes, "prefill": prefill, "preemption": preempt, "unexplained": unexpl},
