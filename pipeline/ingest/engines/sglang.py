@@ -122,13 +122,9 @@ def convert_log(path: Path, progress: Callable[[int], None] | None = None, run_n
         # only rejects keep their text (and the parsed key/value pairs go once read)
         bads.append(df.filter(pl.col("reason").is_not_null()).select("line_no", "reason", "raw"))
         goods.append(df.filter(pl.col("reason").is_null()).drop("raw", "kv", "reason"))
-    if not n_rec:  # no batch line at all: no run either
-        yield c.batch(None, total, skipped=total)
-        return
-    good = pl.concat(goods).sort("line_no").with_row_index("iter")
-    if not good.height:  # every batch line was broken: its rejects, and a run without steps
-        yield c.batch(None, total, run={"engine": "sglang", "meta": {"source_format": "sglang-log"}},
-                      rejects=pl.concat(bads), skipped=total - n_rec)
+    good = pl.concat(goods).sort("line_no").with_row_index("iter") if goods else None
+    if good is None or not good.height:  # no step to describe: just the rejects, if any
+        yield c.batch(None, total, rejects=pl.concat(bads) if bads else None, skipped=total - n_rec)
         return
     # Only the decode lines carry a (mean) duration; prefill steps keep their end time only.
     good = good.with_columns(iter=pl.col("iter").cast(pl.Int64), t_end=pl.col("stamp_s"),

@@ -187,9 +187,6 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
     run = {"engine": "vllm", "engine_version": info.get("engine_version"), "model": info.get("model"),
            "dtype": info.get("dtype"), "clock": "unix", "meta": meta}
     rejects = bad
-    if not good.height and not bad.height:  # no step line at all: no run either
-        yield c.batch(None, total, skipped=total)
-        return
     if len(engines) <= 1:
         yield from _batches(good, run, total, rejects, total - n_rec)
         return
