@@ -55,6 +55,12 @@ create table if not exists tokens (
 create table if not exists rejects (
     ingest_id bigint, path varchar, line_no bigint, reason varchar, raw varchar
 );
+-- per (run, request source): the clock transform applied to its times (pipeline/ingest/align.py)
+create table if not exists clock_alignments (
+    run_id varchar, ingest_id bigint, path varchar, clock varchar, reference_clock varchar,
+    offset_s double, drift double, pivot_s double, applied boolean, inferred varchar[], info json
+);
+create table if not exists clock_overrides (path varchar, offset_s double);
 create table if not exists _state (key varchar, value bigint);
 -- runs whose base rows changed since the derived tables were built (NULL: all of them)
 create table if not exists _dirty_runs (run_id varchar);

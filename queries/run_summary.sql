@@ -2,7 +2,10 @@
 -- grain:  one row per run_id
 -- inputs: runs, requests, iterations
 -- purpose: run-level counts, duration and throughput.
---   duration_s            = max(t_finish, t_end) - min(t_arrival, t_start) over the run
+--   duration_s            = max(t_finish) - min(t_arrival) over the run's requests (the client's
+--                           wall time: first request sent to last finished, as vllm bench
+--                           reports it); a run without request records uses its steps,
+--                           max(t_end) - min(t_start). Never a span over two sources' clocks.
 --   output_tokens_per_s   = sum(output_tokens of ok requests) / duration_s; a run without
 --                           request records uses sum(decode_tokens) of its iterations instead
 --                           (throughput_source says which)
@@ -45,8 +48,8 @@ joined as (
         req.prompt_tokens,
         it.decode_tokens,
         it.busy_s,
-        coalesce(least(req.t_first, it.t_first), req.t_first, it.t_first) as t_first,
-        coalesce(greatest(req.t_last, it.t_last), req.t_last, it.t_last) as t_last
+        coalesce(req.t_first, it.t_first) as t_first,
+        coalesce(req.t_last, it.t_last) as t_last
     from runs
     left join req on req.run_id = runs.run_id
     left join it on it.run_id = runs.run_id

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 from .. import store
 from ..errors import InputError
-from . import canonical, reader
+from . import align, canonical, reader
 from .load import Batch, IngestResult, default_run_id, ingest_file
 
 
@@ -103,8 +103,14 @@ PostIngest = Callable[["duckdb.DuckDBPyConnection", list[str]], None]
 POST_INGEST: list[PostIngest] = []
 
 
-def ingest_paths(con, paths, fmt=None, run_id=None, replace=False, progress_for=None) -> list[IngestResult]:
+def ingest_paths(con, paths, fmt=None, run_id=None, replace=False, progress_for=None, clock_offsets=(),
+                 tz=None) -> list[IngestResult]:
     """Ingest files (directories expanded), each in its own transaction.
+
+    ``clock_offsets``: ``SOURCE=SECONDS`` items (``--clock-offset``) that put a file's
+    times on its run's reference clock instead of estimating the offset
+    (:mod:`pipeline.ingest.align`).  ``tz``: the zone of local wall-clock stamps in
+    server logs (default: this machine's zone; the run states which was used).
 
     ``progress_for(path)`` may return a context manager yielding a callable that
     receives byte counts (the CLI uses a click progress bar).  When a file fails,
@@ -113,6 +119,11 @@ def ingest_paths(con, paths, fmt=None, run_id=None, replace=False, progress_for=
     """
     results: list[IngestResult] = []
     files = expand(Path(p) for p in paths)
+    if clock_offsets:
+        overrides = align.parse_offsets(tuple(clock_offsets), [str(f) for f, _ in files])
+        con.execute("begin transaction")
+        align.set_overrides(con, overrides)
+        con.execute("commit")
     run_names = _distinct_run_names([f for f, _ in files]) if run_id is None else {}
     try:
         for path, in_dir in files:
@@ -126,10 +137,10 @@ def ingest_paths(con, paths, fmt=None, run_id=None, replace=False, progress_for=
                 continue
             name = run_id or run_names.get(path)
             if progress_for is None:
-                results.append(ingest_file(con, path, ing.name, ing.convert, name, replace))
+                results.append(ingest_file(con, path, ing.name, ing.convert, name, replace, tz=tz))
                 continue
             with progress_for(path) as progress:
-                results.append(ingest_file(con, path, ing.name, ing.convert, name, replace, progress))
+                results.append(ingest_file(con, path, ing.name, ing.convert, name, replace, progress, tz=tz))
     except InputError as exc:
         done = [r for r in results if r.status not in ("unchanged", "skipped")]
         _post_ingest(con, done)
@@ -146,7 +157,8 @@ def _post_ingest(con, results: list[IngestResult]) -> None:
                       for r in (*res.run_ids, *res.removed_runs)})
     if not touched:
         return
-    for step in POST_INGEST:
+    # clocks first: every later step (context estimation) needs one clock per run
+    for step in (align.align_clocks, *POST_INGEST):
         con.execute("begin transaction")
         try:
             step(con, touched)

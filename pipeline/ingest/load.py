@@ -8,6 +8,7 @@ is one transaction: :func:`ingest_file` rolls back everything on any failure.
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -354,8 +355,12 @@ def ingest_file(
     run_id: str | None = None,
     replace: bool = False,
     progress: Callable[[int], None] | None = None,
+    tz: str | None = None,
 ) -> IngestResult:
-    """Ingest one file as one transaction; see SPEC §4 for the rules."""
+    """Ingest one file as one transaction; see docs/canonical-format.md for the rules.
+
+    ``tz`` reaches converters that read local wall-clock stamps (they take a ``tz`` argument).
+    """
     reader.check_file(path)
     digest = reader.sha256(path)
     shown = str(path)
@@ -379,7 +384,8 @@ def ingest_file(
             result.removed_runs = removed
         ingest_id = _count(con, "select nextval('ingest_seq')")
         st = _State(ingest_id, shown, default_run, result=result)
-        for batch in convert(path, progress, run_name=default_run):
+        kwargs = {"tz": tz} if "tz" in inspect.signature(convert).parameters else {}
+        for batch in convert(path, progress, run_name=default_run, **kwargs):
             load_batch(con, batch, st)
         if not result.accepted:  # nothing of the file loaded: its converter's run record goes too
             named = [r[0] for r in con.execute("select distinct run_id from run_records where ingest_id = ?",
@@ -426,17 +432,25 @@ def _delete_ingests(con: duckdb.DuckDBPyConnection, digest: str, path: str, defa
     return n, runs
 
 
-def derive_run_meta(con: duckdb.DuckDBPyConnection, run_id: str, patch: dict) -> None:
+# Post-ingest steps that derive run metadata, each with its own record (line_no) per run.
+DERIVED_CONTEXT, DERIVED_CLOCKS = 0, 1
+
+
+def derive_run_meta(con: duckdb.DuckDBPyConnection, run_id: str, patch: dict | None,
+                    step: int = DERIVED_CONTEXT, clock: str | None = None) -> None:
     """Metadata a post-ingest step derived for a run (e.g. how context_tokens was estimated).
 
-    Kept as the run's one record without an ingest, applied after every file's records,
-    so that it survives a --replace of any file; the step rewrites it when it runs again.
+    Kept as a record without an ingest (one per step), applied after every file's
+    records, so that it survives a --replace of any file; the step rewrites it when it
+    runs again, and ``patch=None`` removes it.  ``clock``: the run's clock after the step
+    (clock alignment puts every source on the reference's).
     """
     import json
 
-    con.execute("delete from run_records where run_id = ? and ingest_id is null", [run_id])
-    con.execute("insert into run_records (ingest_id, line_no, run_id, meta) values (NULL, 0, ?, ?::json)",
-                [run_id, json.dumps(patch)])
+    con.execute("delete from run_records where run_id = ? and ingest_id is null and line_no = ?", [run_id, step])
+    if patch is not None or clock is not None:
+        con.execute("insert into run_records (ingest_id, line_no, run_id, clock, meta) values (NULL, ?, ?, ?, ?::json)",
+                    [step, run_id, clock, None if patch is None else json.dumps(patch)])
     remerge_runs(con, [run_id])
 
 
@@ -456,7 +470,7 @@ def remerge_runs(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
                 "(select run_id from run_records where ingest_id is not null union all select run_id from iterations "
                 "union all select run_id from requests)", {"r": run_ids})
     # records of post-ingest steps (ingest_id NULL, see derive_run_meta) come after every file's
-    source = ("select *, coalesce(ingest_id * 4294967296 + line_no, 9223372036854775807) as k "
+    source = ("select *, coalesce(ingest_id * 4294967296 + line_no, 9223372036854000000 + line_no) as k "
               "from run_records where run_id = any($r)")
     cols = ", ".join(RUN_FIELDS)
     con.execute(f"insert into runs select run_id, {cols}, meta, ingest_id from ({merge_runs_sql(source)})",

@@ -1,0 +1,318 @@
+"""Post-ingest step: put every source of a run on the clock of its steps, and infer scheduling.
+
+A run assembled from several files (a server log plus a client's request records)
+has one *reference* source, the file(s) holding its steps, and *request sources*,
+files holding requests but no steps.  Each request source gets an alignment
+(:mod:`pipeline.ingest.clocks`): estimated from the data, or given with
+``--clock-offset SOURCE=SECONDS``.  Its requests' and tokens' times are rewritten in
+place onto the reference clock, and the transform is kept in ``clock_alignments`` so
+that the next ingest touching the run can undo it and estimate again from scratch
+(a source added or replaced changes the answer).
+
+Rules:
+
+* Request sources on ``monotonic`` clocks (or on another clock than the steps) are
+  always aligned; two ``unix`` sources only when the estimated offset is larger than
+  three times its uncertainty (a client with a synchronised clock is left as it is).
+* A source that cannot be aligned is left on its clock and the run says why
+  (``meta.clock_alignment.status = 'failed'``); every quantity that would span two
+  clocks is then refused (:func:`cross_clock_problem`).
+* Once aligned, what the request records lack is inferred from the steps (see
+  :func:`_infer`), only where the whole source lacks it, and listed in
+  ``meta.inferred``: ``t_scheduled`` (the step where its prefill began, by prefill
+  token accounting anchored at the step that produced its first token) and
+  ``preemptions`` (token gaps in which the request sat out steps).
+"""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+
+from ..errors import InputError
+from ..store import scalar
+from . import clocks
+
+SOURCES = """
+with it as (select ingest_id, count(*) as n from iterations where run_id = $run group by ingest_id),
+     rq as (select ingest_id, count(*) as n from requests where run_id = $run group by ingest_id),
+     clk as (select ingest_id, arg_max(clock, line_no) filter (clock is not null) as clock
+             from run_records where run_id = $run and ingest_id is not null group by ingest_id)
+select i.ingest_id, i.path, coalesce(it.n, 0) as n_iter, coalesce(rq.n, 0) as n_req, clk.clock,
+       (select offset_s from clock_overrides o where o.path = i.path) as override_s
+from ingests i left join it using (ingest_id) left join rq using (ingest_id) left join clk using (ingest_id)
+where it.n > 0 or rq.n > 0
+order by i.ingest_id
+"""
+
+TIME_COLS = ("t_arrival", "t_scheduled", "t_first_token", "t_finish")
+
+
+def set_overrides(con: duckdb.DuckDBPyConnection, overrides: dict[str, float]) -> None:
+    """Remember ``--clock-offset PATH=SECONDS`` for the ingested file at PATH (kept for later re-alignments)."""
+    for path, off in overrides.items():
+        con.execute("delete from clock_overrides where path = ?", [path])
+        con.execute("insert into clock_overrides values (?, ?)", [path, off])
+
+
+def parse_offsets(items: tuple[str, ...], paths: list[str]) -> dict[str, float]:
+    """``SOURCE=SECONDS`` options to ``{path: seconds}``; SOURCE is a path or a file name among ``paths``."""
+    out: dict[str, float] = {}
+    for item in items:
+        src, sep, val = item.rpartition("=")
+        if not sep or not src:
+            raise InputError(f"--clock-offset {item!r}: expected SOURCE=SECONDS, e.g. bench.json=1796014047.94")
+        try:
+            off = float(val)
+        except ValueError:
+            raise InputError(f"--clock-offset {item!r}: {val!r} is not a number of seconds") from None
+        if not np.isfinite(off):
+            raise InputError(f"--clock-offset {item!r}: the offset must be finite")
+        hits = [p for p in paths if p == src or p.endswith("/" + src) or p.split("/")[-1] == src]
+        if len(hits) != 1:
+            raise InputError(f"--clock-offset {item!r}: {src!r} matches {len(hits)} of the files ingested "
+                             f"({', '.join(paths[:5])}); name one file")
+        out[hits[0]] = off
+    return out
+
+
+def _transform(con, run_id: str, ingest_id: int, offset: float, drift: float, pivot: float, inverse: bool) -> None:
+    """Rewrite one source's request and token times (or undo that)."""
+    if inverse:  # t = (t' - offset + drift * pivot) / (1 + drift)
+        expr = "({c} - $o + $d * $p) / (1 + $d)"
+    else:
+        expr = "{c} + $o + $d * ({c} - $p)"
+    params = {"run": run_id, "ing": ingest_id, "o": offset, "d": drift, "p": pivot}
+    sets = ", ".join(f"{c} = {expr.format(c=c)}" for c in TIME_COLS)
+    con.execute(f"update requests set {sets} where run_id = $run and ingest_id = $ing", params)
+    con.execute(f"update tokens set t = {expr.format(c='t')} where run_id = $run and ingest_id = $ing", params)
+
+
+def _undo(con, run_id: str) -> None:
+    rows = con.execute(
+        "select a.ingest_id, a.offset_s, a.drift, a.pivot_s, a.applied, a.inferred from clock_alignments a "
+        "where a.run_id = $run and a.ingest_id in (select ingest_id from ingests)", {"run": run_id}).fetchall()
+    for ing, off, drift, pivot, applied, inferred in rows:
+        for col in inferred or []:  # inferred values go before the times move back
+            con.execute(f"update requests set {_col(col)} = null where run_id = ? and ingest_id = ?", [run_id, ing])
+        if applied:
+            _transform(con, run_id, ing, off, drift, pivot, inverse=True)
+    con.execute("delete from clock_alignments where run_id = ?", [run_id])
+
+
+def _col(name: str) -> str:
+    if name not in ("t_scheduled", "preemptions"):
+        raise ValueError(name)
+    return name
+
+
+def _steps(con, run_id: str, ref_ids: list[int]) -> clocks.Steps:
+    a = con.execute(
+        "select t_start, t_end, decode_reqs::double as d, prefill_tokens::double as p, "
+        "decode_tokens::double as dt from iterations "
+        "where run_id = $run and ingest_id = any($ids) and t_start is not null and t_end is not null "
+        "order by t_end, iter", {"run": run_id, "ids": ref_ids}).fetchnumpy()
+    sampled = bool(scalar(con, "select bool_or(coalesce(try_cast(json_extract(meta, '$.steps_sampled') as boolean), "
+                               "false)) from run_records where run_id = ? and ingest_id = any(?)", [run_id, ref_ids]))
+    return clocks.Steps(a["t_start"], a["t_end"], _f(a["d"]), _f(a["p"]), sampled, _f(a["dt"]))
+
+
+def _f(x) -> np.ndarray:
+    return np.ma.filled(np.ma.asarray(x, dtype=float), np.nan)
+
+
+def _requests(con, run_id: str, ing: int) -> clocks.Requests:
+    a = con.execute(
+        "select t_arrival, t_first_token, t_finish from requests where run_id = $run and ingest_id = $ing "
+        "and status = 'ok' and t_first_token is not null and t_finish is not null", {"run": run_id, "ing": ing}
+    ).fetchnumpy()
+    tk = con.execute("select t, idx from tokens where run_id = $run and ingest_id = $ing",
+                     {"run": run_id, "ing": ing}).fetchnumpy()
+    t = _f(tk["t"]) if len(tk["t"]) else None
+    return clocks.Requests(_f(a["t_arrival"]), _f(a["t_first_token"]), _f(a["t_finish"]), t,
+                           None if t is None else t[np.asarray(tk["idx"]) > 0])
+
+
+def align_clocks(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
+    """POST_INGEST step (first of all): align the request sources of the touched runs."""
+    from .load import DERIVED_CLOCKS, derive_run_meta
+
+    for run_id in run_ids:
+        had = scalar(con, "select count(*) from clock_alignments where run_id = ?", [run_id])
+        _undo(con, run_id)
+        sources = con.execute(SOURCES, {"run": run_id}).fetchall()
+        refs = [s for s in sources if s[2] > 0]
+        others = [s for s in sources if s[2] == 0 and s[3] > 0]
+        if not refs or not others:
+            if had:
+                derive_run_meta(con, run_id, None, step=DERIVED_CLOCKS)
+            continue
+        ref_clock = next((s[4] for s in refs if s[4]), None) or "unix"
+        steps = _steps(con, run_id, [s[0] for s in refs])
+        report, inferred_all = [], set()
+        for ing, path, _, n_req, clock, override in others:
+            clock = clock or "unix"
+            entry = _align_source(con, run_id, ing, path, clock, ref_clock, steps, override)
+            if entry["status"] != "failed" and len(steps.t_end):
+                inf = _infer(con, run_id, ing, steps, entry)
+                entry["inferred"] = inf
+                inferred_all.update(inf.get("fields", []))
+            con.execute("insert into clock_alignments values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::json)",
+                        [run_id, ing, path, clock, ref_clock, entry.get("offset_s", 0.0), entry.get("drift", 0.0),
+                         entry.get("pivot_s", 0.0), entry["applied"], sorted(entry.get("inferred", {}).get("fields", [])),
+                         _json(entry)])
+            report.append(entry)
+        failed = [e for e in report if e["status"] == "failed"]
+        status = "failed" if failed else "aligned" if any(e["applied"] for e in report) else "same clock"
+        meta = {"clock_alignment": {"status": status, "reference_clock": ref_clock,
+                                    "reference": [s[1] for s in refs], "sources": report},
+                "inferred": sorted(inferred_all) or None}
+        if failed:
+            meta["clock_alignment"]["problem"] = failed[0]["reason"]
+        derive_run_meta(con, run_id, meta, step=DERIVED_CLOCKS, clock=ref_clock)
+
+
+def _json(obj) -> str:
+    import json
+
+    return json.dumps(obj, default=float)
+
+
+def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override) -> dict:
+    entry: dict = {"path": path, "clock": clock}
+    if override is not None:
+        _transform(con, run_id, ing, override, 0.0, 0.0, inverse=False)
+        entry.update(status="override", applied=True, offset_s=override, drift=0.0, pivot_s=0.0,
+                      method="--clock-offset")
+        return entry
+    req = _requests(con, run_id, ing)
+    al = clocks.estimate(steps, req)
+    entry.update({k: v for k, v in al.to_dict().items() if k not in ("ok",)})
+    if not al.ok:
+        entry.update(status="failed", applied=False)
+        return entry
+    # Two unix clocks are taken to agree unless they differ by more than a step (and the
+    # estimate's uncertainty): the estimate also holds the latency from a step's end to
+    # the record's stamp, which is no clock error.
+    dur = steps.t_end - steps.t_start
+    step_s = float(np.median(dur)) if len(dur) else 0.0
+    if clock == ref_clock == "unix" and al.drift == 0.0 and \
+            abs(al.offset_s) <= max(3e-3 * (al.uncertainty_ms or 0.0), step_s):
+        entry.update(status="same clock", applied=False,
+                     note="both clocks are unix and agree within a step time: no offset applied")
+        entry["estimated_offset_s"], entry["offset_s"] = entry["offset_s"], 0.0
+        return entry
+    _transform(con, run_id, ing, al.offset_s, al.drift, al.pivot_s, inverse=False)
+    entry.update(status="aligned", applied=True)
+    return entry
+
+
+def _infer(con, run_id: str, ing: int, steps: clocks.Steps, entry: dict) -> dict:
+    """Fill what a request source lacks from the (now aligned) steps; returns what was inferred."""
+    out: dict = {"fields": []}
+    have = con.execute("select count(t_scheduled), count(preemptions), count(*) from requests "
+                       "where run_id = ? and ingest_id = ?", [run_id, ing]).fetchone()
+    if have[0] == 0 and not steps.sampled and np.isfinite(steps.prefill_tokens).mean() > 0.9:
+        unc = _infer_scheduled(con, run_id, ing, steps)
+        if unc is not None:
+            out["fields"].append("t_scheduled")
+            out["t_scheduled"] = {
+                "method": "prefill token accounting: the step where the prompt's first chunk was computed, "
+                          "anchored at the step that produced the request's first token",
+                "median_uncertainty_ms": round(float(np.median(unc)) * 1e3, 3),
+                "p90_uncertainty_ms": round(float(np.quantile(unc, 0.9)) * 1e3, 3)}
+    if have[1] == 0 and not steps.sampled:
+        n = _infer_preemptions(con, run_id, ing)
+        if n is not None:
+            out["fields"].append("preemptions")
+            out["preemptions"] = {"method": "token gaps in which the request sat out at least one step",
+                                  "requests_preempted": n}
+    return out
+
+
+def _infer_scheduled(con, run_id: str, ing: int, steps: clocks.Steps) -> np.ndarray | None:
+    """``t_scheduled`` per request (vectorised; see module doc); returns each one's uncertainty (s)."""
+    r = con.execute(
+        "select req_id, t_arrival, t_first_token, prompt_tokens::double as p, "
+        "coalesce(cached_tokens, 0)::double as c from requests "
+        "where run_id = $run and ingest_id = $ing and t_first_token is not null and prompt_tokens is not null",
+        {"run": run_id, "ing": ing}).fetchnumpy()
+    if len(r["req_id"]) == 0:
+        return None
+    pf = np.nan_to_num(steps.prefill_tokens, nan=0.0)
+    cum = np.cumsum(pf)
+    n = len(cum)
+    a, f = _f(r["t_arrival"]), _f(r["t_first_token"])
+    p = np.maximum(_f(r["p"]) - _f(r["c"]), 1.0)
+    ends = steps.t_end
+    # the step that produced the first token: nearest end, then back to the last step with prefill in it
+    k1 = np.clip(np.searchsorted(ends, f), 1, n - 1)
+    k1 = np.where(np.abs(f - ends[k1 - 1]) <= np.abs(ends[k1] - f), k1 - 1, k1)
+    last_pf = np.maximum.accumulate(np.where(pf > 0, np.arange(n), -1))
+    k1 = np.where(last_pf[k1] >= 0, last_pf[k1], k1)
+    # Requests whose prefill ends in the same step k finish it in arrival order (FCFS), the
+    # last one with the step's last prefill token: request i ends at P[k] minus the prompts
+    # after it in that group, and began p_i tokens before its end.  The step where the
+    # running prefill sum first passes that start is where it was scheduled.
+    order = np.lexsort((a, k1))
+    k_s, p_s = k1[order], p[order]
+    first = np.r_[True, k_s[1:] != k_s[:-1]]
+    grp = np.cumsum(first) - 1
+    incl = np.cumsum(p_s) - np.repeat(np.cumsum(p_s)[first] - p_s[first], np.bincount(grp))
+    after = np.bincount(grp, weights=p_s)[grp] - incl
+    end = np.empty_like(p)
+    end[order] = cum[k_s] - after
+    start = end - p
+    k_arr = np.minimum(np.searchsorted(steps.t_start, a, side="left"), k1)  # not before it arrived
+    k_hi = np.clip(np.searchsorted(cum, start, side="right"), k_arr, k1)
+    # the earliest start the step's tokens allow (its prompt ending at the step's first prefill token)
+    before = np.where(k1 > 0, cum[np.maximum(k1 - 1, 0)], 0.0)
+    k_lo = np.clip(np.searchsorted(cum, np.minimum(before + 1 - p, start), side="right"), k_arr, k_hi)
+    lo, hi = steps.t_start[k_lo], steps.t_start[k_hi]
+    t_sched = np.clip(hi, a, f)
+    con.execute("create or replace temp table _inferred as select * from (select unnest($ids) as req_id, "
+                "unnest($t) as t_scheduled)", {"ids": list(r["req_id"]), "t": t_sched.tolist()})
+    con.execute("update requests q set t_scheduled = i.t_scheduled from _inferred i "
+                "where q.run_id = $run and q.ingest_id = $ing and q.req_id = i.req_id", {"run": run_id, "ing": ing})
+    con.execute("drop table _inferred")
+    return hi - lo
+
+
+PREEMPTION_GAPS = """
+with s as (
+  select t_end, row_number() over (order by t_end, iter) as k from iterations where run_id = $run
+), tk as (
+  select req_id, idx, t from tokens where run_id = $run and ingest_id = $ing
+), j as (
+  select tk.req_id, tk.idx, s.k from tk asof left join s on tk.t + $tol >= s.t_end
+), g as (
+  select req_id, k - lag(k) over (partition by req_id order by idx) as dk from j
+)
+select req_id, count(*) filter (where dk > 1) as gaps, count(*) filter (where dk = 1) as ones,
+       count(dk) as n
+from g group by req_id
+"""
+
+
+def _infer_preemptions(con, run_id: str, ing: int) -> int | None:
+    """Preemptions per request from token gaps spanning more than one step, when tokens come one per step."""
+    tol = scalar(con, "select coalesce(median(dur_ms), 1) / 4000 from iterations where run_id = ?", [run_id])
+    con.execute(f"create or replace temp table _gaps as {PREEMPTION_GAPS}", {"run": run_id, "ing": ing, "tol": tol})
+    ones, total = con.execute("select sum(ones), sum(n) from _gaps").fetchone()
+    if not total or ones < 0.8 * total:  # tokens arrive in chunks: one gap per step cannot be assumed
+        con.execute("drop table _gaps")
+        return None
+    con.execute("update requests q set preemptions = g.gaps from _gaps g "
+                "where q.run_id = $run and q.ingest_id = $ing and q.req_id = g.req_id", {"run": run_id, "ing": ing})
+    n = scalar(con, "select count(*) from _gaps where gaps > 0")
+    con.execute("drop table _gaps")
+    return int(n)
+
+
+def cross_clock_problem(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
+    """Why quantities joining steps and requests cannot be computed for this run, or None."""
+    meta = scalar(con, "select json_extract_string(meta, '$.clock_alignment.problem') from runs where run_id = ?",
+                  [run_id])
+    if not meta:
+        return None
+    return (f"run {run_id}: its steps and requests are on different clocks that could not be aligned ({meta})")

@@ -1,0 +1,111 @@
+"""One run from two files on two clocks: simulated runs split into server steps and client requests.
+
+The single-file run is the truth: the same simulation ingested as one canonical file
+(one clock, scheduling times and preemption counts known).  The split run must find
+the clock offset, and give the same latencies, duration, queueing and tail causes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline import store
+from pipeline.ingest import ingest_paths
+
+SCENARIOS = ("light", "incident", "kv")
+
+
+def _simulate(kind: str, seed: int):
+    from pipeline.sim.engine import Policy, simulate
+    from pipeline.sim.model import IterationModel, NoiseModel
+    from pipeline.sim.workload import add_burst, poisson_workload
+
+    model = IterationModel(6.8, 0.00025, 0.032, 0.0)
+    noise = NoiseModel(0.03, 0.005, 50.0)
+    if kind == "light":
+        w, pol = poisson_workload(300, 4, 300, 0.6, 120, 0.6, seed=seed), Policy(64, 2048)
+    elif kind == "incident":
+        w = add_burst(poisson_workload(500, 8, 400, 0.6, 120, 0.6, seed=seed), 30.0, 12, 16000, 16, spread_s=1.0)
+        pol = Policy(128, 2048)
+    else:
+        w, pol = poisson_workload(400, 20, 400, 0.6, 300, 0.6, seed=seed), Policy(128, 2048, 30000)
+    return simulate(w, pol, model, noise, seed=seed), pol, model, noise
+
+
+def _pair(tmp, kind: str, seed: int, client_origin: float):
+    from pipeline.sim.split import write_split
+    from pipeline.sim.writer import write_trace
+
+    result, pol, model, noise = _simulate(kind, seed)
+    single = write_trace(result, tmp / "single.jsonl", "single", pol, model, noise)
+    truth = write_split(result, tmp / "server.jsonl", tmp / "client.jsonl", "split", pol, model, noise,
+                        client_origin_s=client_origin)
+    con = store.connect(tmp / "t.duckdb")
+    ingest_paths(con, [single])
+    ingest_paths(con, [tmp / "server.jsonl", tmp / "client.jsonl"], run_id="split")
+    store.build_derived(con)
+    return con, truth, result
+
+
+def _pct(con, run, metric):
+    vals = con.execute(f"select {metric} from request_latency where run_id = ? and status = 'ok' "
+                       f"and {metric} is not null", [run]).fetchnumpy()[metric]
+    return np.percentile(vals, [50, 90, 99]), len(vals)
+
+
+def _explain(con, run, metric):
+    from pipeline.fit import get_or_fit
+    from pipeline.fit.attribution import explain
+
+    get_or_fit(con, run)
+    out = explain(con, run, metric)
+    return out["largest"], {p["part"]: p["share"] for p in out["parts"]}
+
+
+def check_split(tmp, kind: str, seed: int, client_origin: float = 5000.0) -> dict:
+    con, truth, result = _pair(tmp, kind, seed, client_origin)
+    info = con.execute("select json_extract(meta, '$.clock_alignment.sources[0]') from runs where run_id = 'split'"
+                       ).fetchone()[0]
+    import json
+
+    info = json.loads(info)
+    dur = result.iterations["t_end"] - result.iterations["t_start"]
+    med_step = float(np.median(dur))
+    out = {"offset_error_ms": (info["offset_s"] - truth) * 1e3, "median_step_ms": med_step * 1e3}
+    assert info["status"] == "aligned"
+    assert abs(info["offset_s"] - truth) <= med_step, out
+    for metric in ("ttft_ms", "tpot_ms", "e2e_ms"):
+        a, na = _pct(con, "single", metric)
+        b, nb = _pct(con, "split", metric)
+        assert na == nb
+        # identical up to the resolution of a double holding unix seconds (0.24 us)
+        np.testing.assert_allclose(b, a, rtol=0, atol=1e-3, err_msg=metric)
+    d = dict(con.execute("select run_id, duration_s from run_summary").fetchall())
+    assert d["split"] == pytest.approx(d["single"], rel=0.01)
+    qa, _ = _pct(con, "single", "queue_ms")
+    qb, _ = _pct(con, "split", "queue_ms")
+    out["queue_single"], out["queue_split"] = qa.tolist(), qb.tolist()
+    for i in (0, 2):  # p50 and p99 within 10% (or a tenth of a step when the queue is near zero)
+        assert abs(qb[i] - qa[i]) <= max(0.10 * qa[i], 0.1 * med_step * 1e3), out
+    for metric in ("ttft", "tpot"):
+        top_a, sh_a = _explain(con, "single", metric)
+        top_b, sh_b = _explain(con, "split", metric)
+        out[f"{metric}_top"] = (top_a, top_b)
+        assert top_a == top_b, (metric, sh_a, sh_b)
+        for part in set(sh_a) | set(sh_b):
+            assert abs(sh_a.get(part, 0.0) - sh_b.get(part, 0.0)) <= 0.05, (metric, part, sh_a, sh_b)
+    con.close()
+    return out
+
+
+@pytest.mark.parametrize("kind", SCENARIOS)
+def test_split_run_equals_single_file_run(tmp_path, kind):
+    check_split(tmp_path, kind, seed=1, client_origin=86_400.0 * 3 + 123.456)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("kind", SCENARIOS)
+def test_split_run_ten_seeds(tmp_path, kind, seed):
+    check_split(tmp_path, kind, seed=seed + 2, client_origin=600.0 + 7919.0 * seed)
