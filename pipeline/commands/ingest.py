@@ -20,14 +20,27 @@ BIG_FILE = 8 << 20
               "with the folder in front when two files of one ingest share a name).")
 @click.option("--format", "fmt", help="Skip detection and use this format (see the list above).")
 @click.option("--replace", is_flag=True, help="Re-load files whose content (or path) was ingested before.")
+@click.option("--clock-offset", "clock_offsets", multiple=True, metavar="SOURCE=SECONDS",
+              help="Put file SOURCE (a path or file name given here) on its run's step clock by adding SECONDS "
+                   "to its times, instead of estimating the offset. Repeatable.")
+@click.option("--tz", default=None, metavar="ZONE",
+              help="Time zone of local wall-clock stamps in server logs (e.g. Europe/Berlin; default: this "
+                   "machine's zone, stated in the run's metadata).")
 @json_option
-def ingest(paths: tuple[Path, ...], db: str, run_id: str | None, fmt: str | None, replace: bool, as_json: bool) -> None:
+def ingest(paths: tuple[Path, ...], db: str, run_id: str | None, fmt: str | None, replace: bool,
+           clock_offsets: tuple[str, ...], tz: str | None, as_json: bool) -> None:
     """Load trace files into the store, one transaction per file.
 
     PATHS are files or directories (every file below a directory is ingested,
     each with the format detected from its content).  A bad line never stops a
     file: it is recorded in the `rejects` table with its line number and reason.
     Identical content is not loaded twice; --replace re-loads it.
+
+    Several files of one run (e.g. a vLLM server log and the `vllm bench serve`
+    JSON, ingested with one --run-id) may be on different clocks: the request
+    records are aligned to the steps' clock from the data (offset, uncertainty
+    and match rate are printed), and scheduling times the client cannot see are
+    inferred from the steps. See docs/incidents.md.
     """
     from .. import ingest as ing
     from .. import store
@@ -43,13 +56,23 @@ def ingest(paths: tuple[Path, ...], db: str, run_id: str | None, fmt: str | None
         with click.progressbar(length=size, label=f"ingest {path.name}", file=click.get_text_stream("stderr")) as bar:
             yield bar.update
 
-    results = ing.ingest_paths(con, paths, fmt=fmt, run_id=run_id, replace=replace, progress_for=progress_for)
+    results = ing.ingest_paths(con, paths, fmt=fmt, run_id=run_id, replace=replace, progress_for=progress_for,
+                               clock_offsets=clock_offsets, tz=tz)
     store.build_derived(con)
+    from ..ingest.align import describe
+
+    touched = sorted({r for res in results for r in res.run_ids})
+    aligned = describe(con, touched)
     if as_json:
         click.echo(dumps([r.__dict__ for r in results]))
+        for problem, text in aligned:
+            if problem:
+                click.echo(f"warning: {text}", err=True)
         return
     for r in results:
         click.echo(r.line())
+    for problem, text in aligned:
+        click.echo(f"warning: {text}" if problem else text, err=problem)
     rejected = sum(r.rejected for r in results)
     if rejected:
         click.echo(f"{rejected} lines rejected; see them with: tracelat rejects [FILE] --db {db}", err=True)

@@ -134,6 +134,12 @@ def explain(
     """
     if metric not in METRICS:
         raise InputError(f"unknown metric {metric!r}; use one of {', '.join(METRICS)}")
+    from ..ingest.align import cross_clock_problem
+
+    problem = cross_clock_problem(con, run_id)
+    if problem:
+        raise InputError(f"{problem}; tail attribution needs steps and requests on one clock: pass "
+                         "--clock-offset SOURCE=SECONDS at ingest, or check that the files belong to one run")
     params = {"run_id": run_id, "metric": metric, "t_from": t_from, "t_to": t_to, "limit": limit}
     parts = sql.select(con, "tail_parts", params)
     out: dict[str, Any] = {"run_id": run_id, "metric": metric, "unit": "ms per output token" if metric == "tpot" else "ms",
@@ -161,8 +167,13 @@ def explain(
 
 
 def tail_section(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, dict[str, float]]:
-    """The SPEC §9 ``tail`` section: ``{metric: {part: share}}`` over the whole run."""
-    out = {}
+    """The ``tail`` section of the summary: ``{metric: {part: share}}`` over the whole run
+    (empty when the run's steps and requests could not be put on one clock)."""
+    from ..ingest.align import cross_clock_problem
+
+    out: dict = {}
+    if cross_clock_problem(con, run_id):
+        return out
     for metric in METRICS:
         df = sql.select(con, "tail_parts", {"run_id": run_id, "metric": metric,
                                             "t_from": -math.inf, "t_to": math.inf})

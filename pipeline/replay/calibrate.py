@@ -304,6 +304,12 @@ def calibrate(
     if noise not in NOISE_MODES:
         raise InputError(f"--noise must be one of {', '.join(NOISE_MODES)}, got {noise!r}")
     store.require_run(con, run_id)
+    from ..ingest.align import cross_clock_problem
+
+    problem = cross_clock_problem(con, run_id)
+    if problem:
+        raise InputError(f"{problem}; replay needs the requests' arrivals on the steps' clock: pass "
+                         "--clock-offset SOURCE=SECONDS at ingest, or check that the files belong to one run")
     meta = _meta(con, run_id)
     rec, sources = recorded_policy(meta)
     if meta.get("simulated") is True:  # traces simulated before these settings existed: what the simulator did

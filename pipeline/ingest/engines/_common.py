@@ -108,21 +108,55 @@ def _frac(col: pl.Expr) -> pl.Expr:
     )
 
 
-def _epoch_s(date: pl.Expr, clock: pl.Expr) -> pl.Expr:
-    return (date + pl.lit(" ") + clock).str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False, time_zone="UTC").dt.epoch("us").cast(pl.Float64) / 1e6
+def _epoch_s(date: pl.Expr, clock: pl.Expr, tz: str = "UTC") -> pl.Expr:
+    local = (date + pl.lit(" ") + clock).str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False)
+    # a wall time that a DST change skips or repeats: the earlier reading, never an error
+    aware = local.dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null")
+    return aware.dt.epoch("us").cast(pl.Float64) / 1e6
 
 
-def log_times(prefix: pl.Expr, assumed_year: int) -> tuple[pl.Expr, pl.Expr]:
+def local_zone() -> str:
+    """This machine's time zone as an IANA name (``$TZ``, else /etc/localtime), else UTC."""
+    import os
+    import zoneinfo
+
+    name = os.environ.get("TZ", "").lstrip(":")
+    if not name:
+        try:
+            target = os.path.realpath("/etc/localtime")
+            name = target.split("zoneinfo/", 1)[1] if "zoneinfo/" in target else ""
+        except OSError:
+            name = ""
+    try:
+        zoneinfo.ZoneInfo(name)
+        return name or "UTC"
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return "UTC"
+
+
+def check_zone(tz: str) -> str:
+    import zoneinfo
+
+    try:
+        zoneinfo.ZoneInfo(tz)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise InputError(f"--tz {tz!r} is not a known time zone; use an IANA name such as UTC or Europe/Berlin") from None
+    return tz
+
+
+def log_times(prefix: pl.Expr, assumed_year: int, tz: str = "UTC") -> tuple[pl.Expr, pl.Expr]:
     """Expressions ``(t_s, resolution_s)`` from the text before a record's message.
 
-    ``t_s`` is Unix seconds (vLLM's year-less stamps get ``assumed_year``);
-    ``resolution_s`` is 1.0 for whole-second stamps and 1e-3 or finer otherwise.
+    ``t_s`` is Unix seconds (vLLM's year-less stamps get ``assumed_year``; stamps
+    without a zone are wall time in ``tz``); ``resolution_s`` is 1.0 for
+    whole-second stamps and 1e-3 or finer otherwise.
     """
     epoch = prefix.str.extract(_EPOCH, 1)
     iso = prefix.str.extract_groups(_ISO)
     vl = prefix.str.extract_groups(_VLLM)
-    iso_t = _epoch_s(iso.struct.field("1"), iso.struct.field("2")) + _frac(iso.struct.field("3"))
-    vl_t = _epoch_s(pl.lit(f"{assumed_year}-") + vl.struct.field("1"), vl.struct.field("2")) + _frac(vl.struct.field("3"))
+    iso_t = _epoch_s(iso.struct.field("1"), iso.struct.field("2"), tz) + _frac(iso.struct.field("3"))
+    vl_t = _epoch_s(pl.lit(f"{assumed_year}-") + vl.struct.field("1"), vl.struct.field("2"), tz) \
+        + _frac(vl.struct.field("3"))
     t = pl.coalesce(epoch.cast(pl.Float64, strict=False), iso_t, vl_t)
 
     def res(digits: pl.Expr) -> pl.Expr:

@@ -68,11 +68,11 @@ def _num(kv: str, *keys: str, cast=pl.Float64) -> pl.Expr:
     return pl.coalesce(*[_get(kv, k).str.strip_chars_end("%").cast(cast, strict=False) for k in keys])
 
 
-def _parse(lines: pl.DataFrame, year: int) -> pl.DataFrame:
+def _parse(lines: pl.DataFrame, year: int, tz: str = "UTC") -> pl.DataFrame:
     raw = pl.col("raw")
     m = raw.str.extract_groups(LINE)
     prefix = raw.str.split_exact(" batch", 1).struct.field("field_0")
-    t, res = c.log_times(prefix, year)
+    t, res = c.log_times(prefix, year, tz)
     df = lines.filter(raw.str.contains(LINE)).with_columns(
         phase=m.struct.field("1"), sglang_iter=m.struct.field("2").cast(pl.Int64),
         kv=_kv(m.struct.field("3")), stamp_s=t, stamp_resolution_s=res,
@@ -111,13 +111,15 @@ def _reasons(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(reason=reason)
 
 
-def convert_log(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
+def convert_log(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None,
+                tz: str | None = None) -> Iterator[Batch]:
     year = c.file_year(path)
+    zone = c.check_zone(tz) if tz else c.local_zone()
     goods, bads, total, n_rec = [], [], 0, 0
     for table in reader.line_batches(path, progress):
         lines = pl.from_arrow(table)
         total += lines.height
-        df = _reasons(_parse(lines, year))
+        df = _reasons(_parse(lines, year, zone))
         n_rec += df.height
         # only rejects keep their text (and the parsed key/value pairs go once read)
         bads.append(df.filter(pl.col("reason").is_not_null()).select("line_no", "reason", "raw"))

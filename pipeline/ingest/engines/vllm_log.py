@@ -50,12 +50,12 @@ def sniff(path: Path, head: str) -> bool:
     return bool(SNIFF.search(head))
 
 
-def _records(lines: pl.DataFrame, year: int) -> pl.DataFrame:
+def _records(lines: pl.DataFrame, year: int, tz: str = "UTC") -> pl.DataFrame:
     """Candidate record lines with every field extracted (NULL where absent)."""
     raw = pl.col("raw")
     body = raw.str.split_exact("Iteration(", 1)
     prefix = body.struct.field("field_0")
-    t, res = c.log_times(prefix, year)
+    t, res = c.log_times(prefix, year, tz)
     return lines.filter(raw.str.contains(MARK)).with_columns(
         iter=c.int_field(raw, MARK),
         prefill_reqs=c.int_field(raw, r"(\d+) context requests"),
@@ -142,25 +142,27 @@ def _kv_blocks(meta: dict, override: str | None) -> None:
 OUT_BATCH_ROWS = 200_000
 
 
-def convert(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
+def convert(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None,
+            tz: str | None = None) -> Iterator[Batch]:
     """Whole-file conversion: the timeline rebuild needs every step in order.
 
     Memory is bounded by the record lines (a few hundred bytes each), not the log.
     """
     year = c.file_year(path)
+    zone = c.check_zone(tz) if tz else c.local_zone()
     goods, bads, head_lines, total, n_rec = [], [], [], 0, 0
     for table in reader.line_batches(path, progress):
         lines = pl.from_arrow(table)
         total += lines.height
         if not head_lines:
             head_lines.append(lines.head(2000))
-        rec = _records(lines, year)
+        rec = _records(lines, year, zone)
         rec = rec.with_columns(reason=_reason(rec))
         n_rec += rec.height
         # only rejects keep their text: a step's typed fields are a fraction of its log line
         bads.append(rec.filter(pl.col("reason").is_not_null()).select("line_no", "reason", "raw"))
         goods.append(rec.filter(pl.col("reason").is_null()).drop("raw", "reason"))
-    empty = _records(pl.DataFrame(schema={"line_no": pl.Int64, "raw": pl.String}), year)
+    empty = _records(pl.DataFrame(schema={"line_no": pl.Int64, "raw": pl.String}), year, zone)
     bad = pl.concat(bads) if bads else empty.select("line_no", pl.lit(None, pl.String).alias("reason"), "raw")
     good = (pl.concat(goods) if goods else empty.drop("raw")).sort("line_no")
     del goods
@@ -184,6 +186,10 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
     )
     if coarse:
         meta["assumed_year"] = year
+        meta["year_source"] = "file modification time (vLLM's default stamps have no year)"
+    if good.height and good.get_column("stamp_resolution_s").max() >= 1.0 or bool(tz):
+        # wall-clock stamps without a zone: say which zone they were read in
+        meta["timestamps_time_zone"] = zone + ("" if tz else " (this machine's zone; pass --tz to change)")
     run = {"engine": "vllm", "engine_version": info.get("engine_version"), "model": info.get("model"),
            "dtype": info.get("dtype"), "clock": "unix", "meta": meta}
     rejects = bad
