@@ -1,14 +1,32 @@
-"""Ingest + summarise a 1M-iteration canonical trace, against DuckDB's bare load as the floor.
+"""Ingest, derived tables and summary of a big canonical trace, against DuckDB's bare load.
 
-Usage: python benchmarks/bench_ingest.py [--iterations 1000000] [--workdir DIR] [--keep]
+Usage:
+  python benchmarks/bench_ingest.py                       # 1M and 4M iterations (issue 11; long)
+  python benchmarks/bench_ingest.py --iterations 100000   # quick: 100k and 400k iterations
+  python benchmarks/bench_ingest.py --iterations 100000 --scale 1   # one size only
+  options: --workdir DIR (traces are generated once per size and reused there), --keep
 
-Each measured step runs in its own subprocess so peak RSS is that step's alone:
-  floor:   create table x as select * from read_json(FILE, format='newline_delimited', sample_size=-1)
-           in an in-memory DuckDB (nothing else; a bare count(*) would be optimised away)
-  tracelat: `tracelat ingest FILE --db NEW` (derived tables included), then the summary.json
-           sections of the foundation (counts, latency metrics, iteration time, throughput);
-           the full `tracelat summary --json` (model fit, spikes, tail) is timed separately
-Machines are noisy: read the ratio, not the absolute seconds.
+Every phase runs in its own child process, so its wall time and peak RSS
+(``getrusage(RUSAGE_SELF).ru_maxrss`` of that child, reported on exit) are its own:
+
+  floor            read_json(FILE, format='newline_delimited', columns={...}) into a table of an
+                   in-memory DuckDB: the canonical fields with their types, given explicitly
+                   (pipeline/ingest/canonical_sql.py FIELDS), one scan of the file.  Ratios are
+                   against this.
+  floor_sampled    the same with sample_size=-1 and no schema: DuckDB scans the whole file once
+                   to infer the types and again to load it (the floor this script used before).
+  startup          python start plus the imports of the phases below, nothing else: part of
+                   every tracelat figure, dominant on small files.
+  ingest           ingest.ingest_paths into a new store (reading, validation, base tables,
+                   post-ingest steps); no derived tables.
+  derived          store.build_derived on that store (queries/*.sql).
+  summary_core     the summary.json sections of the foundation (counts, latency metrics,
+                   iteration time, throughput); the model fit's sections are left out.
+  summary_full     `tracelat summary RUN --json`, fit, spikes and tail sections included (it
+                   fits the model on first use), shown for reference.
+
+`tracelat ingest FILE` does ingest + derived.  Machines are noisy (and this one may be
+shared): read the ratios, not the absolute seconds, and run twice if in doubt.
 """
 
 from __future__ import annotations
@@ -21,22 +39,68 @@ import tempfile
 import time
 from pathlib import Path
 
-CORE_SUMMARY = """
-import json, sys
-from pipeline import metrics, store
-metrics.SECTION_PROVIDERS.clear()  # the sections of the foundation issue only; the fit is timed apart
-con = store.open_for_reading(sys.argv[1])
-print(json.dumps(metrics.summary(con, sys.argv[2]), default=str))
-"""
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from pipeline.ingest.canonical_sql import COMMON, FIELDS  # noqa: E402
+
+
+def canonical_columns() -> str:
+    """DuckDB ``columns={...}`` struct of every canonical field with its store type."""
+    cols = {name: "varchar" for name in COMMON}
+    for fields in FIELDS.values():
+        for f in fields:
+            if cols.setdefault(f.name, f.column_type) != f.column_type:
+                raise SystemExit(f"field {f.name} has two types: {cols[f.name]}, {f.column_type}")
+    return "{" + ", ".join(f"'{n}': '{t.upper()}'" for n, t in cols.items()) + "}"
+
 
 FLOOR = """
+import duckdb, sys
+con = duckdb.connect()
+con.execute("create table x as select * from read_json(?, format='newline_delimited', columns=" + sys.argv[2] + ")",
+            [sys.argv[1]])
+print(con.execute("select count(*) from x").fetchall()[0][0])
+"""
+
+FLOOR_SAMPLED = """
 import duckdb, sys
 con = duckdb.connect()
 con.execute("create table x as select * from read_json(?, format='newline_delimited', sample_size=-1)", [sys.argv[1]])
 print(con.execute("select count(*) from x").fetchall()[0][0])
 """
 
+STARTUP = """
+from pipeline import ingest, metrics, store
+from pipeline.ingest import engines
+"""
 
+INGEST = """
+import sys
+from pipeline import ingest, store
+con = store.connect(sys.argv[1])
+for r in ingest.ingest_paths(con, [sys.argv[2]]):
+    print(r.line())
+con.close()
+"""
+
+DERIVED = """
+import sys
+from pipeline import store
+con = store.connect(sys.argv[1])
+assert store.build_derived(con), "derived tables were already current"
+con.close()
+"""
+
+CORE_SUMMARY = """
+import json, sys
+from pipeline import metrics, store
+metrics.SECTION_PROVIDERS.clear()  # the sections of the foundation only; the fit is timed apart
+con = store.open_for_reading(sys.argv[1], read_only_if=store.always)
+print(json.dumps(metrics.summary(con, sys.argv[2]), default=str))
+"""
+
+# Runs one phase and reports the child's own peak RSS on stderr, whatever happens.
 WRAP = """
 import resource, runpy, sys
 code, sys.argv = sys.argv[1], sys.argv[1:]
@@ -54,49 +118,84 @@ finally:
 def measured(args: list[str]) -> tuple[float, float, str]:
     """(seconds, peak RSS MiB, stdout) of ``python ARGS`` in a fresh child process."""
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", WRAP, *args], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", WRAP, *args], capture_output=True, text=True, cwd=REPO)
     dt = time.perf_counter() - t
     if proc.returncode != 0:
-        sys.exit(f"step failed: {args}\n{proc.stderr}")
+        sys.exit(f"step failed: {args[:1]} ...\n{proc.stderr}")
     rss = [int(l.split()[1]) for l in proc.stderr.splitlines() if l.startswith("MAXRSS_KIB")][-1] / 1024
     return dt, rss, proc.stdout
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--iterations", type=int, default=1_000_000)
-    ap.add_argument("--workdir", type=Path, default=None)
-    ap.add_argument("--keep", action="store_true", help="keep the generated trace and store")
-    args = ap.parse_args()
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="tracelat-bench-"))
-    work.mkdir(parents=True, exist_ok=True)
-    trace = work / "bench.jsonl"
+def trace_for(work: Path, iterations: int) -> Path:
+    trace = work / f"bench-{iterations}.jsonl"
     if not trace.exists():
         t = time.perf_counter()
         subprocess.run(
             [sys.executable, "-m", "pipeline", "simulate", "--out", str(trace), "--run-id", "bench",
-             "--iterations", str(args.iterations), "--seed", "1"],
-            check=True,
+             "--iterations", str(iterations), "--seed", "1"],
+            check=True, cwd=REPO, stdout=subprocess.DEVNULL,
         )
-        print(f"generated {trace} ({trace.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - t:.1f} s")
-    floor_s, floor_rss, _ = measured([FLOOR, str(trace)])
-    db = work / "bench.duckdb"
+        print(f"generated {trace.name} ({trace.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - t:.0f} s",
+              file=sys.stderr)
+    return trace
+
+
+def bench(work: Path, iterations: int) -> dict:
+    trace = trace_for(work, iterations)
+    db = work / f"bench-{iterations}.duckdb"
     for p in (db, Path(str(db) + ".wal")):
         p.unlink(missing_ok=True)
-    ing_s, ing_rss, _ = measured(["-m", "pipeline", "ingest", str(trace), "--db", str(db)])
-    sum_s, sum_rss, out = measured([CORE_SUMMARY, str(db), "bench"])
-    full_s, _, _ = measured(["-m", "pipeline", "summary", "bench", "--db", str(db), "--json"])
-    s = json.loads(out)
-    total = ing_s + sum_s
-    print(json.dumps({
-        "iterations": s["iterations"], "requests": s["requests"], "itl_gaps": s["itl_ms"]["count"],
+    phases: dict[str, tuple[float, float]] = {}
+    phases["floor"] = measured([FLOOR, str(trace), canonical_columns()])[:2]
+    phases["floor_sampled"] = measured([FLOOR_SAMPLED, str(trace)])[:2]
+    phases["startup"] = measured([STARTUP])[:2]
+    phases["ingest"] = measured([INGEST, str(db), str(trace)])[:2]
+    phases["derived"] = measured([DERIVED, str(db)])[:2]
+    s, rss, out = measured([CORE_SUMMARY, str(db), "bench"])
+    phases["summary_core"] = (s, rss)
+    phases["summary_full"] = measured(["-m", "pipeline", "summary", "bench", "--db", str(db), "--json"])[:2]
+    summary = json.loads(out)
+    floor = phases["floor"][0]
+    total = sum(phases[p][0] for p in ("ingest", "derived", "summary_core"))
+    return {
+        "iterations": summary["iterations"], "requests": summary["requests"], "itl_gaps": summary["itl_ms"]["count"],
         "file_mib": round(trace.stat().st_size / 2**20, 1),
-        "floor_s": round(floor_s, 2), "floor_peak_rss_mib": round(floor_rss),
-        "ingest_s": round(ing_s, 2), "summary_s": round(sum_s, 2), "tracelat_total_s": round(total, 2),
-        "tracelat_peak_rss_mib": round(max(ing_rss, sum_rss)),
-        "ratio_to_floor": round(total / floor_s, 2),
-        "full_summary_with_fit_sections_s": round(full_s, 2),
-    }, indent=2))
+        "phases": {name: {"wall_s": round(sec, 2), "peak_rss_mib": round(rss), "ratio_to_floor": round(sec / floor, 2)}
+                   for name, (sec, rss) in phases.items()},
+        "ingest_derived_summary_core": {"wall_s": round(total, 2), "ratio_to_floor": round(total / floor, 2),
+                                        "peak_rss_mib": round(max(phases[p][1] for p in ("ingest", "derived", "summary_core")))},
+    }
+
+
+def table(r: dict) -> str:
+    lines = [f"{r['iterations']:,} iterations, {r['requests']:,} requests, {r['itl_gaps']:,} ITL gaps, "
+             f"{r['file_mib']} MiB",
+             f"  {'phase':<30}{'wall s':>8}{'peak RSS MiB':>14}{'x floor':>9}"]
+    rows = [*r["phases"].items(), ("ingest+derived+summary_core", r["ingest_derived_summary_core"])]
+    for name, p in rows:
+        lines.append(f"  {name:<30}{p['wall_s']:>8.2f}{p['peak_rss_mib']:>14}{p['ratio_to_floor']:>9.2f}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--iterations", type=int, default=1_000_000,
+                    help="iterations of the first trace (default 1000000; 100000 runs in a few minutes)")
+    ap.add_argument("--scale", type=int, default=4, help="the second trace is this many times bigger (1: one trace only)")
+    ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--keep", action="store_true", help="keep the generated traces and stores")
+    ap.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
+    args = ap.parse_args()
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="tracelat-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    sizes = [args.iterations] + ([args.iterations * args.scale] if args.scale > 1 else [])
+    results = []
+    for n in sizes:
+        results.append(bench(work, n))
+        if not args.json:
+            print(table(results[-1]), flush=True)
+    if args.json:
+        print(json.dumps(results, indent=2))
     if not args.keep and args.workdir is None:
         for p in work.iterdir():
             p.unlink()

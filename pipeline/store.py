@@ -16,9 +16,9 @@ from pathlib import Path
 import duckdb
 
 from .errors import StoreError
+from .resources import QUERIES_DIR
 
 DEFAULT_DB = "tracelat.duckdb"
-QUERIES_DIR = Path(__file__).resolve().parent.parent / "queries"
 
 SCHEMA = """
 create sequence if not exists ingest_seq start 1;
@@ -158,6 +158,10 @@ def _parse_header(path: Path) -> QueryFile:
 def query_files(directory: Path = QUERIES_DIR) -> list[QueryFile]:
     """All derived-table queries in dependency order (inputs before users)."""
     files = {q.table: q for q in map(_parse_header, sorted(directory.glob("*.sql")))}
+    if not files:
+        # without this, every later query fails with "Table run_summary does not exist"
+        raise StoreError(f"no derived-table queries (*.sql) in {directory}: the installation is incomplete; "
+                         "reinstall tracelat (a wheel carries them as pipeline/_queries)")
     order: list[QueryFile] = []
     state: dict[str, int] = {}
 

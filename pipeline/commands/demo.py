@@ -6,17 +6,15 @@ from pathlib import Path
 
 import click
 
+from ..resources import DEMO_TRACE as BUNDLED
+from ..resources import EXAMPLE_SLO
 from .options import db_option
-
-REPO = Path(__file__).resolve().parent.parent.parent
-BUNDLED = REPO / "fixtures" / "demo" / "incident.jsonl.gz"
-EXAMPLE_SLO = REPO / "examples" / "slo.toml"
 
 
 @click.command()
 @db_option
 @click.option("--trace", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help=f"Trace to analyse (default: the bundled simulated incident, {BUNDLED.relative_to(REPO)}).")
+              help="Trace to analyse (default: the bundled simulated incident, fixtures/demo/incident.jsonl.gz).")
 @click.option("--simulate", "fresh", is_flag=True, help="Simulate a new incident run instead of using the bundled trace.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Report folder (default reports/<run_id>/).")
@@ -29,6 +27,7 @@ def demo(db: str, trace: Path | None, fresh: bool, out: Path | None, open_report
     report is checked against examples/slo.toml.
     """
     from .. import ingest, metrics, store
+    from ..errors import InputError
     from ..ingest import reader
 
     if fresh:
@@ -36,7 +35,11 @@ def demo(db: str, trace: Path | None, fresh: bool, out: Path | None, open_report
 
         trace = make_incident(Path(db).with_suffix("").parent / "demo-incident.jsonl.gz")
         click.echo(f"simulated {trace}")
-    trace = trace or BUNDLED
+    if trace is None:
+        if not BUNDLED.exists():
+            raise InputError(f"the bundled demo trace {BUNDLED} is missing: the installation is incomplete; "
+                             "reinstall tracelat, or pass --trace FILE or --simulate")
+        trace = BUNDLED
     con = store.connect(db)
     for res in ingest.ingest_paths(con, [trace]):
         click.echo(res.line())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..fit.stalls import DEFAULT_K
+from ..defaults import STALL_K as DEFAULT_K  # not pipeline.fit.stalls: that imports the fit stack
 from .options import db_option, dumps, json_option
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import duckdb
 
-DEFAULT_K = 3.5
+from ..defaults import STALL_K as DEFAULT_K  # defined where `tracelat fit --help` can read it cheaply
 
 
 def limit_factor(log_center: float, k: float, log_scale: float | None) -> float:

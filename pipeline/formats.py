@@ -1,0 +1,23 @@
+"""Names and one-line descriptions of the input formats, in detection order.
+
+A plain tuple in a module that imports nothing: `tracelat ingest --help` lists the
+formats from here instead of importing the ingestors (DuckDB, PyArrow, Polars: about
+0.4 s before any help is shown).  The ingestor registry in pipeline/ingest is the
+working copy; tests/ingest/test_formats_registry.py checks that both name the same
+formats, in the same order, with the same descriptions.
+"""
+
+from __future__ import annotations
+
+FORMATS: tuple[tuple[str, str], ...] = (
+    ("parquet", "canonical records in Parquet (SPEC §2 columns)"),
+    ("jsonl", "canonical JSON Lines, plain/.gz/.zst (SPEC §2)"),
+    ("vllm-log", "vLLM server log with --enable-logging-iteration-details (Iteration(N) lines)"),
+    ("vllm-bench", "vllm bench serve --save-result --save-detailed JSON (ttfts, itls, ...)"),
+    ("vllm-requests", "vLLM per-request stats JSONL (arrival_time, queued_ts, first_token_ts, ...)"),
+    ("trtllm-iterlog", "TensorRT-LLM IterationStats: JSON lines/array (/metrics) or trtllm-bench --iteration_log"),
+    ("sglang-log", "SGLang server log: Prefill batch / Decode batch lines"),
+    ("sglang-metrics", "SGLang --export-metrics-to-file request records (sglang-request-metrics-*.log)"),
+    ("aiperf", "AIPerf profile_export.jsonl (per-request records, epoch ns)"),
+    ("genai-perf", "GenAI-Perf profile_export.json (experiments -> requests, epoch ns)"),
+)
