@@ -31,7 +31,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..store import scalar
-from . import clocks
+from . import clocks, retime
 
 SOURCES = """
 with it as (select ingest_id, count(*) as n from iterations where run_id = $run group by ingest_id),
@@ -92,7 +92,14 @@ def _undo(con, run_id: str) -> None:
     rows = con.execute(
         "select a.ingest_id, a.offset_s, a.drift, a.pivot_s, a.applied, a.inferred from clock_alignments a "
         "where a.run_id = $run and a.ingest_id in (select ingest_id from ingests)", {"run": run_id}).fetchall()
+    import json
+
     for ing, off, drift, pivot, applied, inferred in rows:
+        info = json.loads(scalar(con, "select info from clock_alignments where run_id = ? and ingest_id = ?",
+                                 [run_id, ing]) or "{}")
+        ref = (info.get("retime") or {}).get("ingest_id")
+        if ref is not None:
+            retime.undo(con, run_id, ref)
         for col in inferred or []:  # inferred values go before the times move back
             con.execute(f"update requests set {_col(col)} = null where run_id = ? and ingest_id = ?", [run_id, ing])
         if applied:
@@ -152,9 +159,13 @@ def align_clocks(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
         ref_clock = next((s[4] for s in refs if s[4]), None) or "unix"
         steps = _steps(con, run_id, [s[0] for s in refs])
         report, inferred_all = [], set()
+        # whole-second stamps and one client: the client's token times can re-time the steps
+        retime_ref = refs[0][0] if len(refs) == 1 and len(others) == 1 and steps.reconstructed else None
         for ing, path, _, n_req, clock, override in others:
             clock = clock or "unix"
-            entry = _align_source(con, run_id, ing, path, clock, ref_clock, steps, override)
+            entry = _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, retime_ref)
+            if (entry.get("retime") or {}).get("retimed"):
+                steps = _steps(con, run_id, [s[0] for s in refs])
             if entry["status"] != "failed" and len(steps.t_end):
                 inf = _infer(con, run_id, ing, steps, entry)
                 entry["inferred"] = inf
@@ -180,7 +191,7 @@ def _json(obj) -> str:
     return json.dumps(obj, default=float)
 
 
-def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override) -> dict:
+def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, retime_ref=None) -> dict:
     entry: dict = {"path": path, "clock": clock}
     if override is not None:
         _transform(con, run_id, ing, override, 0.0, 0.0, inverse=False)
@@ -204,6 +215,16 @@ def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override) -> 
                      note="both clocks are unix and agree within a step time: no offset applied")
         entry["estimated_offset_s"], entry["offset_s"] = entry["offset_s"], 0.0
         return entry
+    if retime_ref is not None and al.drift == 0.0:
+        how, offset = retime.retime(con, run_id, retime_ref, req, al)
+        entry["retime"] = how | {"ingest_id": retime_ref} if how.get("retimed") else how
+        if offset is not None:
+            before = al.offset_s
+            steps = _steps(con, run_id, [retime_ref])
+            al = clocks.assess(steps, req, clocks.Alignment(True, offset, 0.0, al.pivot_s, requests=al.requests))
+            entry.update({k: v for k, v in al.to_dict().items() if k not in ("ok",)})
+            # the stamps bound the offset to an interval: half its width is the uncertainty
+            entry.update(offset_before_retime_s=before, uncertainty_ms=round(how["offset_interval_ms"] / 2, 3))
     _transform(con, run_id, ing, al.offset_s, al.drift, al.pivot_s, inverse=False)
     entry.update(status="aligned", applied=True)
     return entry

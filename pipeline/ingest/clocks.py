@@ -224,6 +224,15 @@ def estimate(steps: Steps, req: Requests, seed: int = 0, drift_min_span_s: float
     return _quality(al, steps, req, ends, events, med_step)
 
 
+def assess(steps: Steps, req: Requests, al: Alignment) -> Alignment:
+    """The quality figures of a given alignment (after the steps were re-timed, say)."""
+    dur = steps.t_end - steps.t_start
+    med_step = float(np.median(dur[dur > 0])) if np.any(dur > 0) else 0.01
+    events = req.token_times if req.token_times is not None and len(req.token_times) else np.concatenate(
+        [req.t_first_token, req.t_finish])
+    return _quality(al, steps, req, np.sort(steps.t_end), events[np.isfinite(events)], med_step)
+
+
 def _drift(ends, events, shift, pivot, window, rng) -> float:
     """Theil-Sen slope of token-to-step residuals over time; 0 unless clearly non-zero."""
     from scipy.stats import theilslopes

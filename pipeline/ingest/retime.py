@@ -1,0 +1,126 @@
+"""Re-timing steps rebuilt from whole-second log stamps with a client's precise token times.
+
+vLLM's default log stamps steps to the second, so their timeline is rebuilt from
+elapsed times (``engines/_common.reconstruct_ends``) and can be off by hundreds of
+milliseconds between second boundaries: enough to put a request's first token in
+the wrong step.  A client that recorded every streamed token (one per step, on a
+``perf_counter`` clock) has the exact times: the server's decode tokens, counted
+back from the last step of the client's span, are the client's decode tokens in
+order, so step ``i`` ends when the client received token number ``Y_i``
+(``Y_i`` = the client's token count minus the server's decode tokens after step
+``i``).  The offset between the clocks is then pinned by the stamps themselves:
+every step end must lie inside its logged second, which leaves an interval of
+offsets a few milliseconds wide once the run crosses a few hundred second
+boundaries.
+
+Used only when the counts agree (the server served this client and nothing else in
+that span, tokens arrive one per step); otherwise the rebuilt timeline stays and
+the run says why.  A step's decode tokens are capped at its decode requests (vLLM
+once logged 87 generation tokens for 4 requests on the step after a preemption;
+without speculative decoding each request makes one).  Steps without decode tokens keep their distance to the next
+re-timed step.  Undone by rebuilding the timeline from the stamps again.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+
+from . import clocks
+
+MAX_COUNT_MISMATCH = 0.02
+
+
+def _rebuild(stamp: np.ndarray, dur_ms: np.ndarray) -> np.ndarray:
+    """The converter's timeline (same formula as ``_common.reconstruct_ends``, whole-second stamps)."""
+    cum = np.cumsum(np.nan_to_num(dur_ms)) / 1000.0
+    lower = np.maximum.accumulate(stamp - cum)
+    upper = np.minimum.accumulate((stamp + 1.0 - cum)[::-1])[::-1]
+    return cum + (lower + np.maximum(lower, upper)) / 2.0
+
+
+def _load(con, run_id: str, ingest_id: int) -> dict:
+    return con.execute(
+        "select iter, line_no, dur_ms, least(decode_tokens, coalesce(decode_reqs, decode_tokens))::double as y, "
+        "try_cast(json_extract(extra, '$.stamp_s') as double) as stamp from iterations "
+        "where run_id = $run and ingest_id = $ing order by line_no", {"run": run_id, "ing": ingest_id}).fetchnumpy()
+
+
+def _write(con, run_id: str, ingest_id: int, iters: np.ndarray, t_end: np.ndarray, dur_ms: np.ndarray) -> None:
+    import pyarrow as pa
+
+    tab = pa.table({"iter": iters, "t_end": t_end, "t_start": t_end - np.nan_to_num(dur_ms) / 1000.0})
+    con.register("_retimed", tab)
+    try:
+        con.execute("update iterations i set t_end = r.t_end, t_start = r.t_start from _retimed r "
+                    "where i.run_id = $run and i.ingest_id = $ing and i.iter = r.iter", {"run": run_id, "ing": ingest_id})
+    finally:
+        con.unregister("_retimed")
+
+
+def undo(con: duckdb.DuckDBPyConnection, run_id: str, ingest_id: int) -> None:
+    """Put a re-timed source's steps back on the timeline rebuilt from its stamps."""
+    a = _load(con, run_id, ingest_id)
+    if len(a["iter"]) and np.all(np.isfinite(np.ma.filled(a["stamp"], np.nan))):
+        _write(con, run_id, ingest_id, a["iter"], _rebuild(np.asarray(a["stamp"], float), np.asarray(a["dur_ms"], float)),
+               np.asarray(a["dur_ms"], float))
+
+
+def retime(con: duckdb.DuckDBPyConnection, run_id: str, ingest_id: int, req: clocks.Requests,
+           al: clocks.Alignment) -> tuple[dict, float | None]:
+    """Re-time the steps of source ``ingest_id`` from the client's tokens; returns (report, new offset or None)."""
+    x = req.decode_token_times
+    if x is None or len(x) < 50:
+        return {"retimed": False, "why": "the client has no per-token times"}, None
+    a = _load(con, run_id, ingest_id)
+    stamp = np.ma.filled(np.ma.asarray(a["stamp"], dtype=float), np.nan)
+    if not len(stamp) or not np.all(np.isfinite(stamp)):
+        return {"retimed": False, "why": "steps without log stamps"}, None
+    dur = np.ma.filled(np.ma.asarray(a["dur_ms"], dtype=float), 0.0)
+    y = np.ma.filled(np.ma.asarray(a["y"], dtype=float), 0.0)
+    t_end = _rebuild(stamp, dur)
+    x = np.sort(x)
+    lo, hi = al.apply(np.array([req.t_arrival.min(), req.t_finish.max()]))
+    inside = (t_end >= lo - 1.0) & (t_end <= hi + 1.0)
+    if not inside.any():
+        return {"retimed": False, "why": "no steps inside the client's span"}, None
+    last = int(np.nonzero(inside & (y > 0))[0].max()) if np.any(inside & (y > 0)) else -1
+    first = int(np.nonzero(inside)[0].min())
+    n_client = len(x)
+    after = np.cumsum(y[::-1])[::-1] - y  # decode tokens of later steps
+    after = after - after[last] + 0.0 if last >= 0 else after
+    count = n_client - after  # the client's running token count at each step's end
+    served = float(np.sum(y[first:last + 1]))
+    if last < 0 or abs(served - n_client) > MAX_COUNT_MISMATCH * n_client + 2 and served < n_client:
+        return {"retimed": False, "why": f"the server's decode tokens in the client's span ({served:.0f}) "
+                                         f"and the client's ({n_client}) differ"}, None
+    anchored = (np.arange(len(y)) <= last) & (y > 0) & (count >= 1) & (count <= n_client)
+    if anchored.sum() < 10:
+        return {"retimed": False, "why": "too few steps to re-time"}, None
+    x_end = np.full(len(y), np.nan)
+    x_end[anchored] = x[(count[anchored] - 1).astype(np.int64)]
+    # offsets the stamps allow: every anchored step ends inside its logged second
+    lo_off = float(np.max(stamp[anchored] - x_end[anchored]))
+    hi_off = float(np.min(stamp[anchored] + 1.0 - x_end[anchored]))
+    if lo_off > hi_off:  # a few stamps disagree (latency at a second boundary): the bulk decides
+        lo_off = float(np.quantile(stamp[anchored] - x_end[anchored], 0.99))
+        hi_off = float(np.quantile(stamp[anchored] + 1.0 - x_end[anchored], 0.01))
+        if lo_off > hi_off:
+            return {"retimed": False, "why": "the client's token times do not fit the log's stamps"}, None
+    offset = (lo_off + hi_off) / 2.0
+    # idle offset per step (end minus busy time so far), carried to steps without tokens
+    cum = np.cumsum(dur) / 1000.0
+    o = np.where(anchored, x_end + offset - cum, np.nan)
+    idx = np.where(np.isfinite(o), np.arange(len(o)), len(o))
+    nxt = np.minimum.accumulate(idx[::-1])[::-1]  # next anchored step (steps before it keep their distance)
+    prev = np.maximum.accumulate(np.where(np.isfinite(o), np.arange(len(o)), -1))
+    fill = np.where(nxt < len(o), o[np.minimum(nxt, len(o) - 1)], o[np.maximum(prev, 0)])
+    o = np.where(np.isfinite(o), o, fill)
+    outside = (np.arange(len(y)) < first) | (np.arange(len(y)) > last)
+    new_end = np.where(outside, t_end, cum + o)
+    _write(con, run_id, ingest_id, a["iter"], new_end, dur)
+    moved = np.abs(new_end - t_end)[~outside]
+    return {"retimed": True, "steps": int(anchored.sum()),
+            "offset_interval_ms": round((hi_off - lo_off) * 1e3, 3),
+            "median_move_ms": round(float(np.median(moved)) * 1e3, 3),
+            "max_move_ms": round(float(np.max(moved)) * 1e3, 3)}, offset
