@@ -10,6 +10,9 @@
 --                           request records uses sum(decode_tokens) of its iterations instead
 --                           (throughput_source says which)
 --   busy_s                = sum of iteration durations (engine busy time)
+--   A log that samples its decode steps (SGLang writes one Decode line per
+--   meta.decode_log_interval steps, meta.decode_lines_sampled) stands for that many
+--   steps per line: its decode token and duration sums are scaled by the interval.
 --   requests_per_s        = ok requests / duration_s
 with req as (
     select
@@ -29,11 +32,16 @@ it as (
     select
         run_id,
         count(*) as iterations,
-        sum(decode_tokens) as decode_tokens,
+        sum(decode_tokens) * any_value(sampling.per_line) as decode_tokens,
         min(t_start) as t_first,
         max(t_end) as t_last,
-        sum(dur_ms) / 1000 as busy_s
+        sum(dur_ms) / 1000 * any_value(sampling.per_line) as busy_s
     from iterations
+    left join (
+        select run_id, coalesce(case when meta->>'decode_lines_sampled' = 'true'
+                                     then try_cast(meta->>'decode_log_interval' as double) end, 1.0) as per_line
+        from runs
+    ) as sampling using (run_id)
     group by run_id
 ),
 

@@ -120,7 +120,7 @@ def _steps(con, run_id: str, ref_ids: list[int]) -> clocks.Steps:
         "where run_id = $run and ingest_id = any($ids) and t_start is not null and t_end is not null "
         "order by t_end, iter", {"run": run_id, "ids": ref_ids}).fetchnumpy()
     flags = con.execute(
-        "select bool_or(coalesce(try_cast(json_extract(meta, '$.steps_sampled') as boolean), false)), "
+        "select bool_or(coalesce(try_cast(json_extract(meta, '$.decode_lines_sampled') as boolean), false)), "
         "bool_or(coalesce(try_cast(json_extract(meta, '$.timestamps_reconstructed') as boolean), false)) "
         "from run_records where run_id = ? and ingest_id = any(?)", [run_id, ref_ids]).fetchone()
     return clocks.Steps(a["t_start"], a["t_end"], _f(a["d"]), _f(a["p"]), bool(flags[0]), _f(a["dt"]), bool(flags[1]))
@@ -345,40 +345,49 @@ def describe(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> list[tuple[b
     """One line per aligned source of these runs for the ingest output: ``(is_problem, text)``."""
     import json
 
-    out: list[tuple[bool, str]] = []
-    rows = con.execute("select run_id, json_extract(meta, '$.clock_alignment') from runs "
-                       "where run_id = any($r) and json_extract(meta, '$.clock_alignment') is not null order by run_id",
+    rows = con.execute("select run_id, meta from runs where run_id = any($r) "
+                       "and json_extract(meta, '$.clock_alignment') is not null order by run_id",
                        {"r": sorted(set(run_ids))}).fetchall()
-    for run_id, info in rows:
-        info = json.loads(info)
-        ref = ", ".join(p.rsplit("/", 1)[-1] for p in info.get("reference", []))
-        for src in info.get("sources", []):
-            name = src["path"].rsplit("/", 1)[-1]
-            if src["status"] == "failed":
-                out.append((True, f"run {run_id}: {name} NOT aligned with {ref}: {src.get('reason')}; "
-                                  "durations, throughput, attribution and replay of this run are refused"))
-                continue
-            if src["status"] == "override":
-                text = f"run {run_id}: {name} put on {ref}'s clock with --clock-offset {src['offset_s']:+.6f} s"
-            else:
-                shares = []
-                if src.get("steps_matched_share") is not None:
-                    shares.append(f"{src['steps_matched_share']:.0%} of steps")
-                if src.get("requests_matched_share") is not None:
-                    shares.append(f"{src['requests_matched_share']:.0%} of first tokens")
-                verb = "aligned with" if src["applied"] else "already on the clock of"
-                off = src.get("estimated_offset_s", src.get("offset_s", 0.0))
-                text = (f"run {run_id}: {name} {verb} {ref}: offset {off:+.6f} s ± {src.get('uncertainty_ms')} ms, "
-                        f"matched {' and '.join(shares)}, median residual {src.get('median_residual_ms') or 0:.3f} ms")
-                if src["applied"] is False:
-                    text += " (no offset applied)"
-                if src.get("drift"):
-                    text += f", drift {src['drift'] * 1e6:.2f} ppm"
-            inf = (src.get("inferred") or {})
-            if "t_scheduled" in inf:
-                text += (f"; scheduling inferred from steps (±{inf['t_scheduled']['median_uncertainty_ms']:g} ms "
-                         f"median, ±{inf['t_scheduled']['p90_uncertainty_ms']:g} ms p90)")
-            if "preemptions" in inf:
-                text += f"; preemptions inferred from token gaps ({inf['preemptions']['requests_preempted']} requests)"
-            out.append((False, text))
+    return [line for run_id, meta in rows for line in source_lines(run_id, json.loads(meta))]
+
+
+def source_lines(run_id: str, meta: dict) -> list[tuple[bool, str]]:
+    """What ``meta.clock_alignment`` says, one ``(is_problem, text)`` per request source."""
+    info = meta.get("clock_alignment") if isinstance(meta, dict) else None
+    if not isinstance(info, dict):
+        return []
+    out: list[tuple[bool, str]] = []
+    ref = ", ".join(str(p).rsplit("/", 1)[-1] for p in info.get("reference", []))
+    for src in info.get("sources", []):
+        name = str(src.get("path", "?")).rsplit("/", 1)[-1]
+        if src.get("status") == "failed":
+            out.append((True, f"run {run_id}: {name} NOT aligned with {ref}: {src.get('reason')}; "
+                              "durations, throughput, attribution and replay of this run are refused"))
+            continue
+        if src.get("status") == "override":
+            text = f"run {run_id}: {name} put on {ref}'s clock with --clock-offset {src['offset_s']:+.6f} s"
+        else:
+            shares = []
+            if src.get("steps_matched_share") is not None:
+                shares.append(f"{src['steps_matched_share']:.0%} of steps")
+            if src.get("requests_matched_share") is not None:
+                shares.append(f"{src['requests_matched_share']:.0%} of first tokens")
+            verb = "aligned with" if src.get("applied") else "already on the clock of"
+            off = src.get("estimated_offset_s", src.get("offset_s", 0.0))
+            text = (f"run {run_id}: {name} {verb} {ref}: offset {off:+.6f} s ± {src.get('uncertainty_ms')} ms, "
+                    f"matched {' and '.join(shares)}, median residual {src.get('median_residual_ms') or 0:.3f} ms")
+            if src.get("applied") is False:
+                text += " (no offset applied)"
+            if src.get("drift"):
+                text += f", drift {src['drift'] * 1e6:.2f} ppm"
+            if (src.get("retime") or {}).get("retimed"):
+                text += (f"; steps re-timed from its token times (moved {src['retime']['median_move_ms']:g} ms "
+                         f"median, {src['retime']['max_move_ms']:g} ms at most)")
+        inf = src.get("inferred") or {}
+        if "t_scheduled" in inf:
+            text += (f"; scheduling inferred from steps (±{inf['t_scheduled']['median_uncertainty_ms']:g} ms "
+                     f"median, ±{inf['t_scheduled']['p90_uncertainty_ms']:g} ms p90)")
+        if "preemptions" in inf:
+            text += f"; preemptions inferred from token gaps ({inf['preemptions']['requests_preempted']} requests)"
+        out.append((False, text))
     return out

@@ -56,6 +56,10 @@ def summary_markdown(s: dict[str, Any], audit: Any = None) -> str:
     lines = [f"### tracelat: run {md_text(s['run_id'])}", ""]
     if who:
         lines += [who, ""]
+    from ..ingest.align import source_lines
+
+    for bad, text in source_lines(str(s["run_id"]), run.get("meta") or {}):
+        lines += [("**Sources (problem)**: " if bad else "**Sources**: ") + md_text(text, 2000), ""]
     lines += [f"{_n(s['requests'])} requests ({_n(s['requests_failed'])} failed), {_n(s['iterations'])} iterations, "
               f"{_n(s['duration_s'], 1)} s; {_n(s['throughput'].get('output_tokens_per_s'), 1)} output tokens/s, "
               f"{_n(s['throughput'].get('requests_per_s'), 3)} requests/s", "",

@@ -205,9 +205,16 @@ def _top_section(con, run_id: str) -> Section:
 def _run_section(s: dict[str, Any]) -> Section:
     import json
 
+    from ..ingest.align import source_lines
+
     meta = dict(s.get("run") or {})
     extra = meta.pop("meta", None)
-    body = kv_table([(k, v) for k, v in meta.items()])
+    sources = source_lines(str(s.get("run_id")), extra or {})
+    body = ""
+    if sources:  # a run joined from several files: how their clocks were put together
+        body += "<h3>Sources and clocks</h3><ul>" + "".join(
+            f"<li>{'<strong>problem:</strong> ' if bad else ''}{html_text(text)}</li>" for bad, text in sources) + "</ul>"
+    body += kv_table([(k, v) for k, v in meta.items()])
     if extra:
         body += "<pre>" + html_text(json.dumps(extra, indent=1, default=str)[:20000]) + "</pre>"
     return Section("run", "Run metadata", body=body)

@@ -230,3 +230,26 @@ def test_starved_client_does_not_retime(tmp_path):
     con = _joint(tmp_path, PAIRS["vllm_queue"])
     how = _alignment(con)["sources"][0]["retime"]
     assert how["retimed"] is False and "do not fit" in how["why"]
+
+
+def test_report_and_markdown_state_the_alignment(tmp_path):
+    """The report's run section and summary.md say how the sources were joined; a hostile file
+    name reaches them escaped."""
+    import shutil
+
+    from pipeline.metrics import summary
+    from pipeline.report.markdown import summary_markdown
+    from pipeline.report.render import _run_section
+
+    hostile = tmp_path / "<script>alert(1)<"
+    hostile.mkdir()
+    shutil.copy(PAIRS["vllm"] / "bench.json", hostile / "b<img src=x>.json")
+    con = store.connect(tmp_path / "r.duckdb")
+    ingest_paths(con, [PAIRS["vllm"] / "server.log", hostile / "b<img src=x>.json"], run_id="joint")
+    store.build_derived(con)
+    s = summary(con, "joint")
+    html = _run_section(s).body
+    assert "Sources and clocks" in html and "aligned with server.log" in html
+    assert "<img" not in html and "&lt;img src=x&gt;" in html
+    md = summary_markdown(s)
+    assert "**Sources**:" in md and "scheduling inferred from steps" in md and "<img" not in md

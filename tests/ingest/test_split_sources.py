@@ -109,3 +109,34 @@ def test_split_run_equals_single_file_run(tmp_path, kind):
 @pytest.mark.parametrize("kind", SCENARIOS)
 def test_split_run_ten_seeds(tmp_path, kind, seed):
     check_split(tmp_path, kind, seed=seed + 2, client_origin=600.0 + 7919.0 * seed)
+
+
+def test_sampled_server_log_aligns_on_what_is_there(tmp_path):
+    """An SGLang-like server file: every prefill step but only every 40th decode step, flagged
+    decode_lines_sampled.  The offset comes from decode counts alone (within two median steps),
+    nothing is inferred from step sums, and throughput scales the sampled lines back up."""
+    import json
+
+    import polars as pl
+
+    from pipeline.sim.split import write_split
+
+    result, pol, model, noise = _simulate("light", 4)
+    truth = write_split(result, tmp_path / "server.jsonl", tmp_path / "client.jsonl", "s", pol, model, noise)
+    lines = (tmp_path / "server.jsonl").read_text().splitlines()
+    run = json.loads(lines[0])
+    run["meta"].update(decode_lines_sampled=True, decode_log_interval=40)
+    steps = pl.read_ndjson((tmp_path / "server.jsonl").open("rb").read().split(b"\n", 1)[1])
+    decode_only = steps["prefill_tokens"] == 0
+    keep = ~decode_only | (pl.Series(range(steps.height)) % 40 == 0)
+    with (tmp_path / "sampled.jsonl").open("w") as fh:
+        fh.write(json.dumps(run) + "\n")
+        steps.filter(keep).write_ndjson(fh)
+    con = store.connect(tmp_path / "s.duckdb")
+    ingest_paths(con, [tmp_path / "sampled.jsonl", tmp_path / "client.jsonl"], run_id="s")
+    store.build_derived(con)
+    info = json.loads(con.execute("select json_extract(meta, '$.clock_alignment.sources[0]') from runs").fetchone()[0])
+    med = float(np.median(result.iterations["t_end"] - result.iterations["t_start"]))
+    assert info["status"] == "aligned" and abs(info["offset_s"] - truth) <= 2 * med, (info["offset_s"] - truth, med)
+    assert "samples steps" in " ".join(info["notes"])
+    assert "t_scheduled" not in (info.get("inferred") or {}).get("fields", [])
