@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ..terminal import clean, echo
 from .options import db_option, dumps, json_option
 
 BIG_FILE = 8 << 20
@@ -40,19 +41,19 @@ def ingest(paths: tuple[Path, ...], db: str, run_id: str | None, fmt: str | None
         if as_json or size < BIG_FILE:
             yield None
             return
-        with click.progressbar(length=size, label=f"ingest {path.name}", file=click.get_text_stream("stderr")) as bar:
+        with click.progressbar(length=size, label=clean(f"ingest {path.name}"), file=click.get_text_stream("stderr")) as bar:
             yield bar.update
 
     results = ing.ingest_paths(con, paths, fmt=fmt, run_id=run_id, replace=replace, progress_for=progress_for)
     store.build_derived(con)
     if as_json:
-        click.echo(dumps([r.__dict__ for r in results]))
+        echo(dumps([r.__dict__ for r in results]))
         return
     for r in results:
-        click.echo(r.line())
+        echo(r.line())
     rejected = sum(r.rejected for r in results)
     if rejected:
-        click.echo(f"{rejected} lines rejected; see them with: tracelat rejects [FILE] --db {db}", err=True)
+        echo(f"{rejected} lines rejected; see them with: tracelat rejects [FILE] --db {db}", err=True)
 
 
 def _formats_help() -> str:
