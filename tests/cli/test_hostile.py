@@ -70,3 +70,19 @@ def test_terminal_output_holds_no_control_characters(tmp_path):
     assert "run]0;pwnedX31m" not in outputs[1].stdout  # whole sequences go, not only the ESC byte
     assert "runX " in outputs[1].stdout and "modelred" in outputs[1].stdout
     assert "known runs: runX)" in outputs[5].stderr
+
+
+def test_run_ids_that_reduce_to_one_name_get_their_own_report_folders(tmp_path):
+    db = str(tmp_path / "r.duckdb")
+    for run_id in ("a/b", "a?b"):
+        assert run("ingest", str(tiny_as(tmp_path, run_id)), "--db", db).returncode == 0
+    where = {}
+    for run_id in ("a/b", "a?b"):
+        r = run("report", run_id, "--db", db, "--json", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        where[run_id] = Path(tmp_path, json.loads(r.stdout)["html"])  # the command says where it went
+    assert where["a/b"].parent != where["a?b"].parent
+    for run_id, html in where.items():
+        assert html.parent.parent == tmp_path / "reports"
+        summary = json.loads(html.with_name("summary.json").read_text())
+        assert summary["run_id"] == run_id  # neither overwrote the other
