@@ -175,8 +175,9 @@ def _problem(f: Field, i: int) -> str:
             f"when list_count({val}) <> len({val}) or isnan(list_sum({val})) or isinf(list_sum({val})) "
             f"then '{f.name}: contains null, NaN or infinite values'"
         )
-        checks.append(f"when list_max(list_transform({val}, lambda x: abs(x))) > {_sci(MAX_ABS_TIME_S)} "
-                      f"then '{f.name}: holds values that are no time in seconds (magnitude over {_sci(MAX_ABS_TIME_S)})'")
+        big = _sci(MAX_ABS_TIME_S)
+        checks.append(f"when list_max(list_transform({val}, lambda x: abs(x))) > {big} "
+                      f"then '{f.name}: holds values that are no time in seconds (magnitude over {big})'")
     return "case " + " ".join(checks) + " end"
 
 
