@@ -153,7 +153,8 @@ def _check_elapsed(rec: pl.DataFrame, last: pl.DataFrame) -> tuple[pl.DataFrame,
 
     A step starts after the previous step (of its engine) ended, which was no earlier
     than that step's stamp, and ends before its own stamp plus the resolution; so it
-    lasts at most the gap between the two stamps plus the resolution (plus LOG_LAG_S).
+    lasts at most the gap between the two stamps plus the resolution, plus LOG_LAG_S
+    for lines written later after their step than the line before.
     A longer one, e.g. a corrupted 999999 ms, would otherwise move every later step
     when the timeline is rebuilt from elapsed times. Returns ``rec`` with those
     reasons set and the engines' last stamps for the next batch of lines.
@@ -163,13 +164,14 @@ def _check_elapsed(rec: pl.DataFrame, last: pl.DataFrame) -> tuple[pl.DataFrame,
     steps = pl.concat([last.with_columns(line_no=pl.lit(-1, pl.Int64)), ok], how="diagonal_relaxed")
     gap = pl.col("stamp_s") - pl.col("stamp_s").shift(1).over("engine", order_by="line_no")
     bad = steps.with_columns(gap=gap).with_columns(
-        allowed=pl.col("gap") + pl.max_horizontal(pl.col("stamp_resolution_s"), pl.lit(LOG_LAG_S))
+        allowed=pl.col("gap") + pl.col("stamp_resolution_s") + LOG_LAG_S
     ).filter((pl.col("dur_ms") / 1000.0 > pl.col("allowed")) & (pl.col("line_no") >= 0)).select(
         "line_no",
         elapsed_reason=pl.format("iteration elapsed time {} ms is longer than the log's timestamps allow: "
-                                 "this step's line is {} s after the previous step's (stamp resolution {} s), "
-                                 "so the step took at most {} s", pl.col("dur_ms"), pl.col("gap").round(6),
-                                 pl.col("stamp_resolution_s"), pl.col("allowed").round(6)))
+                                 "this step's line is {} s after the previous step's (stamp resolution {} s, "
+                                 f"logging lag up to {LOG_LAG_S:g} s), so the step took at most {{}} s",
+                                 pl.col("dur_ms"), pl.col("gap").round(6), pl.col("stamp_resolution_s"),
+                                 pl.col("allowed").round(6)))
     last = steps.group_by("engine").agg(pl.col("stamp_s").sort_by("line_no").last())
     if bad.height:
         rec = rec.join(bad, on="line_no", how="left").with_columns(
