@@ -9,12 +9,14 @@ into ``Error: ...`` and an exit code (2 usage/data error, 1 a failed check);
 from __future__ import annotations
 
 import importlib
+import io
 import sys
 
 import click
 
 from . import __version__
 from .errors import TracelatError
+from .terminal import echo
 
 # name -> (module, attribute, one-line help shown by `tracelat --help`)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -79,15 +81,17 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=args, prog_name="tracelat", standalone_mode=False)
     except click.exceptions.Abort:
-        click.echo("Aborted.", err=True)
+        echo("Aborted.", err=True)
         sys.exit(130)
     except click.ClickException as exc:
-        exc.show()
+        shown = io.StringIO()  # click's message may quote the arguments: cleaned like all output
+        exc.show(file=shown)
+        echo(shown.getvalue(), err=True, nl=False)
         sys.exit(2 if exc.exit_code in (1, 2) else exc.exit_code)
     except TracelatError as exc:
         if debug:
             raise
-        click.echo(f"Error: {exc}", err=True)
+        echo(f"Error: {exc}", err=True)
         sys.exit(exc.exit_code)
     except Exception as exc:  # an unexpected failure: say so plainly, keep the exit code distinct
         if debug:
@@ -95,9 +99,9 @@ def main(argv: list[str] | None = None) -> None:
         import duckdb
 
         if isinstance(exc, duckdb.Error):
-            click.echo(f"Error: database error: {exc} (run with --debug for the traceback)", err=True)
+            echo(f"Error: database error: {exc} (run with --debug for the traceback)", err=True)
             sys.exit(2)
-        click.echo(f"Error: internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", err=True)
+        echo(f"Error: internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", err=True)
         sys.exit(3)
 
 

@@ -181,6 +181,16 @@ def query_files(directory: Path = QUERIES_DIR) -> list[QueryFile]:
     return order
 
 
+def quote_ident(name: str) -> str:
+    """``name`` as a quoted SQL identifier.
+
+    Identifiers cannot be bound as parameters; some come from outside (the database
+    name is the store's file name, which may hold any character), so an embedded
+    ``"`` is doubled, which is SQL's only escape inside a quoted identifier.
+    """
+    return '"' + name.replace('"', '""') + '"'
+
+
 def scalar(con: duckdb.DuckDBPyConnection, sql: str, params=None):
     """The single value a query returns (None for no rows); always drains the result."""
     rows = con.execute(sql, params).fetchall() if params is not None else con.execute(sql).fetchall()
@@ -253,7 +263,7 @@ def build_derived(con: duckdb.DuckDBPyConnection, force: bool = False) -> bool:
     try:
         if runs is None:
             for q in files:
-                con.execute(f'create or replace table "{q.table}" as {q.sql}')
+                con.execute(f"create or replace table {quote_ident(q.table)} as {q.sql}")
         elif runs:
             _rebuild_runs(con, runs, files, shadowed)
         con.execute("delete from _dirty_runs")
@@ -268,7 +278,7 @@ def build_derived(con: duckdb.DuckDBPyConnection, force: bool = False) -> bool:
         raise
     finally:
         for name in shadowed:
-            con.execute(f'drop view if exists temp.main."{name}"')
+            con.execute(f"drop view if exists temp.main.{quote_ident(name)}")
         con.execute("drop table if exists temp.main._build_runs")
     return True
 
@@ -282,13 +292,14 @@ def _rebuild_runs(con: duckdb.DuckDBPyConnection, runs: list[str], files: list[Q
     found before the stored table of the same name); its rows replace the runs' old
     rows. The caller drops the views.
     """
-    db = scalar(con, "select current_database()")
+    # the database is named after the store's file name: any text, so quoted, never pasted
+    db = quote_ident(scalar(con, "select current_database()"))
     con.execute("create or replace temp table _build_runs as select unnest($r::varchar[]) as run_id", {"r": runs})
     for t in shadowed:
-        con.execute(f'create or replace temp view "{t}" as select * from "{db}".main."{t}" '
+        con.execute(f"create or replace temp view {quote_ident(t)} as select * from {db}.main.{quote_ident(t)} "
                     f"where run_id in (select run_id from temp.main._build_runs)")
     for q in files:
-        target = f'"{db}".main."{q.table}"'
+        target = f"{db}.main.{quote_ident(q.table)}"
         con.execute(f"delete from {target} where run_id in (select run_id from temp.main._build_runs)")
         con.execute(f"insert into {target} by name select * from (\n{q.sql}\n)")
 

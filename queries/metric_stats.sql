@@ -4,6 +4,9 @@
 -- purpose: distribution statistics of each metric (SPEC §5): linear-interpolation
 --   percentiles (quantile_cont = numpy's default), sample std (ddof=1), cv = std / mean.
 --   Request metrics use ok requests only.
+--   mean and std add their values in sorted order (ORDER BY inside the aggregate):
+--   a float sum depends on the order of its terms, and parallel threads would combine
+--   partial sums in whatever order they finish, so the same input gave other last bits.
 with vals as (
     select run_id, 'ttft_ms' as metric, ttft_ms as v from request_latency where status = 'ok'
     union all
@@ -25,8 +28,8 @@ stats as (
         run_id,
         metric,
         count(v) as count,
-        avg(v) as mean,
-        stddev_samp(v) as std,
+        avg(v order by v) as mean,
+        stddev_samp(v order by v) as std,
         min(v) as min,
         max(v) as max,
         quantile_cont(v, [0.5, 0.9, 0.95, 0.99, 0.999]) as q

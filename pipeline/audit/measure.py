@@ -51,7 +51,9 @@ def run_stats(con: duckdb.DuckDBPyConnection, run_id: str, metric: str, stats: l
     table, where = SOURCES[metric]
     qs = sorted({percentile_of(s) / 100 for s in stats if percentile_of(s) is not None}) or [0.5]
     sql = (
-        f"select count({metric}), avg({metric}), stddev_samp({metric}), min({metric}), max({metric}), "
+        # mean and std add in sorted order: the same values give the same bits (see metric_stats.sql)
+        f"select count({metric}), avg({metric} order by {metric}), stddev_samp({metric} order by {metric}), "
+        f"min({metric}), max({metric}), "
         f"quantile_cont({metric}, $qs) from {table} "
         f"where run_id = $run_id and {where} and {metric} is not null"
     )

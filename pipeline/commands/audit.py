@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from ..terminal import echo
 from .options import db_option, dumps, json_option
 
 
@@ -45,8 +46,8 @@ def audit(run_id: str, slo_path: Path, junit_path: Path | None, md_path: Path | 
         md_path.parent.mkdir(parents=True, exist_ok=True)
         md_path.write_text(md, encoding="utf-8")
     if as_json:
-        click.echo(dumps(result.to_dict()))
+        echo(dumps(result.to_dict()))
     else:
-        click.echo(md if nightly else aud.text_report(result))
+        echo(md if nightly else aud.text_report(result))
     if result.exit_code:
         sys.exit(result.exit_code)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from ..terminal import echo
 from .options import db_option, dumps, json_option
 
 
@@ -46,9 +47,9 @@ def compare(base_run: str, cand_run: str, db: str, base_db: str | None, out_dir:
     comp = run_compare(base_con, base_run, cand_con, cand_run, threshold, confidence, resamples, seed)
     html = write_comparison(comp, base_con, cand_con, out_dir)
     if as_json:
-        click.echo(dumps({**comp.to_dict(), "html": str(html)}))
+        echo(dumps({**comp.to_dict(), "html": str(html)}))
     else:
-        click.echo(comparison_markdown(comp, only_changes=True).rstrip())
-        click.echo(f"\n{len(comp.deltas)} statistics compared; full table and overlaid CDFs: {html}")
+        echo(comparison_markdown(comp, only_changes=True).rstrip())
+        echo(f"\n{len(comp.deltas)} statistics compared; full table and overlaid CDFs: {html}")
     if comp.exit_code:
         sys.exit(comp.exit_code)

@@ -8,6 +8,7 @@ import click
 
 from ..resources import DEMO_TRACE as BUNDLED
 from ..resources import EXAMPLE_SLO
+from ..terminal import echo
 from .options import db_option
 
 
@@ -34,7 +35,7 @@ def demo(db: str, trace: Path | None, fresh: bool, out: Path | None, open_report
         from ..fixtures_gen import make_incident
 
         trace = make_incident(Path(db).with_suffix("").parent / "demo-incident.jsonl.gz")
-        click.echo(f"simulated {trace}")
+        echo(f"simulated {trace}")
     if trace is None:
         if not BUNDLED.exists():
             raise InputError(f"the bundled demo trace {BUNDLED} is missing: the installation is incomplete; "
@@ -42,18 +43,18 @@ def demo(db: str, trace: Path | None, fresh: bool, out: Path | None, open_report
         trace = BUNDLED
     con = store.connect(db)
     for res in ingest.ingest_paths(con, [trace]):
-        click.echo(res.line())
+        echo(res.line())
     store.build_derived(con)
     # the run of THIS trace (it may have been ingested earlier, so not the latest ingest)
     run_id = con.execute(
         "select run_ids[1] from ingests where sha256 = ? order by ingest_id desc limit 1", [reader.sha256(trace)]
     ).fetchall()[0][0]
-    click.echo("")
-    click.echo(metrics.format_summary(metrics.summary(con, run_id)))
+    echo("")
+    echo(metrics.format_summary(metrics.summary(con, run_id)))
     from ..report import write_report
 
     slo = EXAMPLE_SLO if EXAMPLE_SLO.exists() else None
     index = write_report(con, run_id, out, slo=slo)
-    click.echo(f"\nreport: {index}")
+    echo(f"\nreport: {index}")
     if open_report and click.launch(str(index)) != 0:
-        click.echo("no browser could be started here; open the report file above in one", err=True)
+        echo("no browser could be started here; open the report file above in one", err=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..terminal import echo
 from .options import db_option, dumps, json_option
 
 
@@ -38,4 +39,4 @@ def explain(run_id: str, metric: str, t_from, t_to, limit: int, db: str, as_json
     lo = parse_time(t_from, con, run_id, -math.inf)
     hi = parse_time(t_to, con, run_id, math.inf)
     result = run_explain(con, run_id, metric, lo, hi, limit)
-    click.echo(dumps(result) if as_json else format_explain(result))
+    echo(dumps(result) if as_json else format_explain(result))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ..defaults import STALL_K as DEFAULT_K  # not pipeline.fit.stalls: that imports the fit stack
+from ..terminal import echo
 from .options import db_option, dumps, json_option
 
 
@@ -40,4 +41,4 @@ def fit(run_id: str, model, config, gpu, bandwidth_gbps, peak_tflops, k, bootstr
     con = store.open_for_reading(db)  # read-write: the fit is stored
     result = fit_run(con, run_id, model=model, gpu=gpu, config=config, bandwidth_gbps=bandwidth_gbps,
                      tflops=peak_tflops, k=k, n_boot=bootstrap)
-    click.echo(dumps(result.to_dict()) if as_json else format_fit(result))
+    echo(dumps(result.to_dict()) if as_json else format_fit(result))

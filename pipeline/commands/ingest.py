@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ..terminal import clean, echo
 from .options import db_option, dumps, json_option
 
 BIG_FILE = 8 << 20
@@ -53,7 +54,7 @@ def ingest(paths: tuple[Path, ...], db: str, run_id: str | None, fmt: str | None
         if as_json or size < BIG_FILE:
             yield None
             return
-        with click.progressbar(length=size, label=f"ingest {path.name}", file=click.get_text_stream("stderr")) as bar:
+        with click.progressbar(length=size, label=clean(f"ingest {path.name}"), file=click.get_text_stream("stderr")) as bar:
             yield bar.update
 
     results = ing.ingest_paths(con, paths, fmt=fmt, run_id=run_id, replace=replace, progress_for=progress_for,
@@ -64,18 +65,18 @@ def ingest(paths: tuple[Path, ...], db: str, run_id: str | None, fmt: str | None
     touched = sorted({r for res in results for r in res.run_ids})
     aligned = describe(con, touched)
     if as_json:
-        click.echo(dumps([r.__dict__ for r in results]))
+        echo(dumps([r.__dict__ for r in results]))
         for problem, text in aligned:
             if problem:
-                click.echo(f"warning: {text}", err=True)
+                echo(f"warning: {text}", err=True)
         return
     for r in results:
-        click.echo(r.line())
+        echo(r.line())
     for problem, text in aligned:
-        click.echo(f"warning: {text}" if problem else text, err=problem)
+        echo(f"warning: {text}" if problem else text, err=problem)
     rejected = sum(r.rejected for r in results)
     if rejected:
-        click.echo(f"{rejected} lines rejected; see them with: tracelat rejects [FILE] --db {db}", err=True)
+        echo(f"{rejected} lines rejected; see them with: tracelat rejects [FILE] --db {db}", err=True)
 
 
 def _formats_help() -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..terminal import echo
 from .options import db_option, dumps, json_option
 
 
@@ -29,13 +30,13 @@ def rejects(path: str | None, db: str, limit: int, as_json: bool) -> None:
         f"select path, line_no, reason, raw from rejects {where} order by ingest_id, line_no limit {int(limit)}", params
     ).fetchall()
     if as_json:
-        click.echo(dumps({"total": total, "rejects": [dict(zip(("path", "line_no", "reason", "raw"), r)) for r in rows]}))
+        echo(dumps({"total": total, "rejects": [dict(zip(("path", "line_no", "reason", "raw"), r)) for r in rows]}))
         return
     if not rows:
-        click.echo("no rejected lines" + (f" for {path}" if path else ""))
+        echo("no rejected lines" + (f" for {path}" if path else ""))
         return
     for p, line_no, reason, raw in rows:
         shown = (raw or "")[:100] + ("..." if raw and len(raw) > 100 else "")
-        click.echo(f"{p}:{line_no}: {reason}\n    {shown}")
+        echo(f"{p}:{line_no}: {reason}\n    {shown}")
     if total > len(rows):
-        click.echo(f"... {total - len(rows)} more (use --limit)")
+        echo(f"... {total - len(rows)} more (use --limit)")

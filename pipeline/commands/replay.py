@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..errors import InputError
+from ..terminal import echo
 from .options import db_option, dumps, json_option
 
 
@@ -118,13 +119,13 @@ def replay(run_id: str, db: str, max_num_seqs, max_num_batched_tokens, kv_capaci
         d = cmp.to_dict()
         d["written"] = [str(p) for p in written if out is not None]
         d["ingested"] = do_ingest
-        click.echo(dumps(d))
+        echo(dumps(d))
         return
-    click.echo(cmp.format())
+    echo(cmp.format())
     if out is not None:
-        click.echo("wrote " + ", ".join(str(p) for p in written))
+        echo("wrote " + ", ".join(str(p) for p in written))
     if do_ingest:
-        click.echo(f"ingested into {store.db_path(db)}: " + ", ".join(cmp.run_ids))
+        echo(f"ingested into {store.db_path(db)}: " + ", ".join(cmp.run_ids))
 
 
 def _sweep(cal, spec: str, seeds: list[int], slo_path: str | None, chart: str | None, as_json: bool) -> None:
@@ -139,7 +140,7 @@ def _sweep(cal, spec: str, seeds: list[int], slo_path: str | None, chart: str | 
 
     path = save_chart(sw, chart or default_out_dir(cal.run_id) / f"replay-sweep-{param}.html")
     if as_json:
-        click.echo(dumps(sw.to_dict() | {"chart": str(path)}))
+        echo(dumps(sw.to_dict() | {"chart": str(path)}))
         return
-    click.echo(sw.format())
-    click.echo(f"\nchart: {path}")
+    echo(sw.format())
+    echo(f"\nchart: {path}")

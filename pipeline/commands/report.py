@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from ..terminal import echo
 from .options import db_option, dumps, json_option
 
 
@@ -35,6 +36,6 @@ def report(run_id: str, out_dir: Path | None, slo_path: Path | None, db: str, as
     files = {"html": str(html), "summary_json": str(html.with_name("summary.json")),
              "summary_md": str(html.with_name("summary.md")), "html_bytes": html.stat().st_size}
     if as_json:
-        click.echo(dumps(files))
+        echo(dumps(files))
     else:
-        click.echo(f"report: {html} ({files['html_bytes'] / 1e6:.2f} MB), summary.json and summary.md next to it")
+        echo(f"report: {html} ({files['html_bytes'] / 1e6:.2f} MB), summary.json and summary.md next to it")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..terminal import echo
 from .options import db_option, dumps, json_option
 
 
@@ -21,12 +22,12 @@ def runs(db: str, as_json: bool) -> None:
     ).fetchall()
     cols = ("run_id", "engine", "model", "requests", "iterations", "duration_s")
     if as_json:
-        click.echo(dumps([dict(zip(cols, r)) for r in rows]))
+        echo(dumps([dict(zip(cols, r)) for r in rows]))
         return
     if not rows:
-        click.echo("no runs; ingest a trace with `tracelat ingest FILE`")
+        echo("no runs; ingest a trace with `tracelat ingest FILE`")
         return
-    click.echo(f"{'run_id':<32}{'engine':<16}{'model':<24}{'requests':>9}{'iterations':>11}{'duration_s':>11}")
+    echo(f"{'run_id':<32}{'engine':<16}{'model':<24}{'requests':>9}{'iterations':>11}{'duration_s':>11}")
     for r in rows:
         dur = "-" if r[5] is None else f"{r[5]:.2f}"
-        click.echo(f"{r[0]:<32}{(r[1] or '-'):<16}{(r[2] or '-')[:23]:<24}{r[3] or 0:>9}{r[4] or 0:>11}{dur:>11}")
+        echo(f"{r[0]:<32}{(r[1] or '-'):<16}{(r[2] or '-')[:23]:<24}{r[3] or 0:>9}{r[4] or 0:>11}{dur:>11}")

@@ -6,6 +6,8 @@ import sys
 
 import click
 
+from ..terminal import echo
+
 
 def _p(flag: str, default, help: str, type=None):  # noqa: A002 - mirrors click's names
     return click.option(flag, default=default, show_default=default is not None, type=type, help=help)
@@ -90,4 +92,4 @@ def simulate(**o) -> None:
             run = run_simulation(o["out"], **kwargs)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
-    click.echo(run.summary_line())
+    echo(run.summary_line())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..terminal import echo
 from .options import db_option, dumps, json_option
 
 
@@ -22,4 +23,4 @@ def summary(run_id: str, db: str, as_json: bool) -> None:
 
     con = store.open_for_reading(db, read_only_if=fit_ready(run_id))
     s = metrics.summary(con, run_id)
-    click.echo(dumps(s) if as_json else metrics.format_summary(s))
+    echo(dumps(s) if as_json else metrics.format_summary(s))

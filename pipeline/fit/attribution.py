@@ -97,7 +97,8 @@ def _coverage(con, run_id: str, t_from: float, t_to: float) -> list[str]:
         """
         select count(*),
                count(*) filter (where t_scheduled is null),
-               sum(unattributed_ttft_ms + unattributed_decode_ms) / nullif(sum(e2e_ms), 0),
+               sum(unattributed_ttft_ms + unattributed_decode_ms order by req_id)
+                   / nullif(sum(e2e_ms order by req_id), 0),  -- fixed order: reproducible bits
                count(*) filter (where preemption_method = 'step_counts'),
                count(*) filter (where preemptions > 0 and preemption_method = 'none')
         from request_attribution where run_id = ? and t_arrival between ? and ?

@@ -38,10 +38,23 @@ def shape_evidence(ctx: np.ndarray | None, prefill: np.ndarray | None, y: np.nda
     return out
 
 
+def _interval(fit: dict, name: str) -> tuple[float, float] | None:
+    """The stored 95% interval of a coefficient; None when absent or not finite (stored as null)."""
+    ci = (fit.get("ci") or {}).get(name)
+    if ci is None or len(ci) != 2 or not all(isinstance(v, (int, float)) and np.isfinite(v) for v in ci):
+        return None
+    return float(ci[0]), float(ci[1])
+
+
+NOT_FITTED = "the model could not be fitted to this run (see statements)"
+
+
 def _linear(fit: dict, ev: dict) -> dict:
     claim = "iteration time grows linearly with the total context of the batch"
-    a, ci = fit["coef"].get("a_ms_per_ctx"), fit["ci"].get("a_ms_per_ctx")
-    if a is None:
+    a, ci = fit["coef"].get("a_ms_per_ctx"), _interval(fit, "a_ms_per_ctx")
+    if fit["coef"].get("t0_ms") is None:
+        return {"claim": claim, "holds": None, "evidence": NOT_FITTED}
+    if a is None or ci is None:
         return {"claim": claim, "holds": None, "evidence": "context_tokens cannot be used here (see statements)"}
     dec = fit.get("phases", {}).get("decode_only") or {}
     r2 = dec.get("r2_inliers", fit["r2_inliers"])
@@ -75,8 +88,8 @@ def _memory_bound(fit: dict, hw: dict | None, ev: dict) -> dict:
 
 def _prefill_spikes(fit: dict, ev: dict, spikes: dict) -> dict:
     claim = "a prefill in the batch spikes the iteration time"
-    b, ci = fit["coef"].get("b_ms_per_prefill"), fit["ci"].get("b_ms_per_prefill")
-    if b is None or not ev.get("prefill_steps"):
+    b, ci = fit["coef"].get("b_ms_per_prefill"), _interval(fit, "b_ms_per_prefill")
+    if b is None or ci is None or not ev.get("prefill_steps"):
         return {"claim": claim, "holds": None, "evidence": "no prefill steps recorded, or prefill_tokens unusable"}
     ratio = ev["prefill_step_median_ms"] / ev["decode_step_median_ms"] if ev.get("decode_step_median_ms") else None
     txt = (f"b = {b * 1000:.4g} ms per 1k prompt tokens (95% CI {ci[0] * 1000:.4g} .. {ci[1] * 1000:.4g}); "
@@ -90,10 +103,14 @@ def _overhead(fit: dict, hw: dict | None) -> dict:
     claim = "per-step overhead is visible: t0 lies above the weight-read floor"
     if not hw or hw.get("weight_floor_ms") is None:
         return {"claim": claim, "holds": None, "evidence": "needs the model and a GPU bandwidth (--model, --gpu)"}
-    t0, (lo, hi) = fit["coef"]["t0_ms"], fit["ci"]["t0_ms"]
+    t0, ci = fit["coef"].get("t0_ms"), _interval(fit, "t0_ms")
+    if t0 is None or ci is None:  # too few steps, or none with a duration
+        return {"claim": claim, "holds": None, "evidence": NOT_FITTED}
+    lo, hi = ci
     floor = hw["weight_floor_ms"]
+    share = f" ({(t0 - floor) / t0:.0%} of t0)" if t0 > 0 else ""
     txt = (f"t0 = {t0:.4g} ms (95% CI {lo:.4g} .. {hi:.4g}); reading {hw['weight_bytes'] / 1e9:.3g} GB of weights "
-           f"at peak takes {floor:.4g} ms; overhead {t0 - floor:.4g} ms per step ({(t0 - floor) / t0:.0%} of t0)")
+           f"at peak takes {floor:.4g} ms; overhead {t0 - floor:.4g} ms per step{share}")
     if t0 < floor:
         txt += "; t0 below the floor: the peak bandwidth or weight size does not match this run"
     return {"claim": claim, "holds": bool(lo > floor), "evidence": txt}

@@ -24,8 +24,9 @@ from .result import FitResult
 
 # Version of what ``fits`` stores; a stored fit of another version is refitted, never read
 # (v1 lacked log_center; v2: sandwich intervals above 20k steps, one-step bootstrap, ci_method;
-# v3: default k 3.5 (was 4), stall detection limit).
-FIT_VERSION = 3
+# v3: default k 3.5 (was 4), stall detection limit; v4: an unfitted run's steps get NULL
+# predictions, no longer NaN ones that flagged every step a stall, and all-0 ms steps are not fitted).
+FIT_VERSION = 4
 TOL_S = 1e-6  # request times match a step ending up to 1 us later (float rounding of the same clock)
 
 FITS_SCHEMA = """
@@ -122,9 +123,14 @@ def fit_run(
     hw = hardware.resolve(con, run_id, model, config, gpu, bandwidth_gbps, tflops)  # bad names fail early
     cols, y, notes, n_all = _load(con, run_id)
     lap("load")
-    fit = fit_linear(cols, y, n_boot=n_boot, k=k) if len(y) else None
+    # steps that all last 0 ms (coarse or missing clocks) carry no timing to fit: the
+    # relative-error fit would divide by them
+    timed = bool((y > 0).any())
+    fit = fit_linear(cols, y, n_boot=n_boot, k=k) if timed else None
     if n_all == 0:
         notes.append("the run has no steps with a duration: there is nothing to fit")
+    elif not timed:
+        notes.append(f"all {len(y)} steps last 0 ms: iteration time cannot be fitted")
     elif fit is None:
         notes.append(f"only {len(y)} usable steps: too few to fit the model")
     lap("fit")
@@ -169,7 +175,9 @@ def _materialise(con: duckdb.DuckDBPyConnection, run_id: str, nums: dict[str, An
               "log_scale": nums["log_scale"], "k": nums["k"], "tol_s": TOL_S}
     params |= {name: coef.get(name) or 0.0 for name, _ in TERMS}
     if coef["t0_ms"] is None:  # nothing fitted: no predictions, every step unattributed
-        params["t0_ms"] = float("nan")
+        # NULL, not NaN: DuckDB orders NaN above every number, so a NaN prediction made
+        # every step a "stall" with a NaN residual
+        params["t0_ms"] = None
     sql.materialise(con, "iteration_fit", params)
     lap("iteration_fit")
     with sql.step_sums(con, run_id):

@@ -17,7 +17,7 @@ import duckdb
 import polars as pl
 
 from ..errors import StoreError
-from ..store import QUERIES_DIR
+from ..store import QUERIES_DIR, quote_ident
 
 FIT_QUERIES = QUERIES_DIR / "fit"
 
@@ -57,14 +57,15 @@ def materialise(con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any
     """
     sql = query_text(name)
     p = bind(sql, params)
+    t = quote_ident(name)
     if table_exists(con, name):
-        cols = _columns(con, f'select * from "{name}" where false', {})
+        cols = _columns(con, f"select * from {t} where false", {})
         new = _columns(con, f"select * from ({sql}) where false", p)
         if cols != new:
-            con.execute(f'drop table "{name}"')
-    con.execute(f'create table if not exists "{name}" as select * from ({sql}) where false', p)
-    con.execute(f'delete from "{name}" where run_id = ?', [params["run_id"]])
-    con.execute(f'insert into "{name}" {sql}', p)
+            con.execute(f"drop table {t}")
+    con.execute(f"create table if not exists {t} as select * from ({sql}) where false", p)
+    con.execute(f"delete from {t} where run_id = ?", [params["run_id"]])
+    con.execute(f"insert into {t} {sql}", p)
 
 
 STEP_PARTS = ("span", "base", "pf", "ux", "ua")  # columns <part>_ms of step_parts.sql

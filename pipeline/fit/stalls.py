@@ -61,12 +61,13 @@ def stats(con: duckdb.DuckDBPyConnection, run_id: str, factor: float) -> dict[st
             count(*) filter (where spike_cause = 'preemption') as preemption,
             count(*) filter (where spike_cause = 'unexplained') as unexplained,
             count(*) filter (where is_stall) as stalls,
-            avg(residual_ms) filter (where is_stall) as mean_ms,
+            -- sums in a fixed order, so the same steps give the same bits (threads combine in any order)
+            avg(residual_ms order by residual_ms) filter (where is_stall) as mean_ms,
             quantile_cont(residual_ms, 0.5) filter (where is_stall) as p50_ms,
             quantile_cont(residual_ms, 0.9) filter (where is_stall) as p90_ms,
             quantile_cont(residual_ms, 0.99) filter (where is_stall) as p99_ms,
             max(residual_ms) filter (where is_stall) as max_ms,
-            sum(residual_ms) filter (where is_stall) as total_ms,
+            sum(residual_ms order by residual_ms) filter (where is_stall) as total_ms,
             quantile_cont(predicted_ms, [0.5, 0.9]) as step_ms
         from iteration_fit
         where run_id = ?

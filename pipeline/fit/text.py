@@ -25,8 +25,10 @@ def _ci_text(f: FitResult) -> str:
 
 def format_fit(f: FitResult) -> str:
     """The fit as a short report: model, diagnostics, hardware, claims, statements, spikes."""
+    fitted = f.t0_ms is not None
     lines = [f"run {f.run_id}: iteration_ms ~ t0 + a*context + b*prefill + c*decode "
-             f"({f.n_fitted} of {f.n_iterations} steps fitted, robust, 95% CIs: {_ci_text(f)})"]
+             + (f"({f.n_fitted} of {f.n_iterations} steps fitted, robust, 95% CIs: {_ci_text(f)})" if fitted else
+                f"(not fitted, {f.n_iterations} steps: see notes)")]
     for key, label, scale, unit in COEF_TEXT:
         v = getattr(f, key)
         if v is None:
@@ -67,9 +69,13 @@ def format_fit(f: FitResult) -> str:
         verdict = {True: "HOLDS", False: "DOES NOT HOLD", None: "CANNOT CHECK"}[c["holds"]]
         lines.append(f"  [{verdict}] {c['claim']}: {c['evidence']}")
     sp, st = f.spikes, f.stall_ms
-    lines += ["", f"spikes: {sp.get('count', 0)} (prefill {sp.get('prefill', 0)}, preemption {sp.get('preemption', 0)}, "
-                  f"unexplained {sp.get('unexplained', 0)}); threshold: log(measured/predicted) > "
-                  f"{f.log_center:+.3f} + {f.k:g} x {f.residual_log_sigma or 0:.3f}"]
+    if fitted:
+        lines += ["", f"spikes: {sp.get('count', 0)} (prefill {sp.get('prefill', 0)}, "
+                      f"preemption {sp.get('preemption', 0)}, unexplained {sp.get('unexplained', 0)}); "
+                      f"threshold: log(measured/predicted) > {f.log_center:+.3f} + {f.k:g} x "
+                      f"{f.residual_log_sigma or 0:.3f}"]
+    else:
+        lines += ["", "spikes: not detected (they are steps far above the fitted model)"]
     if st.get("count"):
         lines.append(f"  stalls: {st['count']} ({(f.stall_rate or 0):.2%} of steps), residual ms mean {st['mean']:.3g}, "
                      f"p50 {st['p50']:.3g}, p90 {st['p90']:.3g}, max {st['max']:.3g}, total {st['total']:.4g}")

@@ -12,6 +12,17 @@ from dataclasses import dataclass
 
 NUMERIC = "('UBIGINT','BIGINT','DOUBLE')"
 
+# Finite is not enough: 1.797e308 - 10 overflows to an infinite duration, and later
+# sums and statistics fail or mislead. Values beyond these are no plausible trace.
+MAX_ABS_TIME_S = 1e11  # Unix time of the year 5138; more is not seconds (ms or ns stamps, garbage)
+MAX_DURATION_S = 1e7  # 116 days: longer than any serving run
+MAX_COUNT = 2**53  # JSON numbers are doubles: integers beyond this are not exact
+
+
+def _sci(x: float) -> str:
+    mantissa, exponent = f"{x:.0e}".split("e")
+    return f"{mantissa}e{int(exponent)}"  # 1e11, as a person writes it
+
 
 @dataclass(frozen=True)
 class Field:
@@ -144,6 +155,14 @@ def _problem(f: Field, i: int) -> str:
         checks.append(f"when isnan({val}) or isinf({val}) then '{f.name}: NaN or infinite value ' || {shown}")
     if f.kind == "count":
         checks.append(f"when {val} < 0 then '{f.name}: negative count ' || {shown}")
+    if f.kind in ("int", "count"):
+        checks.append(f"when abs({val}) > {MAX_COUNT} then '{f.name}: implausibly large (over 2^53) ' || {shown}")
+    if f.kind == "float" and f.name.startswith("t_"):
+        checks.append(f"when abs({val}) > {_sci(MAX_ABS_TIME_S)} then '{f.name}: ' || {shown} || "
+                      f"' is no time in seconds (magnitude over {_sci(MAX_ABS_TIME_S)}; milli- or nanoseconds?)'")
+    if f.name == "dur_ms":
+        checks.append(f"when {val} > {_sci(MAX_DURATION_S * 1000)} then '{f.name}: ' || {shown} || "
+                      f"' ms is longer than {_sci(MAX_DURATION_S)} s'")
     if f.kind == "fraction":
         checks.append(f"when {val} < 0 or {val} > 1 then '{f.name}: expected a fraction 0..1, got ' || {shown}")
     if f.kind == "status":
@@ -156,6 +175,9 @@ def _problem(f: Field, i: int) -> str:
             f"when list_count({val}) <> len({val}) or isnan(list_sum({val})) or isinf(list_sum({val})) "
             f"then '{f.name}: contains null, NaN or infinite values'"
         )
+        big = _sci(MAX_ABS_TIME_S)
+        checks.append(f"when list_max(list_transform({val}, lambda x: abs(x))) > {big} "
+                      f"then '{f.name}: holds values that are no time in seconds (magnitude over {big})'")
     return "case " + " ".join(checks) + " end"
 
 
@@ -167,6 +189,8 @@ CROSS_CHECKS = {
         "then 'needs t_start, t_end or dur_ms' end",
         "case when v_t_end < v_t_start then 't_end (' || v_t_end || ') is before t_start (' || v_t_start || ')' end",
         "case when v_dur_ms < 0 then 'dur_ms is negative (' || v_dur_ms || ')' end",
+        f"case when v_t_end - v_t_start > {_sci(MAX_DURATION_S)} "
+        f"then 't_end - t_start (' || (v_t_end - v_t_start) || ' s) is longer than {_sci(MAX_DURATION_S)} s' end",
         # both given: they must agree (to float precision of epoch-second stamps)
         "case when abs((v_t_end - v_t_start) * 1000 - v_dur_ms) > 0.002 + 1e-6 * abs(v_dur_ms) "
         "then 'dur_ms (' || v_dur_ms || ') disagrees with (t_end - t_start) * 1000 ('"
@@ -182,6 +206,8 @@ CROSS_CHECKS = {
         "lambda i: v_token_times[i + 1] < v_token_times[i])) "
         "then 'token_times must be non-decreasing' end",
         "case when len(v_token_times) > 0 and v_token_times[1] < v_t_arrival then 'token_times start before t_arrival' end",
+        f"case when greatest(v_t_scheduled, v_t_first_token, v_t_finish, v_token_times[-1]) - v_t_arrival "
+        f"> {_sci(MAX_DURATION_S)} then 'the request lasts longer than {_sci(MAX_DURATION_S)} s after t_arrival' end",
         "case when coalesce(v_status, 'ok') = 'ok' and len(v_token_times) > 0 and v_output_tokens is not null "
         # fewer times than tokens is allowed: a streamed chunk may carry several tokens (vLLM bench)
         "and len(v_token_times) > v_output_tokens "

@@ -1,8 +1,9 @@
 """The sweep chart: p99 TTFT and p99 TPOT against the swept setting, SLO limits drawn in.
 
 :func:`sweep_chart` builds the Altair chart (no I/O); :func:`save_chart` writes
-it as one self-contained HTML file (Vega JS inlined by vl-convert, so it opens
-with no network).
+it as one self-contained HTML file through the report's page
+(:func:`pipeline.report.page.page`): the same escaping of log-borne text (the run
+id), inlined Vega JS, and Content-Security-Policy as the report.
 """
 
 from __future__ import annotations
@@ -73,8 +74,21 @@ def _slo_limits(sweep: Sweep) -> list:
 
 
 def save_chart(sweep: Sweep, path) -> Path:
-    """Write the sweep chart as self-contained HTML (inline Vega JS)."""
+    """Write the sweep chart as self-contained HTML (inline Vega JS, the report's CSP)."""
+    from .. import __version__
+    from ..report.charts import spec
+    from ..report.escape import html_text
+    from ..report.page import Section, page
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    sweep_chart(sweep).save(str(path), format="html", inline=True)
+    run_id = sweep.calibration.run_id
+    # Altair's own save() pastes the spec (with the run id, from a log) into <script> as is;
+    # the report's page escapes it and adds the CSP
+    header = (f'<h1>What-if replay of <span class="rid">{html_text(run_id, limit=300)}</span>: '
+              f"{html_text(sweep.param)}</h1>")
+    section = Section("sweep", "p99 TTFT and p99 TPOT against the swept setting",
+                      charts={"sweep": spec(sweep_chart(sweep))})
+    footer = f"tracelat {html_text(__version__)}; the table and JSON of this sweep: tracelat replay --sweep [--json]."
+    path.write_text(page(f"tracelat replay sweep: {run_id}", header, [section], footer), encoding="utf-8")
     return path

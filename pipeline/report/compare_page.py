@@ -12,14 +12,19 @@ import polars as pl
 from ..compare import Comparison, Delta
 from . import charts, frames
 from .escape import html_text, md_text
-from .render import safe_name
+from .render import name_digest, safe_name
 from .page import Section, card, page, table
 
 ICON = {"regression": "\u274c", "improvement": "\u2705", "no significant change": ""}
 
 
 def default_out_dir(base_run: str, cand_run: str) -> Path:
-    return Path("reports") / f"compare_{safe_name(base_run, 60)}_vs_{safe_name(cand_run, 60)}"
+    """``reports/compare_<base>_vs_<cand>/``, names made safe (and unique) as for reports."""
+    base, cand = safe_name(base_run, 60), safe_name(cand_run, 60)
+    name = f"compare_{base}_vs_{cand}"
+    if "_vs_" in base or "_vs_" in cand:  # (a_vs_b, c) and (a, b_vs_c) would share a folder
+        name += f"~{name_digest(base_run + chr(0) + cand_run)}"
+    return Path("reports") / name
 
 
 def _pct(v: float | None) -> str | None:

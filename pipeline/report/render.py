@@ -8,6 +8,7 @@ and how to get them (``tracelat fit``).
 
 from __future__ import annotations
 
+import hashlib
 import re
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,9 +27,20 @@ FIT_HINT = "not available (run `tracelat fit`)"
 HEADLINE = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E"), ("iteration_ms", "iteration"))
 
 
+def name_digest(text: str) -> str:
+    """8 hex digits of SHA-256: tells apart names that reduce to the same folder name."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+
+
 def safe_name(run_id: str, limit: int = 100) -> str:
-    """A run id reduced to a safe file or folder name (ids come from logs: no ``..``, no ``/``)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", run_id).lstrip(".")[:limit] or "run"
+    """A run id reduced to a safe file or folder name (ids come from logs: no ``..``, no ``/``).
+
+    Ids that are not kept as they are (``a/b`` and ``a?b`` both reduce to ``a_b``, and
+    long ids are cut) get ``~`` and a digest of the exact id, so two runs never share a
+    folder; ``~`` is never kept from an id, so no id can name another's folder.
+    """
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", run_id).lstrip(".")[:limit] or "run"
+    return name if name == run_id else f"{name[:limit - 9]}~{name_digest(run_id)}"
 
 
 def default_out_dir(run_id: str) -> Path:

@@ -113,12 +113,13 @@ token_gaps as (
 preempted_gaps as (
     select
         req_id,
-        sum(gap_ms) as gap_ms,
-        sum(d_span) as d_span,
-        sum(d_base) as d_base,
-        sum(d_pf) as d_pf,
-        sum(d_ux) as d_ux,
-        sum(d_ua) as d_ua
+        -- terms in a fixed order: a float sum of three or more depends on it (reproducible bits)
+        sum(gap_ms order by gap_ms) as gap_ms,
+        sum(d_span order by d_span) as d_span,
+        sum(d_base order by d_base) as d_base,
+        sum(d_pf order by d_pf) as d_pf,
+        sum(d_ux order by d_ux) as d_ux,
+        sum(d_ua order by d_ua) as d_ua
     from token_gaps
     where n_steps > 1
     group by req_id

@@ -9,6 +9,8 @@
 --   metric tpot: decode parts / (output_tokens - 1): decode_baseline, prefill_interference,
 --                preemption, unexplained, unattributed (ms per output token)
 --   metric e2e:  every part (ms)
+--   Means and the sum of growths add their terms in a fixed order (ORDER BY inside the
+--   aggregate), so the same input gives the same bits whatever the threads do.
 with r as (
     select *
     from request_attribution
@@ -71,8 +73,8 @@ grouped as (
 per_part as (
     select
         u.p.part as part,
-        avg(case when grp = 'tail' then u.p.ms end) as tail_mean_ms,
-        avg(case when grp = 'median' then u.p.ms end) as median_mean_ms,
+        avg(u.p.ms order by u.p.ms) filter (where grp = 'tail') as tail_mean_ms,
+        avg(u.p.ms order by u.p.ms) filter (where grp = 'median') as median_mean_ms,
         count(distinct case when grp = 'tail' then req_id end) as n_tail,
         count(distinct case when grp = 'median' then req_id end) as n_median
     from (select req_id, grp, unnest(parts) as p from grouped where grp is not null) as u
@@ -84,7 +86,8 @@ select
     tail_mean_ms,
     median_mean_ms,
     tail_mean_ms - median_mean_ms as growth_ms,
-    (tail_mean_ms - median_mean_ms) / nullif(sum(tail_mean_ms - median_mean_ms) over (), 0) as share,
+    (tail_mean_ms - median_mean_ms)
+    / nullif(sum(tail_mean_ms - median_mean_ms order by part) over (), 0) as share,
     n_tail,
     n_median,
     q.p50,

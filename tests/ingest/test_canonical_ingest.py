@@ -308,3 +308,48 @@ def test_a_failing_file_keeps_the_files_before_it_and_says_so(con, tmp_path):
     with pytest.raises(InputError, match=r"corrupt after line .*1 file\(s\) before it were ingested and kept: .*a_good"):
         ingest.ingest_paths(con, [good, bad])
     assert con.execute("select run_id, count(*) from iterations group by 1").fetchall() == [("a_good", 1)]
+
+
+REQ = {"kind": "request", "req_id": "q", "t_arrival": 1.0, "t_first_token": 1.1, "t_finish": 1.5, "output_tokens": 3}
+
+
+@pytest.mark.parametrize(
+    "record, expect",
+    [
+        (it(0, t_end=1.797e308), "t_end: 1.797e308 is no time in seconds (magnitude over 1e11"),
+        (it(0, t_start=-1.797e308), "t_start: -1.797e308 is no time in seconds"),
+        (it(0, t_start=1.7e18, t_end=1.7e18 + 1e7), "t_start: 1700000000000000000.0 is no time in seconds"),  # ns
+        (it(0, t_start=0.0, t_end=2e7), "t_end - t_start (20000000.0 s) is longer than 1e7 s"),
+        (it(0, t_start=None, t_end=None, dur_ms=1e300), "dur_ms: 1e300 ms is longer than 1e7 s"),
+        (it(0, prefill_tokens=2**60), "prefill_tokens: implausibly large (over 2^53)"),
+        (it(2**60), "iter: implausibly large (over 2^53)"),
+        (REQ | {"t_finish": 1e12}, "t_finish: 1000000000000.0 is no time in seconds"),
+        (REQ | {"t_finish": 2e7}, "the request lasts longer than 1e7 s after t_arrival"),
+        (REQ | {"output_tokens": 2**62}, "output_tokens: implausibly large"),
+        (REQ | {"token_times": [1.1, 1e300]}, "token_times: holds values that are no time in seconds"),
+    ],
+)
+def test_extreme_finite_values_are_rejected(con, tmp_path, record, expect):
+    f = write(tmp_path / "x.jsonl", [it(5), record])
+    (res,) = ingest.ingest_paths(con, [f])
+    assert (res.accepted, res.rejected) == (1, 1), rejects(con)
+    assert expect in rejects(con)[2], rejects(con)
+
+
+def test_report_after_an_extreme_value(tmp_path):
+    import subprocess
+    import sys
+
+    steps = [it(i, context_tokens=100 + i, prefill_tokens=i % 3) for i in range(60)]
+    steps[30]["t_end"] = 1.797e308
+    lines = [{"kind": "run", "run_id": "x"}, *steps, REQ]
+    f = write(tmp_path / "x.jsonl", lines)
+    db = str(tmp_path / "x.duckdb")
+    run = lambda *a: subprocess.run([sys.executable, "-m", "pipeline", *a, "--db", db],  # noqa: E731
+                                    capture_output=True, text=True)
+    r = run("ingest", str(f))
+    assert r.returncode == 0 and "1 rejected" in r.stdout, r.stdout + r.stderr
+    r = run("report", "x", "--out", str(tmp_path / "rep"))
+    assert r.returncode == 0, r.stderr
+    summary = json.loads((tmp_path / "rep" / "summary.json").read_text())
+    assert summary["iteration_ms"]["count"] == 59 and summary["iteration_ms"]["max"] == pytest.approx(10.0)

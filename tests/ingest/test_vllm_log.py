@@ -188,3 +188,31 @@ def test_data_parallel_engines_become_runs(con, tmp_path, run_id):
     diff = con.execute("select max(abs(a.t_end - b.t_end)), count(*) from iterations a join iterations b using (iter) "
                        "where a.run_id = 'alone' and b.run_id = ?", [f"{base}-engine001"]).fetchall()[0]
     assert diff == (0.0, len(e1))
+
+
+@pytest.mark.parametrize("batch_bytes", [None, 4096])  # 4 KiB: the step before the bad one is in another batch
+@pytest.mark.parametrize("name", ["server.log", "server_epoch.log"])
+def test_absurd_elapsed_time_is_rejected_and_moves_no_other_step(con, tmp_path, monkeypatch, name, batch_bytes):
+    from pipeline.ingest import reader
+
+    if batch_bytes:
+        monkeypatch.setattr(reader, "BATCH_BYTES", batch_bytes)
+    lines = (FIX / name).read_text().splitlines()
+    idx = [i for i, line in enumerate(lines) if ITER.search(line)]
+    k = idx[100]
+    without = tmp_path / "without" / name
+    without.parent.mkdir()
+    without.write_text("\n".join(lines[:k] + lines[k + 1:]) + "\n")  # the step's line left out altogether
+    lines[k] = re.sub(r"elapsed time: [0-9.]+ ms", "elapsed time: 999999.00 ms", lines[k])
+    bad = tmp_path / name
+    bad.write_text("\n".join(lines) + "\n")
+    (res,) = load(con, bad)
+    assert (res.accepted, res.rejected) == (len(idx) - 1, 1)
+    ((line_no, reason),) = con.execute("select line_no, reason from rejects").fetchall()
+    assert line_no == k + 1 and reason.startswith("iteration elapsed time 999999.0 ms is longer than")
+    q = "select iter, t_start, t_end from iterations order by iter"
+    got = con.execute(q).fetchall()
+    other = store.connect(tmp_path / "without.duckdb")
+    load(other, without)
+    assert got == other.execute(q).fetchall()  # every other step exactly where it is without the line
+    assert got[-1][2] - got[0][1] < 10  # the run still lasts seconds (was 1005 s)

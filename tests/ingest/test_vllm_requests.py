@@ -76,3 +76,31 @@ def test_broken_lines(con, tmp_path):
     assert rej == {3: "not valid JSON (truncated or garbage line)", 5: "vLLM request stats without first_token_ts"}
     assert res.skipped == 1 and res.lines_read == res.accepted + res.rejected + res.skipped
     assert con.execute("select status, t_first_token from requests where line_no = 6").fetchall() == [("error", None)]
+
+
+def test_one_line_on_another_clock_is_rejected_and_moves_nothing(con, tmp_path):
+    lines = (FIX / "requests.jsonl").read_text().splitlines()
+    good = tmp_path / "good" / "requests.jsonl"
+    good.parent.mkdir()
+    good.write_text("\n".join(l for i, l in enumerate(lines) if i not in (10, 20)) + "\n")
+    for i, shift in ((10, None), (20, 500.0)):  # queued_ts = 1.0 (the case); 500 s late
+        rec = json.loads(lines[i])
+        rec["queued_ts"] = 1.0 if shift is None else rec["queued_ts"] + shift
+        lines[i] = json.dumps(rec)
+    bad = tmp_path / "requests.jsonl"
+    bad.write_text("\n".join(lines) + "\n")
+    (res,) = load(con, bad)
+    assert (res.accepted, res.rejected) == (len(lines) - 2, 2)
+    recs = [json.loads(l) for l in lines]
+    median = float(np.median([r["arrival_time"] - r["queued_ts"] for r in recs]))
+    reasons = dict(con.execute("select line_no, reason from rejects").fetchall())
+    assert set(reasons) == {11, 21}
+    for reason in reasons.values():
+        assert reason.startswith("queued_ts ") and f"expected about {median:.6f} s" in reason
+    # the others are mapped as if the two lines had never been there
+    ids = [json.loads(l)["request_id"] for l in good.read_text().splitlines()]
+    want = dict(zip(ids, independent(good)["ttft_ms"]))
+    got = dict(con.execute("select req_id, ttft_ms from request_latency").fetchall())
+    assert got.keys() == want.keys()
+    # 1 us: Unix-time doubles resolve 0.24 us, and the two computations round differently
+    np.testing.assert_allclose([got[r] for r in ids], [want[r] for r in ids], rtol=0, atol=1e-3)

@@ -10,6 +10,8 @@ import pytest
 HOSTILE_RUN = '<script>alert("run")</script>\'"&<!--' + "\u00e9\u4e2d\U0001f600" + "x" * 400
 HOSTILE_MODEL = '</script><img src=x onerror=alert(1)> "model"'
 HOSTILE_REQ = '<b onmouseover="alert(2)">r</b>'
+SCRIPT_PAYLOAD = "</script><script>alert(1)</script>"
+SCRIPT_RUN = "evil" + SCRIPT_PAYLOAD
 
 
 def synth_lines(run_id: str, n_iter: int = 400, n_req: int = 120, seed: int = 0, scale: float = 1.0,
@@ -70,3 +72,37 @@ def hostile_run(tmp_path, db_path):
     con = ingest_lines(tmp_path / "hostile.jsonl", db_path, lines)
     yield con, HOSTILE_RUN, {"run": HOSTILE_RUN, "model": HOSTILE_MODEL, "req": HOSTILE_REQ}
     con.close()
+
+
+def simulate_into(con, directory, run_id: str, seed: int) -> None:
+    from pipeline import ingest
+    from pipeline.sim import IterationModel, NoiseModel, Policy, WorkloadSpec, run_simulation
+
+    trace = directory / f"{seed}.jsonl"
+    run_simulation(trace, truth=False, run_id=run_id, spec=WorkloadSpec(requests=150, rate_rps=10.0, prompt_mean=300,
+                                                                        output_mean=40),
+                   policy=Policy(32, 512, 100_000, True), model=IterationModel(5.0, 2e-4, 0.02, 0.0),
+                   noise=NoiseModel(0.03, 0.0, 0.0), seed=seed)
+    ingest.ingest_paths(con, [trace])
+
+
+@pytest.fixture(scope="module")
+def script_store(tmp_path_factory):
+    """(connection, folder) of a store with simulated runs SCRIPT_RUN (replayable) and ``base``."""
+    from pipeline import store
+
+    d = tmp_path_factory.mktemp("hostile")
+    con = store.connect(d / "s.duckdb")
+    simulate_into(con, d, SCRIPT_RUN, 0)
+    simulate_into(con, d, "base", 1)
+    store.build_derived(con)
+    yield con, d
+    con.close()
+
+
+def script_sweep_page(con, out):
+    """The sweep chart page of a small sweep of the hostile run."""
+    from pipeline.replay import calibrate, run_sweep
+    from pipeline.replay.chart import save_chart
+
+    return save_chart(run_sweep(calibrate(con, SCRIPT_RUN), "max_num_batched_tokens", [256, 512], [0], None), out)

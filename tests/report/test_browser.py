@@ -13,6 +13,8 @@ import pytest
 
 from pipeline.report import write_report
 
+from .conftest import SCRIPT_PAYLOAD, script_sweep_page
+
 BROWSER = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(BROWSER is None, reason="headless Chromium is not installed")]
@@ -73,3 +75,14 @@ def test_hostile_report_renders_without_injection(hostile_run, tmp_path):
     assert "&lt;b onmouseover=" in body and "&lt;/script&gt;&lt;img src=x" in body  # shown as text
     assert console == []
     assert 'data-failed="0"' in dom and 'data-done="1"' in dom
+
+
+def test_hostile_sweep_page_renders_without_injection(script_store, tmp_path):
+    con, _ = script_store
+    index = script_sweep_page(con, tmp_path / "sweep.html")
+    check_page(index, tmp_path, expected_charts=1)  # drawn under the CSP, nothing on the console
+    dom, console = render(index, tmp_path)
+    body = re.sub(r"<script\b.*?</script>", "", dom, flags=re.S)
+    assert "alert(1)" not in re.sub(r"&lt;script&gt;alert\(1\)", "", body)  # only ever as escaped text
+    assert "&lt;/script&gt;&lt;script&gt;alert(1)" in body and SCRIPT_PAYLOAD not in body
+    assert console == []

@@ -96,7 +96,19 @@ def test_hostile_strings_are_escaped(hostile_run, tmp_path):
 
 
 def test_default_out_dir_is_safe():
-    assert default_out_dir("run-1.a") .as_posix() == "reports/run-1.a"
-    assert default_out_dir("../../etc/passwd").as_posix() == "reports/_.._etc_passwd"
-    assert default_out_dir("<script>/x").as_posix() == "reports/_script_x"
-    assert len(default_out_dir("x" * 500).name) == 100
+    import hashlib
+
+    h = lambda s: hashlib.sha256(s.encode()).hexdigest()[:8]  # noqa: E731
+    assert default_out_dir("run-1.a") .as_posix() == "reports/run-1.a"  # kept as is: no digest
+    assert default_out_dir("../../etc/passwd").as_posix() == f"reports/_.._etc_passwd~{h('../../etc/passwd')}"
+    assert default_out_dir("<script>/x").as_posix() == f"reports/_script_x~{h('<script>/x')}"
+    assert default_out_dir("x" * 500).name == "x" * 91 + "~" + h("x" * 500)
+
+
+def test_default_out_dirs_are_unique():
+    from pipeline.report.compare_page import default_out_dir as compare_dir
+
+    ids = ["a/b", "a?b", "a_b", "a b", "", "run", "x" * 100 + "1", "x" * 100 + "2", "A/B"]
+    assert len({default_out_dir(r) for r in ids}) == len(ids)
+    pairs = [("a_vs_b", "c"), ("a", "b_vs_c"), ("a/vs/b", "c"), ("a", "b/vs/c")]
+    assert len({compare_dir(b, c) for b, c in pairs}) == len(pairs)

@@ -141,6 +141,43 @@ def _kv_blocks(meta: dict, override: str | None) -> None:
 
 OUT_BATCH_ROWS = 200_000
 
+# How late a step's line may be written after the step ended, beyond the stamp resolution:
+# the front end logs a step when its output arrives (ms later in our recordings, more
+# under load), so two lines can be closer than the second step's elapsed time.
+LOG_LAG_S = 1.0
+_NO_STAMPS = pl.DataFrame(schema={"engine": pl.Int64, "stamp_s": pl.Float64})
+
+
+def _check_elapsed(rec: pl.DataFrame, last: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Reject steps whose elapsed time the log's own stamps rule out; ``last``: each engine's last stamp so far.
+
+    A step starts after the previous step (of its engine) ended, which was no earlier
+    than that step's stamp, and ends before its own stamp plus the resolution; so it
+    lasts at most the gap between the two stamps plus the resolution, plus LOG_LAG_S
+    for lines written later after their step than the line before.
+    A longer one, e.g. a corrupted 999999 ms, would otherwise move every later step
+    when the timeline is rebuilt from elapsed times. Returns ``rec`` with those
+    reasons set and the engines' last stamps for the next batch of lines.
+    """
+    ok = rec.filter(pl.col("reason").is_null()).select(
+        "line_no", "dur_ms", "stamp_resolution_s", "stamp_s", engine=pl.col("engine_index").fill_null(0))
+    steps = pl.concat([last.with_columns(line_no=pl.lit(-1, pl.Int64)), ok], how="diagonal_relaxed")
+    gap = pl.col("stamp_s") - pl.col("stamp_s").shift(1).over("engine", order_by="line_no")
+    bad = steps.with_columns(gap=gap).with_columns(
+        allowed=pl.col("gap") + pl.col("stamp_resolution_s") + LOG_LAG_S
+    ).filter((pl.col("dur_ms") / 1000.0 > pl.col("allowed")) & (pl.col("line_no") >= 0)).select(
+        "line_no",
+        elapsed_reason=pl.format("iteration elapsed time {} ms is longer than the log's timestamps allow: "
+                                 "this step's line is {} s after the previous step's (stamp resolution {} s, "
+                                 f"logging lag up to {LOG_LAG_S:g} s), so the step took at most {{}} s",
+                                 pl.col("dur_ms"), pl.col("gap").round(6), pl.col("stamp_resolution_s"),
+                                 pl.col("allowed").round(6)))
+    last = steps.group_by("engine").agg(pl.col("stamp_s").sort_by("line_no").last())
+    if bad.height:
+        rec = rec.join(bad, on="line_no", how="left").with_columns(
+            reason=pl.coalesce("reason", "elapsed_reason")).drop("elapsed_reason")
+    return rec, last
+
 
 def convert(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None,
             tz: str | None = None) -> Iterator[Batch]:
@@ -151,6 +188,7 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
     year = c.file_year(path)
     zone = c.check_zone(tz) if tz else c.local_zone()
     goods, bads, head_lines, total, n_rec = [], [], [], 0, 0
+    last_stamp = _NO_STAMPS
     for table in reader.line_batches(path, progress):
         lines = pl.from_arrow(table)
         total += lines.height
@@ -158,6 +196,7 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
             head_lines.append(lines.head(2000))
         rec = _records(lines, year, zone)
         rec = rec.with_columns(reason=_reason(rec))
+        rec, last_stamp = _check_elapsed(rec, last_stamp)
         n_rec += rec.height
         # only rejects keep their text: a step's typed fields are a fraction of its log line
         bads.append(rec.filter(pl.col("reason").is_not_null()).select("line_no", "reason", "raw"))

@@ -12,6 +12,15 @@ some front-end delay after it arrived, and the smallest delay is taken as zero, 
 ``t_arrival <= t_scheduled`` holds for all and TTFT includes front-end work
 (tokenisation), as a client sees it.  ``o`` is stored in ``meta.monotonic_to_unix_s``.
 
+One line must not move every other: a ``queued_ts`` from another clock (a zeroed or
+hand-edited field, a restarted engine) would set the maximum.  So the offsets are
+first checked against their median ``m`` (half the lines would have to agree to move
+it): with ``d_i`` the front-end delays, ``o_i - m = d_med - d_i``, which a real
+request keeps below the median request's delay (milliseconds; ``EARLY_TOLERANCE_S``
+allows far more) and above minus its own delay (``LATE_TOLERANCE_S``: tokenisation
+and hand-over do not take minutes).  Lines outside are rejected, naming the field
+and the expected offset; the maximum is taken over the others.
+
 A ``meta.json`` next to the file (LLMServingSim layout) supplies the run facts:
 vLLM version, model, GPU, ``max_num_seqs``, ``max_num_batched_tokens``, KV tokens.
 """
@@ -28,6 +37,13 @@ import polars as pl
 from .. import reader
 from ..load import Batch
 from . import _common as c
+
+# how far a line's arrival_time - queued_ts may lie from the file's median (see module doc):
+# above it, the request would have reached the engine before the median request's front-end
+# delay (ms, < 0.3 s in every recorded run we have) had passed; below it, it would have spent
+# more than a minute between the front end and the engine queue
+EARLY_TOLERANCE_S = 1.0
+LATE_TOLERANCE_S = 60.0
 
 REQUIRED = ("request_id", "arrival_time", "queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
 
@@ -92,6 +108,24 @@ _REASON = pl.coalesce(
 )
 
 
+def _check_clock(good: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(lines whose clock offset agrees with the file's median, rejects of the others); see module doc."""
+    if not good.height:
+        return good.drop("raw"), pl.DataFrame(schema={"line_no": pl.Int64, "reason": pl.String, "raw": pl.String})
+    o = pl.col("arrival_time") - pl.col("queued_ts")
+    median = float(good.select(o.median()).item())
+    dev = o - median
+    off = (dev > EARLY_TOLERANCE_S) | (dev < -LATE_TOLERANCE_S)
+    expected = f"{median:.6f}"
+    reason = pl.format(
+        "queued_ts {} is on another clock than the file's other lines: arrival_time - queued_ts = {} s, "
+        "expected about " + expected + " s (the file's median; a request reaches the engine queue 0 to "
+        f"{LATE_TOLERANCE_S:g} s after it arrives)",
+        pl.col("queued_ts"), o.round(6))
+    rejects = good.filter(off).select(pl.col("line_no").cast(pl.Int64), reason.alias("reason"), "raw")
+    return good.filter(~off).drop("raw"), rejects
+
+
 def convert(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
     """Parse every line in DuckDB, then map the clocks with one offset for the file."""
     con = duckdb.connect()
@@ -106,12 +140,13 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
         # only rejects keep their text
         bads.append(part.filter(pl.col("reason").is_not_null() & (pl.col("reason") != "blank"))
                     .select("line_no", "reason", "raw"))
-        goods.append(part.filter(pl.col("reason").is_null()).drop("raw"))
+        goods.append(part.filter(pl.col("reason").is_null()))  # raw kept until the clock check
     con.close()
     if not goods:  # an empty file
         yield c.batch(None, total)
         return
-    good, bad = pl.concat(goods), pl.concat(bads)
+    good, clock_bad = _check_clock(pl.concat(goods))
+    bad = pl.concat([*bads, clock_bad]).sort("line_no")
     offset = float(good.select((pl.col("arrival_time") - pl.col("queued_ts")).max()).item()) if good.height else 0.0
     got_token = pl.col("first_token_ts").is_not_null()
     req = good.select(
@@ -129,7 +164,8 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
     run = _sidecar(path)
     meta = dict(run.pop("meta", {}))
     meta.update(source_format="vllm-requests", monotonic_to_unix_s=offset,
-                clock_mapping="t = monotonic_ts + max(arrival_time - queued_ts) over the file")
+                clock_mapping="t = monotonic_ts + max(arrival_time - queued_ts) over the lines whose offset "
+                              "agrees with the file's median")
     run.update(engine="vllm", clock="unix", meta=meta)
     records = c.encode(req, "request", ("t_queued", "finish_reason"))
     yield c.batch(records, total, run=run, rejects=bad, skipped=blank)

@@ -1,0 +1,34 @@
+"""Terminal output: text from logs is shown, never obeyed.
+
+Run ids, model names, file names and rejected lines come from files anyone can
+write; printed raw, an escape sequence among them could move the cursor, rewrite
+earlier lines, retitle the window or hide text (a log that rewrites the terminal).
+Every line the CLI prints goes through :func:`echo`, which drops escape sequences
+whole (so no parameter text is left behind) and then every other control
+character but tab and newline: C0 (carriage return too, which overwrites the
+line), DEL and C1.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import click
+
+# ESC-introduced sequences: CSI (ESC [ params final), OSC/DCS/SOS/PM/APC strings up to
+# BEL or ST (ESC \), and the two-character escapes (ESC + one character); then the same
+# with the 8-bit C1 introducers (CSI U+009B; DCS, SOS, OSC, PM, APC up to BEL or ST U+009C)
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]?|\x1b[\]PX^_].*?(?:\x07|\x1b\\|$)|\x1b.?"
+                      r"|\x9b[0-?]*[ -/]*[@-~]?|[\x90\x98\x9d\x9e\x9f].*?(?:\x07|\x9c|\x1b\\|$)", re.S)
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def clean(text: str) -> str:
+    """``text`` without terminal escape sequences or control characters (tab and newline kept)."""
+    return _CONTROLS.sub("", _ESCAPES.sub("", text))
+
+
+def echo(message: Any = None, err: bool = False, nl: bool = True) -> None:
+    """``click.echo`` of the cleaned text."""
+    click.echo(None if message is None else clean(str(message)), err=err, nl=nl)

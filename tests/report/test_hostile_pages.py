@@ -1,0 +1,48 @@
+"""A run id that tries to close the page's <script> never reaches any HTML page raw."""
+
+from __future__ import annotations
+
+from .conftest import SCRIPT_PAYLOAD as PAYLOAD
+from .conftest import SCRIPT_RUN as RUN
+from .conftest import script_sweep_page
+
+
+def assert_no_raw_payload(html: str) -> None:
+    assert PAYLOAD not in html
+    assert "<script>alert(1)" not in html
+    # the page's own scripts only: the bundle, the embed code, the JSON specs
+    assert html.count("</script>") == 3, html.count("</script>")
+
+
+def test_payload_never_raw_in_any_page(script_store, tmp_path):
+    from pipeline.compare import compare
+    from pipeline.report import write_report
+    from pipeline.report.compare_page import write_comparison
+
+    con, _ = script_store
+    pages = {
+        "report": write_report(con, RUN, tmp_path / "rep"),
+        "compare": write_comparison(compare(con, "base", con, RUN), con, con, tmp_path / "cmp"),
+        "sweep": script_sweep_page(con, tmp_path / "sweep.html"),
+    }
+    for name, path in pages.items():
+        html = path.read_text(encoding="utf-8")
+        assert_no_raw_payload(html)
+        assert "evil&lt;/script&gt;" in html or "evil\\u003c/script\\u003e" in html, name  # the id is there, escaped
+
+
+def test_csp_allows_only_the_pages_own_scripts(script_store, tmp_path):
+    import base64
+    import hashlib
+    import re
+
+    con, _ = script_store
+    html = script_sweep_page(con, tmp_path / "sweep.html").read_text(encoding="utf-8")
+    policy = re.search(r'http-equiv="Content-Security-Policy" content="([^"]*)"', html).group(1)
+    assert "unsafe-eval" not in policy and "default-src 'none'" in policy
+    script_src = re.search(r"script-src ([^;]*)", policy).group(1)
+    assert "unsafe-inline" not in script_src
+    # every executable inline script is allowed by its hash, and nothing else is
+    scripts = re.findall(r"<script>(.*?)</script>", html, flags=re.S)
+    hashes = {"'sha256-" + base64.b64encode(hashlib.sha256(s.encode()).digest()).decode() + "'" for s in scripts}
+    assert len(scripts) == 2 and set(script_src.split()) == hashes

@@ -1,0 +1,32 @@
+"""The same input gives the same summary, to the last bit: no aggregate depends on thread timing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline import ingest, metrics, store
+from pipeline.commands.options import dumps
+
+DEMO = Path(__file__).resolve().parents[2] / "fixtures" / "demo" / "incident.jsonl.gz"
+
+
+def summary_bytes(db: Path) -> str:
+    con = store.connect(db)
+    try:
+        con.execute("set threads = 4")  # parallel aggregation even on a small machine
+        ingest.ingest_paths(con, [DEMO])
+        store.build_derived(con)
+        (run_id,) = store.known_runs(con)
+        return dumps(metrics.summary(con, run_id))  # what `tracelat summary RUN --json` prints
+    finally:
+        con.close()
+
+
+def test_summary_json_is_identical_across_fresh_ingests(tmp_path):
+    # 142,730 token gaps, 13,720 steps, 1,220 requests: enough rows for DuckDB to split the work
+    outputs = [summary_bytes(tmp_path / f"s{i}.duckdb") for i in range(4)]
+    assert '"tail"' in outputs[0] and '"std"' in outputs[0]
+    for i, out in enumerate(outputs[1:], 1):
+        if out != outputs[0]:
+            diff = [(a, b) for a, b in zip(outputs[0].splitlines(), out.splitlines()) if a != b]
+            raise AssertionError(f"store {i} differs from store 0: {diff[:6]}")
