@@ -55,3 +55,65 @@ def write_split(result: SimResult, server_path, client_path, run_id: str, policy
         fh.write((json.dumps(client) + "\n").encode())
         df.write_ndjson(fh)
     return server_origin_s - client_origin_s
+
+
+def write_engine_pair(result: SimResult, log_path, aiperf_path, server_origin_s: float = 1.79e9,
+                      client_clock_error_s: float = 3.7) -> float:
+    """The same split in engine formats: a vLLM server log in vLLM's default format (1-second
+    local stamps in UTC, ``--enable-logging-iteration-details``) and an AIPerf
+    ``profile_export.jsonl`` from a client whose unix clock is ``client_clock_error_s`` behind.
+    Returns the true offset (server clock minus client clock).  The log file's modification
+    time is set to the run's start, where vLLM's year-less stamps take their year from."""
+    import os
+
+    import polars as pl
+    import pyarrow as pa
+
+    it = result.iterations
+    end = pl.Series(it["t_end"] + server_origin_s)
+    stamp = pl.from_epoch((end * 1e6).cast(pl.Int64), time_unit="us").dt.strftime("%m-%d %H:%M:%S")
+    kv = np.nan_to_num(np.asarray(it["kv_usage"], dtype=float)) * 100
+    lines = pl.DataFrame({"s": stamp, "i": np.arange(len(end)), "pr": it["prefill_reqs"], "pt": it["prefill_tokens"],
+                          "dr": it["decode_reqs"], "dt": it["decode_tokens"],
+                          "ms": (it["t_end"] - it["t_start"]) * 1e3, "kv": kv})
+    text = lines.select(pl.format(
+        "INFO {} [loggers.py:199] Engine 000: Iteration({}): {} context requests, {} context tokens, "
+        "{} generation requests, {} generation tokens, iteration elapsed time: {} ms, GPU KV cache usage: {}%",
+        "s", "i", "pr", "pt", "dr", "dt", pl.col("ms").round(2), pl.col("kv").round(1)))
+    with open(log_path, "w") as fh:
+        fh.write("INFO 01-01 00:00:00 [api_server.py:1] vLLM API server version 0.32.0\n")
+        text.write_csv(fh, include_header=False, quote_style="never")
+    start = server_origin_s + float(np.nanmin(it["t_start"]))
+    os.utime(log_path, (start, start))
+    rq = result.requests
+    offsets, values = result.token_times_flat()
+    origin = server_origin_s - client_clock_error_s
+    lists = pa.LargeListArray.from_arrays(pa.array(offsets - offsets[0], pa.int64()), pa.array(values * 1e3))
+
+    def ms(name: str) -> pl.Expr:
+        return pl.struct(value=pl.col(name), unit=pl.lit("ms"))
+
+    def toks(name: str) -> pl.Expr:
+        return pl.struct(value=pl.col(name), unit=pl.lit("tokens"))
+
+    base = pl.DataFrame({
+        "req_id": np.asarray(rq["req_id"]).astype(str), "status": np.asarray(rq["status"]).astype(str),
+        "t_arrival": rq["t_arrival"], "t_first_token": rq["t_first_token"], "t_finish": rq["t_finish"],
+        "prompt_tokens": rq["prompt_tokens"], "output_tokens": rq["output_tokens"],
+    }).with_columns(tok_ms=pl.from_arrow(lists)).filter(pl.col("status") == "ok")
+    df = base.with_columns(
+        ttft=(pl.col("t_first_token") - pl.col("t_arrival")) * 1e3,
+        lat=(pl.col("t_finish") - pl.col("t_arrival")) * 1e3,
+        icl=pl.col("tok_ms").list.diff().list.slice(1),
+    ).select(
+        metadata=pl.struct(
+            x_request_id=pl.col("req_id"),
+            request_start_ns=((pl.col("t_arrival") + origin) * 1e9).round().cast(pl.Int64),
+            request_end_ns=((pl.col("t_finish") + origin) * 1e9).round().cast(pl.Int64),
+            benchmark_phase=pl.lit("profiling")),
+        metrics=pl.struct(
+            time_to_first_token=ms("ttft"), request_latency=ms("lat"), inter_chunk_latency=ms("icl"),
+            input_sequence_length=toks("prompt_tokens"), output_sequence_length=toks("output_tokens")),
+    )
+    df.write_ndjson(aiperf_path)
+    return client_clock_error_s
