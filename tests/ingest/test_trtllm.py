@@ -69,3 +69,26 @@ def test_json_lines_and_broken_lines(con, tmp_path):
     }
     assert sorted(r[0] for r in con.execute("select iter from iterations").fetchall()) == [0, 3, 9]
     assert res.skipped == 1 and res.lines_read == res.accepted + res.rejected + res.skipped
+
+
+def test_local_stamps_are_read_in_the_given_zone(tmp_path):
+    """The iteration log's stamps are the writer's local time: --tz moves them by the zone's
+    offset on that date (zoneinfo, an independent computation), and the run says which zone."""
+    import datetime as dt
+    import json
+    import zoneinfo
+
+    from pipeline import store
+    from pipeline.ingest import ingest_paths
+
+    src = Path(__file__).resolve().parents[2] / "fixtures" / "trtllm" / "iteration_log.txt"
+    ends = {}
+    for tz in ("UTC", "Asia/Kolkata"):
+        con = store.connect(tmp_path / f"{tz.replace('/', '_')}.duckdb")
+        ingest_paths(con, [src], run_id="t", tz=tz)
+        ends[tz] = con.execute("select t_end from iterations order by iter").fetchnumpy()["t_end"]
+        meta = json.loads(con.execute("select meta from runs").fetchone()[0])
+        assert meta["timestamps_time_zone"] == tz
+    first = dt.datetime.fromtimestamp(float(ends["UTC"][0]), dt.timezone.utc).replace(tzinfo=None)
+    shift = zoneinfo.ZoneInfo("Asia/Kolkata").utcoffset(first).total_seconds()
+    assert list(ends["UTC"] - ends["Asia/Kolkata"]) == [shift] * len(ends["UTC"])

@@ -13,8 +13,9 @@ canonical          IterationStats
 =================  ===========================================================
 iter               iter
 dur_ms             iterLatencyMS
-t_end              timestamp ``%m-%d-%Y %H:%M:%S[.%f]`` (end of the iteration;
-                   read as UTC, the writer's local time zone is not recorded)
+t_end              timestamp ``%m-%d-%Y %H:%M:%S[.%f]`` (end of the iteration; the
+                   writer's local time without a zone: read in ``--tz``, default
+                   this machine's zone, stated in ``meta.timestamps_time_zone``)
 prefill_reqs       scheduledNumPrefillRequests | inflightBatchingStats.numContextRequests
 prefill_tokens     scheduledSumPrefillTokens | inflightBatchingStats.numCtxTokens
 decode_reqs        scheduledNumDecodeRequests | inflightBatchingStats.numGenRequests
@@ -73,8 +74,8 @@ EXTRACT = f"""
 select line_no, raw, valid,
   {_v('$.iter', 'bigint')} as iter,
   {_v('$.iterLatencyMS')} as dur_ms,
-  epoch(coalesce(try_strptime(js->>'$.timestamp', '%m-%d-%Y %H:%M:%S.%f'),
-                 try_strptime(js->>'$.timestamp', '%m-%d-%Y %H:%M:%S'))) as t_end,
+  epoch(timezone($tz, coalesce(try_strptime(js->>'$.timestamp', '%m-%d-%Y %H:%M:%S.%f'),
+                              try_strptime(js->>'$.timestamp', '%m-%d-%Y %H:%M:%S')))) as t_end,
   coalesce({_v('$.scheduledNumPrefillRequests', 'bigint')}, {_v('$.inflightBatchingStats.numContextRequests', 'bigint')},
            {_v('$.staticBatchingStats.numContextRequests', 'bigint')}) as prefill_reqs,
   coalesce({_v('$.scheduledSumPrefillTokens', 'bigint')}, {_v('$.inflightBatchingStats.numCtxTokens', 'bigint')},
@@ -130,7 +131,9 @@ def _source_tables(path: Path, progress) -> Iterator[tuple[pl.DataFrame, int]]:
                                  .then(pl.col("raw"))), frame.height
 
 
-def convert(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
+def convert(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None,
+            tz: str | None = None) -> Iterator[Batch]:
+    zone = c.check_zone(tz) if tz else c.local_zone()
     con = duckdb.connect()
     run_done = False
     for frame, n in _source_tables(path, progress):
@@ -145,27 +148,28 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
             fixed = broken.with_columns(text=pl.col("raw").map_elements(_literal_fallback, return_dtype=pl.String))
             frame = frame.update(fixed.select("line_no", "text", valid=pl.col("text").is_not_null()), on="line_no")
         con.register("src", frame.select("line_no", "raw", "valid", js=pl.col("text")))
-        rec = con.sql(EXTRACT).pl()
+        rec = pl.from_arrow(con.execute(EXTRACT, {"tz": zone}).to_arrow_table())
         con.unregister("src")
         ends = rec.filter(pl.col("is_end")).height
         rec = rec.filter(~pl.col("is_end")).with_columns(reason=REASON)
         good = rec.filter(pl.col("reason").is_null())
         run = None
         if not run_done:
-            run = _run(good)
+            run = _run(good, zone, bool(tz))
             run_done = True
         yield c.batch(c.encode(good, "iteration", ("completed_reqs", "new_active_queue_ms")), n, run=run,
                       rejects=rec.filter(pl.col("reason").is_not_null()), skipped=blank + ends)
     con.close()
 
 
-def _run(good: pl.DataFrame) -> dict:
+def _run(good: pl.DataFrame, zone: str, given: bool) -> dict:
     first = good.head(1).to_dicts()[0] if good.height else {}
     meta = {
         "source_format": "trtllm-iteration-stats",
         "max_num_seqs": first.get("max_batch_runtime") or first.get("max_batch_static"),
         "max_num_batched_tokens": first.get("max_tokens_runtime") or first.get("max_tokens_static"),
         "kv_cache_tokens": first.get("kv_tokens"),
-        "timestamp_timezone": "assumed UTC",
+        # the writer's local time, no zone in the stamp
+        "timestamps_time_zone": zone + ("" if given else " (this machine's zone; pass --tz to change)"),
     }
     return {"engine": "tensorrt-llm", "clock": "unix", "meta": meta}
