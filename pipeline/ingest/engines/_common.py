@@ -144,31 +144,32 @@ def check_zone(tz: str) -> str:
     return tz
 
 
-def log_times(prefix: pl.Expr, assumed_year: int, tz: str = "UTC") -> tuple[pl.Expr, pl.Expr]:
-    """Expressions ``(t_s, resolution_s)`` from the text before a record's message.
+def with_log_times(df: pl.DataFrame, prefix: str, assumed_year: int, tz: str = "UTC") -> pl.DataFrame:
+    """``df`` with ``stamp_s`` and ``stamp_resolution_s`` from the text in column ``prefix``.
 
-    ``t_s`` is Unix seconds (vLLM's year-less stamps get ``assumed_year``; stamps
-    without a zone are wall time in ``tz``); ``resolution_s`` is 1.0 for
-    whole-second stamps and 1e-3 or finer otherwise.
+    ``stamp_s`` is Unix seconds (vLLM's year-less stamps get ``assumed_year``; stamps
+    without a zone are wall time in ``tz``); ``stamp_resolution_s`` is 1.0 for
+    whole-second stamps and 1e-3 or finer otherwise.  Each pattern is matched once,
+    into a column, before the fields are taken apart: as expressions, every field
+    would run its pattern again (4 s instead of 0.3 s on 300k lines).
     """
-    epoch = prefix.str.extract(_EPOCH, 1)
-    iso = prefix.str.extract_groups(_ISO)
-    vl = prefix.str.extract_groups(_VLLM)
+    p = pl.col(prefix)
+    df = df.with_columns(_ep=p.str.extract(_EPOCH, 1), _iso=p.str.extract_groups(_ISO),
+                         _vl=p.str.extract_groups(_VLLM))
+    epoch, iso, vl = pl.col("_ep"), pl.col("_iso"), pl.col("_vl")
     iso_t = _epoch_s(iso.struct.field("1"), iso.struct.field("2"), tz) + _frac(iso.struct.field("3"))
     vl_t = _epoch_s(pl.lit(f"{assumed_year}-") + vl.struct.field("1"), vl.struct.field("2"), tz) \
         + _frac(vl.struct.field("3"))
-    t = pl.coalesce(epoch.cast(pl.Float64, strict=False), iso_t, vl_t)
 
     def res(digits: pl.Expr) -> pl.Expr:
         return pl.when(digits.is_null()).then(1.0).otherwise(pl.lit(10.0).pow(-digits.str.len_chars().cast(pl.Float64)))
 
-    epoch_digits = epoch.str.extract(r"\.(\d+)$", 1)
-    resolution = (
-        pl.when(epoch.is_not_null()).then(res(epoch_digits))
+    return df.with_columns(
+        stamp_s=pl.coalesce(epoch.cast(pl.Float64, strict=False), iso_t, vl_t),
+        stamp_resolution_s=pl.when(epoch.is_not_null()).then(res(epoch.str.extract(r"\.(\d+)$", 1)))
         .when(iso.struct.field("1").is_not_null()).then(res(iso.struct.field("3")))
-        .when(vl.struct.field("1").is_not_null()).then(res(vl.struct.field("3")))
-    )
-    return t, resolution
+        .when(vl.struct.field("1").is_not_null()).then(res(vl.struct.field("3"))),
+    ).drop("_ep", "_iso", "_vl")
 
 
 def file_year(path: Path) -> int:

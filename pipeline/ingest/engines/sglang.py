@@ -72,12 +72,12 @@ def _parse(lines: pl.DataFrame, year: int, tz: str = "UTC") -> pl.DataFrame:
     raw = pl.col("raw")
     m = raw.str.extract_groups(LINE)
     prefix = raw.str.split_exact(" batch", 1).struct.field("field_0")
-    t, res = c.log_times(prefix, year, tz)
-    df = lines.filter(raw.str.contains(LINE)).with_columns(
+    df = c.with_log_times(lines.filter(raw.str.contains(LINE)).with_columns(_prefix=prefix), "_prefix", year, tz)
+    df = df.with_columns(
         phase=m.struct.field("1"), sglang_iter=m.struct.field("2").cast(pl.Int64),
-        kv=_kv(m.struct.field("3")), stamp_s=t, stamp_resolution_s=res,
-        ranks=prefix.str.extract(r"((?:\s(?:DP|TP|PP|EP|ATTN_CP|MOE_DP)\d+)+)\]", 1).str.strip_chars(),
-    )
+        kv=_kv(m.struct.field("3")),
+        ranks=pl.col("_prefix").str.extract(r"((?:\s(?:DP|TP|PP|EP|ATTN_CP|MOE_DP)\d+)+)\]", 1).str.strip_chars(),
+    ).drop("_prefix")
     prefill = pl.col("phase") == "Prefill"
     running = _num("kv", "#running-req", cast=pl.Int64)
     throughput = _num("kv", "gen throughput (token/s)")

@@ -53,10 +53,10 @@ def sniff(path: Path, head: str) -> bool:
 def _records(lines: pl.DataFrame, year: int, tz: str = "UTC") -> pl.DataFrame:
     """Candidate record lines with every field extracted (NULL where absent)."""
     raw = pl.col("raw")
-    body = raw.str.split_exact("Iteration(", 1)
-    prefix = body.struct.field("field_0")
-    t, res = c.log_times(prefix, year, tz)
-    return lines.filter(raw.str.contains(MARK)).with_columns(
+    rec = lines.filter(raw.str.contains(MARK)).with_columns(
+        _prefix=raw.str.split_exact("Iteration(", 1).struct.field("field_0"))
+    rec = c.with_log_times(rec, "_prefix", year, tz)
+    return rec.with_columns(
         iter=c.int_field(raw, MARK),
         prefill_reqs=c.int_field(raw, r"(\d+) context requests"),
         prefill_tokens=c.int_field(raw, r"(\d+) context tokens"),
@@ -65,10 +65,10 @@ def _records(lines: pl.DataFrame, year: int, tz: str = "UTC") -> pl.DataFrame:
         dur_ms=c.float_field(raw, r"iteration elapsed time: ([0-9.]+) ms"),
         kv_usage=c.float_field(raw, r"KV cache usage: ([0-9.]+)%") / 100.0,
         is_dummy=raw.str.contains(r"ms \(dummy\)"),
-        engine_index=c.int_field(prefix, r"Engine (\d{3}):"),
-        stamp_s=t,
-        stamp_resolution_s=res,
-    )
+        engine_index=c.int_field(pl.col("_prefix"), r"Engine (\d{3}):"),
+    ).drop("_prefix").select("line_no", "raw", "iter", "prefill_reqs", "prefill_tokens", "decode_reqs",
+                             "decode_tokens", "dur_ms", "kv_usage", "is_dummy", "engine_index", "stamp_s",
+                             "stamp_resolution_s", *[x for x in lines.columns if x not in ("line_no", "raw")])
 
 
 def _reason(rec: pl.DataFrame) -> pl.Series:
