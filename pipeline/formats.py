@@ -18,6 +18,7 @@ FORMATS: tuple[tuple[str, str], ...] = (
     ("trtllm-iterlog", "TensorRT-LLM IterationStats: JSON lines/array (/metrics) or trtllm-bench --iteration_log"),
     ("sglang-log", "SGLang server log: Prefill batch / Decode batch lines"),
     ("sglang-metrics", "SGLang --export-metrics-to-file request records (sglang-request-metrics-*.log)"),
+    ("fpm", "ForwardPassMetrics JSONL (SGLang/vLLM/Dynamo per-step stream; fpm-relay*.jsonl.gz)"),
     ("aiperf", "AIPerf profile_export.jsonl (per-request records, epoch ns)"),
     ("genai-perf", "GenAI-Perf profile_export.json (experiments -> requests, epoch ns)"),
 )

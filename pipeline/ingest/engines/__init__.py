@@ -8,7 +8,7 @@ docs/formats.md documents each format and its mapping to canonical fields.
 from __future__ import annotations
 
 from .. import POST_INGEST, Ingestor, register
-from . import aiperf, context, sglang, trtllm, vllm_bench, vllm_log, vllm_requests
+from . import aiperf, context, fpm, sglang, trtllm, vllm_bench, vllm_log, vllm_requests
 
 register(Ingestor("vllm-log", "vLLM server log with --enable-logging-iteration-details (Iteration(N) lines)",
                   vllm_log.sniff, vllm_log.convert))
@@ -22,6 +22,8 @@ register(Ingestor("sglang-log", "SGLang server log: Prefill batch / Decode batch
                   sglang.sniff_log, sglang.convert_log))
 register(Ingestor("sglang-metrics", "SGLang --export-metrics-to-file request records (sglang-request-metrics-*.log)",
                   sglang.sniff_metrics, sglang.convert_metrics))
+register(Ingestor("fpm", "ForwardPassMetrics JSONL (SGLang/vLLM/Dynamo per-step stream; fpm-relay*.jsonl.gz)",
+                  fpm.sniff, fpm.convert))
 register(Ingestor("aiperf", "AIPerf profile_export.jsonl (per-request records, epoch ns)",
                   aiperf.sniff_aiperf, aiperf.convert_aiperf))
 register(Ingestor("genai-perf", "GenAI-Perf profile_export.json (experiments -> requests, epoch ns)",
