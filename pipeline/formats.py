@@ -21,4 +21,6 @@ FORMATS: tuple[tuple[str, str], ...] = (
     ("fpm", "ForwardPassMetrics JSONL (SGLang/vLLM/Dynamo per-step stream; fpm-relay*.jsonl.gz)"),
     ("aiperf", "AIPerf profile_export.jsonl (per-request records, epoch ns)"),
     ("genai-perf", "GenAI-Perf profile_export.json (experiments -> requests, epoch ns)"),
+    ("guidellm", "guidellm benchmarks.json (report v2: benchmarks -> requests, time.time())"),
+    ("inference-perf", "inference-perf per_request_lifecycle_metrics.json (perf_counter clock)"),
 )
