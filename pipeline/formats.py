@@ -23,4 +23,5 @@ FORMATS: tuple[tuple[str, str], ...] = (
     ("genai-perf", "GenAI-Perf profile_export.json (experiments -> requests, epoch ns)"),
     ("guidellm", "guidellm benchmarks.json (report v2: benchmarks -> requests, time.time())"),
     ("inference-perf", "inference-perf per_request_lifecycle_metrics.json (perf_counter clock)"),
+    ("otel", "OpenTelemetry OTLP JSON spans from vLLM (llm_request: queue, TTFT, E2E per request)"),
 )

@@ -8,7 +8,7 @@ docs/formats.md documents each format and its mapping to canonical fields.
 from __future__ import annotations
 
 from .. import POST_INGEST, Ingestor, register
-from . import aiperf, context, fpm, harness, sglang, trtllm, vllm_bench, vllm_log, vllm_requests
+from . import aiperf, context, fpm, harness, otel, sglang, trtllm, vllm_bench, vllm_log, vllm_requests
 
 register(Ingestor("vllm-log", "vLLM server log with --enable-logging-iteration-details (Iteration(N) lines)",
                   vllm_log.sniff, vllm_log.convert))
@@ -33,6 +33,9 @@ register(Ingestor("guidellm", "guidellm benchmarks.json (report v2: benchmarks -
                   harness.sniff_guidellm, harness.convert_guidellm))
 register(Ingestor("inference-perf", "inference-perf per_request_lifecycle_metrics.json (perf_counter clock)",
                   harness.sniff_inference_perf, harness.convert_inference_perf))
+
+register(Ingestor("otel", "OpenTelemetry OTLP JSON spans from vLLM (llm_request: queue, TTFT, E2E per request)",
+                  otel.sniff, otel.convert))
 
 if context.estimate_context not in POST_INGEST:
     POST_INGEST.append(context.estimate_context)
