@@ -216,3 +216,32 @@ def test_absurd_elapsed_time_is_rejected_and_moves_no_other_step(con, tmp_path, 
     load(other, without)
     assert got == other.execute(q).fetchall()  # every other step exactly where it is without the line
     assert got[-1][2] - got[0][1] < 10  # the run still lasts seconds (was 1005 s)
+
+
+def test_three_generations_of_the_iteration_line(tmp_path):
+    """The EngineCore line (no KV usage), the DP dummy step, and the current frontend line
+    (APIServer prefix, loggers.py, optional encoder fields, a trailing ' (dummy)')."""
+    from pipeline import store
+    from pipeline.ingest import ingest_paths
+
+    lines = [
+        "(EngineCore_DP0 pid=2010410) INFO 12-22 21:44:40 [core.py:349] Iteration(515): 0 context requests, "
+        "0 context tokens, 20 generation requests, 20 generation tokens, iteration elapsed time: 10.99 ms",
+        "(EngineCore_DP0 pid=2010410) INFO 12-22 21:44:40 [core.py:349] Iteration(516): 0 context requests, "
+        "0 context tokens, 0 generation requests, 0 generation tokens, iteration elapsed time: 1.25 ms (dummy)",
+        "(APIServer pid=77) INFO 12-22 21:44:41 [loggers.py:231] Engine 000: Iteration(517): 2 context requests, "
+        "4096 context tokens, 6 generation requests, 6 generation tokens, iteration elapsed time: 18.42 ms, "
+        "GPU KV cache usage: 37.1%, encoder inputs: 4, encoder output embeddings: 3520",
+        "(APIServer pid=77) INFO 12-22 21:44:41 [loggers.py:231] Engine 000: Iteration(518): 0 context requests, "
+        "0 context tokens, 0 generation requests, 0 generation tokens, iteration elapsed time: 2.00 ms, "
+        "GPU KV cache usage: 37.1% (dummy)",
+    ]
+    p = tmp_path / "gen.log"
+    p.write_text("\n".join(lines) + "\n")
+    con = store.connect(tmp_path / "g.duckdb")
+    res = ingest_paths(con, [p], run_id="g")[0]
+    assert (res.accepted, res.rejected) == (4, 0)
+    rows = con.execute("select iter, prefill_tokens, decode_tokens, dur_ms, kv_usage, "
+                       "json_extract(extra, '$.is_dummy')::boolean from iterations order by iter").fetchall()
+    assert rows == [(515, 0, 20, 10.99, None, False), (516, 0, 0, 1.25, None, True),
+                    (517, 4096, 6, 18.42, pytest.approx(0.371), False), (518, 0, 0, 2.0, pytest.approx(0.371), True)]
