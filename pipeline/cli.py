@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "fit": ("pipeline.commands.fit", "fit", "Fit the memory-bound iteration-time model; stalls; seed claims checked."),
     "explain": ("pipeline.commands.explain", "explain", "Why is the TTFT/TPOT/E2E tail slow? p99 attribution to causes."),
     "replay": ("pipeline.commands.replay", "replay", "Replay a run through the simulator: validation, what-if, sweeps."),
+    "export": ("pipeline.commands.export", "export", "Export a run for other tools: a Perfetto/Chrome timeline."),
 }
 
 

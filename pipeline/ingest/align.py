@@ -293,11 +293,14 @@ def _infer_scheduled(con, run_id: str, ing: int, steps: clocks.Steps) -> np.ndar
     k_lo = np.clip(np.searchsorted(cum, np.minimum(before + 1 - p, start), side="right"), k_arr, k_hi)
     lo, hi = steps.t_start[k_lo], steps.t_start[k_hi]
     t_sched = np.clip(hi, a, f)
-    con.execute("create or replace temp table _inferred as select * from (select unnest($ids) as req_id, "
-                "unnest($t) as t_scheduled)", {"ids": list(r["req_id"]), "t": t_sched.tolist()})
-    con.execute("update requests q set t_scheduled = i.t_scheduled from _inferred i "
-                "where q.run_id = $run and q.ingest_id = $ing and q.req_id = i.req_id", {"run": run_id, "ing": ing})
-    con.execute("drop table _inferred")
+    import pyarrow as pa
+
+    con.register("_inferred", pa.table({"req_id": pa.array(r["req_id"]), "t_scheduled": t_sched}))
+    try:
+        con.execute("update requests q set t_scheduled = i.t_scheduled from _inferred i "
+                    "where q.run_id = $run and q.ingest_id = $ing and q.req_id = i.req_id", {"run": run_id, "ing": ing})
+    finally:
+        con.unregister("_inferred")
     return hi - lo
 
 
@@ -306,8 +309,14 @@ with s as (
   select t_end, row_number() over (order by t_end, iter) as k from iterations where run_id = $run
 ), tk as (
   select req_id, idx, t from tokens where run_id = $run and ingest_id = $ing
+), prev as (
+  select tk.req_id, tk.idx, tk.t, s.k as k0, s.t_end as e0 from tk asof left join s on tk.t >= s.t_end
 ), j as (
-  select tk.req_id, tk.idx, s.k from tk asof left join s on tk.t + $tol >= s.t_end
+  -- each token belongs to the step whose end is nearest: a step's tokens reach the client
+  -- in a burst around its end, some just before the time it was given
+  select p.req_id, p.idx, case when n.t_end is not null and (p.e0 is null or n.t_end - p.t < p.t - p.e0)
+                               then n.k else p.k0 end as k
+  from prev p asof left join (select t_end, k from s) n on n.t_end >= p.t
 ), g as (
   select req_id, k - lag(k) over (partition by req_id order by idx) as dk from j
 )
@@ -319,8 +328,7 @@ from g group by req_id
 
 def _infer_preemptions(con, run_id: str, ing: int) -> int | None:
     """Preemptions per request from token gaps spanning more than one step, when tokens come one per step."""
-    tol = scalar(con, "select coalesce(median(dur_ms), 1) / 4000 from iterations where run_id = ?", [run_id])
-    con.execute(f"create or replace temp table _gaps as {PREEMPTION_GAPS}", {"run": run_id, "ing": ing, "tol": tol})
+    con.execute(f"create or replace temp table _gaps as {PREEMPTION_GAPS}", {"run": run_id, "ing": ing})
     ones, total = con.execute("select sum(ones), sum(n) from _gaps").fetchone()
     if not total or ones < 0.8 * total:  # tokens arrive in chunks: one gap per step cannot be assumed
         con.execute("drop table _gaps")

@@ -1,0 +1,90 @@
+"""Perfetto export: a valid Trace Event Format file whose slices are the store's numbers."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from pipeline import store
+from pipeline.ingest import ingest_paths
+
+FIX = Path(__file__).resolve().parents[2] / "fixtures"
+
+
+def _valid(doc: dict) -> list[dict]:
+    """The Trace Event Format rules a viewer relies on; returns the events."""
+    ev = doc["traceEvents"]
+    for e in ev:
+        assert e["ph"] in {"M", "X", "i", "C", "b", "e"} and isinstance(e["pid"], int) and isinstance(e["name"], str)
+        if e["ph"] != "M":
+            assert isinstance(e["ts"], (int, float)) and e["ts"] >= 0
+        if e["ph"] == "X":
+            assert e["dur"] >= 0
+        if e["ph"] in ("b", "e"):
+            assert e["cat"] and e["id"] is not None
+        if e["ph"] == "C":
+            assert all(isinstance(v, (int, float)) for v in e["args"].values())
+    # async slices nest: every begin has its end, per (id, name), and ends never precede begins
+    opened = Counter((e["id"], e["name"]) for e in ev if e["ph"] == "b")
+    closed = Counter((e["id"], e["name"]) for e in ev if e["ph"] == "e")
+    assert opened == closed
+    begin = {(e["id"], e["name"]): e["ts"] for e in ev if e["ph"] == "b"}
+    assert all(e["ts"] >= begin[(e["id"], e["name"])] for e in ev if e["ph"] == "e")
+    return ev
+
+
+def test_joint_vllm_run_exports_its_steps_and_requests(tmp_path):
+    from click.testing import CliRunner
+
+    from pipeline.cli import cli
+
+    db = tmp_path / "p.duckdb"
+    con = store.connect(db)
+    ingest_paths(con, [FIX / "vllm" / "server_epoch.log", FIX / "vllm" / "requests.jsonl"], run_id="cpu")
+    con.close()
+    out = tmp_path / "cpu.json.gz"
+    res = CliRunner().invoke(cli, ["export", "cpu", "--db", str(db), "--perfetto", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.load(gzip.open(out, "rt"))
+    ev = _valid(doc)
+    con = store.connect(db, read_only=True)
+    steps = con.execute("select iter, iteration_ms from iteration_metrics where run_id = 'cpu'").fetchall()
+    xs = {e["args"]["iter"]: e["dur"] for e in ev if e["ph"] == "X"}
+    assert len(xs) == len(steps) == doc["metadata"]["steps"]
+    assert all(xs[i] == pytest.approx(ms * 1000, abs=1.0) for i, ms in steps)  # us; unix doubles hold 0.24 us
+    lat = dict(con.execute("select req_id, queue_ms from request_latency where run_id = 'cpu'").fetchall())
+    req_of = {e["id"]: e["args"]["req_id"] for e in ev if e["ph"] == "b" and e["name"].startswith("request ")}
+    queue = {}
+    for e in ev:
+        if e["name"] == "queue":
+            queue.setdefault(e["id"], {})[e["ph"]] = e["ts"]
+    assert len(queue) == len(lat)
+    for i, q in queue.items():
+        assert (q["e"] - q["b"]) / 1000 == pytest.approx(lat[req_of[i]], abs=0.01)
+
+
+def test_long_runs_are_sampled_by_a_stated_rule(tmp_path):
+    from pipeline.export.perfetto import export
+    from pipeline.fit import get_or_fit
+    from pipeline.sim import run_simulation
+    from pipeline.sim.model import NoiseModel
+
+    sim = run_simulation(tmp_path / "s.jsonl", truth=False, iterations=12_000, noise=NoiseModel(0.03, 0.01, 40.0),
+                         with_token_times=False)
+    con = store.connect(tmp_path / "s.duckdb")
+    ingest_paths(con, [sim.trace_path])
+    store.build_derived(con)
+    get_or_fit(con, sim.run_id)
+    info = export(con, sim.run_id, tmp_path / "s.json", max_steps=2000)
+    ev = _valid(json.loads((tmp_path / "s.json").read_text()))
+    n_steps = sum(e["ph"] == "X" for e in ev)
+    stalls = con.execute("select count(*) from iteration_fit where is_stall").fetchall()[0][0]
+    assert stalls > 10 and sum(e["ph"] == "i" for e in ev) == stalls  # every stall kept
+    assert n_steps <= 2000 + stalls + con.execute("select count(*) from iteration_fit where spike_cause is not null"
+                                                  ).fetchall()[0][0]
+    assert "every 6th other step" in info["step_sampling"]
+    assert (tmp_path / "s.json").stat().st_size < 12_000 * 400  # bounded: far less than every step in full
