@@ -80,3 +80,23 @@ def test_request_metrics_export(con):
     ]
     assert con.execute("select count from metric_stats where metric = 'e2e_ms' and run_id = ?",
                        [path.name.split(".")[0]]).fetchall() == [(2,)]
+
+
+def test_current_line_variants(tmp_path):
+    """2026 wording: 'Prefill batch,', 'Prefill batch. iter:', '#full token' on hybrid models,
+    '[first graph replay]', and speculative decoding's 'accept len' (tokens per request per step)."""
+    from pipeline import store
+    from pipeline.ingest import detect, ingest_paths
+
+    src = Path(__file__).resolve().parents[2] / "fixtures" / "sglang" / "server_2026.log"
+    assert detect(src).name == "sglang-log"
+    con = store.connect(tmp_path / "s.duckdb")
+    res = ingest_paths(con, [src], run_id="s")[0]
+    assert (res.lines_read, res.accepted, res.rejected) == (5, 5, 0)
+    rows = con.execute("select prefill_tokens, prefill_reqs, decode_reqs, decode_tokens, context_tokens, kv_usage, "
+                       "dur_ms from iterations order by iter").fetchall()
+    assert rows[0][:2] == (64, 1) and rows[1][:2] == (128, 2)
+    assert rows[3][2:6] == (3, 3, 960, 0.31)  # '#full token', 'full token usage'
+    # first graph replay, accept len 4.75: 3 requests x 4.75 tokens; step = tokens / throughput
+    assert rows[4][2:4] == (3, round(3 * 4.75))
+    assert rows[4][6] == pytest.approx(3 * 4.75 * 1000 / 149.0)

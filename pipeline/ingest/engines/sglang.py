@@ -37,8 +37,9 @@ from .. import reader
 from ..load import Batch
 from . import _common as c
 
-LINE = r"(Prefill|Decode) batch(?: \[(\d+)\])?[.,] (.*)$"
-SNIFF = re.compile(r"(?:Prefill|Decode) batch(?: \[\d+\])?[.,] #")
+# "[N]" is the step counter; "[first graph replay]" marks the first decode after a CUDA-graph capture
+LINE = r"(Prefill|Decode) batch(?: \[([^\]]*)\])?[.,] (.*)$"
+SNIFF = re.compile(r"(?:Prefill|Decode) batch(?: \[[^\]]*\])?[.,] (?:#|iter:)")
 DEFAULT_DECODE_INTERVAL = 40
 
 
@@ -74,26 +75,30 @@ def _parse(lines: pl.DataFrame, year: int, tz: str = "UTC") -> pl.DataFrame:
     prefix = raw.str.split_exact(" batch", 1).struct.field("field_0")
     df = c.with_log_times(lines.filter(raw.str.contains(LINE)).with_columns(_prefix=prefix), "_prefix", year, tz)
     df = df.with_columns(
-        phase=m.struct.field("1"), sglang_iter=m.struct.field("2").cast(pl.Int64),
+        phase=m.struct.field("1"), sglang_iter=m.struct.field("2").cast(pl.Int64, strict=False),
+        sglang_label=pl.when(m.struct.field("2").cast(pl.Int64, strict=False).is_null()).then(m.struct.field("2")),
         kv=_kv(m.struct.field("3")),
         ranks=pl.col("_prefix").str.extract(r"((?:\s(?:DP|TP|PP|EP|ATTN_CP|MOE_DP)\d+)+)\]", 1).str.strip_chars(),
     ).drop("_prefix")
     prefill = pl.col("phase") == "Prefill"
     running = _num("kv", "#running-req", cast=pl.Int64)
     throughput = _num("kv", "gen throughput (token/s)")
+    # speculative decoding: each running request gains `accept len` tokens per step on average
+    accept = _num("kv", "accept len").fill_null(1.0)
     return df.with_columns(
         prefill_tokens=pl.when(prefill).then(_num("kv", "#new-token", cast=pl.Int64)).otherwise(0),
         prefill_reqs=pl.when(prefill).then(_num("kv", "#new-seq", cast=pl.Int64)).otherwise(0),
         # a prefill batch runs alone (the decode batch waits), so it decodes nothing
         decode_reqs=pl.when(prefill).then(0).otherwise(running),
-        decode_tokens=pl.when(prefill).then(0).otherwise(running),
+        decode_tokens=pl.when(prefill).then(0).otherwise((running.cast(pl.Float64) * accept).round().cast(pl.Int64)),
         running_reqs=running,
         context_tokens=pl.when(prefill).then(None).otherwise(_num("kv", "#token", "#full token", cast=pl.Int64)),
         waiting_reqs=_num("kv", "#queue-req", cast=pl.Int64),
         kv_usage=_num("kv", "token usage", "full token usage", "page usage"),
         cached_tokens=_num("kv", "#cached-token", cast=pl.Int64),
         gen_throughput_tok_s=throughput,
-        dur_ms=pl.when(~prefill & (throughput > 0)).then(running.cast(pl.Float64) * 1000.0 / throughput),
+        accept_len=pl.when(~prefill).then(_num("kv", "accept len")),
+        dur_ms=pl.when(~prefill & (throughput > 0)).then(running.cast(pl.Float64) * accept * 1000.0 / throughput),
         graph=pl.coalesce(_get("kv", "cuda graph"), _get("kv", "cpu graph"), _get("kv", "npu graph")) == "True",
     )
 
@@ -145,7 +150,8 @@ def convert_log(path: Path, progress: Callable[[int], None] | None = None, run_n
         "ranks": good.get_column("ranks").drop_nulls().unique().sort().to_list() or None,
     }
     run = {"engine": "sglang", "clock": "unix", "meta": meta}
-    records = c.encode(good, "iteration", ("phase", "sglang_iter", "cached_tokens", "gen_throughput_tok_s", "graph"))
+    records = c.encode(good, "iteration", ("phase", "sglang_iter", "sglang_label", "cached_tokens",
+                                           "gen_throughput_tok_s", "accept_len", "graph"))
     yield c.batch(records, total, run=run, rejects=pl.concat(bads), skipped=total - n_rec)
 
 
