@@ -56,12 +56,16 @@ def _seed_path(out: Path, seed: int, n_seeds: int) -> Path:
               help="Write each replay as a canonical trace (.gz compresses); with several seeds, "
                    "-seed<k> is added to the name.")
 @click.option("--ingest", "do_ingest", is_flag=True, help="Also ingest the replay traces into --db.")
+@click.option("--workload", "workload_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Replay this workload instead of the run's own requests, with the run's fitted model: a "
+                   "Mooncake-style JSONL (timestamp ms, input_length, output_length), or any file `tracelat "
+                   "simulate --lengths-file` reads (CSV, JSONL, Parquet; Azure and Splitwise traces).")
 @click.option("--no-token-times", is_flag=True, help="Leave per-token times out of written traces (smaller).")
 @json_option
 def replay(run_id: str, db: str, max_num_seqs, max_num_batched_tokens, kv_capacity_tokens, kv_block_size,
            chunked_prefill, admit_full_prompt, noise: str, seeds: int, first_seed: int, ok_only: bool,
            sweep_spec: str | None, slo: str | None, chart: str | None, out: Path | None, do_ingest: bool,
-           no_token_times: bool, as_json: bool) -> None:
+           workload_file: Path | None, no_token_times: bool, as_json: bool) -> None:
     """Replay RUN's arrivals and sizes through the simulator with RUN's fitted iteration model.
 
     With the recorded policy (no policy option) this validates the model: observed
@@ -75,6 +79,7 @@ def replay(run_id: str, db: str, max_num_seqs, max_num_batched_tokens, kv_capaci
       tracelat replay RUN                                   # validation, 3 seeds
       tracelat replay RUN --max-num-batched-tokens 512 --out whatif.jsonl --ingest
       tracelat replay RUN --sweep max_num_batched_tokens=256,512,1024,2048 --slo slo.toml
+      tracelat replay RUN --workload mooncake_trace.jsonl     # another workload, this engine
     """
     from .. import store
     from ..fit import fit_ready
@@ -91,6 +96,10 @@ def replay(run_id: str, db: str, max_num_seqs, max_num_batched_tokens, kv_capaci
     con = store.open_for_reading(db, read_only_if=None if do_ingest else fit_ready(run_id))
     try:
         cal = calibrate(con, run_id, overrides, noise=noise, ok_only=ok_only)
+        if workload_file is not None:
+            from ..sim.workload import workload_from_file
+
+            cal = cal.with_workload(workload_from_file(workload_file), workload_file.name)
         seed_list = list(range(first_seed, first_seed + (1 if noise == "none" else seeds)))
         if noise == "none" and seeds > 1:
             cal.notes.append("--noise none: every seed gives the same replay, so one seed was run")

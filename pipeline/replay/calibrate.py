@@ -107,6 +107,7 @@ class Calibration:
     frontend_delay_s: np.ndarray
     details: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    workload_source: str | None = None  # a workload file replayed instead of the run's own requests
 
     @property
     def recorded_ok(self) -> np.ndarray:
@@ -120,6 +121,18 @@ class Calibration:
         except ValueError as exc:
             raise InputError(f"policy {changes}: {exc}") from exc
         return replace(self, policy=policy)
+
+    def with_workload(self, workload: Workload, source: str) -> "Calibration":
+        """The same engine (model, noise, policy) under another workload: a what-if.
+
+        The file's arrivals are taken as engine-queue times (no front-end delay) and
+        every request counts; the observed column stays the recorded run's, for scale.
+        """
+        n = len(workload)
+        return replace(self, workload=workload, recorded_status=np.full(n, "ok"), frontend_delay_s=np.zeros(n),
+                       workload_source=source,
+                       notes=[*self.notes, f"workload from {source} ({n} requests) replayed with {self.run_id}'s "
+                                           "fitted model and policy; 'observed' is the recorded run, for scale"])
 
     def policy_changes(self) -> dict[str, Any]:
         """Policy fields that differ from the recorded (baseline) ones."""

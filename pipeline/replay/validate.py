@@ -79,7 +79,8 @@ class Comparison:
 
     @property
     def mode(self) -> str:
-        return "what-if" if self.calibration.policy_changes() else "validation"
+        cal = self.calibration
+        return "what-if" if cal.policy_changes() or cal.workload_source else "validation"
 
     def _row(self, section: str, stat: str) -> dict[str, Any]:
         obs = (self.observed.get(section) or {}).get(stat)
@@ -108,6 +109,7 @@ class Comparison:
             "policy": cal.policy.to_dict(),
             "recorded_policy": cal.baseline_policy,
             "changed": cal.policy_changes(),
+            "workload": cal.workload_source,
             "model": cal.model.to_dict(),
             "noise": cal.noise.to_dict(),
             "calibration": cal.details,
@@ -122,6 +124,8 @@ class Comparison:
         m = cal.model
         head = "replayed" if self.mode == "validation" else "what-if"
         change = ", ".join(f"{k}={v}" for k, v in cal.policy_changes().items()) or "recorded policy"
+        if cal.workload_source:
+            change += f", workload {cal.workload_source}"
         lines = [
             f"{self.mode} replay of {cal.run_id} ({change}; {len(self.seeds)} seed(s), noise {cal.details['noise_mode']})",
             f"policy: max_num_seqs={cal.policy.max_num_seqs} max_num_batched_tokens={cal.policy.max_num_batched_tokens} "
