@@ -32,22 +32,6 @@ from pipeline import store  # noqa: E402
 from pipeline.ingest import ingest_paths  # noqa: E402
 
 
-def simulate(kind: str, seed: int):
-    from pipeline.sim.engine import Policy, simulate as sim
-    from pipeline.sim.model import IterationModel, NoiseModel
-    from pipeline.sim.workload import add_burst, poisson_workload
-
-    model, noise = IterationModel(6.8, 0.00025, 0.032, 0.0), NoiseModel(0.03, 0.005, 50.0)
-    if kind == "light":
-        w, pol = poisson_workload(300, 4, 300, 0.6, 120, 0.6, seed=seed), Policy(64, 2048)
-    elif kind == "incident":
-        w = add_burst(poisson_workload(500, 8, 400, 0.6, 120, 0.6, seed=seed), 30.0, 12, 16000, 16, spread_s=1.0)
-        pol = Policy(128, 2048)
-    else:
-        w, pol = poisson_workload(400, 20, 400, 0.6, 300, 0.6, seed=seed), Policy(128, 2048, 30000)
-    return sim(w, pol, model, noise, seed=seed), pol, model, noise
-
-
 def pct(con, run: str, col: str) -> np.ndarray:
     v = con.execute(f"select {col} from request_latency where run_id = ? and status = 'ok' and {col} is not null",
                     [run]).fetchnumpy()[col]
@@ -64,10 +48,10 @@ def shares(con, run: str, metric: str):
 
 
 def one(kind: str, seed: int, engine: bool) -> dict:
-    from pipeline.sim.split import write_engine_pair, write_split
+    from pipeline.sim.split import scenario, write_engine_pair, write_split
     from pipeline.sim.writer import write_trace
 
-    result, pol, model, noise = simulate(kind, seed)
+    result, pol, model, noise = scenario(kind, seed)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         single = write_trace(result, tmp / "single.jsonl", "single", pol, model, noise)

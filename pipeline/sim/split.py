@@ -19,6 +19,31 @@ from pipeline.sim.engine import Policy, SimResult
 from pipeline.sim.model import IterationModel, NoiseModel
 from pipeline.sim.writer import TRACE_ITERATION_FIELDS, _open_out, run_record
 
+SCENARIOS = ("light", "incident", "kv")
+
+
+def scenario(kind: str, seed: int):
+    """A simulated run to split, with what it was made of: ``(result, policy, model, noise)``.
+
+    ``light``: 4 req/s; ``incident``: 8 req/s with a burst of 12 prompts of 16k tokens at
+    30 s (head-of-line blocking); ``kv``: KV cache far too small (preemptions).
+    """
+    from pipeline.sim.engine import simulate
+    from pipeline.sim.workload import add_burst, poisson_workload
+
+    model, noise = IterationModel(6.8, 0.00025, 0.032, 0.0), NoiseModel(0.03, 0.005, 50.0)
+    if kind == "light":
+        w, pol = poisson_workload(300, 4, 300, 0.6, 120, 0.6, seed=seed), Policy(64, 2048)
+    elif kind == "incident":
+        w = add_burst(poisson_workload(500, 8, 400, 0.6, 120, 0.6, seed=seed), 30.0, 12, 16000, 16, spread_s=1.0)
+        pol = Policy(128, 2048)
+    elif kind == "kv":
+        w, pol = poisson_workload(400, 20, 400, 0.6, 300, 0.6, seed=seed), Policy(128, 2048, 30000)
+    else:
+        raise ValueError(f"unknown scenario {kind!r}; one of {', '.join(SCENARIOS)}")
+    return simulate(w, pol, model, noise, seed=seed), pol, model, noise
+
+
 CLIENT_FIELDS = ("req_id", "t_arrival", "t_first_token", "t_finish", "prompt_tokens", "output_tokens", "status")
 
 

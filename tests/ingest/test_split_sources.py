@@ -13,24 +13,8 @@ import pytest
 from pipeline import store
 from pipeline.ingest import ingest_paths
 
-SCENARIOS = ("light", "incident", "kv")
-
-
-def _simulate(kind: str, seed: int):
-    from pipeline.sim.engine import Policy, simulate
-    from pipeline.sim.model import IterationModel, NoiseModel
-    from pipeline.sim.workload import add_burst, poisson_workload
-
-    model = IterationModel(6.8, 0.00025, 0.032, 0.0)
-    noise = NoiseModel(0.03, 0.005, 50.0)
-    if kind == "light":
-        w, pol = poisson_workload(300, 4, 300, 0.6, 120, 0.6, seed=seed), Policy(64, 2048)
-    elif kind == "incident":
-        w = add_burst(poisson_workload(500, 8, 400, 0.6, 120, 0.6, seed=seed), 30.0, 12, 16000, 16, spread_s=1.0)
-        pol = Policy(128, 2048)
-    else:
-        w, pol = poisson_workload(400, 20, 400, 0.6, 300, 0.6, seed=seed), Policy(128, 2048, 30000)
-    return simulate(w, pol, model, noise, seed=seed), pol, model, noise
+from pipeline.sim.split import SCENARIOS
+from pipeline.sim.split import scenario as _simulate
 
 
 def _pair(tmp, kind: str, seed: int, client_origin: float):
