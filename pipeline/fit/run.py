@@ -25,8 +25,10 @@ from .result import FitResult
 # Version of what ``fits`` stores; a stored fit of another version is refitted, never read
 # (v1 lacked log_center; v2: sandwich intervals above 20k steps, one-step bootstrap, ci_method;
 # v3: default k 3.5 (was 4), stall detection limit; v4: an unfitted run's steps get NULL
-# predictions, no longer NaN ones that flagged every step a stall, and all-0 ms steps are not fitted).
-FIT_VERSION = 4
+# predictions, no longer NaN ones that flagged every step a stall, and all-0 ms steps are not fitted;
+# v5: stalls by false-discovery rate (Benjamini-Hochberg under a fitted Student-t null), k is the cut's
+# equivalent in robust sigmas).
+FIT_VERSION = 5
 TOL_S = 1e-6  # request times match a step ending up to 1 us later (float rounding of the same clock)
 
 FITS_SCHEMA = """
@@ -107,8 +109,9 @@ def fit_run(
     config: str | None = None,
     bandwidth_gbps: float | None = None,
     tflops: float | None = None,
-    k: float = stalls.DEFAULT_K,
+    k: float | None = None,
     n_boot: int = 200,
+    fdr: float = stalls.DEFAULT_FDR,
     timings: dict[str, float] | None = None,
 ) -> FitResult:
     """Fit the memory-bound model to a run, store it, and return the full result.
@@ -116,7 +119,9 @@ def fit_run(
     ``model`` (catalogue name or HF id), ``config`` (HF config.json), ``gpu``
     (catalogue name, ``cpu:GBPS``), ``bandwidth_gbps`` and ``tflops`` only affect
     the hardware figures; without them the run's metadata is used. ``timings``,
-    if given, receives the seconds each phase took (benchmarks).
+    if given, receives the seconds each phase took (benchmarks). Stalls: steps flagged by
+    Benjamini-Hochberg at false-discovery rate ``fdr``; ``k`` (deprecated) flags steps beyond a
+    fixed ``k`` robust sigmas instead, whose false stalls grow with the run.
     """
     lap = _Lap(timings)
     store.require_run(con, run_id)
@@ -126,7 +131,10 @@ def fit_run(
     # steps that all last 0 ms (coarse or missing clocks) carry no timing to fit: the
     # relative-error fit would divide by them
     timed = bool((y > 0).any())
-    fit = fit_linear(cols, y, n_boot=n_boot, k=k) if timed else None
+    fit = fit_linear(cols, y, n_boot=n_boot, k=k, fdr=fdr) if timed else None
+    if k is not None:
+        notes.append(f"stalls by a fixed threshold of k = {k:g} robust sigmas (--k, deprecated): its false stalls "
+                     "grow with the run; --fdr Q bounds their share instead")
     if n_all == 0:
         notes.append("the run has no steps with a duration: there is nothing to fit")
     elif not timed:
@@ -134,14 +142,17 @@ def fit_run(
     elif fit is None:
         notes.append(f"only {len(y)} usable steps: too few to fit the model")
     lap("fit")
-    nums = _numbers(fit, cols, y, k)
+    k_eff = fit.stall_k if fit else (stalls.DEFAULT_K if k is None else k)
+    nums = _numbers(fit, cols, y, k_eff)
     nums["statements"] = notes + nums["statements"]
-    nums.update(n_iterations=n_all, k=k, phases=_phase_fits(cols, y, k) if fit else {})
+    # the phase fits judge their outliers by the whole run's rule (one noise law, one cut)
+    nums.update(n_iterations=n_all, k=k_eff, phases=_phase_fits(cols, y, k_eff) if fit else {},
+                stall_fdr=fit.stall_fdr if fit else None)
     lap("phase_fits_and_evidence")
     con.execute("begin transaction")
     try:
         _materialise(con, run_id, nums, lap)
-        nums.update(stalls.stats(con, run_id, stalls.limit_factor(nums["log_center"], k, nums["log_scale"])))
+        nums.update(stalls.stats(con, run_id, stalls.limit_factor(nums["log_center"], k_eff, nums["log_scale"])))
         nums["top_spikes"] = stalls.top_spikes(con, run_id)
         lap("stall_stats")
         con.execute(FITS_SCHEMA)

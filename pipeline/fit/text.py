@@ -72,8 +72,15 @@ def format_fit(f: FitResult) -> str:
     if fitted:
         lines += ["", f"spikes: {sp.get('count', 0)} (prefill {sp.get('prefill', 0)}, "
                       f"preemption {sp.get('preemption', 0)}, unexplained {sp.get('unexplained', 0)}); "
-                      f"threshold: log(measured/predicted) > {f.log_center:+.3f} + {f.k:g} x "
+                      f"threshold: log(measured/predicted) > {f.log_center:+.3f} + {f.k:.3g} x "
                       f"{f.residual_log_sigma or 0:.3f}"]
+        fd = f.stall_fdr
+        if fd:
+            nm = fd["null"]
+            law = "Gaussian" if nm["df"] is None else f"Student-t, df {nm['df']:.3g}"
+            lines.append(f"  stall rule: false-discovery rate {fd['q']:g} (Benjamini-Hochberg) under the noise of "
+                         f"ordinary steps ({law}, scale {nm['scale']:.3g}): expected false stalls "
+                         f"{fd['expected_false']:.3g} (at most {fd['q'] * st.get('count', 0):.3g} = q x flagged)")
     else:
         lines += ["", "spikes: not detected (they are steps far above the fitted model)"]
     if st.get("count"):
