@@ -59,6 +59,7 @@ class FitResult:
     ci_systematic_rel: float = 0.0
     stall_detection_limit_ms: dict[str, float | None] = field(default_factory=dict)
     stall_fdr: dict[str, Any] | None = None
+    extended: dict[str, Any] | None = None  # pipeline.fit.extended.ExtendedFit.to_dict(); None: not fitted
 
     @classmethod
     def from_numbers(cls, run_id: str, nums: dict[str, Any], hw: dict | None, claims: list, statements: list) -> "FitResult":
@@ -72,7 +73,7 @@ class FitResult:
             nums["k"], nums.get("stall_rate"), nums.get("stall_ms", {}), nums.get("spikes", {}),
             nums.get("phases", {}), nums.get("shape", {}), hw, claims, statements, nums.get("top_spikes", []),
             nums.get("ci_method", ""), nums.get("ci_systematic_rel") or 0.0, nums.get("detection_limit_ms", {}),
-            nums.get("stall_fdr"),
+            nums.get("stall_fdr"), nums.get("extended"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -90,6 +91,16 @@ class FitResult:
         """Smallest stall (ms) found on a step the model puts at ``predicted_ms``, at typical noise
         (:func:`pipeline.fit.stalls.limit_factor`)."""
         return predicted_ms * limit_factor(self.log_center, self.k, self.residual_log_sigma)
+
+    def extended_model(self):
+        """The extended fit as an :class:`~pipeline.sim.model.IterationModel` (None when not fitted)."""
+        from ..sim.model import IterationModel
+
+        if not self.extended:
+            return None
+        c = self.extended["coef"]
+        return IterationModel(*(c.get(k, 0.0) for k in ("t0_ms", "a_ms_per_ctx", "b_ms_per_prefill", "c_ms_per_decode",
+                                                        "d_ms_per_req", "e_ms_per_prefill_attn")))
 
     def iteration_model(self):
         """The fit as the simulator's :class:`~pipeline.sim.model.IterationModel` (unfitted terms = 0)."""

@@ -46,6 +46,19 @@ def format_fit(f: FitResult) -> str:
             lines.append(f"  phase {name}: {ph['n']} steps, {parts} (a, b, c per 1k), R² {ph['r2']:.3f}")
         else:
             lines.append(f"  phase {name}: " + "; ".join(ph.get("statements", [])))
+    ex = f.extended
+    if ex:
+        mb, xt = ex["cv"]["memory_bound"], ex["cv"]["extended"]
+        units = {"t0_ms": (1, "ms"), "a_ms_per_ctx": (1000, "ms/1k ctx"), "b_ms_per_prefill": (1000, "ms/1k prefill"),
+                 "c_ms_per_decode": (1000, "ms/1k decode"), "d_ms_per_req": (1, "ms/request"),
+                 "e_ms_per_prefill_attn": (1e6, "ms/1M prefill attention pairs")}
+        terms = ", ".join(f"{k.split('_')[0]}={v * units[k][0]:.4g} {units[k][1]}" for k, v in ex["coef"].items())
+        lines += ["", "held-out steps (5 contiguous time blocks, each predicted by a fit to the others):",
+                  f"  {'model':<14}{'MAPE':>9}{'p90 |error|':>14}",
+                  f"  {'memory-bound':<14}{mb['mape_pct']:>8.3g}%{mb['p90_abs_ms']:>11.3g} ms",
+                  f"  {'extended':<14}{xt['mape_pct']:>8.3g}%{xt['p90_abs_ms']:>11.3g} ms   ({terms}; costs >= 0)",
+                  "  -> " + ("the extended model predicts held-out steps better (replay uses it)" if ex["better"]
+                             else "the memory-bound model is as good out of sample (replay uses it)")]
     hw = f.hardware
     if hw:
         lines += ["", f"hardware: model {hw['model'] or '?'}, GPU {hw['gpu'] or '?'} x{hw['num_gpus']}, "

@@ -35,25 +35,44 @@ class IterationModel:
         a_ms_per_ctx: cost per context token read by attention (KV-cache read).
         b_ms_per_prefill: cost per prompt token computed in the step.
         c_ms_per_decode: cost per decode token generated in the step.
+        d_ms_per_req: cost per request in the step (decodes + prefill chunks): per-sequence
+            host and kernel work that real engines add (0: the memory-bound model).
+        e_ms_per_prefill_attn: cost per attention token pair of prefill chunks: a chunk of L
+            tokens after c computed ones attends to ``L x (c + L / 2)`` pairs (the long
+            prompt's chunks grow costlier; 0: the memory-bound model).
     """
 
     t0_ms: float = 5.0
     a_ms_per_ctx: float = 0.0002
     b_ms_per_prefill: float = 0.02
     c_ms_per_decode: float = 0.0
+    d_ms_per_req: float = 0.0
+    e_ms_per_prefill_attn: float = 0.0
 
-    def base_ms(self, context_tokens, prefill_tokens, decode_tokens):
+    def base_ms(self, context_tokens, prefill_tokens, decode_tokens, requests=0, prefill_attn=0):
         """Model time before noise and stalls; works on scalars and numpy arrays."""
         return (
             self.t0_ms
             + self.a_ms_per_ctx * context_tokens
             + self.b_ms_per_prefill * prefill_tokens
             + self.c_ms_per_decode * decode_tokens
+            + self.d_ms_per_req * requests
+            + self.e_ms_per_prefill_attn * prefill_attn
         )
 
+    @property
+    def extended(self) -> bool:
+        """Whether a term beyond the memory-bound model costs anything."""
+        return bool(self.d_ms_per_req or self.e_ms_per_prefill_attn)
+
     def to_dict(self) -> dict:
-        """Plain-dict form, for truth files and run metadata."""
-        return asdict(self)
+        """Plain-dict form, for truth files and run metadata (extended terms only when used, so
+        existing traces keep their bytes)."""
+        d = asdict(self)
+        for k in ("d_ms_per_req", "e_ms_per_prefill_attn"):
+            if not d[k]:
+                del d[k]
+        return d
 
 
 @dataclass(frozen=True)
