@@ -7,6 +7,10 @@ just to show a number.
 
 from __future__ import annotations
 
-# Stall threshold k: a step is a stall when log(measured/predicted) exceeds the median
+# Stall detection: the expected share of false stalls among the flagged steps (Benjamini-Hochberg
+# over p-values from the run's own noise law; docs/model-and-attribution.md).
+STALL_FDR = 0.05
+
+# Deprecated fixed stall threshold k (`--k`): a step is a stall when log(measured/predicted) exceeds the median
 # by k robust standard deviations (docs/model-and-attribution.md).
 STALL_K = 3.5

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..defaults import STALL_K as DEFAULT_K  # not pipeline.fit.stalls: that imports the fit stack
+from ..defaults import STALL_FDR  # not pipeline.fit.stalls: that imports the fit stack
 from ..terminal import echo
 from .options import db_option, dumps, json_option
 
@@ -16,13 +16,17 @@ from .options import db_option, dumps, json_option
 @click.option("--gpu", help="GPU from the catalogue (h100-sxm, a100-80gb, ..., cpu:GBPS); default: the run's GPU.")
 @click.option("--bandwidth-gbps", type=float, help="Peak memory bandwidth in GB/s (required for --gpu cpu).")
 @click.option("--peak-tflops", type=float, help="Dense peak TFLOP/s, overriding the catalogue (prefill roofline).")
-@click.option("--k", "k", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_K, show_default=True,
-              help="Stall threshold: a step is a stall when log(measured/predicted) exceeds the median by k robust "
-                   "standard deviations. Lower finds smaller stalls and more false ones.")
+@click.option("--fdr", "fdr", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True), default=STALL_FDR,
+              show_default=True,
+              help="Stall detection: the expected share of false stalls among the flagged steps (Benjamini-Hochberg "
+                   "over p-values from the run's fitted noise law). Lower flags fewer small stalls.")
+@click.option("--k", "k", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Deprecated: a fixed threshold of k robust standard deviations instead of --fdr (its false "
+                   "stalls grow with the run's length).")
 @click.option("--bootstrap", type=click.IntRange(min=10), default=200, show_default=True, help="Bootstrap replicates for the CIs.")
 @db_option
 @json_option
-def fit(run_id: str, model, config, gpu, bandwidth_gbps, peak_tflops, k, bootstrap, db: str, as_json: bool) -> None:
+def fit(run_id: str, model, config, gpu, bandwidth_gbps, peak_tflops, fdr, k, bootstrap, db: str, as_json: bool) -> None:
     """Fit iteration_ms ~ t0 + a*context + b*prefill + c*decode to RUN_ID.
 
     Robust (outliers are the stalls being hunted), with bootstrap confidence
@@ -36,9 +40,11 @@ def fit(run_id: str, model, config, gpu, bandwidth_gbps, peak_tflops, k, bootstr
     from ..fit import fit_run
     from ..fit.text import format_fit
 
+    if k is not None:
+        click.echo("Warning: --k is deprecated; it replaces the false-discovery-rate rule (--fdr) for this fit", err=True)
     if model and config:
         raise InputError("give --model or --config, not both")
     con = store.open_for_reading(db)  # read-write: the fit is stored
     result = fit_run(con, run_id, model=model, gpu=gpu, config=config, bandwidth_gbps=bandwidth_gbps,
-                     tflops=peak_tflops, k=k, n_boot=bootstrap)
+                     tflops=peak_tflops, k=k, fdr=fdr, n_boot=bootstrap)
     echo(dumps(result.to_dict()) if as_json else format_fit(result))

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .stalls import DEFAULT_K
+from .stalls import DEFAULT_FDR, fdr_threshold, fit_null
 
 # coefficient name -> iteration column; t0_ms is the intercept
 TERMS = (("a_ms_per_ctx", "context_tokens"), ("b_ms_per_prefill", "prefill_tokens"), ("c_ms_per_decode", "decode_tokens"))
@@ -66,6 +66,10 @@ class LinearFit:
     statements: list[str] = field(default_factory=list)
     ci_method: str = ""
     ci_systematic_rel: float = 0.0
+    # the stall rule as a threshold in robust sigmas: log ratio > log_center + stall_k * log_scale
+    # (with FDR control, the k that Benjamini-Hochberg's cut amounts to on this run)
+    stall_k: float = 3.5
+    stall_fdr: dict | None = None  # q, threshold, flagged, expected_false, null model; None for a fixed k
 
     def predict(self, cols: dict[str, np.ndarray]) -> np.ndarray:
         """Model time for the given columns (missing terms count as 0)."""
@@ -83,7 +87,7 @@ class LinearFit:
             "n": self.n, "r2": self.r2, "r2_inliers": self.r2_inliers, "mape_pct": self.mape_pct,
             "log_center": self.log_center, "log_scale": self.log_scale,
             "n_outliers": self.n_outliers, "statements": list(self.statements), "ci_method": self.ci_method,
-            "ci_systematic_rel": self.ci_systematic_rel,
+            "ci_systematic_rel": self.ci_systematic_rel, "stall_k": self.stall_k, "stall_fdr": self.stall_fdr,
         }
 
 
@@ -284,7 +288,8 @@ def fit_linear(
     allow: tuple[str, ...] | None = None,
     n_boot: int = 200,
     seed: int = 0,
-    k: float = DEFAULT_K,
+    k: float | None = None,
+    fdr: float = DEFAULT_FDR,
 ) -> LinearFit | None:
     """Fit the model to complete rows; None (with no exception) when too few rows.
 
@@ -295,8 +300,10 @@ def fit_linear(
         allow: restrict to these coefficient names (per-phase fits).
         n_boot: bootstrap replicates for the 95% intervals.
         seed: bootstrap seed (results are reproducible).
-        k: outlier threshold in robust standard deviations of the relative residual,
-            used for the inlier R² (the stall detector uses the same rule).
+        k: a fixed outlier threshold in robust standard deviations of the log residual (deprecated);
+            None: the Benjamini-Hochberg cut at false-discovery rate ``fdr`` under the noise law
+            fitted to the residuals (:func:`pipeline.fit.stalls.fit_null`). The outliers are the
+            stalls: left out of the inlier R².
     """
     y = np.asarray(y, dtype=float)
     terms, notes = select_terms(cols, allow)
@@ -319,6 +326,12 @@ def fit_linear(
     lr = log_ratio(y, yhat)
     center, scale = mad_scale(lr[np.isfinite(lr)])
     scale = max(scale, REL_SCALE_FLOOR)
+    fdr_info = None
+    if k is None:
+        cut = fdr_threshold(lr, fdr, fit_null(lr, REL_SCALE_FLOOR))
+        k = (cut.threshold - center) / scale
+        fdr_info = {"q": cut.q, "threshold": cut.threshold, "flagged": cut.flagged,
+                    "expected_false": cut.expected_false, "null": cut.null.to_dict()}
     outlier = np.nan_to_num(lr, nan=-np.inf) > center + k * scale
     # widen by the systematic offset in quadrature: it is what the interval misses on big runs
     sys_rel = systematic_rel(scale, float(outlier.mean()), sol)
@@ -335,7 +348,7 @@ def fit_linear(
         notes.append(f"only {n} steps for {p} coefficients: estimates are rough")
     return LinearFit(coef, ci, tuple(terms), n, _r2(y, yhat), _r2(y[~outlier], yhat[~outlier]),
                      float(np.mean(np.abs(y[y > 0] - yhat[y > 0]) / y[y > 0]) * 100), center, scale,
-                     int(outlier.sum()), notes, method, sys_rel)
+                     int(outlier.sum()), notes, method, sys_rel, float(k), fdr_info)
 
 
 def systematic_rel(log_sigma: float, stall_share: float, sol: _Solution) -> float:

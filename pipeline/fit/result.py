@@ -22,7 +22,10 @@ class FitResult:
     ``ci_systematic_rel`` is the relative bound on the robust fit's own offset, added
     to them in quadrature). ``residual_log_sigma`` is the robust spread
     (1.4826 x MAD) of log(measured / predicted), i.e. the multiplicative noise; stalls
-    are steps whose log ratio exceeds ``log_center + k * residual_log_sigma``,
+    are steps whose log ratio exceeds ``log_center + k * residual_log_sigma``, where
+    ``k`` is what the Benjamini-Hochberg cut at false-discovery rate ``stall_fdr["q"]``
+    amounts to on this run (``stall_fdr``: the cut, the fitted noise law of ordinary steps
+    and the expected number of false stalls; None when a fixed k was asked for),
     ``stall_rate`` is their share of steps and ``stall_ms`` their size distribution
     (residual ms). ``stall_detection_limit_ms`` is the smallest stall the rule finds on
     the median and the p90 step (see :meth:`detection_limit_ms`).
@@ -55,6 +58,8 @@ class FitResult:
     ci_method: str = ""
     ci_systematic_rel: float = 0.0
     stall_detection_limit_ms: dict[str, float | None] = field(default_factory=dict)
+    stall_fdr: dict[str, Any] | None = None
+    extended: dict[str, Any] | None = None  # pipeline.fit.extended.ExtendedFit.to_dict(); None: not fitted
 
     @classmethod
     def from_numbers(cls, run_id: str, nums: dict[str, Any], hw: dict | None, claims: list, statements: list) -> "FitResult":
@@ -68,6 +73,7 @@ class FitResult:
             nums["k"], nums.get("stall_rate"), nums.get("stall_ms", {}), nums.get("spikes", {}),
             nums.get("phases", {}), nums.get("shape", {}), hw, claims, statements, nums.get("top_spikes", []),
             nums.get("ci_method", ""), nums.get("ci_systematic_rel") or 0.0, nums.get("detection_limit_ms", {}),
+            nums.get("stall_fdr"), nums.get("extended"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -85,6 +91,16 @@ class FitResult:
         """Smallest stall (ms) found on a step the model puts at ``predicted_ms``, at typical noise
         (:func:`pipeline.fit.stalls.limit_factor`)."""
         return predicted_ms * limit_factor(self.log_center, self.k, self.residual_log_sigma)
+
+    def extended_model(self):
+        """The extended fit as an :class:`~pipeline.sim.model.IterationModel` (None when not fitted)."""
+        from ..sim.model import IterationModel
+
+        if not self.extended:
+            return None
+        c = self.extended["coef"]
+        return IterationModel(*(c.get(k, 0.0) for k in ("t0_ms", "a_ms_per_ctx", "b_ms_per_prefill", "c_ms_per_decode",
+                                                        "d_ms_per_req", "e_ms_per_prefill_attn")))
 
     def iteration_model(self):
         """The fit as the simulator's :class:`~pipeline.sim.model.IterationModel` (unfitted terms = 0)."""

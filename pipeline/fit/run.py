@@ -19,14 +19,17 @@ import numpy as np
 
 from .. import store
 from . import claims, hardware, sql, stalls
+from .extended import fit_extended
 from .model import TERMS, LinearFit, fit_linear, log_ratio
 from .result import FitResult
 
 # Version of what ``fits`` stores; a stored fit of another version is refitted, never read
 # (v1 lacked log_center; v2: sandwich intervals above 20k steps, one-step bootstrap, ci_method;
 # v3: default k 3.5 (was 4), stall detection limit; v4: an unfitted run's steps get NULL
-# predictions, no longer NaN ones that flagged every step a stall, and all-0 ms steps are not fitted).
-FIT_VERSION = 4
+# predictions, no longer NaN ones that flagged every step a stall, and all-0 ms steps are not fitted;
+# v5: stalls by false-discovery rate (Benjamini-Hochberg under a fitted Student-t null), k is the cut's
+# equivalent in robust sigmas; the extended model chosen by held-out error).
+FIT_VERSION = 5
 TOL_S = 1e-6  # request times match a step ending up to 1 us later (float rounding of the same clock)
 
 FITS_SCHEMA = """
@@ -50,11 +53,21 @@ def _fingerprint(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     return json.dumps([FIT_VERSION, *a, *b, *c], default=str)
 
 
-def _load(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[dict[str, np.ndarray], np.ndarray, list[str], int]:
-    """Complete rows of the model's columns; absent columns are left out, with a note."""
+EXTRA_COLUMNS = ("batch_reqs", "prefill_reqs", "decode_reqs", "prefill_attn")  # the extended model's inputs
+
+
+def _load(con: duckdb.DuckDBPyConnection, run_id: str
+          ) -> tuple[dict[str, np.ndarray], np.ndarray, list[str], int, dict[str, np.ndarray | None]]:
+    """Complete rows of the model's columns (time order); absent columns are left out, with a note.
+
+    Also the extended model's inputs on the same rows (None where not recorded): requests per
+    step and the exact prefill attention pairs, an extra field of simulated traces.
+    """
     df = con.sql(
-        "select iteration_ms, context_tokens, prefill_tokens, decode_tokens from iteration_metrics "
-        "where run_id = ? and iteration_ms is not null order by t_end, iter",
+        "select m.iteration_ms, m.context_tokens, m.prefill_tokens, m.decode_tokens, m.batch_reqs, m.prefill_reqs, "
+        "m.decode_reqs, try_cast(i.extra->>'prefill_attn' as double) as prefill_attn "
+        "from iteration_metrics m left join iterations i on i.run_id = m.run_id and i.iter = m.iter "
+        "where m.run_id = ? and m.iteration_ms is not null order by m.t_end, m.iter",
         params=[run_id],
     ).pl()
     n_all = df.height
@@ -66,7 +79,9 @@ def _load(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[dict[str, np.nda
         if df.height < before:
             notes.append(f"{before - df.height} of {before} steps lack one of {', '.join(present)} and are not fitted")
     cols = {c: df[c].to_numpy().astype(float) for c in present}
-    return cols, df["iteration_ms"].to_numpy().astype(float), notes, n_all
+    extra = {c: df[c].cast(float).fill_null(float("nan")).to_numpy() if df[c].null_count() < df.height else None
+             for c in EXTRA_COLUMNS}
+    return cols, df["iteration_ms"].to_numpy().astype(float), notes, n_all, extra
 
 
 def _phase_fits(cols: dict[str, np.ndarray], y: np.ndarray, k: float) -> dict[str, Any]:
@@ -107,8 +122,9 @@ def fit_run(
     config: str | None = None,
     bandwidth_gbps: float | None = None,
     tflops: float | None = None,
-    k: float = stalls.DEFAULT_K,
+    k: float | None = None,
     n_boot: int = 200,
+    fdr: float = stalls.DEFAULT_FDR,
     timings: dict[str, float] | None = None,
 ) -> FitResult:
     """Fit the memory-bound model to a run, store it, and return the full result.
@@ -116,17 +132,22 @@ def fit_run(
     ``model`` (catalogue name or HF id), ``config`` (HF config.json), ``gpu``
     (catalogue name, ``cpu:GBPS``), ``bandwidth_gbps`` and ``tflops`` only affect
     the hardware figures; without them the run's metadata is used. ``timings``,
-    if given, receives the seconds each phase took (benchmarks).
+    if given, receives the seconds each phase took (benchmarks). Stalls: steps flagged by
+    Benjamini-Hochberg at false-discovery rate ``fdr``; ``k`` (deprecated) flags steps beyond a
+    fixed ``k`` robust sigmas instead, whose false stalls grow with the run.
     """
     lap = _Lap(timings)
     store.require_run(con, run_id)
     hw = hardware.resolve(con, run_id, model, config, gpu, bandwidth_gbps, tflops)  # bad names fail early
-    cols, y, notes, n_all = _load(con, run_id)
+    cols, y, notes, n_all, extra = _load(con, run_id)
     lap("load")
     # steps that all last 0 ms (coarse or missing clocks) carry no timing to fit: the
     # relative-error fit would divide by them
     timed = bool((y > 0).any())
-    fit = fit_linear(cols, y, n_boot=n_boot, k=k) if timed else None
+    fit = fit_linear(cols, y, n_boot=n_boot, k=k, fdr=fdr) if timed else None
+    if k is not None:
+        notes.append(f"stalls by a fixed threshold of k = {k:g} robust sigmas (--k, deprecated): its false stalls "
+                     "grow with the run; --fdr Q bounds their share instead")
     if n_all == 0:
         notes.append("the run has no steps with a duration: there is nothing to fit")
     elif not timed:
@@ -134,14 +155,23 @@ def fit_run(
     elif fit is None:
         notes.append(f"only {len(y)} usable steps: too few to fit the model")
     lap("fit")
-    nums = _numbers(fit, cols, y, k)
+    k_eff = fit.stall_k if fit else (stalls.DEFAULT_K if k is None else k)
+    nums = _numbers(fit, cols, y, k_eff)
     nums["statements"] = notes + nums["statements"]
-    nums.update(n_iterations=n_all, k=k, phases=_phase_fits(cols, y, k) if fit else {})
+    # the phase fits judge their outliers by the whole run's rule (one noise law, one cut)
+    nums.update(n_iterations=n_all, k=k_eff, phases=_phase_fits(cols, y, k_eff) if fit else {},
+                stall_fdr=fit.stall_fdr if fit else None)
     lap("phase_fits_and_evidence")
+    ext = None
+    if fit is not None:
+        lr = log_ratio(y, fit.predict(cols))
+        ext = fit_extended(cols, extra, y, fit.terms, np.nan_to_num(lr, nan=np.inf) <= fit.log_center + k_eff * fit.log_scale)
+    nums["extended"] = ext.to_dict() if ext else None
+    lap("extended_model")
     con.execute("begin transaction")
     try:
         _materialise(con, run_id, nums, lap)
-        nums.update(stalls.stats(con, run_id, stalls.limit_factor(nums["log_center"], k, nums["log_scale"])))
+        nums.update(stalls.stats(con, run_id, stalls.limit_factor(nums["log_center"], k_eff, nums["log_scale"])))
         nums["top_spikes"] = stalls.top_spikes(con, run_id)
         lap("stall_stats")
         con.execute(FITS_SCHEMA)

@@ -46,6 +46,19 @@ def format_fit(f: FitResult) -> str:
             lines.append(f"  phase {name}: {ph['n']} steps, {parts} (a, b, c per 1k), R² {ph['r2']:.3f}")
         else:
             lines.append(f"  phase {name}: " + "; ".join(ph.get("statements", [])))
+    ex = f.extended
+    if ex:
+        mb, xt = ex["cv"]["memory_bound"], ex["cv"]["extended"]
+        units = {"t0_ms": (1, "ms"), "a_ms_per_ctx": (1000, "ms/1k ctx"), "b_ms_per_prefill": (1000, "ms/1k prefill"),
+                 "c_ms_per_decode": (1000, "ms/1k decode"), "d_ms_per_req": (1, "ms/request"),
+                 "e_ms_per_prefill_attn": (1e6, "ms/1M prefill attention pairs")}
+        terms = ", ".join(f"{k.split('_')[0]}={v * units[k][0]:.4g} {units[k][1]}" for k, v in ex["coef"].items())
+        lines += ["", "held-out steps (5 contiguous time blocks, each predicted by a fit to the others):",
+                  f"  {'model':<14}{'MAPE':>9}{'p90 |error|':>14}",
+                  f"  {'memory-bound':<14}{mb['mape_pct']:>8.3g}%{mb['p90_abs_ms']:>11.3g} ms",
+                  f"  {'extended':<14}{xt['mape_pct']:>8.3g}%{xt['p90_abs_ms']:>11.3g} ms   ({terms}; costs >= 0)",
+                  "  -> " + ("the extended model predicts held-out steps better (replay uses it)" if ex["better"]
+                             else "the memory-bound model is as good out of sample (replay uses it)")]
     hw = f.hardware
     if hw:
         lines += ["", f"hardware: model {hw['model'] or '?'}, GPU {hw['gpu'] or '?'} x{hw['num_gpus']}, "
@@ -72,8 +85,15 @@ def format_fit(f: FitResult) -> str:
     if fitted:
         lines += ["", f"spikes: {sp.get('count', 0)} (prefill {sp.get('prefill', 0)}, "
                       f"preemption {sp.get('preemption', 0)}, unexplained {sp.get('unexplained', 0)}); "
-                      f"threshold: log(measured/predicted) > {f.log_center:+.3f} + {f.k:g} x "
+                      f"threshold: log(measured/predicted) > {f.log_center:+.3f} + {f.k:.3g} x "
                       f"{f.residual_log_sigma or 0:.3f}"]
+        fd = f.stall_fdr
+        if fd:
+            nm = fd["null"]
+            law = "Gaussian" if nm["df"] is None else f"Student-t, df {nm['df']:.3g}"
+            lines.append(f"  stall rule: false-discovery rate {fd['q']:g} (Benjamini-Hochberg) under the noise of "
+                         f"ordinary steps ({law}, scale {nm['scale']:.3g}): expected false stalls "
+                         f"{fd['expected_false']:.3g} (at most {fd['q'] * st.get('count', 0):.3g} = q x flagged)")
     else:
         lines += ["", "spikes: not detected (they are steps far above the fitted model)"]
     if st.get("count"):

@@ -39,6 +39,11 @@ Decisions (docs/replay.md explains them to users):
     host time (scheduling, detokenisation, output processing) is added to
     ``t0``. Negative means steps overlap (async scheduling) and shortens ``t0``.
     Skipped when the run's step times were reconstructed from coarse stamps.
+- **Which iteration model**: the extended model (``pipeline.fit.extended``: per-request
+  and prefill-attention costs, chosen by held-out error) when it predicts held-out steps
+  better than the memory-bound model, else the memory-bound one; ``details["iteration_model"]``
+  and a note say which, with both held-out MAPEs. The extended model's ``mean_scale`` is
+  computed the same way, against its own predictions.
 - **Noise** (``noise="fitted"``): log-normal sigma = the fit's robust residual
   spread, stalls at the fit's stall rate with its mean stall size.
   ``noise="none"``: no noise, no stalls (every seed gives the same replay).
@@ -338,8 +343,22 @@ def calibrate(
                          "per-step records (iteration_ms, context/prefill tokens)")
     scale, gap, cnotes = corrections(con, run_id, meta)
     base = fit.iteration_model()
+    ext = fit.extended
+    which = "memory-bound"
+    if ext and ext.get("better"):
+        # the extended model predicts held-out steps better: simulate with it, scaled to its own mean
+        base, scale, which = fit.extended_model(), float(ext.get("mean_scale") or 1.0), "extended"
     t0 = max(base.t0_ms * scale + gap, 0.0)
-    model = IterationModel(t0, base.a_ms_per_ctx * scale, base.b_ms_per_prefill * scale, base.c_ms_per_decode * scale)
+    model = IterationModel(t0, base.a_ms_per_ctx * scale, base.b_ms_per_prefill * scale, base.c_ms_per_decode * scale,
+                           base.d_ms_per_req * scale, base.e_ms_per_prefill_attn * scale)
+    if ext:
+        mb, xt = ext["cv"]["memory_bound"], ext["cv"]["extended"]
+        cnotes.append(f"iteration model: {which} (held-out MAPE {xt['mape_pct']:.3g}% extended, {mb['mape_pct']:.3g}% "
+                      f"memory-bound" + (f"; extended terms {', '.join(t for t in ext['terms'] if t not in fit.terms)}"
+                                         if which == "extended" else "") + ")")
+        if which == "extended" and ext.get("prefill_attn_source", "") and "approximated" in ext["prefill_attn_source"]:
+            cnotes.append("the prefill-attention cost was fitted on an approximation (chunks attending over themselves); "
+                          "the simulator prices each chunk's attention over its prompt's earlier chunks too")
     nz = fit.noise_model() if noise == "fitted" else NO_NOISE
     details = {
         "fit": {"t0_ms": fit.t0_ms, "a_ms_per_ctx": fit.a_ms_per_ctx, "b_ms_per_prefill": fit.b_ms_per_prefill,
@@ -347,6 +366,9 @@ def calibrate(
                 "mape_pct": fit.mape_pct, "residual_log_sigma": fit.residual_log_sigma,
                 "stall_rate": fit.stall_rate, "stall_ms_mean": fit.stall_ms.get("mean")},
         "mean_scale": scale,
+        "iteration_model": which,
+        "extended": ({"terms": ext["terms"], "coef": ext["coef"], "cv": ext["cv"], "better": ext["better"]}
+                     if ext else None),
         "host_gap_ms": gap,
         "policy_sources": sources,
         "requests": counts,

@@ -132,7 +132,10 @@ class Comparison:
             f"kv_capacity_tokens={cal.policy.kv_capacity_tokens} kv_block_size={cal.policy.kv_block_size} "
             f"chunked_prefill={cal.policy.chunked_prefill} admit_full_prompt={cal.policy.admit_full_prompt}",
             f"model:  t0={m.t0_ms:.4g} ms, a={m.a_ms_per_ctx * 1000:.4g} ms/1k ctx, b={m.b_ms_per_prefill * 1000:.4g} "
-            f"ms/1k prefill, c={m.c_ms_per_decode * 1000:.4g} ms/1k decode (mean scale "
+            f"ms/1k prefill, c={m.c_ms_per_decode * 1000:.4g} ms/1k decode"
+            + (f", d={m.d_ms_per_req:.4g} ms/request" if m.d_ms_per_req else "")
+            + (f", e={m.e_ms_per_prefill_attn * 1e6:.4g} ms/1M prefill attention pairs" if m.e_ms_per_prefill_attn else "")
+            + f" ({cal.details.get('iteration_model', 'memory-bound')} model, mean scale "
             f"{cal.details['mean_scale']:.3f}, host gap {cal.details['host_gap_ms']:.3g} ms)",
             f"noise:  sigma={cal.noise.sigma:.3g}, stalls {cal.noise.stall_rate:.3g}/step of {cal.noise.stall_ms_mean:.3g} ms",
             "",

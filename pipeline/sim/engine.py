@@ -32,7 +32,9 @@ Mechanics, one engine step (iteration) ``k`` at a time:
    continues next step. Without it a prompt must fit whole in the budget left;
    a prompt longer than the whole budget is admitted only as the first prefill
    of a step, and that step then exceeds the budget.
-5. The step lasts ``model.base_ms(context, prefill, decode) * noise + stall``.
+5. The step lasts ``model.base_ms(context, prefill, decode, requests, prefill_attn) * noise + stall``
+   (requests: decodes + prefill chunks; prefill_attn: sum over chunks of ``chunk x (context
+   before it + chunk / 2)``, the token pairs its attention computes; both cost 0 by default).
    ``context_tokens`` is the sum over scheduled sequences of their context
    before the step: prompt + generated tokens for a decode, prompt tokens
    already computed for a prefill chunk. ``kv_usage`` is the KV blocks held
@@ -73,6 +75,7 @@ from pipeline.sim.workload import Workload
 ITERATION_FIELDS = (
     "iter", "t_start", "t_end", "prefill_tokens", "prefill_reqs", "decode_tokens", "decode_reqs",
     "context_tokens", "running_reqs", "waiting_reqs", "kv_usage", "preempted_reqs", "stall_ms", "base_ms",
+    "prefill_attn",
 )
 REQUEST_FIELDS = (
     "req_id", "t_arrival", "t_scheduled", "t_first_token", "t_finish", "prompt_tokens", "output_tokens",
@@ -262,6 +265,7 @@ def simulate(
     chunked = policy.chunked_prefill
     full = policy.admit_full_prompt
     t0, ca, cb, cc = model.t0_ms, model.a_ms_per_ctx, model.b_ms_per_prefill, model.c_ms_per_decode
+    cd, ce = model.d_ms_per_req, model.e_ms_per_prefill_attn
     k_max = math.inf if max_iterations is None else max_iterations
     t_stop = math.inf if t_end_s is None else t_end_s
 
@@ -291,7 +295,7 @@ def simulate(
 
     seg_req, seg_first, seg_last = array("q"), array("q"), array("q")
     ch_req, ch_iter, ch_tok, ch_ctx = array("q"), array("q"), array("q"), array("q")
-    o_tstart, o_tend, o_base, o_stall, o_kv = array("d"), array("d"), array("d"), array("d"), array("d")
+    o_tstart, o_tend, o_base, o_stall, o_kv, o_attn = (array("d") for _ in range(6))
     o_pf, o_pfr, o_dec, o_ctx, o_run, o_wait, o_pre = (array("q") for _ in range(7))
 
     k = 0
@@ -333,6 +337,7 @@ def simulate(
         pf = 0  # prefill tokens scheduled
         pfb = 0  # KV blocks the scheduled prefill chunks add
         pf_ctx = 0  # context of prefill chunks
+        pf_attn = 0.0  # attention pairs of prefill chunks: sum of chunk * (context before it + chunk / 2)
         sched: list[tuple[int, int]] = []  # (req, chunk) for prefill chunks
         pi = 0
         while True:
@@ -351,6 +356,7 @@ def simulate(
                     break
                 sched.append((r, chunk))
                 pf_ctx += c0
+                pf_attn += chunk * (c0 + chunk / 2)
                 pf += chunk
                 pfb += extra
                 pi += 1
@@ -406,6 +412,7 @@ def simulate(
                     t_sched[r] = clock
                 sched.append((r, chunk))
                 pf += chunk
+                pf_attn += chunk * chunk / 2
                 pfb += blocks
                 if chunk < L:
                     admitted = r
@@ -417,6 +424,8 @@ def simulate(
         # iteration time
         ctx = B + n_d * k + pf_ctx
         base = t0 + ca * ctx + cb * pf + cc * n_d
+        if cd or ce:  # the extended terms (0 by default: such runs draw and time exactly as before)
+            base += cd * (n_d + len(sched)) + ce * pf_attn
         j = k - j0
         st = stl[j]
         t_start = clock
@@ -426,6 +435,7 @@ def simulate(
         o_base.append(base)
         o_stall.append(st)
         o_pf.append(pf)
+        o_attn.append(pf_attn)
         o_pfr.append(len(sched))
         o_dec.append(n_d)
         o_ctx.append(ctx)
@@ -526,6 +536,7 @@ def simulate(
         "preempted_reqs": _np(o_pre, np.int64),
         "stall_ms": _np(o_stall, np.float64),
         "base_ms": _np(o_base, np.float64),
+        "prefill_attn": _np(o_attn, np.float64),
     }
     t_fin_arr = np.array(t_fin[:n_seen], dtype=np.float64)
     requests = {

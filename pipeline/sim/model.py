@@ -12,6 +12,11 @@ shift the mean iteration time. ``stall_ms`` is 0 for most iterations; with
 probability ``stall_rate`` an iteration carries an injected stall (a GC pause, a
 host hiccup) whose length is drawn from an exponential distribution with mean
 ``stall_ms_mean``.
+
+With ``law="t"`` the log noise is Student-t with ``df`` degrees of freedom, scaled to
+standard deviation ``sigma`` (df > 2), with the same ``-sigma**2 / 2`` shift: heavy-tailed
+host variance, whose exponential moment does not exist, so the factor's bulk (not its
+mean) matches the log-normal's. Stall detectors must not mistake its tail for stalls.
 """
 
 from __future__ import annotations
@@ -30,25 +35,44 @@ class IterationModel:
         a_ms_per_ctx: cost per context token read by attention (KV-cache read).
         b_ms_per_prefill: cost per prompt token computed in the step.
         c_ms_per_decode: cost per decode token generated in the step.
+        d_ms_per_req: cost per request in the step (decodes + prefill chunks): per-sequence
+            host and kernel work that real engines add (0: the memory-bound model).
+        e_ms_per_prefill_attn: cost per attention token pair of prefill chunks: a chunk of L
+            tokens after c computed ones attends to ``L x (c + L / 2)`` pairs (the long
+            prompt's chunks grow costlier; 0: the memory-bound model).
     """
 
     t0_ms: float = 5.0
     a_ms_per_ctx: float = 0.0002
     b_ms_per_prefill: float = 0.02
     c_ms_per_decode: float = 0.0
+    d_ms_per_req: float = 0.0
+    e_ms_per_prefill_attn: float = 0.0
 
-    def base_ms(self, context_tokens, prefill_tokens, decode_tokens):
+    def base_ms(self, context_tokens, prefill_tokens, decode_tokens, requests=0, prefill_attn=0):
         """Model time before noise and stalls; works on scalars and numpy arrays."""
         return (
             self.t0_ms
             + self.a_ms_per_ctx * context_tokens
             + self.b_ms_per_prefill * prefill_tokens
             + self.c_ms_per_decode * decode_tokens
+            + self.d_ms_per_req * requests
+            + self.e_ms_per_prefill_attn * prefill_attn
         )
 
+    @property
+    def extended(self) -> bool:
+        """Whether a term beyond the memory-bound model costs anything."""
+        return bool(self.d_ms_per_req or self.e_ms_per_prefill_attn)
+
     def to_dict(self) -> dict:
-        """Plain-dict form, for truth files and run metadata."""
-        return asdict(self)
+        """Plain-dict form, for truth files and run metadata (extended terms only when used, so
+        existing traces keep their bytes)."""
+        d = asdict(self)
+        for k in ("d_ms_per_req", "e_ms_per_prefill_attn"):
+            if not d[k]:
+                del d[k]
+        return d
 
 
 @dataclass(frozen=True)
@@ -59,11 +83,15 @@ class NoiseModel:
         sigma: log-space standard deviation of the noise factor (0 = no noise).
         stall_rate: probability that one iteration carries an injected stall.
         stall_ms_mean: mean stall length in ms (exponentially distributed).
+        law: ``"lognormal"`` (Gaussian log noise) or ``"t"`` (Student-t log noise).
+        df: degrees of freedom of the t law (> 2, so that sigma is its standard deviation).
     """
 
     sigma: float = 0.03
     stall_rate: float = 0.0
     stall_ms_mean: float = 50.0
+    law: str = "lognormal"
+    df: float = 3.0
 
     def __post_init__(self) -> None:
         if self.sigma < 0:
@@ -72,23 +100,34 @@ class NoiseModel:
             raise ValueError(f"stall_rate must be in [0, 1], got {self.stall_rate}")
         if self.stall_ms_mean < 0:
             raise ValueError(f"stall_ms_mean must be >= 0, got {self.stall_ms_mean}")
+        if self.law not in ("lognormal", "t"):
+            raise ValueError(f"noise law must be 'lognormal' or 't', got {self.law!r}")
+        if self.law == "t" and not self.df > 2:
+            raise ValueError(f"the t law needs df > 2 (a finite standard deviation), got {self.df}")
 
     def draw(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Draw ``n`` noise factors and ``n`` stall lengths (ms, 0 where no stall).
 
-        The number and order of draws is fixed per call, so a run is reproducible
-        for a seed whatever the parameters are.
+        The number and order of draws is fixed per call for a law, so a run is
+        reproducible for a seed whatever the parameters are (the t law draws its
+        chi-square last: a log-normal run is the same draws as before the law existed).
         """
         z = rng.standard_normal(n)
         u = rng.random(n)
         e = rng.standard_exponential(n)
+        if self.law == "t":  # t = z / sqrt(chi2_df / df), rescaled to unit standard deviation
+            z = z / np.sqrt(rng.chisquare(self.df, n) / self.df) * np.sqrt((self.df - 2) / self.df)
         factor = np.exp(z * self.sigma - 0.5 * self.sigma * self.sigma)
         stall = np.where(u < self.stall_rate, e * self.stall_ms_mean, 0.0)
         return factor, stall
 
     def to_dict(self) -> dict:
-        """Plain-dict form, for truth files and run metadata."""
-        return asdict(self)
+        """Plain-dict form, for truth files and run metadata (the law only when it is not log-normal,
+        so existing traces keep their bytes)."""
+        d = asdict(self)
+        if self.law == "lognormal":
+            del d["law"], d["df"]
+        return d
 
 
 NO_NOISE = NoiseModel(sigma=0.0, stall_rate=0.0)

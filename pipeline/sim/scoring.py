@@ -87,3 +87,21 @@ def score_stalls(flagged: np.ndarray, stall_ms: np.ndarray, limit_ms: np.ndarray
         big = stalled & (stall_ms > limit_ms)
         out["recall_above_limit"] = float((flagged & big).sum() / big.sum()) if big.any() else float("nan")
     return out
+
+
+def resampled_steps(template: dict[str, np.ndarray], n: int, model, noise: NoiseModel, seed: int
+                    ) -> dict[str, np.ndarray]:
+    """``n`` steps whose batch compositions are drawn (with replacement) from a simulated run's steps.
+
+    Stall detection judges each step against the fitted model; what it needs from a long run
+    is many steps of realistic compositions with known noise and stalls, not the scheduler's
+    dynamics. Resampling the compositions of a short scheduled run and drawing fresh noise
+    gives a million steps in a second instead of minutes of scheduling. Returns the
+    composition columns, ``base_ms``, ``stall_ms`` and the measured ``iteration_ms``.
+    """
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(0, len(template["context_tokens"]), n)
+    out = {c: template[c][rows] for c in ("context_tokens", "prefill_tokens", "decode_tokens")}
+    base = model.base_ms(out["context_tokens"], out["prefill_tokens"], out["decode_tokens"])
+    factor, stall = noise.draw(rng, n)
+    return out | {"base_ms": base, "stall_ms": stall, "iteration_ms": base * factor + stall}

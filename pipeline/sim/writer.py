@@ -99,6 +99,10 @@ def write_trace(
         for lo in range(0, result.n_iterations, ITERATION_BATCH):
             sl = slice(lo, lo + ITERATION_BATCH)
             cols = {"kind": "iteration", **{f: it[f][sl] for f in TRACE_ITERATION_FIELDS}}
+            if model.e_ms_per_prefill_attn and "prefill_attn" in it:
+                # the exact feature of the prefill-attention cost (an extra field, kept in the store's
+                # `extra`): an engine log has no per-chunk context, so a fit otherwise approximates it
+                cols["prefill_attn"] = it["prefill_attn"][sl]
             pl.DataFrame(cols).write_ndjson(fh)
         offsets, values = result.token_times_flat() if with_token_times else (None, None)
         for lo in range(0, result.n_requests, REQUEST_BATCH):

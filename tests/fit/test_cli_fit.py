@@ -114,3 +114,24 @@ def test_requests_without_steps_are_unattributed(tmp_path):
     e = explain(con, "client", "e2e")
     assert [p["part"] for p in e["parts"] if p["share"]] == ["unattributed"]
     assert any("not covered by fitted steps" in s for s in e["statements"])
+
+
+def test_fit_fdr_option_and_deprecated_k(small_db):
+    db, _ = small_db
+    r = run("fit", "small", "--db", db, "--json", "--bootstrap", "20", "--fdr", "0.01")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    fd = d["stall_fdr"]
+    assert fd["q"] == 0.01 and fd["flagged"] == d["stall_ms"]["count"]
+    assert fd["expected_false"] <= 0.01 * max(fd["flagged"], 1) * (1 + 1e-9)
+    # the stored k is the cut in robust sigmas: the same threshold written two ways
+    assert d["log_center"] + d["k"] * d["residual_log_sigma"] == pytest.approx(fd["threshold"], rel=1e-9)
+    ex = d["extended"]
+    assert set(ex["cv"]) == {"memory_bound", "extended"}
+    assert all(set(v) == {"mape_pct", "p90_abs_ms"} for v in ex["cv"].values())
+    text = run("fit", "small", "--db", db, "--bootstrap", "20").stdout
+    assert "false-discovery rate 0.05" in text and "held-out steps" in text and "memory-bound" in text
+    r = run("fit", "small", "--db", db, "--json", "--bootstrap", "20", "--k", "4")
+    assert r.returncode == 0 and "--k is deprecated" in r.stderr
+    d = json.loads(r.stdout)
+    assert d["k"] == 4 and d["stall_fdr"] is None

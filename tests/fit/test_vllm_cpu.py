@@ -50,3 +50,27 @@ def test_explain_on_real_run(vllm_fit):
         e = explain(con, "cpu", metric)
         assert e["requests"] == 64
         assert sum(p["share"] for p in e["parts"]) == pytest.approx(1.0)
+
+
+# Held-out (5 contiguous time blocks) per-step MAPE of both models on the real recordings, pinned when
+# written: fixtures/vllm gains from a per-request cost (0.31 ms per request in the step, on top of
+# 0.06 ms per decode token); fixtures/vllm_queue is dominated by host variance on a contended CPU
+# (decode steps of 5 requests last 0.6-39 ms), which no candidate term explains, so the
+# memory-bound model stands. Margin: 0.5 points (fit or ingest changes show up here).
+HELD_OUT_MAPE = {"vllm": (22.35, 22.02), "vllm_queue": (56.78, 56.78)}
+
+
+@pytest.mark.parametrize("name", list(HELD_OUT_MAPE))
+def test_extended_model_out_of_sample_on_real_runs(tmp_path, name):
+    d = VLLM.parent / name
+    if not (d / "server_epoch.log").exists():
+        pytest.skip(f"no recorded run in fixtures/{name}")
+    con = store.connect(tmp_path / "v.duckdb")
+    ingest_paths(con, [d / "server_epoch.log", d / "requests.jsonl"], run_id="cpu")
+    store.build_derived(con)
+    ex = fit_run(con, "cpu", gpu="cpu:20", n_boot=20).extended
+    mb, xt = ex["cv"]["memory_bound"]["mape_pct"], ex["cv"]["extended"]["mape_pct"]
+    assert (mb, xt) == pytest.approx(HELD_OUT_MAPE[name], abs=0.5)
+    assert xt <= mb  # the extended model is never worse out of sample: it only adds what held-out steps reward
+    assert ex["better"] == (name == "vllm")
+    assert all(v >= 0 for v in ex["coef"].values())
