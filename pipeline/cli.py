@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "fit": ("pipeline.commands.fit", "fit", "Fit the memory-bound iteration-time model; stalls; seed claims checked."),
     "explain": ("pipeline.commands.explain", "explain", "Why is the TTFT/TPOT/E2E tail slow? p99 attribution to causes."),
     "replay": ("pipeline.commands.replay", "replay", "Replay a run through the simulator: validation, what-if, sweeps."),
+    "nightly": ("pipeline.commands.nightly", "nightly", "One command per night: history, SLOs, baseline, change points, trend page."),
 }
 
 
