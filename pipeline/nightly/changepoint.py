@@ -10,12 +10,12 @@ with numpy:
   ``Q = m k / (m + k) * (2/(m k) sum|L-R|^a - sum_{i<j}|L_i-L_j|^a / C(m,2)
   - sum_{i<j}|R_i-R_j|^a / C(k,2))``: large when the two sides differ in
   distribution (any change, not only in the mean), zero in expectation when they
-  do not.  As in MongoDB's implementation the right side runs to the segment's
-  end (the original also searches its end point; the bisection below finds a
-  short middle segment in two steps instead).
-* All splits of a segment at once: with ``P`` the 2-D prefix sum of the distance
-  matrix ``D``, the left, right and cross sums are ``P[t,t]/2``,
-  ``(P[n,n] - 2 P[t,n] + P[t,t])/2`` and ``P[t,n] - P[t,t]``, so one segment (or a
+  do not.  As in the original, the right side ``x[tau:kappa]`` need not run to the
+  segment's end: the best ``kappa`` is searched too, so a regression that was
+  fixed a few nights later (a bump in the middle) stands out as well.
+* All ``(tau, kappa)`` of a segment at once: with ``P`` the 2-D prefix sum of the
+  distance matrix ``D``, the left, right and cross sums are ``P[t,t]/2``,
+  ``(P[k,k] - 2 P[t,k] + P[t,t])/2`` and ``P[t,k] - P[t,t]``, so one segment (or a
   batch of permutations of it) costs O(n^2) array operations, no Python loop.
 * Bisection: the best split over every current segment is a candidate; it is
   accepted when a permutation test says it is significant: the observations are
@@ -76,10 +76,11 @@ class ChangePoint:
 
 
 def split_statistics(x: np.ndarray, min_size: int, exponent: float = 1.0) -> np.ndarray:
-    """``Q`` of every split of the last axis of ``x`` (shape ``(..., n)``).
+    """Best ``Q`` of every split point of the last axis of ``x`` (shape ``(..., n)``).
 
-    Returns shape ``(..., n + 1)``: entry ``t`` is the split into ``x[..., :t]`` and
-    ``x[..., t:]``; splits leaving fewer than ``min_size`` on a side are ``-inf``.
+    Entry ``t`` of the result (shape ``(..., n + 1)``) is the largest ``Q`` of
+    ``x[..., :t]`` against ``x[..., t:k]`` over the right side's end ``k``; splits
+    leaving fewer than ``min_size`` on a side are ``-inf``.
     """
     x = np.asarray(x, dtype=float)
     n = x.shape[-1]
@@ -87,18 +88,18 @@ def split_statistics(x: np.ndarray, min_size: int, exponent: float = 1.0) -> np.
     if exponent != 1.0:
         d = d ** exponent
     p = np.zeros(x.shape[:-1] + (n + 1, n + 1))
-    p[..., 1:, 1:] = d.cumsum(-1).cumsum(-2)
+    p[..., 1:, 1:] = d.cumsum(-1).cumsum(-2)  # p[a, b] = sum of d[i, j] over i < a, j < b
     t = np.arange(n + 1)
-    diag = p[..., t, t]  # sum over both indices < t
-    rows = p[..., t, n]  # sum over rows < t, all columns
-    total = p[..., n, n][..., None]
-    left, right, cross = diag / 2, (total - 2 * rows + diag) / 2, rows - diag
-    m, k = t.astype(float), (n - t).astype(float)
+    diag = p[..., t, t]  # pairs with both indices < t
+    left = diag[..., :, None] / 2  # within x[:t], each pair once; axis -2 is t, axis -1 is k
+    cross = p - diag[..., :, None]  # i < t <= j < k
+    right = (diag[..., None, :] - 2 * p + diag[..., :, None]) / 2  # within x[t:k]
+    m, k = t[:, None].astype(float), (t[None, :] - t[:, None]).astype(float)
+    ok = (m >= min_size) & (k >= min_size)
     with np.errstate(divide="ignore", invalid="ignore"):
         e = 2 * cross / (m * k) - left / (m * (m - 1) / 2) - right / (k * (k - 1) / 2)
-        q = m * k / (m + k) * e
-    ok = (t >= min_size) & (n - t >= min_size)
-    return np.where(ok, q, -np.inf)
+        q = np.where(ok, m * k / (m + k) * e, -np.inf)
+    return q.max(axis=-1)
 
 
 def _best(x: np.ndarray, s: Settings) -> tuple[float, int]:

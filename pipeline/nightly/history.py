@@ -10,7 +10,9 @@ else.  ``history.duckdb`` has two tables:
   input files (a re-run with the same content adds nothing), the run id inside
   its store, SLO verdict and failed checks, report folder;
 * ``nightly_history``: one row per night per headline statistic, with its
-  confidence interval (:mod:`.stats`).
+  confidence interval (:mod:`.stats`);
+* ``nightly_changes``: a cache of the change points found on a list of nights
+  (rows of recorded nights never change, so the same nights give the same answer).
 
 A night's rows are written in one transaction, after everything that can fail on
 bad input has run.
@@ -40,6 +42,9 @@ create table if not exists nightly_runs (
 create table if not exists nightly_history (
     run_id varchar, seq bigint, night date, metric varchar, value double, ci_low double, ci_high double
 );
+-- change points found on a list of nights with given settings (key: digest of both), so that
+-- tonight's "new" test reuses what last night found instead of searching that history again
+create table if not exists nightly_changes (key varchar, changes json);
 """
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -205,3 +210,19 @@ def set_report(hist: History, run_id: str, folder: Path) -> None:
     """Remember where a night's report was written (the trend page links to it)."""
     hist.con.execute("update nightly_runs set report = $r where run_id = $id",
                      {"r": str(Path(folder).resolve()), "id": run_id})
+
+
+def changes_key(nights: list[Night], settings: object) -> str:
+    """Cache key of a change-point search: the nights searched, in order, and the settings."""
+    text = "\0".join([repr(settings), *(n.run_id for n in nights)])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def cached_changes(hist: History, key: str) -> list[dict] | None:
+    row = hist.con.execute("select changes from nightly_changes where key = $k", {"k": key}).fetchone()
+    return None if row is None else json.loads(row[0])
+
+
+def cache_changes(hist: History, key: str, changes: list[dict]) -> None:
+    hist.con.execute("delete from nightly_changes where key = $k", {"k": key})
+    hist.con.execute("insert into nightly_changes values ($k, $c)", {"k": key, "c": json.dumps(changes)})

@@ -18,14 +18,27 @@ from . import analysis
 from .history import History, Night, safe_id, set_report
 
 
+def _changes(hist: History, series: Any, nights: list[Night], settings: Any) -> list[analysis.Change]:
+    """Change points on ``nights``, from the cache when this search was done before."""
+    from .history import cache_changes, cached_changes, changes_key
+
+    key = changes_key(nights, settings)
+    hit = cached_changes(hist, key)
+    if hit is not None:
+        return [analysis.Change(**c) for c in hit]
+    found = analysis.changes(series, nights, settings)
+    cache_changes(hist, key, [c.to_dict() for c in found])
+    return found
+
+
 def _as_of(hist: History, night: Night, opts: Any) -> tuple[list[Night], list[Night], Any, list, list]:
     """Nights up to ``night``, all nights, the series, and the changes as of ``night`` and the night before."""
     nights = hist.nights()
     pos = [n.run_id for n in nights].index(night.run_id)
     upto = nights[: pos + 1]
     series = hist.series()
-    found = analysis.changes(series, upto, opts.detector)
-    before = analysis.changes(series, upto[:-1], opts.detector) if pos else []
+    found = _changes(hist, series, upto, opts.detector)
+    before = _changes(hist, series, upto[:-1], opts.detector) if pos else []
     return upto, nights, series, found, before
 
 
@@ -82,7 +95,7 @@ def finish(opts: Any, hist: History, night: Night, recorded: bool, spec: Any):
     outcome.markdown = markdown(outcome, series, upto)
     (night_dir / "nightly.md").write_text(outcome.markdown, encoding="utf-8")
     # the trend page shows the whole history, even when an earlier night was re-run
-    everything = found if len(upto) == len(nights) else analysis.changes(series, nights, opts.detector)
+    everything = found if len(upto) == len(nights) else _changes(hist, series, nights, opts.detector)
     trend = write_trend(out, hist.nights(), series, everything,
                         analysis.open_regressions(everything, series, nights, opts.min_change), opts.min_change)
     outcome.files = {"report": str(html), "summary_md": str(night_dir / "nightly.md"), "trend": str(trend),

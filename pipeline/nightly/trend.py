@@ -57,9 +57,7 @@ def stat_chart(df: pl.DataFrame, cps: list[analysis.Change], title: str) -> alt.
         layers += [cp.mark_rule(strokeDash=[4, 3], strokeWidth=2).encode(x="x:Q", color=color,
                                                                           tooltip=["run_id:N", "text:N"]),
                    cp.mark_text(align="left", dx=3, y=6, fontSize=10).encode(x="x:Q", text="text:N", color=color)]
-    sub = "points: value per night; grey: its 95% interval; dashed: change points (E-divisive, size and p-value)"
-    return alt.layer(*layers).properties(width=WIDTH, height=HEIGHT, title=alt.Title(title, subtitle=[sub],
-                                                                                      anchor="start"))
+    return alt.layer(*layers).properties(width=WIDTH, height=HEIGHT, title=alt.Title(title, anchor="start"))
 
 
 def tail_chart(series: pl.DataFrame, nights: list[Night], fam: str) -> alt.Chart | None:
@@ -102,7 +100,7 @@ def _changes_table(found: list[analysis.Change]) -> str:
         return '<p class="sub">No change point in any statistic.</p>'
     df = pl.DataFrame([{"statistic": label(c.metric), "from night": c.night, "run": c.run_id, "before": c.before,
                         "after": c.after, "change": None if c.rel_change is None else f"{100 * c.rel_change:+.1f}%",
-                        "p-value": c.p_value, "for the worse": c.worse} for c in found])
+                        "p-value": f"{c.p_value:.4f}", "for the worse": c.worse} for c in found])
     return table(df, left=("statistic", "from night", "run"))
 
 
@@ -112,7 +110,7 @@ def _open_table(rows: list[dict]) -> str:
     df = pl.DataFrame([{"statistic": r["label"], "since night": r["night"], "before": r["before"],
                         "after": r["after"], "now": r["now"],
                         "change now": None if r["rel_now"] is None else f"{100 * r['rel_now']:+.1f}%",
-                        "p-value": r["p_value"]} for r in rows])
+                        "p-value": f"{r['p_value']:.4f}"} for r in rows])
     return table(df, left=("statistic", "since night"))
 
 
@@ -125,8 +123,11 @@ def write_trend(out: Path, nights: list[Night], series: pl.DataFrame, found: lis
                 Section("changes", "Change points", body=_changes_table(found),
                         intro=f'<p class="sub">Gating: for the worse by at least {min_change:.0%}. Method and '
                               "settings: docs/nightly.md.</p>")]
+    legend = ('<p class="sub">One point per night (hover for its id), the grey rule its 95% interval; dashed '
+              "lines are change points between two nights, labelled with the change and its p-value (red: for "
+              "the worse).</p>")
     for key, title, prefixes in GROUPS:
-        sec = Section(key, title)
+        sec = Section(key, title, intro=legend)
         for m in (m for m in metrics if m.startswith(prefixes) and direction(m) != 0):
             df = _frame(series, nights, m)
             if df.height:
