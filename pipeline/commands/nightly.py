@@ -60,6 +60,9 @@ def nightly(paths: tuple[Path, ...], history: Path, labels: tuple[tuple[str, str
 
     from ..nightly.job import Options, run
 
+    if junit_path is not None and slo_path is None:
+        raise click.UsageError("--junit writes the SLO audit: give --slo FILE too")
+
     outcome = run(Options(paths, history, labels, slo_path, baseline, out_dir, junit_path, run_id, fmt, min_change))
     if as_json:
         click.echo(dumps(outcome.to_dict()))

@@ -114,7 +114,8 @@ def test_labels_are_escaped_and_dates_checked(nights, tmp_path, capsys):
     code, stdout, _ = cli(capsys, "nightly", str(nights[1]), "--history", str(hist), "--out", str(out),
                           "--label", "date=2026-11-01", "--json")
     assert code == 0 and json.loads(stdout)["run_id"] == "2026-11-01.2"
-    for label in ("date=11/01/2026", "nokey"):
-        code, _, err = cli(capsys, "nightly", str(nights[2]), "--history", str(hist), "--label", label)
+    for bad in (["--label", "date=11/01/2026"], ["--label", "nokey"], ["--junit", str(tmp_path / "j.xml")],
+                ["--baseline", "no-such-night"]):
+        code, _, err = cli(capsys, "nightly", str(nights[2]), "--history", str(hist), *bad)
         assert code == 2 and err
     assert _counts(hist)[0] == 2
