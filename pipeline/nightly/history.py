@@ -100,6 +100,13 @@ def safe_id(text: str) -> str:
     return safe_name(text, 80)
 
 
+def folder_name(run_id: str, digest: str) -> str:
+    """The night's file and folder name: its id, made safe; with the input digest appended when
+    that changed it, so that two ids reduced to one name (``a/b``, ``a_b``) never share files."""
+    safe = safe_id(run_id)
+    return safe if safe == run_id else f"{safe}-{digest[:12]}"
+
+
 class History:
     """The history folder; one process at a time writes it (DuckDB's lock)."""
 

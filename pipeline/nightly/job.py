@@ -22,7 +22,7 @@ from typing import Any
 from ..errors import InputError
 from . import analysis
 from .changepoint import Settings
-from .history import History, Night, content_digest, labels_of, parse_date, safe_id
+from .history import History, Night, content_digest, folder_name, labels_of, parse_date
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ def _stage(opts: Options, hist: History, digest: str, spec: Any) -> Night:
     date = parse_date(given.get("date") or dt.datetime.now(dt.timezone.utc).date().isoformat())
     run_id = hist.new_run_id(date, opts.run_id)
     staging = hist.dir / "runs" / f".staging-{os.getpid()}.duckdb"
-    final = hist.dir / "runs" / f"{safe_id(run_id)}.duckdb"
+    final = hist.dir / "runs" / f"{folder_name(run_id, digest)}.duckdb"
     _remove_store(staging)
     con = store.connect(staging)
     try:

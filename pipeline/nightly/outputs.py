@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from . import analysis
-from .history import History, Night, safe_id, set_report
+from .history import History, Night, folder_name, set_report
 
 
 def _changes(hist: History, series: Any, nights: list[Night], settings: Any) -> list[analysis.Change]:
@@ -70,7 +70,7 @@ def finish(opts: Any, hist: History, night: Night, recorded: bool, spec: Any):
     from .trend import write_trend
 
     out = Path(opts.out) if opts.out is not None else hist.dir / "reports"
-    night_dir = out / safe_id(night.run_id)
+    night_dir = out / folder_name(night.run_id, night.digest)
     upto, nights, series, found, before = _as_of(hist, night, opts)
     new = analysis.new_changes(found, before)
     if opts.baseline == "auto":

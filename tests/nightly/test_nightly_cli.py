@@ -119,3 +119,12 @@ def test_labels_are_escaped_and_dates_checked(nights, tmp_path, capsys):
         code, _, err = cli(capsys, "nightly", str(nights[2]), "--history", str(hist), *bad)
         assert code == 2 and err
     assert _counts(hist)[0] == 2
+    # an id from a label or option cannot pick a folder outside the history and the output
+    code, stdout, _ = cli(capsys, "nightly", str(nights[2]), "--history", str(hist), "--out", str(out),
+                          "--run-id", "../evil", "--json")
+    res = json.loads(stdout)
+    assert code == 0 and res["run_id"] == "../evil"
+    report = Path(res["files"]["report"]).resolve()
+    assert report.parent.parent == out.resolve() and report.parent.name.startswith("_evil-")
+    assert [p.name for p in (hist / "runs").iterdir() if "evil" in p.name][0].startswith("_evil-")
+    assert not list(tmp_path.glob("evil*"))
