@@ -7,8 +7,8 @@ Names are ``<group>.<stat>`` (``tpot_ms.p99``, ``throughput.output_tokens_per_s`
   run's values, exactly and without resampling arrays
   (:func:`pipeline.compare.boot_percentile`, order statistics drawn from Beta laws).
 * Throughput: the normal approximations of ``tracelat compare``.
-* Goodput attainment (with an SLO file that has ``[goodput]``): a binomial
-  proportion, normal approximation.
+* Goodput attainment and request goodput (with an SLO file that has
+  ``[goodput]``): binomial and Poisson normal approximations.
 * Iteration-time CV: no interval (the value only).
 * Model fit: ``t0`` and the per-context-token slope with the fit's intervals;
   effective bandwidth ``= kv_bytes / slope`` (when the model and GPU are known),
@@ -149,6 +149,10 @@ def night_statistics(con: duckdb.DuckDBPyConnection, run_id: str, summary: dict[
             out += _normal(f"throughput.{name}", pair[0], pair[1], z)
     if goodput and goodput.get("requests"):
         out += _proportion("goodput.attainment", goodput["good_requests"], goodput["requests"], z)
+        rps, good = goodput.get("request_goodput_rps"), goodput["good_requests"]
+        if rps is not None and good:
+            # good requests counted over the run's duration: Poisson, SE = rate / sqrt(count)
+            out += _normal("goodput.request_goodput_rps", rps, rps / np.sqrt(good), z)
     cv = (summary.get("iteration_ms") or {}).get("cv")
     if cv is not None:
         out.append(Stat("iteration_ms.cv", float(cv)))

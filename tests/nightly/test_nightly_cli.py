@@ -64,6 +64,8 @@ def test_nights_history_json_rerun_and_failures(nights, tmp_path, capsys):
     assert lo < value < hi
     att = _history_value(hist, "2026-11-02", "goodput.attainment")
     assert att[0] == 1.0  # the limits are loose: every request is good
+    rps = _history_value(hist, "2026-11-02", "goodput.request_goodput_rps")
+    assert rps[0] == pytest.approx(_history_value(hist, "2026-11-02", "throughput.requests_per_s")[0])
     runs, rows = _counts(hist)
     assert runs == 3 and rows > 3 * 20
 
