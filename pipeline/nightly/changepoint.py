@@ -37,6 +37,7 @@ import numpy as np
 
 # Elements of one batch of permuted distance matrices (~32 MB of float64).
 _BATCH_ELEMENTS = 4_000_000
+_FIRST_BATCH = 64
 
 
 @dataclass(frozen=True)
@@ -113,12 +114,14 @@ def _permutation_p(x: np.ndarray, bounds: list[int], observed: float, s: Setting
     """p-value of ``observed`` (the best split over all segments) under no further change."""
     segs = [x[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b - a >= 2 * s.min_size]
     longest = max(len(g) for g in segs)
-    batch = max(1, min(s.permutations, _BATCH_ELEMENTS // (longest * longest)))
+    most = max(1, _BATCH_ELEMENTS // (longest * longest))
     # a p-value above significance is certain once this many permutations reached the observed value
     give_up = int(np.floor(s.significance * (s.permutations + 1)))
     hits = done = 0
+    batch = min(_FIRST_BATCH, most)  # small first: a quiet statistic is settled after a few dozen
     while done < s.permutations:
         b = min(batch, s.permutations - done)
+        batch = min(2 * batch, most)
         best = np.full(b, -np.inf)
         for g in segs:
             perm = rng.permuted(np.broadcast_to(g, (b, len(g))), axis=1)
