@@ -31,6 +31,7 @@ Settings and their measured false-alarm rates: docs/nightly.md.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,12 +77,32 @@ class ChangePoint:
     p_value: float
 
 
+@functools.lru_cache(maxsize=64)
+def _weights(n: int, min_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Coefficients of ``Q`` over ``(t, k)`` in terms of the prefix sums (see :func:`split_statistics`)."""
+    t = np.arange(n + 1, dtype=float)
+    m, k = t[:, None], t[None, :] - t[:, None]  # left and right sizes
+    ok = (m >= min_size) & (k >= min_size)
+    m, k = np.where(ok, m, 2.0), np.where(ok, k, 2.0)  # placeholders where the split is not allowed
+    w = m * k / (m + k)
+    cross, left, right = 2 / (m * k), 1 / (m * (m - 1) / 2), 1 / (k * (k - 1) / 2)
+    alpha = np.where(ok, w * (cross + right), 0.0)
+    beta = np.where(ok, w * (cross + left / 2 + right / 2), 0.0)
+    gamma = np.where(ok, w * right / 2, 0.0)
+    return alpha, beta, gamma, np.where(ok, 0.0, -np.inf)
+
+
 def split_statistics(x: np.ndarray, min_size: int, exponent: float = 1.0) -> np.ndarray:
     """Best ``Q`` of every split point of the last axis of ``x`` (shape ``(..., n)``).
 
     Entry ``t`` of the result (shape ``(..., n + 1)``) is the largest ``Q`` of
     ``x[..., :t]`` against ``x[..., t:k]`` over the right side's end ``k``; splits
     leaving fewer than ``min_size`` on a side are ``-inf``.
+
+    With ``P[a, b]`` the sum of distances ``d[i, j]`` over ``i < a, j < b`` and
+    ``S[t] = P[t, t]``, the cross, left and right sums are ``P[t,k] - S[t]``,
+    ``S[t]/2`` and ``(S[k] - 2 P[t,k] + S[t])/2``, so ``Q = alpha P[t,k] - beta S[t]
+    - gamma S[k]`` with coefficients that depend on the sizes only (cached).
     """
     x = np.asarray(x, dtype=float)
     n = x.shape[-1]
@@ -89,17 +110,15 @@ def split_statistics(x: np.ndarray, min_size: int, exponent: float = 1.0) -> np.
     if exponent != 1.0:
         d = d ** exponent
     p = np.zeros(x.shape[:-1] + (n + 1, n + 1))
-    p[..., 1:, 1:] = d.cumsum(-1).cumsum(-2)  # p[a, b] = sum of d[i, j] over i < a, j < b
+    np.cumsum(d, axis=-1, out=p[..., 1:, 1:])
+    np.cumsum(p[..., 1:, 1:], axis=-2, out=p[..., 1:, 1:])
     t = np.arange(n + 1)
-    diag = p[..., t, t]  # pairs with both indices < t
-    left = diag[..., :, None] / 2  # within x[:t], each pair once; axis -2 is t, axis -1 is k
-    cross = p - diag[..., :, None]  # i < t <= j < k
-    right = (diag[..., None, :] - 2 * p + diag[..., :, None]) / 2  # within x[t:k]
-    m, k = t[:, None].astype(float), (t[None, :] - t[:, None]).astype(float)
-    ok = (m >= min_size) & (k >= min_size)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        e = 2 * cross / (m * k) - left / (m * (m - 1) / 2) - right / (k * (k - 1) / 2)
-        q = np.where(ok, m * k / (m + k) * e, -np.inf)
+    diag = p[..., t, t]
+    alpha, beta, gamma, off = _weights(n, min_size)
+    q = p * alpha
+    q -= beta * diag[..., :, None]
+    q -= gamma * diag[..., None, :]
+    q += off
     return q.max(axis=-1)
 
 
