@@ -1,0 +1,73 @@
+"""``tracelat nightly``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .options import dumps, json_option
+
+
+def _label(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    out = []
+    for item in value:
+        key, sep, val = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE", ctx, param)
+        out.append((key.strip(), val))
+    return tuple(out)
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--history", "history", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="History folder (created): history.duckdb and one run store per night.")
+@click.option("--label", "labels", multiple=True, callback=_label, metavar="KEY=VALUE",
+              help="Label tonight's run (date=YYYY-MM-DD orders the nights; commit=..., anything). Repeatable.")
+@click.option("--slo", "slo_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="SLO file (TOML; see examples/slo.toml): audited every night, goodput added to the history.")
+@click.option("--baseline", default="auto", show_default=True, metavar="auto|NIGHT",
+              help="Night to compare with; auto: the latest night since the last change point that passed its SLOs.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for the trend page (index.html) and tonight's report (default HISTORY/reports).")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the SLO audit as JUnit XML here (needs --slo).")
+@click.option("--run-id", help="Night id (default: the date, then DATE.2, DATE.3 for more nights that day).")
+@click.option("--format", "fmt", help="Skip format detection (see `tracelat ingest --help`).")
+@click.option("--min-change", default=0.05, show_default=True, type=click.FloatRange(0, None),
+              help="A change point for the worse fails the night when it is at least this large (0.05 = 5%).")
+@json_option
+def nightly(paths: tuple[Path, ...], history: Path, labels: tuple[tuple[str, str], ...], slo_path: Path | None,
+            baseline: str, out_dir: Path | None, junit_path: Path | None, run_id: str | None, fmt: str | None,
+            min_change: float, as_json: bool) -> None:
+    """One command per night: ingest PATHS as tonight's run, add it to the history in
+    --history, write its report, audit the SLOs, compare with a baseline, detect
+    change points over the whole history and render the trend page.
+
+    \b
+    Exit codes: 0 fine; 1 an SLO is violated or a new change point for the
+    worse (E-divisive means, permutation test) appeared tonight; 2 usage or
+    data error: the night failed and the history is unchanged.
+    Re-running a night with the same files adds nothing to the history.
+
+    \b
+    Example (cron or CI, once a night):
+      tracelat nightly logs/ --history /data/nightly --slo slo.toml \\
+          --label commit=$GIT_SHA --junit nightly.xml
+    """
+    import sys
+
+    from ..nightly.job import Options, run
+
+    if junit_path is not None and slo_path is None:
+        raise click.UsageError("--junit writes the SLO audit: give --slo FILE too")
+
+    outcome = run(Options(paths, history, labels, slo_path, baseline, out_dir, junit_path, run_id, fmt, min_change))
+    if as_json:
+        click.echo(dumps(outcome.to_dict()))
+    else:
+        click.echo(outcome.markdown.rstrip())
+        click.echo(f"\ntrend: {outcome.files['trend']}\nreport: {outcome.files['report']}")
+    if outcome.exit_code:
+        sys.exit(outcome.exit_code)

@@ -1,0 +1,108 @@
+"""After a night is in the history: detect, pick the baseline, compare, write the files.
+
+Folder layout under ``--out`` (default ``HISTORY/reports``)::
+
+    index.html                 the trend page (every night, every statistic)
+    nightly.json               what ``--json`` prints, for tonight
+    <night>/index.html         tonight's report (+ summary.json, summary.md)
+    <night>/nightly.md         the Markdown summary
+    <night>/compare/           the comparison with the baseline (when there is one)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from . import analysis
+from .history import History, Night, folder_name, set_report
+
+
+def _changes(hist: History, series: Any, nights: list[Night], settings: Any) -> list[analysis.Change]:
+    """Change points on ``nights``, from the cache when this search was done before."""
+    from .history import cache_changes, cached_changes, changes_key
+
+    key = changes_key(nights, settings)
+    hit = cached_changes(hist, key)
+    if hit is not None:
+        return [analysis.Change(**c) for c in hit]
+    found = analysis.changes(series, nights, settings)
+    cache_changes(hist, key, [c.to_dict() for c in found])
+    return found
+
+
+def _as_of(hist: History, night: Night, opts: Any) -> tuple[list[Night], list[Night], Any, list, list]:
+    """Nights up to ``night``, all nights, the series, and the changes as of ``night`` and the night before."""
+    nights = hist.nights()
+    pos = [n.run_id for n in nights].index(night.run_id)
+    upto = nights[: pos + 1]
+    series = hist.series()
+    found = _changes(hist, series, upto, opts.detector)
+    before = _changes(hist, series, upto[:-1], opts.detector) if pos else []
+    return upto, nights, series, found, before
+
+
+def _compare(base: Night, night: Night, hist: History, con: Any, out_dir: Path) -> dict[str, Any]:
+    from .. import store
+    from ..compare import compare
+    from ..report.compare_page import write_comparison
+
+    base_con = store.connect(hist.store_path(base))
+    try:
+        store.build_derived(base_con)
+        comp = compare(base_con, base.source_run, con, night.source_run)
+        html = write_comparison(comp, base_con, con, out_dir)
+    finally:
+        base_con.close()
+    return {"base_run": base.run_id, "regressions": [f"{d.metric}.{d.stat}" for d in comp.regressions],
+            "improvements": [f"{d.metric}.{d.stat}" for d in comp.deltas if d.verdict == "improvement"],
+            "html": str(html)}
+
+
+def finish(opts: Any, hist: History, night: Night, recorded: bool, spec: Any):
+    """Everything after recording: returns the :class:`~.job.Outcome`."""
+    from .. import audit as aud
+    from .. import store
+    from ..commands.options import dumps
+    from ..report import write_report
+    from .job import Outcome
+    from .summary import markdown
+    from .trend import write_trend
+
+    out = Path(opts.out) if opts.out is not None else hist.dir / "reports"
+    night_dir = out / folder_name(night.run_id, night.digest)
+    upto, nights, series, found, before = _as_of(hist, night, opts)
+    new = analysis.new_changes(found, before)
+    if opts.baseline == "auto":
+        base = analysis.auto_baseline(upto, night, found)
+    else:
+        base = hist.by_id(opts.baseline)
+    con = store.connect(hist.store_path(night))
+    try:
+        store.build_derived(con)
+        audit = aud.audit(con, night.source_run, spec) if spec is not None else None
+        html = write_report(con, night.source_run, night_dir, slo=spec)
+        comparison = _compare(base, night, hist, con, night_dir / "compare") if base is not None else None
+    finally:
+        con.close()
+    set_report(hist, night.run_id, night_dir)
+    if opts.junit and audit is not None:
+        Path(opts.junit).parent.mkdir(parents=True, exist_ok=True)
+        Path(opts.junit).write_bytes(aud.junit_xml(audit))
+    openr = analysis.open_regressions(found, series, upto, opts.min_change)
+    outcome = Outcome(night, recorded, audit.to_dict() if audit else None, base.run_id if base else None,
+                      comparison, found, new, openr, min_change=opts.min_change)
+    outcome.markdown = markdown(outcome, series, upto)
+    (night_dir / "nightly.md").write_text(outcome.markdown, encoding="utf-8")
+    # the trend page shows the whole history, even when an earlier night was re-run
+    everything = found if len(upto) == len(nights) else _changes(hist, series, nights, opts.detector)
+    trend = write_trend(out, hist.nights(), series, everything,
+                        analysis.open_regressions(everything, series, nights, opts.min_change), opts.min_change)
+    outcome.files = {"report": str(html), "summary_md": str(night_dir / "nightly.md"), "trend": str(trend),
+                     "json": str(out / "nightly.json")}
+    if comparison:
+        outcome.files["compare"] = comparison["html"]
+    if opts.junit and audit is not None:
+        outcome.files["junit"] = str(opts.junit)
+    (out / "nightly.json").write_text(dumps(outcome.to_dict()) + "\n", encoding="utf-8")
+    return outcome

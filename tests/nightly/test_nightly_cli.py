@@ -1,0 +1,132 @@
+"""``tracelat nightly`` end to end on a few small simulated nights: the history, the
+JSON, idempotent re-runs, failed nights, SLO gating, escaping on the trend page."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pytest
+
+from .conftest import cli, simulate_night, tpot_from_trace
+
+PASS_SLO = "[slo]\nttft_ms.p99 = 60000\n[goodput]\nttft_ms = 60000\ntpot_ms = 1000\n"
+FAIL_SLO = "[slo]\ntpot_ms.p50 = 0.001\n"
+
+
+def _counts(hist: Path) -> tuple[int, int]:
+    con = duckdb.connect(str(hist / "history.duckdb"), read_only=True)
+    try:
+        return (con.execute("select count(*) from nightly_runs").fetchone()[0],
+                con.execute("select count(*) from nightly_history").fetchone()[0])
+    finally:
+        con.close()
+
+
+def _history_value(hist: Path, run_id: str, metric: str) -> tuple[float, float, float]:
+    con = duckdb.connect(str(hist / "history.duckdb"), read_only=True)
+    try:
+        return con.execute("select value, ci_low, ci_high from nightly_history where run_id = ? and metric = ?",
+                           [run_id, metric]).fetchone()
+    finally:
+        con.close()
+
+
+@pytest.fixture(scope="module")
+def nights(tmp_path_factory) -> list[Path]:
+    root = tmp_path_factory.mktemp("nights")
+    return [simulate_night(root / f"n{i}", seed=i) for i in range(1, 6)]
+
+
+def test_nights_history_json_rerun_and_failures(nights, tmp_path, capsys):
+    hist, out = tmp_path / "hist", tmp_path / "out"
+    slo = tmp_path / "slo.toml"
+    slo.write_text(PASS_SLO)
+    base = ["nightly", "--history", str(hist), "--out", str(out), "--slo", str(slo), "--json"]
+    results = []
+    for i, night in enumerate(nights[:3], start=1):
+        code, stdout, _ = cli(capsys, *base, str(night), "--label", f"date=2026-11-0{i}", "--label", "commit=abc")
+        assert code == 0, stdout
+        results.append(json.loads(stdout))
+    assert [r["run_id"] for r in results] == ["2026-11-01", "2026-11-02", "2026-11-03"]
+    assert [r["baseline"] for r in results] == [None, "2026-11-01", "2026-11-02"]
+    assert results[2]["slo"] == {"verdict": "pass", "passed": True, "failed": []}
+    assert results[2]["labels"]["commit"] == "abc" and results[2]["labels"]["engine"] == "tracelat-sim"
+    assert isinstance(results[2]["change_points"], list)
+    assert Path(results[2]["files"]["report"]).is_file() and Path(results[2]["files"]["compare"]).is_file()
+
+    # the history holds what the trace says: TPOT p99 recomputed from the file, inside its interval
+    value, lo, hi = _history_value(hist, "2026-11-02", "tpot_ms.p99")
+    assert value == pytest.approx(np.percentile(tpot_from_trace(nights[1] / "trace.jsonl"), 99), rel=1e-9)
+    assert lo < value < hi
+    att = _history_value(hist, "2026-11-02", "goodput.attainment")
+    assert att[0] == 1.0  # the limits are loose: every request is good
+    rps = _history_value(hist, "2026-11-02", "goodput.request_goodput_rps")
+    assert rps[0] == pytest.approx(_history_value(hist, "2026-11-02", "throughput.requests_per_s")[0])
+    runs, rows = _counts(hist)
+    assert runs == 3 and rows > 3 * 20
+
+    # same content again (even under another date): nothing new, same night
+    code, stdout, _ = cli(capsys, *base, str(nights[2]), "--label", "date=2026-11-09")
+    assert code == 0 and json.loads(stdout)["run_id"] == "2026-11-03" and not json.loads(stdout)["recorded"]
+    assert _counts(hist) == (runs, rows)
+
+    # a failed night: a file no ingestor reads; exit 2, history and run stores untouched
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("this is not a trace\n" * 5)
+    stores = sorted(p.name for p in (hist / "runs").iterdir())
+    code, _, err = cli(capsys, *base, str(bad), "--label", "date=2026-11-04")
+    assert code == 2 and "Error:" in err
+    assert _counts(hist) == (runs, rows)
+    assert sorted(p.name for p in (hist / "runs").iterdir()) == stores
+
+    # an SLO violation: exit 1, JUnit written; the night is recorded as failing its SLOs
+    tight = tmp_path / "tight.toml"
+    tight.write_text(FAIL_SLO)
+    junit = tmp_path / "junit.xml"
+    code, stdout, _ = cli(capsys, *base[:-3], "--slo", str(tight), "--json", "--junit", str(junit), str(nights[3]),
+                          "--label", "date=2026-11-04")
+    res = json.loads(stdout)
+    assert code == 1 and res["slo"]["passed"] is False and res["slo"]["failed"] == ["tpot_ms.p50 <= 0.001"]
+    assert int(ET.parse(junit).getroot().find("testsuite").get("failures")) == 1
+
+    # the next night's auto baseline skips the night that failed its SLOs
+    code, stdout, _ = cli(capsys, *base, str(nights[4]), "--label", "date=2026-11-05")
+    assert code == 0 and json.loads(stdout)["baseline"] == "2026-11-03"
+    trend = (out / "index.html").read_text()
+    for night in ("2026-11-01", "2026-11-05"):
+        assert f'href="{night}/index.html"' in trend and (out / night / "index.html").is_file()
+
+
+def test_labels_are_escaped_and_dates_checked(nights, tmp_path, capsys):
+    hist, out = tmp_path / "hist", tmp_path / "out"
+    hostile = '<script>alert("x")</script><!--'
+    code, stdout, _ = cli(capsys, "nightly", str(nights[0]), "--history", str(hist), "--out", str(out),
+                          "--label", "date=2026-11-01", "--label", f"commit={hostile}")
+    assert code == 0
+    page = (out / "index.html").read_text()
+    assert hostile not in page and "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page
+    assert "Content-Security-Policy" in page and page.count("<script") == 3  # bundle, specs, embed code
+    md = (out / "2026-11-01" / "nightly.md").read_text()
+    assert "<script>" not in md
+    # a second night on the same date gets the next id
+    code, stdout, _ = cli(capsys, "nightly", str(nights[1]), "--history", str(hist), "--out", str(out),
+                          "--label", "date=2026-11-01", "--json")
+    assert code == 0 and json.loads(stdout)["run_id"] == "2026-11-01.2"
+    for bad in (["--label", "date=11/01/2026"], ["--label", "nokey"], ["--junit", str(tmp_path / "j.xml")],
+                ["--baseline", "no-such-night"]):
+        code, _, err = cli(capsys, "nightly", str(nights[2]), "--history", str(hist), *bad)
+        assert code == 2 and err
+    assert _counts(hist)[0] == 2
+    # an id from a label or option cannot pick a folder outside the history and the output
+    code, stdout, _ = cli(capsys, "nightly", str(nights[2]), "--history", str(hist), "--out", str(out),
+                          "--run-id", "../evil", "--json")
+    res = json.loads(stdout)
+    assert code == 0 and res["run_id"] == "../evil"
+    report = Path(res["files"]["report"]).resolve()
+    assert report.parent.parent == out.resolve() and report.parent.name.startswith("_evil-")
+    assert [p.name for p in (hist / "runs").iterdir() if "evil" in p.name][0].startswith("_evil-")
+    assert not list(tmp_path.glob("evil*"))
