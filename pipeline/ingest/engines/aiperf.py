@@ -120,9 +120,12 @@ def convert_genai_perf(path: Path, progress: Callable[[int], None] | None = None
     exps = doc["experiments"]
     first_line = 1
     for k, exp in enumerate(exps):
+        if not isinstance(exp, dict) or not isinstance(exp.get("requests") or [], list):
+            raise InputError(f"{path}: GenAI-Perf experiment {k} is not an object with a 'requests' list; "
+                             "the file is damaged or not this format")
         reqs = exp.get("requests") or []
         n = len(reqs)
-        frame = _requests_frame(reqs).with_row_index("idx")
+        frame = _requests_frame(reqs, path).with_row_index("idx")
         tok = (
             frame.select("idx", "resp_ts", "resp_out").explode("resp_ts", "resp_out")
             .filter(pl.col("resp_ts").is_not_null() & _has_text(pl.col("resp_out")))
@@ -154,11 +157,19 @@ def convert_genai_perf(path: Path, progress: Callable[[int], None] | None = None
         first_line += n
 
 
-def _requests_frame(reqs: list) -> pl.DataFrame:
-    """timestamp, resp_ts (ns list), resp_out (text of each response) from the request dicts."""
+def _requests_frame(reqs: list, path: Path) -> pl.DataFrame:
+    """timestamp, resp_ts (ns list), resp_out (text of each response) from the request dicts.
+
+    A value of the wrong type becomes null (``strict=False``), so its request is rejected
+    for the field it lacks; requests that are not objects at all leave no request to reject.
+    """
     if not reqs:
         return pl.DataFrame(schema={"timestamp": pl.Int64, "resp_ts": pl.List(pl.Int64), "resp_out": pl.List(pl.String)})
-    df = pl.from_dicts(reqs, infer_schema_length=None)
+    try:
+        df = pl.from_dicts(reqs, infer_schema_length=None, strict=False)
+    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError) as exc:
+        raise InputError(f"{path}: GenAI-Perf requests are not objects of the expected shape "
+                         f"({type(exc).__name__}: {str(exc)[:200]}); the file is damaged or not this format") from exc
     if "timestamp" not in df.columns:
         df = df.with_columns(timestamp=pl.lit(None, pl.Int64))
     out = pl.lit(None, pl.List(pl.String))

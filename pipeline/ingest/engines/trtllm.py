@@ -57,12 +57,26 @@ def _as_json(raw: pl.Expr) -> pl.Expr:
     )
 
 
+# IterationStats records are a few KB; a longer line is no record, and literal_eval's
+# cost grows with it.
+MAX_LITERAL_CHARS = 1 << 20
+
+
 def _literal_fallback(text: str) -> str | None:
+    """The line as JSON text, or None when it is no dict literal that JSON can hold.
+
+    Any failure is a reject of this one line, never of the file: literal_eval raises
+    TypeError for unhashable keys (``{[1]: 2}``, ``{{1}: 2}``), json.dumps for tuple
+    keys and ValueError for integers of more than 4300 digits, and deep nesting
+    raises RecursionError or MemoryError.
+    """
+    if len(text) > MAX_LITERAL_CHARS:
+        return None
     try:
         val = ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return json.dumps(val, default=str, allow_nan=True) if isinstance(val, dict) else None
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError, OverflowError):
         return None
-    return json.dumps(val, default=str) if isinstance(val, dict) else None
 
 
 def _v(path: str, typ: str = "double") -> str:
