@@ -58,10 +58,40 @@ def detect(path: Path) -> Ingestor:
     for ing in INGESTORS.values():
         if ing.sniff(path, head):
             return ing
+    voted = _sniff_later_lines(path, head)
+    if voted is not None:
+        return voted
     raise InputError(
         f"{path}: unknown format; known formats: {', '.join(INGESTORS)}. "
         "Pass --format NAME to choose one (see `tracelat ingest --help`)"
     )
+
+
+# How many non-blank lines detection looks at when the first one is no known format.
+SNIFF_LINES = 20
+
+
+def _sniff_later_lines(path: Path, head: str) -> Ingestor | None:
+    """The format most of lines 2..SNIFF_LINES (non-blank) start, when the first line is damaged.
+
+    Sniffers judge the head's first line (line formats) or its start (documents); a
+    truncated or garbled first line would make a whole log "unknown format" and, inside a
+    directory, silently skipped.  Each later line is asked in its place; a format wins
+    with more than half of them, so a README quoting one JSON line is still no trace, and
+    the damaged line then becomes a reject like any other.
+    """
+    lines = head.splitlines(keepends=True)
+    starts = [i for i, ln in enumerate(lines) if ln.strip()][1:SNIFF_LINES]
+    votes: dict[str, int] = {}
+    for i in starts:
+        rest = "".join(lines[i:])
+        name = next((ing.name for ing in INGESTORS.values() if ing.name != "parquet" and ing.sniff(path, rest)), None)
+        if name:
+            votes[name] = votes.get(name, 0) + 1
+    if not votes:
+        return None
+    best = max(votes, key=lambda n: votes[n])  # ties: the first registered (most specific)
+    return INGESTORS[best] if 2 * votes[best] > len(starts) else None
 
 
 def get(name: str) -> Ingestor:
