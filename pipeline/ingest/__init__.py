@@ -120,11 +120,25 @@ def expand(paths: Iterable[Path]) -> list[tuple[Path, bool]]:
 def _distinct_run_names(files: list[Path]) -> dict[Path, str]:
     """Run names for files whose file names collide (``a/profile_export.jsonl`` and
     ``b/profile_export.jsonl``): qualify them with their folder, ``a/profile_export``,
-    so that one ingest never merges unrelated runs by accident."""
+    so that one ingest never merges unrelated runs by accident.
+
+    When the folders share a name too (``x/vllm/requests.jsonl``, ``y/vllm/requests.jsonl``)
+    more of the path is used, as many folders as it takes: ``x/vllm/requests``.
+    """
     by_name: dict[str, list[Path]] = {}
     for f in files:
         by_name.setdefault(default_run_id(f), []).append(f)
-    return {f: f"{f.parent.name}/{name}" for name, fs in by_name.items() if len(fs) > 1 for f in fs}
+    out: dict[Path, str] = {}
+    for name, fs in by_name.items():
+        if len(fs) < 2:
+            continue
+        parents = [f.resolve().parent.parts for f in fs]
+        for depth in range(1, max(len(p) for p in parents) + 1):
+            names = ["/".join((*p[-depth:], name)).lstrip("/") for p in parents]
+            if len(set(names)) == len(names):
+                break
+        out.update(zip(fs, names))
+    return out
 
 
 # Steps run after files were ingested, with the run ids they touched, each in its own
