@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import io
+import re
 import sys
 
 import click
@@ -80,7 +81,7 @@ MAX_MESSAGE = 1000
 def one_line(exc: BaseException) -> str:
     """The message on one line and at most MAX_MESSAGE characters: library errors can run
     over several lines, and some quote the whole offending input (12 KB of nested JSON)."""
-    text = " ".join(str(exc).split())
+    text = re.sub(r"[ \t]*\n\s*", " ", str(exc).strip())  # other control characters: echo's clean()
     return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE] + f" ... ({len(text)} characters)"
 
 

@@ -142,4 +142,4 @@ def test_one_line_error_is_clipped():
     from pipeline.cli import MAX_MESSAGE, one_line
 
     msg = one_line(ValueError("a\nb  " + "x" * 20_000))
-    assert "\n" not in msg and msg.startswith("a b x") and len(msg) < MAX_MESSAGE + 40
+    assert "\n" not in msg and msg.startswith("a b  x") and len(msg) < MAX_MESSAGE + 40
