@@ -110,6 +110,13 @@ def main(argv: list[str] | None = None) -> None:
             raise
         echo(f"Error: {one_line(exc)}", err=True)
         sys.exit(exc.exit_code)
+    except OSError as exc:  # the machine's trouble (disk full, permissions), not a bug of ours
+        if debug:
+            raise
+        where = f" {exc.filename}" if exc.filename else ""
+        echo(f"Error: cannot read or write{where}: {one_line(exc) if exc.strerror is None else exc.strerror} "
+             "(run with --debug for the traceback)", err=True)
+        sys.exit(2)
     except Exception as exc:  # an unexpected failure: say so plainly, keep the exit code distinct
         if debug:
             raise

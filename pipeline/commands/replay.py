@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import InputError
+from ..errors import InputError, writing
 from ..terminal import echo
 from .options import db_option, dumps, json_option
 
@@ -104,8 +104,9 @@ def replay(run_id: str, db: str, max_num_seqs, max_num_batched_tokens, kv_capaci
 
         def write(seed, result, stats) -> None:
             if target is not None:
-                written.append(write_replay(result, _seed_path(target, seed, len(seed_list)),
-                                            replay_run_id(cal, seed), cal, seed, con, not no_token_times))
+                with writing("--out", target):
+                    written.append(write_replay(result, _seed_path(target, seed, len(seed_list)),
+                                                replay_run_id(cal, seed), cal, seed, con, not no_token_times))
 
         cmp = compare(con, cal, seed_list, write)
         cmp.run_ids = [replay_run_id(cal, s) for s in seed_list]
@@ -172,7 +173,9 @@ def _sweep(cal, spec: str, seeds: list[int], slo_path: str | None, chart: str | 
     sw = run_sweep(cal, param, values, seeds, slo)
     from ..report.render import default_out_dir
 
-    path = save_chart(sw, chart or default_out_dir(cal.run_id) / f"replay-sweep-{param}.html")
+    chart_path = chart or default_out_dir(cal.run_id) / f"replay-sweep-{param}.html"
+    with writing("--chart", chart_path):
+        path = save_chart(sw, chart_path)
     if as_json:
         echo(dumps(sw.to_dict() | {"chart": str(path)}))
         return

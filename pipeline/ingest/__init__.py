@@ -209,7 +209,7 @@ def _post_ingest(con, results: list[IngestResult]) -> None:
             store.bump_generation(con, touched)
             con.execute("commit")
         except BaseException:
-            con.execute("rollback")
+            store.rollback(con)  # never hide the error with "no transaction is active"
             raise
 
 

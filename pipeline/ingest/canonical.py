@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import duckdb
 
 from ..errors import InputError
 
+from .. import store
 from . import reader
 from .load import Batch
 
@@ -45,7 +45,7 @@ def convert_parquet(path: Path, progress: Callable[[int], None] | None = None, r
         pf = pq.ParquetFile(path)
     except (pa.ArrowInvalid, OSError) as exc:
         raise InputError(f"{path}: not a readable Parquet file ({exc}); is --format right?") from exc
-    con = duckdb.connect()
+    con = store.scratch()  # $TRACELAT_MEMORY_LIMIT applies here too
     first = 1
     for rb in _batches(pf, path):
         con.register("rb", rb)

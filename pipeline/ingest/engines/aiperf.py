@@ -25,10 +25,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import duckdb
 import polars as pl
 
 from ...errors import InputError
+from ... import store
 from .. import reader
 from ..load import Batch
 from . import _common as c
@@ -63,7 +63,7 @@ from j
 
 
 def convert_aiperf(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
-    con = duckdb.connect()
+    con = store.scratch()  # $TRACELAT_MEMORY_LIMIT applies here too
     first = True
     for table in reader.line_batches(path, progress):
         con.register("lines", table)

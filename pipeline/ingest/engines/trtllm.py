@@ -34,9 +34,9 @@ import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import duckdb
 import polars as pl
 
+from ... import store
 from .. import reader
 from ..load import Batch
 from . import _common as c
@@ -131,11 +131,13 @@ def _source_tables(path: Path, progress) -> Iterator[tuple[pl.DataFrame, int]]:
         with reader.open_binary(path) as f:
             text = f.read().decode("utf-8", errors="replace")
         # array elements as JSON text, split by DuckDB (no Python loop over elements)
-        frame = duckdb.sql(
+        con = store.scratch()
+        frame = con.sql(
             "select (generate_subscripts(items, 1))::bigint as line_no, unnest(items)::varchar as raw "
             "from (select json_extract($doc::json, '$[*]') as items)",
             params={"doc": text},
         ).pl()
+        con.close()
         yield frame.with_columns(text=pl.col("raw")), frame.height
         return
     for table in reader.line_batches(path, progress):
@@ -145,7 +147,7 @@ def _source_tables(path: Path, progress) -> Iterator[tuple[pl.DataFrame, int]]:
 
 
 def convert(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
-    con = duckdb.connect()
+    con = store.scratch()  # $TRACELAT_MEMORY_LIMIT applies here too
     run_done = False
     for frame, n in _source_tables(path, progress):
         blank = frame.filter(pl.col("raw").str.strip_chars() == "").height

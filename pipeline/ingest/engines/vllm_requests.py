@@ -31,9 +31,9 @@ import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import duckdb
 import polars as pl
 
+from ... import store
 from .. import reader
 from ..load import Batch
 from . import _common as c
@@ -128,7 +128,7 @@ def _check_clock(good: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 def convert(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
     """Parse every line in DuckDB, then map the clocks with one offset for the file."""
-    con = duckdb.connect()
+    con = store.scratch()  # $TRACELAT_MEMORY_LIMIT applies here too
     names = "[" + ", ".join(f"'{n}'" for n in REQUIRED) + "]"
     goods, bads, total, blank = [], [], 0, 0
     for table in reader.line_batches(path, progress):
