@@ -48,6 +48,8 @@ def compare(base_run: str, cand_run: str, db: str, base_db: str | None, out_dir:
     comp = run_compare(base_con, base_run, cand_con, cand_run, threshold, confidence, resamples, seed)
     with writing("--out", out_dir or "the comparison folder"):
         html = write_comparison(comp, base_con, cand_con, out_dir)
+    for w in comp.warnings:
+        echo(f"warning: {w}", err=True)
     if as_json:
         echo(dumps({**comp.to_dict(), "html": str(html)}))
     else:
