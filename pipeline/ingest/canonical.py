@@ -43,7 +43,7 @@ def convert_parquet(path: Path, progress: Callable[[int], None] | None = None, r
 
     try:
         pf = pq.ParquetFile(path)
-    except (pa.ArrowInvalid, OSError) as exc:
+    except (pa.ArrowInvalid, OSError, UnicodeDecodeError) as exc:  # UnicodeDecodeError: a column name
         raise InputError(f"{path}: not a readable Parquet file ({exc}); is --format right?") from exc
     con = store.scratch()  # $TRACELAT_MEMORY_LIMIT applies here too
     first = 1

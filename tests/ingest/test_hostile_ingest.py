@@ -143,3 +143,13 @@ def test_one_line_error_is_clipped():
 
     msg = one_line(ValueError("a\nb  " + "x" * 20_000))
     assert "\n" not in msg and msg.startswith("a b  x") and len(msg) < MAX_MESSAGE + 40
+
+
+def test_parquet_column_name_not_utf8(tmp_path):
+    table = pa.table({"kind": ["request"] * 3, "req_id": ["a", "b", "c"], "t_arrival": [1.0, 2.0, 3.0], "zzqq": [1, 2, 3]})
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    f = tmp_path / "t.parquet"
+    f.write_bytes(buf.getvalue().replace(b"zzqq", b"z\xff\xfeq"))  # same length: the footer stays valid
+    code, out = cli("ingest", f, "--db", tmp_path / "t.duckdb")
+    assert code == 2 and "not a readable Parquet file" in out, out
