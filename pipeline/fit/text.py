@@ -48,8 +48,9 @@ def format_fit(f: FitResult) -> str:
             lines.append(f"  phase {name}: " + "; ".join(ph.get("statements", [])))
     hw = f.hardware
     if hw:
-        lines += ["", f"hardware: model {hw['model'] or '?'}, GPU {hw['gpu'] or '?'} x{hw['num_gpus']}, "
-                      f"weights {hw['weight_dtype']}, KV {hw['kv_dtype']}"]
+        # fields the run does not state are "?", never Python's None
+        lines += ["", f"hardware: model {hw.get('model') or '?'}, GPU {hw.get('gpu') or '?'} x{hw.get('num_gpus') or '?'}, "
+                      f"weights {hw.get('weight_dtype') or '?'}, KV {hw.get('kv_dtype') or '?'}"]
         if hw.get("kv_bytes_per_token"):
             lines.append(f"  KV bytes per token {hw['kv_bytes_per_token']:.0f}; weights {hw['weight_bytes'] / 1e9:.3g} GB")
         if hw.get("effective_bandwidth_gbps"):

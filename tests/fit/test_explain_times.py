@@ -63,3 +63,17 @@ def test_show_time_on_a_monotonic_clock():
 
     assert show_time(1094.5, 1090.0, unix=False) == "+4.500 s"
     assert show_time(None, 1090.0, unix=False) == "-"
+
+
+def test_fit_hardware_line_has_no_none():
+    from pipeline.fit.result import FitResult
+    from pipeline.fit.text import format_fit
+    import dataclasses
+
+    fields = {f.name: None for f in dataclasses.fields(FitResult) if f.default is dataclasses.MISSING
+              and f.default_factory is dataclasses.MISSING}
+    hw = {"model": None, "gpu": "H100", "num_gpus": None, "weight_dtype": None, "kv_dtype": None}
+    f = FitResult(**{**fields, "run_id": "r", "n_iterations": 0, "n_fitted": 0, "hardware": hw, "phases": {},
+                     "claims": [], "spikes": {}, "stall_ms": {}, "statements": []})
+    text = format_fit(f)
+    assert "hardware: model ?, GPU H100 x?, weights ?, KV ?" in text and "None" not in text
