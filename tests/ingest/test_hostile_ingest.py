@@ -153,3 +153,27 @@ def test_parquet_column_name_not_utf8(tmp_path):
     f.write_bytes(buf.getvalue().replace(b"zzqq", b"z\xff\xfeq"))  # same length: the footer stays valid
     code, out = cli("ingest", f, "--db", tmp_path / "t.duckdb")
     assert code == 2 and "not a readable Parquet file" in out, out
+
+
+def test_genai_perf_wrong_types_reject_their_requests(tmp_path):
+    doc = json.loads((FIX / "genai_perf" / "profile_export.json").read_text())
+    good = doc["experiments"][0]["requests"]
+    r0 = good[0]
+    reqs = [*good,
+            {**r0, "timestamp": "soon"},                                    # 3: not an integer
+            5,                                                               # 4: not an object
+            {**r0, "response_timestamps": [1, "a"]},                         # 5: not a list of integers
+            {**r0, "response_timestamps": r0["response_timestamps"][:2]},    # 6: shorter than the outputs: loads
+            {k: v for k, v in r0.items() if k != "timestamp"}]               # 7: no timestamp
+    doc["experiments"][0]["requests"] = reqs
+    doc["experiments"][0]["experiment"] = 7  # not an object: no metadata, no crash
+    f = tmp_path / "profile_export.json"
+    f.write_text(json.dumps(doc))
+    db = tmp_path / "t.duckdb"
+    code, out = cli("ingest", f, "--db", db)
+    assert code == 0, out
+    got = dict(rejects(db))
+    assert sorted(got) == [3, 4, 5, 7]
+    assert "not an integer" in got[3] and "not a JSON object" in got[4] and "not a list of integers" in got[5]
+    assert "without timestamp" in got[7]
+    assert counts(db, "requests") == 3
