@@ -177,3 +177,24 @@ def test_genai_perf_wrong_types_reject_their_requests(tmp_path):
     assert "not an integer" in got[3] and "not a JSON object" in got[4] and "not a list of integers" in got[5]
     assert "without timestamp" in got[7]
     assert counts(db, "requests") == 3
+
+
+def test_huge_integer_in_a_json_document(tmp_path):
+    doc = (FIX / "vllm" / "bench.json").read_text().replace('"completed": ', '"completed": ' + "9" * 5000 + ', "x": ', 1)
+    for fmt, name in (("vllm-bench", "bench.json"), ("genai-perf", "profile_export.json")):
+        f = tmp_path / name
+        f.write_text(doc if fmt == "vllm-bench" else
+                     (FIX / "genai_perf" / "profile_export.json").read_text().replace("{", '{"n": ' + "9" * 5000 + ", ", 1))
+        code, out = cli("ingest", f, "--db", tmp_path / "t.duckdb", "--format", fmt)
+        assert code == 2 and "damaged" in out and "internal error" not in out, out
+
+
+def test_damaged_sidecar_meta_json_is_ignored(tmp_path):
+    (tmp_path / "meta.json").write_text('[1, 2]')
+    f = tmp_path / "requests.jsonl"
+    f.write_text((FIX / "vllm" / "requests.jsonl").read_text())
+    code, out = cli("ingest", f, "--db", tmp_path / "t.duckdb")
+    assert code == 0, out
+    (tmp_path / "meta.json").write_text('{"engine_kwargs": 5, "hardware": [1]}')
+    code, out = cli("ingest", f, "--db", tmp_path / "t.duckdb", "--replace")
+    assert code == 0, out

@@ -288,6 +288,8 @@ def read_json_document(path: Path) -> Any:
                          "is the file complete, and is --format right?") from exc
     except RecursionError as exc:  # unbalanced brackets can hide depth from json_depth's count
         raise InputError(f"{path}: JSON nested too deeply to read; the file is damaged or not this format") from exc
+    except ValueError as exc:  # an integer of more than 4300 digits (Python's conversion limit)
+        raise InputError(f"{path}: not a JSON document this tool can read ({exc}); the file is damaged") from exc
 
 
 # Lines of a JSON Lines file as objects: ``ok`` says whether a line is one and ``js``

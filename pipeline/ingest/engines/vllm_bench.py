@@ -51,19 +51,22 @@ def _documents(path: Path) -> list[dict]:
     except RecursionError as exc:
         raise InputError(f"{path}: JSON nested too deeply to read; the file is damaged or not this format") from exc
     except json.JSONDecodeError:
-        docs = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                doc = json.loads(line)
-            except (json.JSONDecodeError, RecursionError) as exc:
-                raise InputError(f"{path}:{n}: not a vllm bench result (invalid JSON: {exc}); "
-                                 "the file is neither one JSON document nor one per line") from exc
-            if not isinstance(doc, dict):
-                raise InputError(f"{path}:{n}: not a vllm bench result (a JSON {type(doc).__name__}, not an object)")
-            docs.append(doc)
-        return docs
+        pass  # not one document: one result per line (--append-result), below
+    except ValueError as exc:  # an integer of more than 4300 digits (Python's conversion limit)
+        raise InputError(f"{path}: not a vllm bench result this tool can read ({exc}); the file is damaged") from exc
+    docs = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            doc = json.loads(line)
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+            raise InputError(f"{path}:{n}: not a vllm bench result (invalid JSON: {exc}); "
+                             "the file is neither one JSON document nor one per line") from exc
+        if not isinstance(doc, dict):
+            raise InputError(f"{path}:{n}: not a vllm bench result (a JSON {type(doc).__name__}, not an object)")
+        docs.append(doc)
+    return docs
 
 
 SCHEMA = {"input_lens": pl.Int64, "output_lens": pl.Int64, "ttfts": pl.Float64, "itls": pl.List(pl.Float64),

@@ -77,12 +77,17 @@ def _sidecar(path: Path) -> dict:
     """Run facts from an LLMServingSim-style ``meta.json`` beside the file, if any."""
     side = path.parent / "meta.json"
     try:
-        doc = json.loads(side.read_text())
-    except (OSError, ValueError):
+        doc = json.loads(side.read_text(errors="replace"))
+    except (OSError, ValueError, RecursionError):
         return {}
-    kw = doc.get("engine_kwargs") or {}
-    kv = doc.get("kv_cache") or {}
-    hw = doc.get("hardware") or {}
+    if not isinstance(doc, dict):  # optional run facts: a damaged file is left out, never fatal
+        return {}
+
+    def part(key: str) -> dict:
+        v = doc.get(key)
+        return v if isinstance(v, dict) else {}
+
+    kw, kv, hw = part("engine_kwargs"), part("kv_cache"), part("hardware")
     meta = {k: kw.get(k) for k in ("max_num_seqs", "max_num_batched_tokens", "max_model_len",
                                     "tensor_parallel_size", "data_parallel_size")}
     meta.update(kv_cache_tokens=kv.get("num_kv_tokens"), kv_block_size=kv.get("block_size"),
