@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import io
+import re
 import sys
 
 import click
@@ -77,13 +78,29 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.obj["debug"] = debug
 
 
+MAX_MESSAGE = 1000
+
+
+def one_line(exc: BaseException) -> str:
+    """The message on one line and at most MAX_MESSAGE characters: library errors can run
+    over several lines, and some quote the whole offending input (12 KB of nested JSON)."""
+    text = re.sub(r"[ \t]*\n\s*", " ", str(exc).strip())  # other control characters: echo's clean()
+    return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE] + f" ... ({len(text)} characters)"
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI with the single error handler."""
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
     try:
         cli.main(args=args, prog_name="tracelat", standalone_mode=False)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__cause__, EOFError) and not debug:
+            # click turns an EOFError into Abort; ours come from a truncated compressed file
+            # that some reader did not catch, not from the user: an error, not an interrupt
+            echo(f"Error: unexpected end of data: {one_line(exc.__cause__) or 'a compressed file is truncated'} "
+                 "(run with --debug for the traceback)", err=True)
+            sys.exit(2)
         echo("Aborted.", err=True)
         sys.exit(130)
     except click.ClickException as exc:
@@ -94,17 +111,25 @@ def main(argv: list[str] | None = None) -> None:
     except TracelatError as exc:
         if debug:
             raise
-        echo(f"Error: {exc}", err=True)
+        echo(f"Error: {one_line(exc)}", err=True)
         sys.exit(exc.exit_code)
+    except OSError as exc:  # the machine's trouble (disk full, permissions), not a bug of ours
+        if debug:
+            raise
+        where = f" {exc.filename}" if exc.filename else ""
+        echo(f"Error: cannot read or write{where}: {one_line(exc) if exc.strerror is None else exc.strerror} "
+             "(run with --debug for the traceback)", err=True)
+        sys.exit(2)
     except Exception as exc:  # an unexpected failure: say so plainly, keep the exit code distinct
         if debug:
             raise
         import duckdb
 
         if isinstance(exc, duckdb.Error):
-            echo(f"Error: database error: {exc} (run with --debug for the traceback)", err=True)
+            echo(f"Error: database error: {one_line(exc)} (run with --debug for the traceback)", err=True)
             sys.exit(2)
-        echo(f"Error: internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", err=True)
+        echo(f"Error: internal error: {type(exc).__name__}: {one_line(exc)} (run with --debug for the traceback)",
+             err=True)
         sys.exit(3)
 
 

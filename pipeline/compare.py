@@ -72,6 +72,8 @@ class Comparison:
     deltas: list[Delta] = field(default_factory=list)
     tests: dict[str, dict[str, Any]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    one_sided: list[str] = field(default_factory=list)  # skipped metrics that one of the runs has
 
     @property
     def regressions(self) -> list[Delta]:
@@ -85,7 +87,8 @@ class Comparison:
         return {"base_run": self.base_run, "cand_run": self.cand_run, "threshold": self.threshold,
                 "confidence": self.confidence, "bootstrap_resamples": self.resamples,
                 "regressed": bool(self.regressions), "exit_code": self.exit_code,
-                "deltas": [asdict(d) for d in self.deltas], "tests": self.tests, "skipped": self.skipped}
+                "deltas": [asdict(d) for d in self.deltas], "tests": self.tests, "skipped": self.skipped,
+                "warnings": self.warnings}
 
 
 def values(con: duckdb.DuckDBPyConnection, run_id: str, metric: str) -> np.ndarray:
@@ -193,24 +196,26 @@ def _throughput(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, tuple[
                (select var_samp(output_tokens) from requests where run_id = $r and status = 'ok'),
                (select count(*) from iterations where run_id = $r),
                (select var_samp(decode_tokens) from iterations where run_id = $r),
-               s.output_tokens_per_s, s.requests_per_s
+               s.output_tokens_per_s, s.requests_per_s,
+               (select count(*) from requests where run_id = $r)
         from run_summary s where s.run_id = $r""", {"r": run_id}).fetchall()
     if not rows or not rows[0][0]:
         return {"output_tokens_per_s": None, "requests_per_s": None}
-    dur, source, n_ok, n_req, var_req, n_it, var_it, tok_s, req_s = rows[0]
+    dur, source, n_ok, n_req, var_req, n_it, var_it, tok_s, req_s, n_all = rows[0]
     n, var = (n_req, var_req) if source == "requests" else (n_it, var_it)
-    tok = (tok_s, float(np.sqrt(n * (var or 0.0))) / dur) if tok_s is not None else None
-    req = (req_s, float(np.sqrt(n_ok)) / dur) if req_s is not None else None
+    tok = (tok_s, float(np.sqrt(n * (var or 0.0))) / dur, source) if tok_s is not None else None
+    # a run without request records has no request rate (not a rate of 0)
+    req = (req_s, float(np.sqrt(n_ok)) / dur, "requests") if req_s is not None and n_all else None
     return {"output_tokens_per_s": tok, "requests_per_s": req}
 
 
-def _throughput_delta(name: str, b: tuple[float, float], c: tuple[float, float], threshold: float,
+def _throughput_delta(name: str, b: tuple[float, float, str], c: tuple[float, float, str], threshold: float,
                       confidence: float) -> Delta:
     """Throughput: higher is better; normal-approximation CI of the difference."""
     from scipy.stats import norm
 
     z = float(norm.ppf(0.5 + confidence / 2))
-    (vb, sb), (vc, sc) = b, c
+    (vb, sb, _), (vc, sc, _) = b, c
     d = vc - vb
     half = z * float(np.hypot(sb, sc))
     rel = vc / vb - 1 if vb > 0 else None
@@ -238,12 +243,40 @@ def compare(base_con: duckdb.DuckDBPyConnection, base_run: str, cand_con: duckdb
         base, cand = values(base_con, base_run, metric), values(cand_con, cand_run, metric)
         if len(base) < 2 or len(cand) < 2:
             out.skipped[metric] = f"fewer than 2 values (baseline {len(base)}, candidate {len(cand)})"
+            if max(len(base), len(cand)) >= 2:
+                out.one_sided.append(metric)
             continue
         for stat in STATS:
             out.deltas.append(compare_metric(base, cand, metric, stat, threshold, confidence, resamples, rng))
         out.tests[metric] = mann_whitney(base, cand, rng)
     tb, tc = _throughput(base_con, base_run), _throughput(cand_con, cand_run)
     for key in tb:
-        if tb[key] is not None and tc[key] is not None:
+        if tb[key] is not None and tc[key] is not None and tb[key][2] != tc[key][2]:
+            out.skipped[key] = (f"counted from {tb[key][2]} in the baseline and from {tc[key][2]} in the candidate")
+            out.one_sided.append(key)
+        elif tb[key] is not None and tc[key] is not None:
             out.deltas.append(_throughput_delta(key, tb[key], tc[key], threshold, confidence))
+        elif tb[key] is not None or tc[key] is not None:
+            out.skipped[key] = f"only the {'baseline' if tb[key] is not None else 'candidate'} has it"
+            out.one_sided.append(key)
+    _check_overlap(out)
     return out
+
+
+def _check_overlap(out: Comparison) -> None:
+    """A comparison passes only on what it compared: say which statistics one run has and the
+    other lacks, warn when most were not compared, and refuse when none was (no green light
+    for two runs that share nothing, e.g. a server log against a client's results)."""
+    from .errors import InputError
+
+    one_sided = {m: out.skipped[m] for m in out.one_sided}
+    compared = sorted({d.metric for d in out.deltas})
+    if not compared:
+        why = "; ".join(f"{m}: {w}" for m, w in out.skipped.items()) or "neither run has requests or steps"
+        raise InputError(f"runs {out.base_run} and {out.cand_run} share no statistic to compare ({why}); "
+                         "compare runs of the same kind (both with requests, or both with steps)")
+    for m, why in one_sided.items():
+        out.warnings.append(f"{m} not compared: {why}")
+    if len(one_sided) >= len(compared):
+        out.warnings.append(f"only {len(compared)} of {len(compared) + len(one_sided)} metrics could be compared "
+                            f"({', '.join(compared)}): a pass says nothing about the others")

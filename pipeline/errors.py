@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 
 class TracelatError(Exception):
     """A problem with the user's input or data; exit code 2."""
@@ -21,3 +24,15 @@ class CheckFailed(TracelatError):
     """A check ran and failed (SLO violation, regression); exit code 1."""
 
     exit_code = 1
+
+
+@contextlib.contextmanager
+def writing(option: str, path: object) -> Iterator[None]:
+    """Turn a failure to write an output (no such folder, permission denied, disk full,
+    ``--junit /dev/full``) into an error naming the option and path: a user's problem,
+    exit 2, not an internal error."""
+    try:
+        yield
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise InputError(f"cannot write {option} {path}: {why}; choose a writable path (or free disk space)") from exc

@@ -71,8 +71,82 @@ RUN_TABLES = ("runs", "iterations", "requests", "tokens")  # base tables with a 
 
 
 def db_path(db: str | os.PathLike | None) -> str:
-    """The store path: the given one, else ``$TRACELAT_DB``, else ``tracelat.duckdb``."""
+    """The store path: the given one, else ``$TRACELAT_DB``, else ``tracelat.duckdb``.
+
+    An empty path (``--db ''``, ``TRACELAT_DB=`` with no value) is an error, not the default:
+    a script whose variable came out empty must not write to another store than it meant.
+    """
+    if db is not None and str(db) == "":
+        raise StoreError("--db is empty; pass the store's file path (or leave --db out for tracelat.duckdb)")
+    if db is None and os.environ.get("TRACELAT_DB") == "":
+        raise StoreError("TRACELAT_DB is set but empty; set it to the store's file path or unset it")
     return str(db or os.environ.get("TRACELAT_DB") or DEFAULT_DB)
+
+
+# A DuckDB file has its magic at byte 8 (after the checksum of its first header block).
+DUCKDB_MAGIC_AT, DUCKDB_MAGIC = 8, b"DUCK"
+
+
+def check_is_duckdb(path: str) -> None:
+    """Refuse an existing file that is not a DuckDB database before DuckDB opens it.
+
+    DuckDB treats a file it does not recognise as a foreign database (an SQLite file makes
+    it try to download the sqlite extension from the network) and may write into it.
+    """
+    p = Path(path)
+    if not p.is_file() or p.stat().st_size == 0:
+        return  # a new store (DuckDB creates it), or an empty file it initialises
+    with open(p, "rb") as f:
+        head = f.read(16)
+    if head[DUCKDB_MAGIC_AT:DUCKDB_MAGIC_AT + len(DUCKDB_MAGIC)] != DUCKDB_MAGIC:
+        kind = ("an SQLite database" if head.startswith(b"SQLite format 3") else
+                "a trace file (ingest it with `tracelat ingest FILE`)" if head.lstrip()[:1] in (b"{", b"[")
+                else "not a DuckDB database")
+        raise StoreError(f"database {path} is {kind}, not a tracelat store; pass a DuckDB file (or a new path) "
+                         "with --db")
+
+
+def memory_limit_sql() -> str | None:
+    """``set memory_limit`` for ``$TRACELAT_MEMORY_LIMIT``, or None when it is unset.
+
+    Every connection that runs queries over trace data applies it (the store's and the
+    scratch in-memory ones of the converters): it bounds DuckDB's buffer memory per
+    connection, beyond which sorts, joins and aggregates spill to disk.
+    """
+    limit = os.environ.get("TRACELAT_MEMORY_LIMIT")
+    return f"set memory_limit = '{_memory_limit(limit)}'" if limit else None
+
+
+def scratch() -> duckdb.DuckDBPyConnection:
+    """An in-memory connection for converters and helpers, with the memory limit applied."""
+    con = duckdb.connect()
+    sql = memory_limit_sql()
+    if sql:
+        con.execute(sql)
+    return con
+
+
+def commit(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute("commit")
+
+
+def rollback(con: duckdb.DuckDBPyConnection) -> str:
+    """Roll back the open transaction; returns what the store now holds, in words.
+
+    A COMMIT that fails (disk full, an unwritable folder) has already ended the
+    transaction, so a plain ROLLBACK would raise "no transaction is active" and hide the
+    real error; and a fatal write error invalidates the database for this process.
+    """
+    try:
+        con.execute("rollback")
+    except duckdb.Error:
+        pass  # already ended by the failed statement or commit
+    try:
+        con.execute("select 1").fetchall()
+    except duckdb.Error as exc:
+        return (f"the store cannot be used by this process any more ({str(exc).splitlines()[0]}); "
+                "its file holds what the last completed command wrote")
+    return "nothing of it was stored; the store holds what it held before"
 
 
 def connect(db: str | os.PathLike | None = None, must_exist: bool = False, read_only: bool = False
@@ -89,6 +163,7 @@ def connect(db: str | os.PathLike | None = None, must_exist: bool = False, read_
         )
     if Path(path).is_dir():
         raise StoreError(f"database path {path} is a directory; pass a file path with --db")
+    check_is_duckdb(path)
     try:
         con = duckdb.connect(path, read_only=read_only)
     except duckdb.IOException as exc:
@@ -107,9 +182,9 @@ def connect(db: str | os.PathLike | None = None, must_exist: bool = False, read_
                          "close that connection first") from exc
     except duckdb.Error as exc:
         raise StoreError(f"cannot open database {path}: {exc}; is it a DuckDB file?") from exc
-    limit = os.environ.get("TRACELAT_MEMORY_LIMIT")
+    limit = memory_limit_sql()
     if limit:  # DuckDB spills to disk beyond this; the default is 80% of RAM
-        con.execute(f"set memory_limit = '{_memory_limit(limit)}'")
+        con.execute(limit)
     if read_only:
         return con
     before = {r[0] for r in con.execute("select table_name from duckdb_tables()").fetchall()}
@@ -270,11 +345,11 @@ def build_derived(con: duckdb.DuckDBPyConnection, force: bool = False) -> bool:
         con.execute("delete from _state where key in ('derived_generation', 'derived_sql')")
         con.execute("insert into _state values ('derived_generation', ?), ('derived_sql', ?)",
                     [state.get("generation", 0), digest])
-        con.execute("commit")
+        commit(con)
     except BaseException as exc:  # an interrupt too: never leave half-deleted derived rows
-        con.execute("rollback")
+        state = rollback(con)
         if isinstance(exc, duckdb.Error):
-            raise StoreError(f"building derived tables failed: {exc}") from exc
+            raise StoreError(f"building derived tables failed: {exc} ({state})") from exc
         raise
     finally:
         for name in shadowed:

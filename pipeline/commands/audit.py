@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from ..errors import writing
 from ..terminal import echo
 from .options import db_option, dumps, json_option
 
@@ -39,12 +40,14 @@ def audit(run_id: str, slo_path: Path, junit_path: Path | None, md_path: Path | 
     con = store.open_for_reading(db, read_only_if=store.always)
     result = aud.audit(con, run_id, spec)
     if junit_path:
-        junit_path.parent.mkdir(parents=True, exist_ok=True)
-        junit_path.write_bytes(aud.junit_xml(result))
+        with writing("--junit", junit_path):
+            junit_path.parent.mkdir(parents=True, exist_ok=True)
+            junit_path.write_bytes(aud.junit_xml(result))
     md = aud.markdown_report(result)
     if md_path:
-        md_path.parent.mkdir(parents=True, exist_ok=True)
-        md_path.write_text(md, encoding="utf-8")
+        with writing("--markdown", md_path):
+            md_path.parent.mkdir(parents=True, exist_ok=True)
+            md_path.write_text(md, encoding="utf-8")
     if as_json:
         echo(dumps(result.to_dict()))
     else:

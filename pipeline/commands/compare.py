@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from ..errors import writing
 from ..terminal import echo
 from .options import db_option, dumps, json_option
 
@@ -45,7 +46,10 @@ def compare(base_run: str, cand_run: str, db: str, base_db: str | None, out_dir:
     cand_con = store.open_for_reading(db, read_only_if=store.always)
     base_con = store.open_for_reading(base_db, read_only_if=store.always) if base_db and store.db_path(base_db) != store.db_path(db) else cand_con
     comp = run_compare(base_con, base_run, cand_con, cand_run, threshold, confidence, resamples, seed)
-    html = write_comparison(comp, base_con, cand_con, out_dir)
+    with writing("--out", out_dir or "the comparison folder"):
+        html = write_comparison(comp, base_con, cand_con, out_dir)
+    for w in comp.warnings:
+        echo(f"warning: {w}", err=True)
     if as_json:
         echo(dumps({**comp.to_dict(), "html": str(html)}))
     else:

@@ -54,7 +54,10 @@ def demo(db: str, trace: Path | None, fresh: bool, out: Path | None, open_report
     from ..report import write_report
 
     slo = EXAMPLE_SLO if EXAMPLE_SLO.exists() else None
-    index = write_report(con, run_id, out, slo=slo)
+    from ..errors import writing
+
+    with writing("--out", out or "the report folder"):
+        index = write_report(con, run_id, out, slo=slo)
     echo(f"\nreport: {index}")
     if open_report and click.launch(str(index)) != 0:
         echo("no browser could be started here; open the report file above in one", err=True)

@@ -32,11 +32,13 @@ def explain(run_id: str, metric: str, t_from, t_to, limit: int, db: str, as_json
     from .. import store
     from ..fit import explain as run_explain
     from ..fit import fit_ready, get_or_fit, parse_time
+    from ..fit.attribution import check_window
     from ..fit.text import format_explain
 
     con = store.open_for_reading(db, read_only_if=fit_ready(run_id))
     get_or_fit(con, run_id)
     lo = parse_time(t_from, con, run_id, -math.inf)
     hi = parse_time(t_to, con, run_id, math.inf)
+    check_window(con, run_id, lo, hi, t_from, t_to)
     result = run_explain(con, run_id, metric, lo, hi, limit)
     echo(dumps(result) if as_json else format_explain(result))

@@ -69,6 +69,7 @@ def ingest(paths: tuple[Path, ...], db: str, run_id: str | None, fmt: str | None
         for problem, text in aligned:
             if problem:
                 echo(f"warning: {text}", err=True)
+        _fail_if_nothing_loaded(results, db)
         return
     for r in results:
         echo(r.line())
@@ -77,6 +78,30 @@ def ingest(paths: tuple[Path, ...], db: str, run_id: str | None, fmt: str | None
     rejected = sum(r.rejected for r in results)
     if rejected:
         echo(f"{rejected} lines rejected; see them with: tracelat rejects [FILE] --db {db}", err=True)
+    _fail_if_nothing_loaded(results, db)
+
+
+def _fail_if_nothing_loaded(results, db: str) -> None:
+    """Exit 2 (a data error) when a file loaded nothing: skipped, every line rejected, or
+    no records in it.  The files that did load stay loaded; the last line says which did not,
+    so a directory ingest that silently dropped a file cannot pass a script's `&&`."""
+    from ..errors import InputError
+
+    empty = [r for r in results if r.status == "skipped" or (r.status != "unchanged" and not r.accepted)]
+    if not empty:
+        return
+
+    def why(r) -> str:
+        if r.status == "skipped":
+            return f"skipped: {r.note}; name its format with --format NAME"
+        if r.rejected:
+            return f"all {r.rejected} records rejected; see them with: tracelat rejects {r.path} --db {db}"
+        return "no records in it" if not r.lines_read else f"no {r.format} records in it"
+
+    shown = "; ".join(f"{clean(r.path)} ({why(r)})" for r in empty[:5]) + (" ..." if len(empty) > 5 else "")
+    loaded = len(results) - len(empty)
+    kept = f"; the other {loaded} file(s) were ingested" if loaded else ""
+    raise InputError(f"{len(empty)} of {len(results)} file(s) loaded nothing: {shown}{kept}")
 
 
 def _formats_help() -> str:

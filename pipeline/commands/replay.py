@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
 import click
 
-from ..errors import InputError
+from ..errors import InputError, writing
 from ..terminal import echo
 from .options import db_option, dumps, json_option
 
@@ -106,23 +107,24 @@ def replay(run_id: str, db: str, max_num_seqs, max_num_batched_tokens, kv_capaci
         if sweep_spec:
             _sweep(cal, sweep_spec, seed_list, slo, chart, as_json)
             return
-        tmp = tempfile.TemporaryDirectory() if do_ingest and out is None else None
+        tmp = replay_temp_dir() if do_ingest and out is None else None
         target = out if out is not None else (Path(tmp.name) / "replay.jsonl" if tmp else None)
         written: list[Path] = []
 
         def write(seed, result, stats) -> None:
             if target is not None:
-                written.append(write_replay(result, _seed_path(target, seed, len(seed_list)),
-                                            replay_run_id(cal, seed), cal, seed, con, not no_token_times))
+                with writing("--out", target):
+                    written.append(write_replay(result, _seed_path(target, seed, len(seed_list)),
+                                                replay_run_id(cal, seed), cal, seed, con, not no_token_times))
 
         cmp = compare(con, cal, seed_list, write)
         cmp.run_ids = [replay_run_id(cal, s) for s in seed_list]
         if do_ingest:
             for p, rid in zip(written, cmp.run_ids):
                 ingest_replay(con, p, rid)
+    finally:
         if tmp is not None:
             tmp.cleanup()
-    finally:
         con.close()
     if as_json:
         d = cmp.to_dict()
@@ -137,6 +139,39 @@ def replay(run_id: str, db: str, max_num_seqs, max_num_batched_tokens, kv_capaci
         echo(f"ingested into {store.db_path(db)}: " + ", ".join(cmp.run_ids))
 
 
+TEMP_PREFIX = "tracelat-replay-"
+
+
+def replay_temp_dir() -> tempfile.TemporaryDirectory:
+    """The scratch folder of ``replay --ingest`` (traces of several MB), named with our pid.
+
+    A killed replay cannot remove its folder, so each replay first removes the folders of
+    replays whose process is gone (only this user's)."""
+    remove_stale_temp_dirs()
+    return tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-")
+
+
+def remove_stale_temp_dirs(root: Path | None = None) -> list[Path]:
+    import shutil
+
+    removed = []
+    base = Path(root or tempfile.gettempdir())
+    for d in base.glob(f"{TEMP_PREFIX}*-*"):
+        pid = d.name[len(TEMP_PREFIX):].split("-", 1)[0]
+        try:
+            if not pid.isdigit() or not d.is_dir() or d.is_symlink() or d.stat().st_uid != os.getuid():
+                continue
+            os.kill(int(pid), 0)  # raises when no such process: the replay that made it is gone
+            continue
+        except ProcessLookupError:
+            pass
+        except OSError:  # PermissionError: the process exists (another user's); or d vanished
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(d)
+    return removed
+
+
 def _sweep(cal, spec: str, seeds: list[int], slo_path: str | None, chart: str | None, as_json: bool) -> None:
     from ..audit import load_slo
     from ..replay import parse_sweep, run_sweep
@@ -147,7 +182,9 @@ def _sweep(cal, spec: str, seeds: list[int], slo_path: str | None, chart: str | 
     sw = run_sweep(cal, param, values, seeds, slo)
     from ..report.render import default_out_dir
 
-    path = save_chart(sw, chart or default_out_dir(cal.run_id) / f"replay-sweep-{param}.html")
+    chart_path = chart or default_out_dir(cal.run_id) / f"replay-sweep-{param}.html"
+    with writing("--chart", chart_path):
+        path = save_chart(sw, chart_path)
     if as_json:
         echo(dumps(sw.to_dict() | {"chart": str(path)}))
         return

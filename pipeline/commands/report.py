@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from ..errors import writing
 from ..terminal import echo
 from .options import db_option, dumps, json_option
 
@@ -32,7 +33,8 @@ def report(run_id: str, out_dir: Path | None, slo_path: Path | None, db: str, as
     from ..fit import fit_ready
 
     con = store.open_for_reading(db, read_only_if=fit_ready(run_id))
-    html = write_report(con, run_id, out_dir, slo=slo_path)
+    with writing("--out", out_dir or "the report folder"):
+        html = write_report(con, run_id, out_dir, slo=slo_path)
     files = {"html": str(html), "summary_json": str(html.with_name("summary.json")),
              "summary_md": str(html.with_name("summary.md")), "html_bytes": html.stat().st_size}
     if as_json:

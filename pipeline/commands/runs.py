@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..terminal import echo
+from ..terminal import clean, echo
 from .options import db_option, dumps, json_option
 
 
@@ -27,7 +27,10 @@ def runs(db: str, as_json: bool) -> None:
     if not rows:
         echo("no runs; ingest a trace with `tracelat ingest FILE`")
         return
-    echo(f"{'run_id':<32}{'engine':<16}{'model':<24}{'requests':>9}{'iterations':>11}{'duration_s':>11}")
-    for r in rows:
-        dur = "-" if r[5] is None else f"{r[5]:.2f}"
-        echo(f"{r[0]:<32}{(r[1] or '-'):<16}{(r[2] or '-')[:23]:<24}{r[3] or 0:>9}{r[4] or 0:>11}{dur:>11}")
+    # columns as wide as their longest value: long run ids and model names must not run together
+    table = [cols] + [(r[0], r[1] or "-", r[2] or "-", str(r[3] or 0), str(r[4] or 0),
+                       "-" if r[5] is None else f"{r[5]:.2f}") for r in rows]
+    widths = [max(len(clean(str(row[i]))) for row in table) for i in range(len(cols))]
+    for row in table:
+        cells = [clean(str(v)) for v in row]
+        echo("  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip())

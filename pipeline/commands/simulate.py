@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from ..errors import writing
 from ..terminal import echo
 
 
@@ -87,9 +88,11 @@ def simulate(**o) -> None:
     try:
         if o["iterations"]:  # a known length: show a progress bar (on a terminal)
             with click.progressbar(length=o["iterations"], label="simulating", file=sys.stderr) as bar:
-                run = run_simulation(o["out"], progress=lambda k: bar.update(max(k - bar.pos, 0)), **kwargs)
+                with writing("--out", o["out"]):
+                    run = run_simulation(o["out"], progress=lambda k: bar.update(max(k - bar.pos, 0)), **kwargs)
         else:
-            run = run_simulation(o["out"], **kwargs)
+            with writing("--out", o["out"]):
+                run = run_simulation(o["out"], **kwargs)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     echo(run.summary_line())

@@ -40,6 +40,47 @@ def run_start(con: duckdb.DuckDBPyConnection, run_id: str) -> float | None:
     return rows[0][0]
 
 
+# Clock values from here on are unix seconds (after 1973); smaller ones are a monotonic clock.
+UNIX_CLOCK_MIN = 1e8
+
+
+def run_end(con: duckdb.DuckDBPyConnection, run_id: str) -> float | None:
+    """The run's last arrival or step end: the latest a --to window bound can matter."""
+    rows = con.execute(
+        "select greatest((select max(t_arrival) from requests where run_id = $r), "
+        "(select max(coalesce(t_end, t_start)) from iterations where run_id = $r))", {"r": run_id}).fetchall()
+    return rows[0][0]
+
+
+def check_window(con: duckdb.DuckDBPyConnection, run_id: str, lo: float, hi: float,
+                 t_from: str | None, t_to: str | None) -> None:
+    """A reversed window, or one that misses the run entirely, is a mistake to say, not an
+    empty answer to print."""
+    if lo > hi:
+        raise InputError(f"--from {t_from} is after --to {t_to}; give the earlier time as --from")
+    start, end = run_start(con, run_id), run_end(con, run_id)
+    if start is None or end is None:
+        return
+    unix = start >= UNIX_CLOCK_MIN
+    span = f"{show_time(start, start, unix)} .. {show_time(end, start, unix)}"
+    if lo > end:
+        raise InputError(f"--from {t_from} lies after the run's end (the run spans {span})")
+    if hi < start:
+        raise InputError(f"--to {t_to} lies before the run's start (the run spans {span})")
+
+
+def show_time(t: float | None, start: float | None, unix: bool) -> str:
+    """A clock value for people: ISO time in UTC with its zone on unix clocks, and seconds
+    since the run's start (``+12.345 s``); never a bare epoch number or ``None``."""
+    if t is None:
+        return "-"
+    rel = f"+{t - start:.3f} s" if start is not None else f"{t:.3f} s"
+    if not unix:
+        return rel
+    iso = dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return f"{iso} ({rel})"
+
+
 def parse_time(text: str | None, con: duckdb.DuckDBPyConnection, run_id: str, default: float) -> float:
     """A window bound on the run's clock (seconds).
 
@@ -62,12 +103,13 @@ def parse_time(text: str | None, con: duckdb.DuckDBPyConnection, run_id: str, de
             day = dt.datetime.fromtimestamp(start, dt.timezone.utc).date()
             t = dt.datetime.combine(day, dt.time.fromisoformat(s), dt.timezone.utc)
         else:
-            t = dt.datetime.fromisoformat(s)
+            # Python 3.10's fromisoformat does not take the "Z" suffix that most tools print
+            t = dt.datetime.fromisoformat(s[:-1] + "+00:00" if s[-1:] in ("Z", "z") else s)
             t = t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
     except (ValueError, OverflowError, OSError) as exc:
         raise InputError(f"time {text!r}: not seconds since the run's start, @<clock seconds>, "
                          "an ISO date-time or HH:MM[:SS]") from exc
-    if start < 1e8:
+    if start < UNIX_CLOCK_MIN:
         raise InputError(f"time {text!r}: the run's clock is not unix time; give seconds since its start instead")
     return t.timestamp()
 
@@ -143,9 +185,12 @@ def explain(
                          "--clock-offset SOURCE=SECONDS at ingest, or check that the files belong to one run")
     params = {"run_id": run_id, "metric": metric, "t_from": t_from, "t_to": t_to, "limit": limit}
     parts = sql.select(con, "tail_parts", params)
+    start = run_start(con, run_id)
     out: dict[str, Any] = {"run_id": run_id, "metric": metric, "unit": "ms per output token" if metric == "tpot" else "ms",
                            "window": {"from": t_from if math.isfinite(t_from) else None,
-                                      "to": t_to if math.isfinite(t_to) else None}}
+                                      "to": t_to if math.isfinite(t_to) else None},
+                           # for showing times: seconds since the start, and wall time on unix clocks
+                           "run_start": start, "clock_is_unix": start is not None and start >= UNIX_CLOCK_MIN}
     if parts.height == 0 or parts["n"][0] == 0:
         out.update(requests=0, parts=[], largest=None, top_iterations=[], top_requests=[],
                    statements=[f"no requests with a {metric} value in this window"])

@@ -181,7 +181,7 @@ def fit_run(
         con.execute("commit")
         lap("store_and_commit")
     except BaseException:
-        con.execute("rollback")
+        store.rollback(con)  # never hide the error with "no transaction is active"
         raise
     return assemble(run_id, nums, hw)
 

@@ -61,8 +61,9 @@ def format_fit(f: FitResult) -> str:
                              else "the memory-bound model is as good out of sample (replay uses it)")]
     hw = f.hardware
     if hw:
-        lines += ["", f"hardware: model {hw['model'] or '?'}, GPU {hw['gpu'] or '?'} x{hw['num_gpus']}, "
-                      f"weights {hw['weight_dtype']}, KV {hw['kv_dtype']}"]
+        # fields the run does not state are "?", never Python's None
+        lines += ["", f"hardware: model {hw.get('model') or '?'}, GPU {hw.get('gpu') or '?'} x{hw.get('num_gpus') or '?'}, "
+                      f"weights {hw.get('weight_dtype') or '?'}, KV {hw.get('kv_dtype') or '?'}"]
         if hw.get("kv_bytes_per_token"):
             lines.append(f"  KV bytes per token {hw['kv_bytes_per_token']:.0f}; weights {hw['weight_bytes'] / 1e9:.3g} GB")
         if hw.get("effective_bandwidth_gbps"):
@@ -113,8 +114,17 @@ def format_fit(f: FitResult) -> str:
 
 def format_explain(e: dict[str, Any]) -> str:
     """Tail attribution as text: parts with shares, the largest, top steps and requests."""
+    from .attribution import show_time
+
     w = e["window"]
-    where = "" if w["from"] is None and w["to"] is None else f" (requests arriving {w['from']} .. {w['to']})"
+    start, unix = e.get("run_start"), e.get("clock_is_unix", False)
+
+    def when(t):
+        return show_time(t, start, unix)
+
+    where = "" if w["from"] is None and w["to"] is None else \
+        f" (requests arriving {when(w['from']) if w['from'] is not None else 'from the start'} .. " \
+        f"{when(w['to']) if w['to'] is not None else 'the end'})"
     lines = [f"run {e['run_id']}: why is the {e['metric'].upper()} tail slow?{where}"]
     if not e["parts"]:
         return "\n".join(lines + [f"  {s}" for s in e["statements"]])
@@ -131,13 +141,13 @@ def format_explain(e: dict[str, Any]) -> str:
     if e["top_iterations"]:
         lines.append("  steps that delayed the tail most (excess over decode baseline x tail requests in them):")
         for s in e["top_iterations"][:5]:
-            lines.append(f"    iter {s['iter']} t_end {s['t_end']:.3f}: {s['iteration_ms']:.4g} ms, prefill "
+            lines.append(f"    iter {s['iter']} ending {when(s['t_end'])}: {s['iteration_ms']:.4g} ms, prefill "
                          f"{s['prefill_tokens']} tokens, excess {s['excess_ms']:.4g} ms, {s['tail_requests']} tail requests"
                          + (f", {s['spike_cause']} spike" if s["spike_cause"] else ""))
     if e["top_requests"]:
         lines.append("  worst requests:")
         for r in e["top_requests"][:5]:
-            lines.append(f"    {r['req_id']} arrived {r['t_arrival']:.3f}: {e['metric']} {r['value']:.4g}, prompt "
+            lines.append(f"    {r['req_id']} arrived {when(r['t_arrival'])}: {e['metric']} {r['value']:.4g}, prompt "
                          f"{r['prompt_tokens']}, output {r['output_tokens']}, preemptions {r['preemptions']}")
     lines += [f"  note: {s}" for s in e["statements"]]
     return "\n".join(lines)

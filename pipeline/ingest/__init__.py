@@ -58,10 +58,40 @@ def detect(path: Path) -> Ingestor:
     for ing in INGESTORS.values():
         if ing.sniff(path, head):
             return ing
+    voted = _sniff_later_lines(path, head)
+    if voted is not None:
+        return voted
     raise InputError(
         f"{path}: unknown format; known formats: {', '.join(INGESTORS)}. "
         "Pass --format NAME to choose one (see `tracelat ingest --help`)"
     )
+
+
+# How many non-blank lines detection looks at when the first one is no known format.
+SNIFF_LINES = 20
+
+
+def _sniff_later_lines(path: Path, head: str) -> Ingestor | None:
+    """The format most of lines 2..SNIFF_LINES (non-blank) start, when the first line is damaged.
+
+    Sniffers judge the head's first line (line formats) or its start (documents); a
+    truncated or garbled first line would make a whole log "unknown format" and, inside a
+    directory, silently skipped.  Each later line is asked in its place; a format wins
+    with more than half of them, so a README quoting one JSON line is still no trace, and
+    the damaged line then becomes a reject like any other.
+    """
+    lines = head.splitlines(keepends=True)
+    starts = [i for i, ln in enumerate(lines) if ln.strip()][1:SNIFF_LINES]
+    votes: dict[str, int] = {}
+    for i in starts:
+        rest = "".join(lines[i:])
+        name = next((ing.name for ing in INGESTORS.values() if ing.name != "parquet" and ing.sniff(path, rest)), None)
+        if name:
+            votes[name] = votes.get(name, 0) + 1
+    if not votes:
+        return None
+    best = max(votes, key=lambda n: votes[n])  # ties: the first registered (most specific)
+    return INGESTORS[best] if 2 * votes[best] > len(starts) else None
 
 
 def get(name: str) -> Ingestor:
@@ -90,11 +120,25 @@ def expand(paths: Iterable[Path]) -> list[tuple[Path, bool]]:
 def _distinct_run_names(files: list[Path]) -> dict[Path, str]:
     """Run names for files whose file names collide (``a/profile_export.jsonl`` and
     ``b/profile_export.jsonl``): qualify them with their folder, ``a/profile_export``,
-    so that one ingest never merges unrelated runs by accident."""
+    so that one ingest never merges unrelated runs by accident.
+
+    When the folders share a name too (``x/vllm/requests.jsonl``, ``y/vllm/requests.jsonl``)
+    more of the path is used, as many folders as it takes: ``x/vllm/requests``.
+    """
     by_name: dict[str, list[Path]] = {}
     for f in files:
         by_name.setdefault(default_run_id(f), []).append(f)
-    return {f: f"{f.parent.name}/{name}" for name, fs in by_name.items() if len(fs) > 1 for f in fs}
+    out: dict[Path, str] = {}
+    for name, fs in by_name.items():
+        if len(fs) < 2:
+            continue
+        parents = [f.resolve().parent.parts for f in fs]
+        for depth in range(1, max(len(p) for p in parents) + 1):
+            names = ["/".join((*p[-depth:], name)).lstrip("/") for p in parents]
+            if len(set(names)) == len(names):
+                break
+        out.update(zip(fs, names))
+    return out
 
 
 # Steps run after files were ingested, with the run ids they touched, each in its own
@@ -165,7 +209,7 @@ def _post_ingest(con, results: list[IngestResult]) -> None:
             store.bump_generation(con, touched)
             con.execute("commit")
         except BaseException:
-            con.execute("rollback")
+            store.rollback(con)  # never hide the error with "no transaction is active"
             raise
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import duckdb
 
 from ..errors import InputError
 
+from .. import store
 from . import reader
 from .load import Batch
 
@@ -43,11 +43,11 @@ def convert_parquet(path: Path, progress: Callable[[int], None] | None = None, r
 
     try:
         pf = pq.ParquetFile(path)
-    except (pa.ArrowInvalid, OSError) as exc:
+    except (pa.ArrowInvalid, OSError, UnicodeDecodeError) as exc:  # UnicodeDecodeError: a column name
         raise InputError(f"{path}: not a readable Parquet file ({exc}); is --format right?") from exc
-    con = duckdb.connect()
+    con = store.scratch()  # $TRACELAT_MEMORY_LIMIT applies here too
     first = 1
-    for rb in pf.iter_batches(batch_size=200_000):
+    for rb in _batches(pf, path):
         con.register("rb", rb)
         table = con.sql(
             "select (row_number() over () + $first - 1)::bigint as line_no, to_json(rb)::varchar as raw from rb",
@@ -57,3 +57,22 @@ def convert_parquet(path: Path, progress: Callable[[int], None] | None = None, r
         if progress:
             progress(rb.nbytes)
         yield Batch(table, rb.num_rows)
+
+
+def _batches(pf, path: Path):
+    """The file's record batches; a corrupt page or column chunk (Arrow raises OSError or
+    ArrowException part-way) is one clear error: the file is rolled back, not a crash."""
+    import pyarrow as pa
+
+    rows = 0
+    it = pf.iter_batches(batch_size=200_000)
+    while True:
+        try:
+            rb = next(it)
+        except StopIteration:
+            return
+        except (OSError, pa.ArrowException, UnicodeDecodeError) as exc:
+            raise InputError(f"{path}: Parquet data is corrupt after row {rows} ({str(exc).strip()[:300]}); "
+                             "the file was not ingested. Re-copy or re-write it") from exc
+        rows += rb.num_rows
+        yield rb

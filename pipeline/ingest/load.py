@@ -409,11 +409,11 @@ def ingest_file(
              result.skipped, path.stat().st_size, dt.datetime.now(), result.run_ids, default_run],
         )
         store.bump_generation(con, [*result.run_ids, *removed])
-        con.execute("commit")
+        store.commit(con)
     except BaseException as exc:
-        con.execute("rollback")
+        state = store.rollback(con)  # a failed commit has rolled back already: keep its error
         if isinstance(exc, duckdb.Error):
-            raise InputError(f"{path}: ingest failed and was rolled back: {exc}") from exc
+            raise InputError(f"{path}: ingest failed: {exc}; {state}") from exc
         raise
     return result
 

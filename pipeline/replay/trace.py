@@ -104,7 +104,7 @@ def drop_replay(con, run_id: str) -> int:
         store.bump_generation(con, runs)
         con.execute("commit")
     except BaseException:
-        con.execute("rollback")
+        store.rollback(con)  # never hide the error with "no transaction is active"
         raise
     return len(ids)
 

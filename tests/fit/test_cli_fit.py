@@ -69,7 +69,7 @@ def test_explain_and_summary(small_db):
     assert e["largest"] == e["parts"][0]["part"]
     r = run("explain", "small", "--metric", "ttft", "--from", "10", "--to", "20", "--db", db)
     assert r.returncode == 0, r.stderr
-    assert "requests arriving 10.0 .. 20.0" in r.stdout and "largest:" in r.stdout
+    assert "requests arriving +10.000 s .. +20.000 s" in r.stdout and "largest:" in r.stdout
     r = run("explain", "small", "--from", "14:03", "--db", db)
     assert r.returncode == 2 and "not unix time" in r.stderr
     s = json.loads(run("summary", "small", "--db", db, "--json").stdout)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,22 @@ def run_json(fields: dict[str, Any]) -> str:
             if not v:
                 continue
         rec[k] = v
-    return json.dumps(rec, sort_keys=False, allow_nan=False)
+    return json.dumps(_finite(rec), sort_keys=False, allow_nan=False)
+
+
+def _finite(v: Any) -> Any:
+    """Run metadata with NaN and infinities as text (JSON has no such numbers).
+
+    ``vllm bench`` writes ``request_rate: Infinity`` for an unthrottled run, and a damaged
+    file can put one anywhere; the walk covers one run record's metadata, not the data.
+    """
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    if isinstance(v, dict):
+        return {str(k): _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
 
 
 def encode(frame: pl.DataFrame, kind: str, extra: tuple[str, ...] = ()) -> pl.DataFrame:
@@ -209,17 +225,72 @@ def missing_reason(checks: list[tuple[str, pl.Expr]], prefix: str) -> pl.Expr:
     return pl.when(joined.str.len_chars() > 0).then(pl.lit(prefix) + joined)
 
 
-def read_json_document(path: Path) -> Any:
-    """A whole JSON document (bench results); Python's json accepts Infinity/NaN too."""
+# The documents we read (bench results, GenAI-Perf exports, TRT-LLM /metrics arrays) nest
+# a handful of levels; far deeper nesting is damage or hostile, and costs dearly: json.loads
+# recurses (RecursionError near 1,000 levels) and Polars takes a minute to infer the schema
+# of 970 nested levels.
+MAX_JSON_DEPTH = 64
+
+
+def json_depth(data: bytes) -> int:
+    """The deepest nesting of ``[``/``{`` in JSON text, brackets inside strings not counted.
+
+    Vectorised: a quote delimits a string unless an odd number of backslashes precede it;
+    the parity of delimiters seen so far says whether a byte lies inside a string.
+    """
+    import numpy as np
+
+    b = np.frombuffer(data, dtype=np.uint8)
+    if not b.size:
+        return 0
+    pos = np.arange(b.size)
+    # length of the run of backslashes ending at each byte (0 where the byte is none)
+    last_other = np.maximum.accumulate(np.where(b != ord("\\"), pos, -1))
+    run = pos - last_other
+    quote = b == ord('"')
+    before = np.concatenate(([0], run[:-1]))
+    delim = quote & (before % 2 == 0)
+    inside = (np.cumsum(delim) - delim) % 2 == 1  # a delimiter itself counts as outside
+    step = np.where(inside, 0, (b == ord("[")).astype(np.int8) + (b == ord("{")) - (b == ord("]")) - (b == ord("}")))
+    return int(np.cumsum(step, dtype=np.int64).max())
+
+
+def read_document_text(path: Path) -> str:
+    """The whole decompressed file as text, refused when it nests JSON implausibly deep."""
+    import zlib
+
     from .. import reader
 
-    with reader.open_binary(path) as f:
-        text = f.read().decode("utf-8", errors="replace")
+    try:
+        with reader.open_binary(path) as f:
+            data = f.read()
+    except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+        raise InputError(f"{path}: compressed data is corrupt or truncated ({exc}); the file was not ingested. "
+                         "Re-copy it") from exc
+    depth = json_depth(data)
+    if depth > MAX_JSON_DEPTH:
+        raise InputError(f"{path}: JSON nested {depth} levels deep (at most {MAX_JSON_DEPTH} expected); "
+                         "the file is damaged or not this format")
+    return data.decode("utf-8", errors="replace")
+
+
+def read_json_document(path: Path) -> Any:
+    """A whole JSON document (bench results); Python's json accepts Infinity/NaN too.
+
+    A document that cannot be read (broken compression, invalid JSON, nesting deeper
+    than :data:`MAX_JSON_DEPTH`) is one clear :class:`InputError`: nothing of it can
+    be told apart as a record to reject.
+    """
+    text = read_document_text(path)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}:{exc.lineno}: not a JSON document ({exc.msg} at column {exc.colno}); "
                          "is the file complete, and is --format right?") from exc
+    except RecursionError as exc:  # unbalanced brackets can hide depth from json_depth's count
+        raise InputError(f"{path}: JSON nested too deeply to read; the file is damaged or not this format") from exc
+    except ValueError as exc:  # an integer of more than 4300 digits (Python's conversion limit)
+        raise InputError(f"{path}: not a JSON document this tool can read ({exc}); the file is damaged") from exc
 
 
 # Lines of a JSON Lines file as objects: ``ok`` says whether a line is one and ``js``

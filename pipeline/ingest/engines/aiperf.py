@@ -25,10 +25,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import duckdb
 import polars as pl
 
 from ...errors import InputError
+from ... import store
 from .. import reader
 from ..load import Batch
 from . import _common as c
@@ -63,7 +63,7 @@ from j
 
 
 def convert_aiperf(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
-    con = duckdb.connect()
+    con = store.scratch()  # $TRACELAT_MEMORY_LIMIT applies here too
     first = True
     for table in reader.line_batches(path, progress):
         con.register("lines", table)
@@ -120,18 +120,14 @@ def convert_genai_perf(path: Path, progress: Callable[[int], None] | None = None
     exps = doc["experiments"]
     first_line = 1
     for k, exp in enumerate(exps):
+        if not isinstance(exp, dict) or not isinstance(exp.get("requests") or [], list):
+            raise InputError(f"{path}: GenAI-Perf experiment {k} is not an object with a 'requests' list; "
+                             "the file is damaged or not this format")
         reqs = exp.get("requests") or []
         n = len(reqs)
-        frame = _requests_frame(reqs).with_row_index("idx")
-        tok = (
-            frame.select("idx", "resp_ts", "resp_out").explode("resp_ts", "resp_out")
-            .filter(pl.col("resp_ts").is_not_null() & _has_text(pl.col("resp_out")))
-            .group_by("idx").agg(token_times=(pl.col("resp_ts").sort().cast(pl.Float64) / 1e9))
-        )
-        df = frame.join(tok, on="idx", how="left").sort("idx").with_columns(
+        df = _requests_frame(reqs).with_columns(
             line_no=pl.col("idx").cast(pl.Int64) + first_line,
             req_id=pl.col("idx").cast(pl.String) if len(exps) == 1 else pl.lit(f"{k}-") + pl.col("idx").cast(pl.String),
-            reason=c.missing_reason([("timestamp", pl.col("timestamp"))], "GenAI-Perf request without "),
         )
         good = df.filter(pl.col("reason").is_null()).with_columns(
             t_arrival=pl.col("timestamp").cast(pl.Float64) / 1e9,
@@ -141,7 +137,7 @@ def convert_genai_perf(path: Path, progress: Callable[[int], None] | None = None
             status=pl.when(pl.col("token_times").list.len().fill_null(0) > 0).then(pl.lit("ok")).otherwise(pl.lit("error")),
         ).with_columns(token_times=pl.when(pl.col("status") == "ok").then(pl.col("token_times")),
                        output_tokens=pl.when(pl.col("status") == "ok").then(pl.col("output_tokens")))
-        experiment = exp.get("experiment") or {}
+        experiment = exp.get("experiment") if isinstance(exp.get("experiment"), dict) else {}
         run = {"engine": "genai-perf-client", "clock": "unix", "meta": {
             "source_format": "genai-perf-profile-export", "genai_perf_version": doc.get("version"),
             "service_kind": doc.get("service_kind"), "endpoint": doc.get("endpoint"),
@@ -149,33 +145,54 @@ def convert_genai_perf(path: Path, progress: Callable[[int], None] | None = None
             "output_tokens_are": "text-bearing responses (the export holds no token counts)"}}
         if len(exps) > 1:
             run["run_id"] = f"{run_name or c.stem(path)}-{experiment.get('mode', 'exp')}{experiment.get('value', k)}"
-        bad = df.filter(pl.col("reason").is_not_null()).select("line_no", "reason", raw=pl.col("timestamp").cast(pl.String).fill_null(""))
+        bad = df.filter(pl.col("reason").is_not_null()).select("line_no", "reason", "raw")
         yield c.batch(c.encode(good, "request"), n, run=run, rejects=bad)
         first_line += n
 
 
+# One row per request of an experiment, typed by DuckDB from the requests' JSON text: a
+# value of the wrong type is a reject of its request (Polars' from_dicts fails the whole list).
+# Token times are the response stamps whose output carries generated text (see module doc),
+# sorted; list_zip pads the shorter list with NULL, so unequal lengths cannot fail.
+REQUESTS_SQL = r"""
+with items as (
+  select unnest(range(len(xs))) as idx, unnest(xs) as r
+  from (select json_extract($doc::json, '$[*]') as xs)
+), typed as (
+  select idx, r, json_type(r) = 'OBJECT' as is_obj,
+    try_cast(case when json_type(r) = 'OBJECT' then r->>'$.timestamp' end as bigint) as timestamp,
+    json_type(case when json_type(r) = 'OBJECT' then r end, '$.timestamp') as ts_type,
+    try_cast(case when json_type(r) = 'OBJECT' then r->'$.response_timestamps' end as bigint[]) as resp_ts,
+    json_type(case when json_type(r) = 'OBJECT' then r end, '$.response_timestamps') as rts_type,
+    list_transform(json_extract(case when json_type(r) = 'OBJECT' then r end, '$.response_outputs[*]'),
+      lambda o: coalesce(case when json_type(o, '$.response') = 'VARCHAR' then o->>'$.response' end,
+                    case when json_exists(o, '$.text_output') then '{"text_output":"' || (o->>'$.text_output') || '"}' end)
+    ) as resp_out
+  from items
+)
+select idx::bigint as idx, timestamp, left(r::varchar, 1024) as raw,
+  case when not is_obj then 'GenAI-Perf request is not a JSON object'
+       when ts_type is null or ts_type = 'NULL' then 'GenAI-Perf request without timestamp'
+       when timestamp is null then 'GenAI-Perf timestamp is not an integer (ns): ' || left(r->>'$.timestamp', 60)
+       when rts_type is not null and rts_type <> 'NULL' and (rts_type <> 'ARRAY' or resp_ts is null
+              or list_count(resp_ts) < json_array_length(r, '$.response_timestamps'))
+         then 'GenAI-Perf response_timestamps is not a list of integers (ns)'
+  end as reason,
+  nullif(list_sort(list_transform(
+    list_filter(list_zip(resp_ts, resp_out), lambda p: p[1] is not null and p[2] is not null
+      and regexp_matches(p[2], '"(?:content|text|text_output)"\s*:\s*"[^"]') and not contains(p[2], '[DONE]')),
+    lambda p: p[1] / 1e9)), []) as token_times
+from typed order by idx
+"""
+
+
 def _requests_frame(reqs: list) -> pl.DataFrame:
-    """timestamp, resp_ts (ns list), resp_out (text of each response) from the request dicts."""
-    if not reqs:
-        return pl.DataFrame(schema={"timestamp": pl.Int64, "resp_ts": pl.List(pl.Int64), "resp_out": pl.List(pl.String)})
-    df = pl.from_dicts(reqs, infer_schema_length=None)
-    if "timestamp" not in df.columns:
-        df = df.with_columns(timestamp=pl.lit(None, pl.Int64))
-    out = pl.lit(None, pl.List(pl.String))
-    if "response_outputs" in df.columns and isinstance(df.schema["response_outputs"], pl.List):
-        inner = df.schema["response_outputs"].inner
-        if isinstance(inner, pl.Struct):
-            names = [f.name for f in inner.fields]
-            # OpenAI kind keeps the raw SSE text in "response"; Triton kind has "text_output"
-            parts = [pl.element().struct.field("response").cast(pl.String)] if "response" in names else []
-            if "text_output" in names:
-                parts.append(pl.lit('{"text_output":"') + pl.element().struct.field("text_output").cast(pl.String) + pl.lit('"}'))
-            if parts:
-                out = pl.col("response_outputs").list.eval(pl.coalesce(*parts))
-    ts = pl.col("response_timestamps").cast(pl.List(pl.Int64), strict=False) if "response_timestamps" in df.columns \
-        else pl.lit(None, pl.List(pl.Int64))
-    return df.select(timestamp=pl.col("timestamp").cast(pl.Int64, strict=False), resp_ts=ts, resp_out=out)
+    """idx, timestamp (ns), raw, reason (why the request is rejected) and token_times (s)."""
+    import json
 
-
-def _has_text(col: pl.Expr) -> pl.Expr:
-    return col.str.contains(r'"(?:content|text|text_output)"\s*:\s*"[^"]') & ~col.str.contains("[DONE]", literal=True)
+    con = store.scratch()
+    try:
+        # json.dumps keeps NaN/Infinity as such; DuckDB's JSON reader accepts them
+        return con.sql(REQUESTS_SQL, params={"doc": json.dumps(reqs)}).pl()
+    finally:
+        con.close()

@@ -34,6 +34,7 @@ import duckdb
 import polars as pl
 
 from .. import reader
+from ... import store
 from ..load import Batch
 from . import _common as c
 
@@ -81,7 +82,7 @@ def _reasons(df: pl.DataFrame) -> pl.DataFrame:
 
 def convert(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
     """Whole-file conversion: a step's ranks may lie anywhere in the file."""
-    con = duckdb.connect()
+    con = store.scratch()  # $TRACELAT_MEMORY_LIMIT applies here too
     parts, total = [], 0
     for table in reader.line_batches(path, progress):
         total += table.num_rows

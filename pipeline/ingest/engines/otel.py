@@ -31,6 +31,7 @@ import duckdb
 import polars as pl
 
 from .. import reader
+from ... import store
 from ..load import Batch
 from . import _common as c
 
@@ -85,7 +86,7 @@ where not is_doc and trim(raw) <> ''
 
 
 def convert(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
-    con = duckdb.connect()
+    con = store.scratch()  # $TRACELAT_MEMORY_LIMIT applies here too
     spans, bads, n_lines, blank = [], [], 0, 0
     for table in reader.line_batches(path, progress):
         n_lines += table.num_rows

@@ -30,9 +30,9 @@ import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import duckdb
 import polars as pl
 
+from ... import store
 from .. import reader
 from ..load import Batch
 from . import _common as c
@@ -183,7 +183,7 @@ def convert_metrics(path: Path, progress: Callable[[int], None] | None = None, r
     """One request per line: ``request_received_ts`` (Unix s) is the arrival; the finish is
     ``request_finished_ts`` or arrival + ``e2e_latency``.  SGLang exports no first-token
     time, so TTFT/TPOT stay unknown for these requests (NULL, not zero)."""
-    con = duckdb.connect()
+    con = store.scratch()  # $TRACELAT_MEMORY_LIMIT applies here too
     first = True
     for table in reader.line_batches(path, progress):
         con.register("lines", table)

@@ -35,9 +35,9 @@ import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import duckdb
 import polars as pl
 
+from ... import store
 from .. import reader
 from ..load import Batch
 from . import _common as c
@@ -58,12 +58,26 @@ def _as_json(raw: pl.Expr) -> pl.Expr:
     )
 
 
+# IterationStats records are a few KB; a longer line is no record, and literal_eval's
+# cost grows with it.
+MAX_LITERAL_CHARS = 1 << 20
+
+
 def _literal_fallback(text: str) -> str | None:
+    """The line as JSON text, or None when it is no dict literal that JSON can hold.
+
+    Any failure is a reject of this one line, never of the file: literal_eval raises
+    TypeError for unhashable keys (``{[1]: 2}``, ``{{1}: 2}``), json.dumps for tuple
+    keys and ValueError for integers of more than 4300 digits, and deep nesting
+    raises RecursionError or MemoryError.
+    """
+    if len(text) > MAX_LITERAL_CHARS:
+        return None
     try:
         val = ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return json.dumps(val, default=str, allow_nan=True) if isinstance(val, dict) else None
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError, OverflowError):
         return None
-    return json.dumps(val, default=str) if isinstance(val, dict) else None
 
 
 def _v(path: str, typ: str = "double") -> str:
@@ -118,11 +132,13 @@ def _source_tables(path: Path, progress) -> Iterator[tuple[pl.DataFrame, int]]:
         with reader.open_binary(path) as f:
             text = f.read().decode("utf-8", errors="replace")
         # array elements as JSON text, split by DuckDB (no Python loop over elements)
-        frame = duckdb.sql(
+        con = store.scratch()
+        frame = con.sql(
             "select (generate_subscripts(items, 1))::bigint as line_no, unnest(items)::varchar as raw "
             "from (select json_extract($doc::json, '$[*]') as items)",
             params={"doc": text},
         ).pl()
+        con.close()
         yield frame.with_columns(text=pl.col("raw")), frame.height
         return
     for table in reader.line_batches(path, progress):
@@ -134,7 +150,7 @@ def _source_tables(path: Path, progress) -> Iterator[tuple[pl.DataFrame, int]]:
 def convert(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None,
             tz: str | None = None) -> Iterator[Batch]:
     zone = c.check_zone(tz) if tz else c.local_zone()
-    con = duckdb.connect()
+    con = store.scratch()  # $TRACELAT_MEMORY_LIMIT applies here too
     run_done = False
     for frame, n in _source_tables(path, progress):
         blank = frame.filter(pl.col("raw").str.strip_chars() == "").height

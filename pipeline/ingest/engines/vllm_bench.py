@@ -44,49 +44,97 @@ def sniff(path: Path, head: str) -> bool:
 
 def _documents(path: Path) -> list[dict]:
     """One result, or several (``--append-result`` writes one JSON object per line)."""
-    from .. import reader
-
-    with reader.open_binary(path) as f:
-        text = f.read().decode("utf-8", errors="replace")
+    text = c.read_document_text(path)
     try:
         doc = json.loads(text)
         return [doc] if isinstance(doc, dict) else []
+    except RecursionError as exc:
+        raise InputError(f"{path}: JSON nested too deeply to read; the file is damaged or not this format") from exc
     except json.JSONDecodeError:
-        docs = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                docs.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path}:{n}: not a vllm bench result (invalid JSON: {exc}); "
-                                 "the file is neither one JSON document nor one per line") from exc
-        return docs
+        pass  # not one document: one result per line (--append-result), below
+    except ValueError as exc:  # an integer of more than 4300 digits (Python's conversion limit)
+        raise InputError(f"{path}: not a vllm bench result this tool can read ({exc}); the file is damaged") from exc
+    docs = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            doc = json.loads(line)
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+            raise InputError(f"{path}:{n}: not a vllm bench result (invalid JSON: {exc}); "
+                             "the file is neither one JSON document nor one per line") from exc
+        if not isinstance(doc, dict):
+            raise InputError(f"{path}:{n}: not a vllm bench result (a JSON {type(doc).__name__}, not an object)")
+        docs.append(doc)
+    return docs
+
+
+SCHEMA = {"input_lens": pl.Int64, "output_lens": pl.Int64, "ttfts": pl.Float64, "itls": pl.List(pl.Float64),
+          "latencies": pl.Float64, "start_times": pl.Float64, "errors": pl.String, "queue_times": pl.Float64}
+# a list of numbers as Polars writes it when casting a list to text: "[1.5,2,-3e-05]"
+_NUMBER_LIST = r"^\[\s*(?:[-+0-9.eEinfaINFA]+\s*(?:,\s*[-+0-9.eEinfaINFA]+\s*)*)?\]$"
+
+
+def _column(key: str, vals: list) -> tuple[pl.Series, pl.Series | None]:
+    """The array as a typed column, and which entries had a value of the wrong type (or None).
+
+    Well-formed arrays take the strict fast path.  Otherwise every entry goes through its
+    text form (Polars casts any value to text) and is cast from there: an entry whose text
+    does not cast is wrong, and that request is rejected, not the file.
+    """
+    dtype = SCHEMA[key]
+    try:
+        return pl.Series(key, vals, dtype=dtype, strict=True), None
+    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
+        pass
+    text = pl.Series(key, vals, dtype=pl.String, strict=False)
+    if dtype == pl.String:
+        return text, None
+    if isinstance(dtype, pl.List):
+        shaped = text.str.contains(_NUMBER_LIST).fill_null(False)
+        items = pl.when(shaped).then(text.str.strip_chars("[] ").str.split(","))
+        col = pl.select(items.list.eval(pl.element().str.strip_chars().cast(pl.Float64, strict=False))
+                        .list.eval(pl.element().filter(pl.element().is_not_null()))).to_series()
+        n_items = pl.select(items.list.eval(pl.element().filter(pl.element().str.strip_chars() != "")).list.len()).to_series()
+        col = pl.select(pl.when(pl.lit(shaped) & (pl.lit(col).list.len() == pl.lit(n_items))).then(pl.lit(col))).to_series()
+    else:
+        col = text.cast(dtype, strict=False)
+    return col.alias(key), text.is_not_null() & col.is_null()
 
 
 def _frame(doc: dict, path: Path) -> pl.DataFrame:
+    """The per-request arrays as columns, and ``wrong``: the arrays whose entry has a wrong type."""
     if "ttfts" not in doc or "itls" not in doc:
         raise InputError(
             f"{path}: vllm bench result has no per-request arrays (ttfts, itls); "
             "re-run `vllm bench serve` with --save-result --save-detailed"
         )
+    if not isinstance(doc["ttfts"], list):
+        raise InputError(f"{path}: ttfts is a JSON {type(doc['ttfts']).__name__}, not an array; is --format right?")
     n = len(doc["ttfts"])
-    cols = {}
+    cols, wrong = [], []
     for key in ARRAYS:
         vals = doc.get(key)
         if vals is None:
             continue
+        if not isinstance(vals, list):
+            raise InputError(f"{path}: {key} is a JSON {type(vals).__name__}, not an array; the file is damaged")
         if len(vals) != n:
             raise InputError(f"{path}: array {key} has {len(vals)} entries but ttfts has {n}; the file is cut or edited")
-        cols[key] = vals
-    schema = {"input_lens": pl.Int64, "output_lens": pl.Int64, "ttfts": pl.Float64, "itls": pl.List(pl.Float64),
-              "latencies": pl.Float64, "start_times": pl.Float64, "errors": pl.String, "queue_times": pl.Float64}
-    return pl.DataFrame(cols, schema={k: v for k, v in schema.items() if k in cols}, strict=False)
+        col, bad = _column(key, vals)
+        cols.append(col)
+        if bad is not None:
+            wrong.append(pl.when(pl.lit(bad)).then(pl.lit(key)))
+    df = pl.DataFrame(cols)
+    reason = pl.concat_list(wrong).list.drop_nulls().list.join(", ") if wrong else pl.lit("")
+    return df.with_columns(wrong=pl.when(reason.str.len_chars() > 0).then(
+        pl.lit("vllm bench entry with a value of the wrong type in: ") + reason))
 
 
 def _requests(df: pl.DataFrame, origin: float) -> pl.DataFrame:
+    """Request records of the entries without a wrong-typed value (``df`` has ``idx``)."""
+    df = df.filter(pl.col("wrong").is_null())
     n = df.height
-    df = df.with_row_index("idx")
     for missing in ("latencies", "start_times", "errors", "queue_times"):
         if missing not in df.columns:
             df = df.with_columns(pl.lit(None, pl.Float64 if missing != "errors" else pl.String).alias(missing))
@@ -134,15 +182,18 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
         raise InputError(f"{path}: no vllm bench result object found")
     first_line = 1
     for k, doc in enumerate(docs):
-        df = _frame(doc, path)
-        starts = doc.get("start_times") or []
-        origin = float(min(starts)) if starts else 0.0
-        run = _run(doc, origin, bool(starts))
+        df = _frame(doc, path).with_row_index("idx")
+        starts = df["start_times"].filter(df["start_times"].is_finite()) if "start_times" in df.columns else None
+        origin = float(starts.min()) if starts is not None and starts.len() else 0.0
+        run = _run(doc, origin, starts is not None and starts.len() > 0)
         if len(docs) > 1:  # several appended results: one run each
             run["run_id"] = f"{run_name or c.stem(path)}-{k + 1}"
         req = _requests(df, origin)
         records = c.encode(req, "request", ("error", "client_queue_s")) if req.height else None
         if records is not None:  # entries are numbered through the whole file
             records = records.with_columns(pl.col("line_no") + (first_line - 1))
+        rejects = df.filter(pl.col("wrong").is_not_null()).select(
+            line_no=pl.col("idx").cast(pl.Int64) + first_line, reason="wrong",
+            raw=pl.lit("entry ") + pl.col("idx").cast(pl.String) + pl.lit(" of the per-request arrays"))
         first_line += df.height
-        yield c.batch(records, df.height, run=run)
+        yield c.batch(records, df.height, run=run, rejects=rejects)

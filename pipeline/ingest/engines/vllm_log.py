@@ -95,7 +95,9 @@ def _meta(lines: pl.DataFrame) -> dict:
     if "non_default_args" in out:
         try:  # a Python dict repr: literal_eval only, never eval
             args = ast.literal_eval(out["non_default_args"])
-        except (ValueError, SyntaxError):
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):  # TypeError: {[1]: 2}
+            args = {}
+        if not isinstance(args, dict):  # the line is run metadata only: unreadable, it is left out
             args = {}
         for key in ("max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "max_model_len",
                     "enable_prefix_caching", "tensor_parallel_size", "kv_cache_memory_bytes", "gpu_memory_utilization",

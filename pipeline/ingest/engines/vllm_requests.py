@@ -31,9 +31,9 @@ import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import duckdb
 import polars as pl
 
+from ... import store
 from .. import reader
 from ..load import Batch
 from . import _common as c
@@ -77,12 +77,17 @@ def _sidecar(path: Path) -> dict:
     """Run facts from an LLMServingSim-style ``meta.json`` beside the file, if any."""
     side = path.parent / "meta.json"
     try:
-        doc = json.loads(side.read_text())
-    except (OSError, ValueError):
+        doc = json.loads(side.read_text(errors="replace"))
+    except (OSError, ValueError, RecursionError):
         return {}
-    kw = doc.get("engine_kwargs") or {}
-    kv = doc.get("kv_cache") or {}
-    hw = doc.get("hardware") or {}
+    if not isinstance(doc, dict):  # optional run facts: a damaged file is left out, never fatal
+        return {}
+
+    def part(key: str) -> dict:
+        v = doc.get(key)
+        return v if isinstance(v, dict) else {}
+
+    kw, kv, hw = part("engine_kwargs"), part("kv_cache"), part("hardware")
     meta = {k: kw.get(k) for k in ("max_num_seqs", "max_num_batched_tokens", "max_model_len",
                                     "tensor_parallel_size", "data_parallel_size")}
     meta.update(kv_cache_tokens=kv.get("num_kv_tokens"), kv_block_size=kv.get("block_size"),
@@ -128,7 +133,7 @@ def _check_clock(good: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 def convert(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
     """Parse every line in DuckDB, then map the clocks with one offset for the file."""
-    con = duckdb.connect()
+    con = store.scratch()  # $TRACELAT_MEMORY_LIMIT applies here too
     names = "[" + ", ".join(f"'{n}'" for n in REQUIRED) + "]"
     goods, bads, total, blank = [], [], 0, 0
     for table in reader.line_batches(path, progress):

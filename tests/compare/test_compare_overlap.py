@@ -1,0 +1,59 @@
+"""compare warns when the runs share few statistics and refuses when they share none;
+``runs`` keeps its columns apart (issue 15 item 17)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+from .conftest import run_lines
+
+
+def cli(*args) -> tuple[int, str, str]:
+    from pipeline.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main([str(a) for a in args])
+            code = 0
+        except SystemExit as exc:
+            code = exc.code
+    return code, out.getvalue(), err.getvalue()
+
+
+def write(path, lines):
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+def test_runs_sharing_nothing_or_little(tmp_path):
+    db = tmp_path / "t.duckdb"
+    full = run_lines("full", 1.0, 1, n_req=60, n_iter=100)
+    steps_only = [x for x in run_lines("steps", 1.0, 2, n_req=60, n_iter=100) if x["kind"] != "request"]
+    reqs_only = [x for x in run_lines("reqs", 1.0, 3, n_req=60, n_iter=100) if x["kind"] != "iteration"]
+    for name, lines in (("full", full), ("steps", steps_only), ("reqs", reqs_only)):
+        assert cli("ingest", write(tmp_path / f"{name}.jsonl", lines), "--db", db)[0] == 0
+    out_dir = tmp_path / "cmp"
+    code, out, err = cli("compare", "steps", "reqs", "--db", db, "--out", out_dir, "--resamples", "100")
+    assert code == 2 and "share no statistic to compare" in err, (out, err)
+
+    code, out, err = cli("compare", "full", "steps", "--db", db, "--out", out_dir, "--resamples", "100")
+    assert code in (0, 1), err
+    assert "warning: ttft_ms not compared: fewer than 2 values (baseline 60, candidate 0)" in err
+    assert "warning: only 1 of " in err and "(iteration_ms): a pass says nothing about the others" in err
+
+
+def test_runs_columns_stay_apart(tmp_path):
+    db = tmp_path / "t.duckdb"
+    lines = run_lines("a-rather-long-run-identifier-for-the-nightly-job", 1.0, 1, n_req=5, n_iter=5)
+    lines[0].update(engine="vllm-with-a-long-name", model="meta-llama/Llama-3.1-70B-Instruct-FP8-dynamic")
+    assert cli("ingest", write(tmp_path / "a.jsonl", lines), "--db", db)[0] == 0
+    code, out, _ = cli("runs", "--db", db)
+    assert code == 0
+    header, row = out.splitlines()
+    assert row.split() == ["a-rather-long-run-identifier-for-the-nightly-job", "vllm-with-a-long-name",
+                           "meta-llama/Llama-3.1-70B-Instruct-FP8-dynamic", "5", "5", row.split()[-1]]
+    assert header.split() == ["run_id", "engine", "model", "requests", "iterations", "duration_s"]
+    assert header.index("model") == row.index("meta-llama")  # aligned under its header

@@ -1,0 +1,79 @@
+"""explain shows times as ISO with zone and seconds since the run's start; bad windows are errors
+(issue 15 item 16)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+import pytest
+
+FIX = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
+
+
+def cli(*args) -> tuple[int, str]:
+    from pipeline.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            main([str(a) for a in args])
+            code = 0
+        except SystemExit as exc:
+            code = exc.code
+    return code, out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    db = tmp_path_factory.mktemp("explain") / "v.duckdb"
+    code, out = cli("ingest", FIX / "server_epoch.log", FIX / "requests.jsonl", "--run-id", "v", "--db", db)
+    assert code == 0, out
+    return db
+
+
+def test_header_and_offenders_show_iso_and_offsets(db):
+    code, out = cli("explain", "v", "--db", db, "--from", "1")
+    assert code == 0, out
+    head = out.splitlines()[0]
+    assert head.endswith("(requests arriving 2026-11-30T04:47:28.949Z (+1.000 s) .. the end)"), head
+    assert "None" not in out and "179601" not in out  # no Python None, no bare epoch seconds
+    assert " ending 2026-11-30T" in out and " arrived 2026-11-30T" in out
+
+
+def test_trailing_z_is_accepted(db):
+    code, out = cli("explain", "v", "--db", db, "--from", "2026-11-30T04:47:29Z", "--to", "2026-11-30T04:47:31+00:00")
+    assert code == 0, out
+    assert "(requests arriving 2026-11-30T04:47:29.000Z (+1.050 s) .. 2026-11-30T04:47:31.000Z (+3.050 s))" in out
+
+
+@pytest.mark.parametrize("window,message", [
+    (("--from", "3", "--to", "1"), "--from 3 is after --to 1"),
+    (("--from", "300"), "--from 300 lies after the run's end (the run spans 2026-11-30T04:47:27.949Z (+0.000 s) .."),
+    (("--to", "@5"), "--to @5 lies before the run's start"),
+])
+def test_reversed_or_outside_windows_are_errors(db, window, message):
+    code, out = cli("explain", "v", "--db", db, *window)
+    assert code == 2 and message in out, out
+
+
+def test_show_time_on_a_monotonic_clock():
+    from pipeline.fit.attribution import show_time
+
+    assert show_time(1094.5, 1090.0, unix=False) == "+4.500 s"
+    assert show_time(None, 1090.0, unix=False) == "-"
+
+
+def test_fit_hardware_line_has_no_none():
+    from pipeline.fit.result import FitResult
+    from pipeline.fit.text import format_fit
+    import dataclasses
+
+    fields = {f.name: None for f in dataclasses.fields(FitResult) if f.default is dataclasses.MISSING
+              and f.default_factory is dataclasses.MISSING}
+    hw = {"model": None, "gpu": "H100", "num_gpus": None, "weight_dtype": None, "kv_dtype": None}
+    f = FitResult(**{**fields, "run_id": "r", "n_iterations": 0, "n_fitted": 0, "hardware": hw, "phases": {},
+                     "claims": [], "spikes": {}, "stall_ms": {}, "statements": []})
+    text = format_fit(f)
+    assert "hardware: model ?, GPU H100 x?, weights ?, KV ?" in text and "None" not in text

@@ -1,0 +1,55 @@
+"""Format detection looks past a damaged first line (issue 15 item 11)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline import ingest
+from pipeline.errors import InputError
+
+from .conftest import load
+
+FIX = Path(__file__).resolve().parents[2] / "fixtures"
+
+
+@pytest.mark.parametrize("fixture,fmt", [
+    ("canonical/tiny.jsonl", "jsonl"),
+    ("vllm/requests.jsonl", "vllm-requests"),
+    ("sglang/sglang-request-metrics-20260301_10.log", "sglang-metrics"),
+    ("trtllm/iteration_log.txt", "trtllm-iterlog"),
+])
+def test_damaged_first_line_is_a_reject(con, tmp_path, fixture, fmt):
+    lines = (FIX / fixture).read_text().splitlines()
+    lines[0] = lines[0][: len(lines[0]) // 3]  # a truncated copy: the first line cut short
+    f = tmp_path / Path(fixture).name
+    f.write_text("\n".join(lines) + "\n")
+    assert ingest.detect(f).name == fmt
+    (res,) = load(con, f)
+    assert res.format == fmt and res.accepted > 0
+    assert con.execute("select list(line_no) from rejects").fetchone()[0] == [1]
+
+
+def test_one_json_line_in_prose_is_no_trace(tmp_path):
+    first = (FIX / "canonical" / "tiny.jsonl").read_text().splitlines()[1]
+    f = tmp_path / "README"
+    f.write_text("# Notes\n\nThe trace looks like this:\n\n" + first + "\n\nthen more text\nand more\nand more\n")
+    with pytest.raises(InputError, match="unknown format"):
+        ingest.detect(f)
+
+
+def test_same_named_files_in_same_named_folders_stay_apart(con, tmp_path):
+    # x/vllm/requests.jsonl and y/vllm/requests.jsonl: the folder alone does not tell them apart
+    src = (FIX / "vllm" / "requests.jsonl").read_text()
+    tmp_path = tmp_path / "logs"  # the store lies beside, not inside, the folder ingested
+    for top in ("x", "y"):
+        (tmp_path / top / "vllm").mkdir(parents=True)
+        (tmp_path / top / "vllm" / "requests.jsonl").write_text(src)
+    (tmp_path / "x" / "other").mkdir()
+    (tmp_path / "x" / "other" / "solo.jsonl").write_text(src)
+    res = load(con, tmp_path)
+    assert sorted(r for x in res for r in x.run_ids) == ["solo", "x/vllm/requests", "y/vllm/requests"]
+    assert [(r.accepted, r.rejected) for r in res] == [(len(src.splitlines()), 0)] * 3, [r.line() for r in res]
+    assert ingest._distinct_run_names([Path("a/p.jsonl"), Path("b/p.jsonl")]) == {
+        Path("a/p.jsonl"): "a/p", Path("b/p.jsonl"): "b/p"}

@@ -1,0 +1,91 @@
+"""The store and output paths: failures name their cause and path, exit 2 (issue 15 item 12)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sqlite3
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from pipeline import ingest, store
+from pipeline.errors import InputError, StoreError
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "fixtures" / "canonical" / "tiny.jsonl"
+
+
+def cli(*args) -> tuple[int, str]:
+    from pipeline.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            main([str(a) for a in args])
+            code = 0
+        except SystemExit as exc:
+            code = exc.code
+    return code, out.getvalue()
+
+
+def test_empty_db_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out = cli("ingest", TINY, "--db", "")
+    assert code == 2 and "--db is empty" in out, out
+    assert not (tmp_path / "tracelat.duckdb").exists()  # the default was not used instead
+
+
+def test_sqlite_file_is_refused_up_front(tmp_path):
+    db = tmp_path / "store.db"
+    sqlite3.connect(db).execute("create table t (x)").connection.close()
+    before = db.read_bytes()
+    t0 = time.perf_counter()
+    code, out = cli("runs", "--db", db)
+    assert code == 2 and "is an SQLite database, not a tracelat store" in out, out
+    assert time.perf_counter() - t0 < 5 and db.read_bytes() == before
+    with pytest.raises(StoreError, match="not a DuckDB database"):
+        (tmp_path / "junk.duckdb").write_bytes(b"\x00" * 4096)
+        store.connect(tmp_path / "junk.duckdb")
+
+
+def test_failed_commit_reports_its_cause(tmp_path, monkeypatch):
+    con = store.connect(tmp_path / "t.duckdb")
+
+    def failing_commit(c):  # what DuckDB does when the disk is full: the commit ends the transaction
+        c.execute("rollback")
+        raise duckdb.IOException("IO Error: Could not write file \"t.duckdb.wal\": No space left on device")
+
+    monkeypatch.setattr(store, "commit", failing_commit)
+    with pytest.raises(InputError) as err:
+        ingest.ingest_paths(con, [TINY])
+    msg = str(err.value)
+    assert "No space left on device" in msg and "no transaction is active" not in msg
+    assert "nothing of it was stored" in msg
+    monkeypatch.undo()
+    assert con.execute("select count(*) from ingests").fetchone()[0] == 0
+
+
+def test_unwritable_outputs_are_errors_naming_the_path(tmp_path):
+    db = tmp_path / "t.duckdb"
+    assert cli("ingest", TINY, "--db", db)[0] == 0
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("x")
+    code, out = cli("report", "tiny", "--db", db, "--out", blocker / "sub")
+    assert code == 2 and f"cannot write --out {blocker / 'sub'}" in out, out
+    if Path("/dev/full").exists():
+        code, out = cli("audit", "tiny", "--db", db, "--slo", REPO / "examples" / "slo.toml", "--junit", "/dev/full")
+        assert code == 2 and "cannot write --junit /dev/full: No space left on device" in out, out
+
+
+def test_memory_limit_applies_to_every_connection(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRACELAT_MEMORY_LIMIT", "123MB")
+    for con in (store.connect(tmp_path / "t.duckdb"), store.scratch()):
+        limit = con.execute("select current_setting('memory_limit')").fetchone()[0]
+        assert limit.replace(" ", "").lower() in ("117.3mib", "123.0mb", "123mb"), limit
+        con.close()
+    monkeypatch.setenv("TRACELAT_MEMORY_LIMIT", "lots")
+    with pytest.raises(StoreError, match="not a size"):
+        store.scratch()
