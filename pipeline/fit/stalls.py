@@ -48,7 +48,9 @@ def limit_factor(log_center: float, k: float, log_scale: float | None) -> float:
     centre (``predicted * exp(m)``) crosses that only with this much extra time per ms
     predicted. Smaller stalls hide in the step's own noise. Infinite without a spread.
     """
-    if log_scale is None or not math.isfinite(log_scale):
+    if log_scale is None or not math.isfinite(log_scale) or not math.isfinite(k):
+        return math.inf
+    if k * log_scale + log_center > 700:  # no step this noisy can show a stall (and exp would overflow)
         return math.inf
     return math.exp(log_center) * math.expm1(k * log_scale)
 

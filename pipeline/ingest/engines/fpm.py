@@ -30,7 +30,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import duckdb
 import polars as pl
 
 from .. import reader
