@@ -81,3 +81,28 @@ def test_genai_perf_profile_export(con):
     np.testing.assert_allclose(sorted(r[0] for r in con.execute("select itl_ms from token_gaps").fetchall()), [3, 4, 4, 4], atol=1e-3)
     meta = json.loads(con.execute("select meta from runs").fetchall()[0][0])
     assert (meta["service_kind"], meta["experiment_mode"], meta["experiment_value"]) == ("openai", "concurrency", 10)
+
+
+def test_in_repo_aiperf_fixture(tmp_path):
+    """The happy path without ../shared/realdata: TTFT and ITL are the export's own numbers."""
+    import json
+
+    import numpy as np
+
+    from pipeline import store
+    from pipeline.ingest import detect, ingest_paths
+
+    src = Path(__file__).resolve().parents[2] / "fixtures" / "aiperf" / "profile_export.jsonl"
+    assert detect(src).name == "aiperf"
+    con = store.connect(tmp_path / "a.duckdb")
+    res = ingest_paths(con, [src], run_id="a")[0]
+    store.build_derived(con)
+    recs = [json.loads(x) for x in src.read_text().splitlines()]
+    assert (res.lines_read, res.accepted, res.rejected) == (len(recs), len(recs), 0)
+    ttft = dict(con.execute("select req_id, ttft_ms from request_latency").fetchall())
+    for r in recs:
+        assert ttft[r["metadata"]["x_request_id"]] == pytest.approx(r["metrics"]["time_to_first_token"]["value"],
+                                                                    abs=1e-3)
+    itl = con.execute("select itl_ms from token_gaps order by 1").fetchnumpy()["itl_ms"]
+    want = np.sort(np.concatenate([r["metrics"]["inter_chunk_latency"]["value"] for r in recs]))
+    assert np.allclose(itl, want, atol=1e-3)
