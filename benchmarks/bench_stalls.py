@@ -83,7 +83,7 @@ def by_size(sizes: list[int], seeds: int, q: float) -> None:
     from pipeline.fit.stalls import limit_factor
     from pipeline.sim.engine import Policy, simulate
     from pipeline.sim.model import IterationModel, NoiseModel
-    from pipeline.sim.scoring import resampled_steps, score_stalls
+    from pipeline.sim.scoring import resampled_steps
     from pipeline.sim.workload import poisson_workload
 
     kv_bytes, peak = 2 * 32 * 8 * 128 * 2, 3350e9

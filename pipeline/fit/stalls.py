@@ -37,8 +37,9 @@ import duckdb
 import numpy as np
 from scipy import optimize, special
 
-from ..defaults import STALL_FDR as DEFAULT_FDR  # defined where `tracelat fit --help` can read it cheaply
-from ..defaults import STALL_K as DEFAULT_K
+# re-exported (noqa): defined where `tracelat fit --help` can read them cheaply
+from ..defaults import STALL_FDR as DEFAULT_FDR  # noqa: F401
+from ..defaults import STALL_K as DEFAULT_K  # noqa: F401
 
 
 def limit_factor(log_center: float, k: float, log_scale: float | None) -> float:

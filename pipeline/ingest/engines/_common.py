@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from ...errors import InputError
 from ..load import Batch
-from ..load import default_run_id as stem  # the loader's rule for a file's run name
+from ..load import default_run_id as stem  # noqa: F401 - re-exported: the loader's rule for a run name
 
 # Canonical columns in the order we write them (the loader does not care about order).
 ITERATION_COLS = (
