@@ -26,7 +26,7 @@ def render() -> str:
     for name in sorted(COMMANDS):
         module, attr, _ = COMMANDS[name]
         cmd = getattr(importlib.import_module(module), attr)
-        ctx = click.Context(cmd, info_name=f"tracelat {name}", parent=root, terminal_width=WIDTH,
+        ctx = click.Context(cmd, info_name=name, parent=root, terminal_width=WIDTH,
                             max_content_width=WIDTH)
         parts += [f"## tracelat {name}", "", "```", cmd.get_help(ctx).rstrip(), "```", ""]
     return "\n".join(parts)

@@ -24,4 +24,7 @@ FORMATS: tuple[tuple[str, str], ...] = (
     ("guidellm", "guidellm benchmarks.json (report v2: benchmarks -> requests, time.time())"),
     ("inference-perf", "inference-perf per_request_lifecycle_metrics.json (perf_counter clock)"),
     ("otel", "OpenTelemetry OTLP JSON spans from vLLM (llm_request: queue, TTFT, E2E per request)"),
+    ("aiperf-server-metrics", "AIPerf server_metrics_export.jsonl (Prometheus scrapes of the engine)"),
+    ("prometheus-text", "Prometheus text exposition snapshots with '# Timestamp:' headers"),
+    ("prometheus-range", "Prometheus query_range JSON (matrix of series)"),
 )

@@ -57,6 +57,15 @@ def _fit_sections(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]
 SECTION_PROVIDERS.append(_fit_sections)
 
 
+def _engine_metric_sections(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
+    from .engine_metrics import section
+
+    return section(con, run_id)
+
+
+SECTION_PROVIDERS.append(_engine_metric_sections)
+
+
 def _clean(v: Any) -> Any:
     if isinstance(v, float) and v != v:
         return None
@@ -162,4 +171,7 @@ def format_summary(s: dict[str, Any]) -> str:
         )
     if s["iteration_ms"].get("cv") is not None:
         lines.append(f"iteration time coefficient of variation: {s['iteration_ms']['cv']:.3f}")
+    from .engine_metrics import format_lines
+
+    lines += format_lines(s)
     return "\n".join(lines)

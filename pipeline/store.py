@@ -55,6 +55,11 @@ create table if not exists tokens (
 create table if not exists rejects (
     ingest_id bigint, path varchar, line_no bigint, reason varchar, raw varchar
 );
+-- engine metric samples (Prometheus scrapes) of a run: gauges, counters, histogram buckets
+create table if not exists metric_samples (
+    run_id varchar, t double, family varchar, labels json, kind varchar, le double, value double,
+    ingest_id bigint, line_no bigint
+);
 -- per (run, request source): the clock transform applied to its times (pipeline/ingest/align.py)
 create table if not exists clock_alignments (
     run_id varchar, ingest_id bigint, path varchar, clock varchar, reference_clock varchar,

@@ -108,7 +108,8 @@ def _formats_help() -> str:
     # the static list, not the ingestor registry: importing the ingestors takes ~0.4 s
     from ..formats import FORMATS
 
-    return "\n".join(f"  {name:<16}{description}" for name, description in FORMATS)
+    width = max(len(name) for name, _ in FORMATS) + 2
+    return "\n".join(f"  {name:<{width}}{description}" for name, description in FORMATS)
 
 
 ingest.help = inspect.cleandoc(ingest.help or "") + "\n\n\b\nFormats (--format NAME):\n" + _formats_help()

@@ -34,12 +34,19 @@ class Batch:
     that already rejected or skipped some source lines say so in ``rejects``
     (an Arrow table with line_no, reason, raw, or a list of such tuples) and
     ``skipped``; ``lines_read`` counts the source lines this batch covers.
+
+    ``metrics``: engine metric samples (Prometheus scrapes), an Arrow table with
+    ``line_no, t, family, labels (JSON text), kind, le, value``, stored in
+    ``metric_samples`` for the batch's run; ``metric_lines`` of the source lines
+    they came from count as accepted.
     """
 
     lines: object
     lines_read: int
     rejects: pa.Table | list[tuple[int, str, str]] = field(default_factory=list)
     skipped: int = 0
+    metrics: pa.Table | None = None
+    metric_lines: int = 0
 
 
 # What to check when a file of a format holds no record of it.
@@ -232,6 +239,7 @@ ENSURE_RUNS_SQL = """
 insert into runs (run_id, ingest_id)
 select distinct run_id, $ingest_id from (
   select distinct run_id from iterations union all select distinct run_id from requests
+  union all select distinct run_id from metric_samples
 ) where run_id not in (select run_id from runs)
 """
 
@@ -284,6 +292,18 @@ def _rejects_table(rejects: pa.Table | list[tuple[int, str, str]]) -> pa.Table:
                      "raw": pa.array(cols[2], pa.string())})
 
 
+def _load_metrics(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None:
+    """A converter's metric samples, stored for the run its records are in (a run record of
+    this batch, else the file's run)."""
+    con.register("metrics_in", batch.metrics)
+    try:
+        con.execute("insert into metric_samples select $run, t, family, labels::json, kind, le, value, $ingest_id, "
+                    "line_no from metrics_in", {"run": st.carry_run or st.default_run, "ingest_id": st.ingest_id})
+    finally:
+        con.unregister("metrics_in")
+    st.result.accepted += batch.metric_lines
+
+
 def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None:
     """Validate one batch in SQL and insert its accepted records and rejects."""
     res = st.result
@@ -334,6 +354,8 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
         q.run(REJECT_SQL, ids)
         res.accepted += q.count("select count(*) from checked where final_reason is null")
         res.rejected += q.count("select count(*) from checked where final_reason is not null")
+    if batch.metrics is not None and batch.metrics.num_rows:
+        _load_metrics(con, batch, st)
 
 
 # convert(path, progress, run_name=...) -> batches; run_name is the run of records that
@@ -398,6 +420,7 @@ def ingest_file(
             for r in con.execute(
                 "select distinct run_id from (select run_id from iterations where ingest_id = $i "
                 "union all select run_id from requests where ingest_id = $i "
+                "union all select run_id from metric_samples where ingest_id = $i "
                 "union all select run_id from runs where ingest_id = $i "
                 "union all select run_id from run_records where ingest_id = $i) order by 1",
                 {"i": ingest_id},
@@ -425,7 +448,7 @@ def _delete_ingests(con: duckdb.DuckDBPyConnection, digest: str, path: str, defa
     params = {"d": digest, "p": path, "r": default_run}
     n = int(scalar(con, f"select count(*) from ingests where {which}", params))
     runs = [r[0] for r in con.execute(f"select distinct unnest(run_ids) from ingests where {which}", params).fetchall()]
-    for table in ("iterations", "requests", "tokens", "rejects", "runs", "run_records"):
+    for table in ("iterations", "requests", "tokens", "metric_samples", "rejects", "runs", "run_records"):
         con.execute(f"delete from {table} where ingest_id in (select ingest_id from ingests where {which})", params)
     con.execute(f"delete from ingests where {which}", params)
     remerge_runs(con, runs)

@@ -8,7 +8,7 @@ docs/formats.md documents each format and its mapping to canonical fields.
 from __future__ import annotations
 
 from .. import POST_INGEST, Ingestor, register
-from . import aiperf, context, fpm, harness, otel, sglang, trtllm, vllm_bench, vllm_log, vllm_requests
+from . import aiperf, context, fpm, harness, otel, prometheus, sglang, trtllm, vllm_bench, vllm_log, vllm_requests
 
 register(Ingestor("vllm-log", "vLLM server log with --enable-logging-iteration-details (Iteration(N) lines)",
                   vllm_log.sniff, vllm_log.convert))
@@ -36,6 +36,13 @@ register(Ingestor("inference-perf", "inference-perf per_request_lifecycle_metric
 
 register(Ingestor("otel", "OpenTelemetry OTLP JSON spans from vLLM (llm_request: queue, TTFT, E2E per request)",
                   otel.sniff, otel.convert))
+
+register(Ingestor("aiperf-server-metrics", "AIPerf server_metrics_export.jsonl (Prometheus scrapes of the engine)",
+                  prometheus.sniff_aiperf_metrics, prometheus.convert_aiperf_metrics))
+register(Ingestor("prometheus-text", "Prometheus text exposition snapshots with '# Timestamp:' headers",
+                  prometheus.sniff_exposition, prometheus.convert_exposition))
+register(Ingestor("prometheus-range", "Prometheus query_range JSON (matrix of series)",
+                  prometheus.sniff_query_range, prometheus.convert_query_range))
 
 if context.estimate_context not in POST_INGEST:
     POST_INGEST.append(context.estimate_context)
