@@ -154,3 +154,30 @@ def format_lines(s: dict[str, Any]) -> list[str]:
     if em.get("vllm_estimated_read_gb_per_s") is not None:
         lines.append(f"  vLLM's estimated read bandwidth per GPU: {em['vllm_estimated_read_gb_per_s']:.4g} GB/s")
     return lines
+
+
+GAUGE_SERIES = """
+with per_t as (
+  select family, t, sum(value) as v from metric_samples
+  where run_id = $run and family = any($fams) and kind = 'gauge' group by family, t
+)
+select t, family, v from per_t order by family, t
+"""
+
+
+def gauge_series(con: duckdb.DuckDBPyConnection, run_id: str, t0: float | None):
+    """Running/waiting requests and KV usage (%) over time as a long frame ``t_s, series, value``
+    (the report's queue chart), or None when the run has none of them."""
+    import polars as pl
+
+    names = {"running_reqs": "running requests", "waiting_reqs": "waiting requests", "kv_usage": "KV usage %"}
+    fams = {f: names[k] for k, fs in GAUGES.items() for f in fs}
+    if not con.execute("select count(*) from duckdb_tables() where table_name = 'metric_samples'").fetchall()[0][0]:
+        return None
+    df = con.sql(GAUGE_SERIES, params={"run": run_id, "fams": list(fams)}).pl()
+    if not df.height:
+        return None
+    origin = t0 if t0 is not None else float(df.get_column("t").min())
+    scale = pl.when(pl.col("family").is_in([f for f in fams if fams[f] == "KV usage %"])).then(100.0).otherwise(1.0)
+    return df.select(t_s=pl.col("t") - origin, series=pl.col("family").replace_strict(fams),
+                     value=pl.col("v") * scale)

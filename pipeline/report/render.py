@@ -199,6 +199,22 @@ def _queue_section(con, run_id: str, max_points: int) -> Section:
     return sec
 
 
+def _engine_metrics_section(con, run_id: str, s: dict[str, Any]) -> Section | None:
+    """Only for runs with Prometheus samples: the engine's own view next to the step timeline."""
+    from ..engine_metrics import format_lines, gauge_series
+
+    if not s.get("engine_metrics"):
+        return None
+    sec = Section("engine", "Engine metrics (Prometheus scrapes)")
+    t0 = s.get("run_start_s")
+    df = gauge_series(con, run_id, t0 if isinstance(t0, (int, float)) else None)
+    if df is not None:
+        sec.charts["engine"] = charts.spec(charts.queue(df, "engine gauges per scrape"))
+    lines = format_lines(s)[1:]
+    sec.body = "<ul>" + "".join(f"<li>{html_text(x.strip())}</li>" for x in lines) + "</ul>"
+    return sec
+
+
 def _top_section(con, run_id: str) -> Section:
     sec = Section("top", "Top offenders")
     parts = []
@@ -235,16 +251,18 @@ def _run_section(s: dict[str, Any]) -> Section:
 def build_sections(con: duckdb.DuckDBPyConnection, run_id: str, s: dict[str, Any], audit: Any = None,
                    max_points: int = frames.MAX_POINTS) -> list[Section]:
     """Every section of the run report, in page order."""
-    return [
+    sections = [
         _audit_section(audit),
         _timeline_section(con, run_id, s, max_points),
         _fit_section(con, run_id, s, max_points),
         _distribution_section(con, run_id, s),
         _tail_section(s),
         _queue_section(con, run_id, max_points),
+        _engine_metrics_section(con, run_id, s),
         _top_section(con, run_id),
         _run_section(s),
     ]
+    return [sec for sec in sections if sec is not None]
 
 
 def write_report(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: str | Path | None = None,
