@@ -15,7 +15,7 @@ def test_engine_section_draws_the_scraped_gauges(tmp_path):
     con = store.connect(tmp_path / "r.duckdb")
     ingest_paths(con, [FIX / "vllm" / "server_epoch.log", FIX / "vllm" / "requests.jsonl",
                        FIX / "prometheus" / "server_metrics_export.jsonl"], run_id="j")
-    ingest_paths(con, [FIX / "canonical" / "tiny.jsonl"], run_id="plain")
+    ingest_paths(con, [FIX / "canonical" / "tiny.jsonl"])  # its run record names it "tiny"
     store.build_derived(con)
     secs = {s.key: s for s in build_sections(con, "j", metrics.summary(con, "j"))}
     sec = secs["engine"]
@@ -24,4 +24,4 @@ def test_engine_section_draws_the_scraped_gauges(tmp_path):
     assert len(data) == 9 and {d["series"] for d in data} == {"running requests", "waiting requests", "KV usage %"}
     assert max(d["value"] for d in data if d["series"] == "KV usage %") == 35.0
     assert "p50 77.78 (bucket 50..100)" in sec.body
-    assert "engine" not in {s.key for s in build_sections(con, "plain", metrics.summary(con, "plain"))}
+    assert "engine" not in {s.key for s in build_sections(con, "tiny", metrics.summary(con, "tiny"))}
