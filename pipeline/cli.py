@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "audit": ("pipeline.commands.audit", "audit", "Check a run against SLOs (percentiles, goodput, fluidity); JUnit XML."),
     "compare": ("pipeline.commands.compare", "compare", "Compare two runs: deltas with bootstrap CIs; flag regressions."),
     "fit": ("pipeline.commands.fit", "fit", "Fit the memory-bound iteration-time model; stalls; seed claims checked."),
+    "check": ("pipeline.commands.check", "check", "Check a run against the invariants (TTFT = queue + prefill, sums, order)."),
     "explain": ("pipeline.commands.explain", "explain", "Why is the TTFT/TPOT/E2E tail slow? p99 attribution to causes."),
     "replay": ("pipeline.commands.replay", "replay", "Replay a run through the simulator: validation, what-if, sweeps."),
     "export": ("pipeline.commands.export", "export", "Export a run for other tools: a Perfetto/Chrome timeline."),

@@ -1,0 +1,42 @@
+"""``tracelat check``."""
+
+from __future__ import annotations
+
+import click
+
+from ..terminal import echo
+from .options import db_option, dumps, json_option
+
+
+@click.command()
+@click.argument("run_id", metavar="RUN")
+@db_option
+@json_option
+def check(run_id: str, db: str, as_json: bool) -> None:
+    """Check RUN against tracelat's invariants; exit 1 when any is broken.
+
+    Each rule is a query in queries/checks/ that returns the rows breaking it: TTFT =
+    queueing + prefill, token times in order and starting at the first token, steps that
+    end after they start, tail-attribution parts that add up to each latency (after
+    `tracelat fit`), ingest line counts that add up. The first rows of each violation
+    are shown.
+    """
+    from .. import store
+    from ..check import run_checks
+
+    con = store.open_for_reading(db, read_only_if=store.always)
+    store.require_run(con, run_id)
+    results = run_checks(con, run_id)
+    bad = [r for r in results if r.violations]
+    if as_json:
+        echo(dumps([r.__dict__ for r in results]))
+    else:
+        for r in results:
+            state = f"skipped ({r.skipped})" if r.skipped else ("ok" if not r.violations else f"{r.violations} violations")
+            echo(f"{r.name:<28}{state}")
+            for ex in r.examples:
+                echo(f"    {ex.get('problem')}: " + ", ".join(f"{k}={v}" for k, v in ex.items() if k != "problem"))
+    if bad:
+        from ..errors import CheckFailed
+
+        raise CheckFailed(f"run {run_id}: {len(bad)} invariant(s) broken: " + ", ".join(r.name for r in bad))

@@ -1,0 +1,53 @@
+"""tracelat check: the invariant queries pass on good runs and name what breaks them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from pipeline import store
+from pipeline.check import check_files, run_checks
+from pipeline.cli import cli
+from pipeline.ingest import ingest_paths
+
+FIX = Path(__file__).resolve().parents[2] / "fixtures"
+
+
+def _store(tmp_path):
+    db = tmp_path / "c.duckdb"
+    con = store.connect(db)
+    ingest_paths(con, [FIX / "vllm" / "server_epoch.log", FIX / "vllm" / "bench.json"], run_id="cpu")
+    store.build_derived(con)
+    from pipeline.fit import get_or_fit
+
+    get_or_fit(con, "cpu")
+    return db, con
+
+
+def test_every_check_passes_on_a_real_run(tmp_path):
+    _, con = _store(tmp_path)
+    res = {r.name: r for r in run_checks(con, "cpu")}
+    assert set(res) == {f.name for f in check_files()} and len(res) >= 5
+    assert all(r.violations == 0 and r.skipped is None for r in res.values()), res
+
+
+def test_a_broken_store_is_named_and_exits_1(tmp_path):
+    db, con = _store(tmp_path)
+    # a scheduled time after the first token: queueing + prefill no longer a split of TTFT;
+    # a token time moved back: out of order
+    con.execute("update requests set t_scheduled = t_first_token + 0.5 where req_id = "
+                "(select min(req_id) from requests where run_id = 'cpu')")
+    con.execute("update tokens set t = t - 10 where idx = 3 and req_id = (select min(req_id) from tokens)")
+    store.bump_generation(con, ["cpu"])
+    store.build_derived(con)
+    res = {r.name: r for r in run_checks(con, "cpu")}
+    assert res["ttft_is_queue_plus_prefill"].violations == 1
+    assert res["token_times_in_order"].violations == 1
+    assert "before the previous one" in res["token_times_in_order"].examples[0]["problem"]
+    con.close()
+    out = CliRunner().invoke(cli, ["check", "cpu", "--db", str(db), "--json"])
+    assert out.exit_code == 1
+    broken = {r["name"] for r in json.loads(out.output.split("\nError:")[0]) if r["violations"]}
+    assert broken == {"ttft_is_queue_plus_prefill", "token_times_in_order"}
