@@ -91,7 +91,7 @@ class StagedJsonl:
             sql = f"select s.*, coalesce(s.own_run, {last}, $d) as run_id from {rows}"
         for a in range(0, self.n_lines, per):
             b = min(a + per, self.n_lines)
-            staged = self.con.sql(sql, params=params | {"a": a, "b": b}).to_arrow_table()
+            staged = self.con.sql(sql, params=params | {"a": a, "b": b})  # a lazy relation: read where used
             if progress:
                 progress(int(size * (b - a) / self.n_lines))
             yield Batch(None, b - a, staged=staged)

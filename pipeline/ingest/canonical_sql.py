@@ -312,9 +312,9 @@ from (
               {_jtype(_x('run_id'), ints=True)} as t_own_run
             from (
               select {line}raw,
-                case when raw is null or trim(raw) = '' then '{BLANK}'
-                     when j is null then '{PARSE_ERRORS["invalid"]}'
-                     when not starts_with(ltrim(raw), '{{') then '{PARSE_ERRORS["not_object"]}'
+                case when raw is null then '{BLANK}'
+                     when j is null then case when trim(raw) = '' then '{BLANK}' else '{PARSE_ERRORS["invalid"]}' end
+                     when ascii(raw) <> 123 and not starts_with(ltrim(raw), '{{') then '{PARSE_ERRORS["not_object"]}'
                 end as perr,
                 j.kind::varchar as {_x('kind')},
                 {texts}

@@ -117,6 +117,7 @@ _TARGET = {"iteration": "iterations", "request": "requests"}
 def _check_duplicates_sql(kind: str) -> str:
     col, val = _KEYS[kind]
     table = _TARGET[kind]
+    columns = ", ".join(["line_no", "run_id", "reason", "extra", "raw"] + [f"v_{f.name}" for f in FIELDS[kind]])
     return f"""
 select t.*,
   case when t.reason is not null then t.reason
@@ -128,7 +129,7 @@ select t.*,
          'duplicate {col} ' || t.{val} || ' in run ' || t.run_id || ' (already stored from line '
          || e.line_no || ' of ' || e.path || '; use --replace to re-load that file)'
   end as final_reason
-from (select * from staged where kind = '{kind}') t
+from (select {columns} from staged where kind = '{kind}') t
 left join (
   -- the first VALID record with this key keeps it; a rejected one never blocks a later good one.
   -- Keys seen twice only (an aggregate, not a window over every record: duplicates are rare)
@@ -170,13 +171,12 @@ from checked where final_reason is null
 # window over all tokens of a run later costs more than the rest of the ingest.
 TOKENS_SQL = """
 insert into tokens
-select run_id, v_req_id,
-  unnest(range(len(v_token_times)))::integer,
-  unnest(v_token_times),
-  unnest(list_transform(range(len(v_token_times)),
-    lambda i: case when i > 0 then (v_token_times[i + 1] - v_token_times[i]) * 1000 end)),
-  $ingest_id
-from checked where final_reason is null and len(v_token_times) > 0
+select run_id, req_id, idx::integer, t, (t - prev) * 1000, $ingest_id from (
+  -- each time next to the one before it: the list and itself shifted by one, unnested together
+  select run_id, v_req_id as req_id, unnest(range(len(v_token_times))) as idx, unnest(v_token_times) as t,
+    unnest(list_prepend(NULL::double, v_token_times[:-2])) as prev
+  from checked where final_reason is null and len(v_token_times) > 0
+)
 """
 
 RUN_FIELDS = ("engine", "engine_version", "model", "gpu", "num_gpus", "dtype", "kv_dtype", "clock")
