@@ -116,6 +116,8 @@ class StagedJsonl:
 
 def stage_jsonl(con: duckdb.DuckDBPyConnection, path: Path, default_run: str) -> StagedJsonl | None:
     """The fast path for a canonical JSONL file, or None when DuckDB cannot read its lines as they are."""
+    if not con.execute("select current_setting('preserve_insertion_order')").fetchall()[0][0]:
+        return None  # rows could come out of file order: no line numbers
     if b"\r" in reader.head_text(path, 1 << 16).encode():
         return None  # CRLF line ends: DuckDB would not number lines as we do
     if reader.compression(path) != "none" and not reader.intact(path):

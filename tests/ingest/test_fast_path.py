@@ -180,3 +180,12 @@ def test_what_duckdb_cannot_read_as_is_goes_the_batch_path(con, tmp_path, used, 
     assert used == (["fast"] if what == "zstd_frames" else ["batch"])
     assert con.execute("select line_no from rejects").fetchall() == [(3,)]
     assert res.accepted == (4 if what == "latin1" else 3)
+
+
+def test_without_insertion_order_the_batch_path_numbers_lines(con, tmp_path, used):
+    con.execute("set preserve_insertion_order = false")
+    f = tmp_path / "o.jsonl"
+    f.write_text(text([it(0), "oops", it(1)]))
+    (res,) = ingest.ingest_paths(con, [f])
+    assert used == ["batch"] and res.accepted == 2
+    assert con.execute("select line_no from rejects").fetchall() == [(2,)]
