@@ -182,7 +182,7 @@ _EXPECT = {
 def _problem(f: Field) -> str:
     """A SQL expression naming what is wrong with one field, or NULL."""
     t, val = f"t_{f.name}", f"v_{f.name}"
-    shown = (f"left(json_extract(raw, '$.{f.name}')::varchar, 40)" if f.kind in _PARSED_TYPE
+    shown = (f"left(json_extract(jraw, '$.{f.name}')::varchar, 40)" if f.kind in _PARSED_TYPE
              else f"left({_x(f.name)}, 40)")
     absent = f"({t} is null or {t} = 'NULL')"
     checks = [f"when not {absent} and {val} is null then '{f.name}: expected {_EXPECT[f.kind]}, got ' || {shown}"]
@@ -279,8 +279,8 @@ def stage_sql(source: str, line_no: str | None = "line_no", keep_raw: bool = Tru
         known = "{" + ",".join(f'"{n}":null' for n in names) + "}"
         known_list = "[" + ",".join(f"'{n}'" for n in names) + "]"
         # unknown fields are kept; most records have none, so skip the patch for them
-        extra.append(f"when '{kind}' then case when not list_has_all({known_list}, json_keys(raw)) "
-                     f"then nullif(json_merge_patch(raw, '{known}'), '{{}}') end")
+        extra.append(f"when '{kind}' then case when not list_has_all({known_list}, json_keys(jraw)) "
+                     f"then nullif(json_merge_patch(jraw, '{known}'), '{{}}') end")
     line = f"{line_no} as line_no, " if line_no else ""
     v_names = ", ".join(f"v_{n}" for n in ALL_FIELDS)
     reason = f"""case when perr is not null then perr
@@ -301,9 +301,10 @@ from (
       select *,
         {types}
       from (
-        select *, case when not clean and perr is null then json_type(raw, {paths}) end as ty
+        -- JSON functions only ever see valid JSON (jraw): CASE does not always shield them
+        select *, case when not clean then json_type(jraw, {paths}) end as ty
         from (
-          select *, {clean} as clean,
+          select *, {clean} as clean, case when perr is null then raw end as jraw,
             case when t_kind = 'VARCHAR' then {_unquote(_x('kind'))} else {_x('kind')} end as kind,
             case when t_own_run = 'VARCHAR' then {_unquote(_x('run_id'))} else {_x('run_id')} end as own_run
           from (
