@@ -124,8 +124,11 @@ def test_reject_on_the_last_line_with_a_newline(con, tmp_path, used):
         (3, "duplicate iter 0 in run last (first at line 1)", json.dumps(it(0)))]
 
 
-def test_line_numbers_follow_the_file_in_a_parallel_scan(con, tmp_path, used):
-    """Big enough for DuckDB to read it with several threads: lines keep their numbers."""
+def test_line_numbers_follow_the_file_in_a_parallel_scan(con, tmp_path, monkeypatch, used):
+    """Read in 1 MiB buffers by several threads (DuckDB's default is 32 MiB): lines keep their numbers."""
+    assert canonical._READ.endswith(")")
+    monkeypatch.setattr(canonical, "_READ", canonical._READ[:-1] + ", buffer_size=1048576)")
+    con.execute("set threads = 4")
     n = 300_000
     bad = {7, 65_537, 150_001, 299_999, n}
     f = tmp_path / "big.jsonl"
