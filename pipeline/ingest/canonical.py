@@ -38,7 +38,7 @@ def convert_jsonl(path: Path, progress: Callable[[int], None] | None = None, run
 _READ = ("read_csv($path, columns={{'raw': 'VARCHAR'}}, delim='\x1e\x1f', quote='', escape='', "
          "header=false, auto_detect=false, new_line='\\n', comment='', skip=0, strict_mode=true, "
          "max_line_size={max_line}, compression='{compression}')")
-MAX_LINE_BYTES = 64 << 20
+MAX_LINE_BYTES = 16 << 20  # a longer line fails the scan: the file goes the batch path
 _STAGED, _RUN_LINES, _LINES = "_tracelat_staged", "_tracelat_run_lines", "_tracelat_lines"
 
 

@@ -128,6 +128,7 @@ def test_line_numbers_follow_the_file_in_a_parallel_scan(con, tmp_path, monkeypa
     """Read in 1 MiB buffers by several threads (DuckDB's default is 32 MiB): lines keep their numbers."""
     assert canonical._READ.endswith(")")
     monkeypatch.setattr(canonical, "_READ", canonical._READ[:-1] + ", buffer_size=1048576)")
+    monkeypatch.setattr(canonical, "MAX_LINE_BYTES", 1 << 19)  # a buffer must hold the longest line
     con.execute("set threads = 4")
     n = 300_000
     bad = {7, 65_537, 150_001, 299_999, n}
@@ -165,11 +166,14 @@ def test_file_larger_than_a_batch_with_runs_in_the_middle(con, tmp_path, monkeyp
     assert dict(con.execute("select run_id, count(*) from iterations group by 1").fetchall()) == {"night": 50, "Z": 50}
 
 
-@pytest.mark.parametrize("what", ["crlf", "latin1", "zstd_frames"])
-def test_what_duckdb_cannot_read_as_is_goes_the_batch_path(con, tmp_path, used, what):
+@pytest.mark.parametrize("what", ["crlf", "latin1", "long_line", "zstd_frames"])
+def test_what_duckdb_cannot_read_as_is_goes_the_batch_path(con, tmp_path, monkeypatch, used, what):
     body = text([it(0), it(1), "oops", it(2)])
     f = tmp_path / "x.jsonl"
-    if what == "crlf":
+    if what == "long_line":
+        monkeypatch.setattr(canonical, "MAX_LINE_BYTES", 1024)
+        f.write_text(body + json.dumps(it(3, note="x" * 2000)) + "\n")
+    elif what == "crlf":
         f.write_bytes(body.replace("\n", "\r\n").encode())
     elif what == "latin1":
         f.write_bytes(body.encode() + b'{"kind":"iteration","iter":3,"dur_ms":1,"note":"caf\xe9"}\n')
@@ -182,7 +186,7 @@ def test_what_duckdb_cannot_read_as_is_goes_the_batch_path(con, tmp_path, used, 
     (res,) = ingest.ingest_paths(con, [f])
     assert used == (["fast"] if what == "zstd_frames" else ["batch"])
     assert con.execute("select line_no from rejects").fetchall() == [(3,)]
-    assert res.accepted == (4 if what == "latin1" else 3)
+    assert res.accepted == (4 if what in ("latin1", "long_line") else 3)
 
 
 def test_without_insertion_order_the_batch_path_numbers_lines(con, tmp_path, used):
