@@ -216,6 +216,7 @@ class QueryFile:
     grain: str
     inputs: tuple[str, ...]
     sql: str
+    view: bool = False  # ``-- materialize: view``: it only re-expresses its inputs, stored as a view
 
 
 def _parse_header(path: Path) -> QueryFile:
@@ -232,7 +233,7 @@ def _parse_header(path: Path) -> QueryFile:
     if missing:
         raise StoreError(f"{path}: header lacks {', '.join(sorted(missing))}")
     inputs = tuple(s.strip() for s in head["inputs"].split(",") if s.strip())
-    return QueryFile(path, head["table"], head["grain"], inputs, text)
+    return QueryFile(path, head["table"], head["grain"], inputs, text, (head.get("materialize") or "table").split()[0] == "view")
 
 
 def query_files(directory: Path = QUERIES_DIR) -> list[QueryFile]:
@@ -343,7 +344,12 @@ def build_derived(con: duckdb.DuckDBPyConnection, force: bool = False) -> bool:
     try:
         if runs is None:
             for q in files:
-                con.execute(f"create or replace table {quote_ident(q.table)} as {q.sql}")
+                # a view is never stale; a query that changed from one to the other replaces it
+                other = "table" if q.view else "view"
+                if scalar(con, f"select count(*) from duckdb_{other}s() where {other}_name = ? and schema_name = 'main' "
+                          "and database_name = current_database()", [q.table]):
+                    con.execute(f"drop {other} main.{quote_ident(q.table)}")
+                con.execute(f"create or replace {'view' if q.view else 'table'} {quote_ident(q.table)} as {q.sql}")
         elif runs:
             _rebuild_runs(con, runs, files, shadowed)
         con.execute("delete from _dirty_runs")
@@ -379,14 +385,17 @@ def _rebuild_runs(con: duckdb.DuckDBPyConnection, runs: list[str], files: list[Q
         con.execute(f"create or replace temp view {quote_ident(t)} as select * from {db}.main.{quote_ident(t)} "
                     f"where run_id in (select run_id from temp.main._build_runs)")
     for q in files:
+        if q.view:
+            continue
         target = f"{db}.main.{quote_ident(q.table)}"
         con.execute(f"delete from {target} where run_id in (select run_id from temp.main._build_runs)")
         con.execute(f"insert into {target} by name select * from (\n{q.sql}\n)")
 
 
 def _derived_exist(con: duckdb.DuckDBPyConnection, files: list[QueryFile]) -> bool:
-    names = {r[0] for r in con.execute("select table_name from duckdb_tables()").fetchall()}
-    return all(q.table in names for q in files)
+    tables = {r[0] for r in con.execute("select table_name from duckdb_tables()").fetchall()}
+    views = {r[0] for r in con.execute("select view_name from duckdb_views() where not internal").fetchall()}
+    return all(q.table in (views if q.view else tables) for q in files)
 
 
 SCHEMA_TABLES = tuple(re.findall(r"create table if not exists (\w+)", SCHEMA))

@@ -1,6 +1,7 @@
 -- table:  token_gaps
 -- grain:  one row per (run_id, req_id, idx) for every output token after the first of an ok request
 -- inputs: tokens, requests
+-- materialize: view (each token time is stored once, in tokens)
 -- purpose: inter-token latency, token-weighted: itl_ms = (t[idx] - t[idx-1]) * 1000
 --   (tokens.itl_ms is computed at ingest from each request's own token_times list)
 select

@@ -10,6 +10,7 @@ from ..errors import InputError
 
 from .. import store
 from . import reader
+from .canonical_sql import stage_sql
 from .load import Batch
 
 PARQUET_MAGIC = b"PAR1"
@@ -28,6 +29,108 @@ def sniff_jsonl(path: Path, head: str) -> bool:
 def convert_jsonl(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
     for table in reader.line_batches(path, progress):
         yield Batch(table, table.num_rows)
+
+
+# DuckDB reads the lines itself (plain, gzip, zstd): one VARCHAR column, a delimiter
+# that never occurs in JSON text of ours, no quoting; a line it cannot read that way
+# (a stray \r, invalid UTF-8, the delimiter) fails the scan, and the file goes the
+# batch path of convert_jsonl instead, which reads every line.
+_READ = ("read_csv($path, columns={{'raw': 'VARCHAR'}}, delim='\x1e\x1f', quote='', escape='', "
+         "header=false, auto_detect=false, new_line='\\n', comment='', skip=0, strict_mode=true, "
+         "max_line_size={max_line}, compression='{compression}')")
+MAX_LINE_BYTES = 16 << 20  # a longer line fails the scan: the file goes the batch path
+_STAGED, _RUN_LINES, _LINES = "_tracelat_staged", "_tracelat_run_lines", "_tracelat_lines"
+
+
+class _NotOrdered(Exception):
+    pass
+
+
+class StagedJsonl:
+    """A canonical JSONL file read, parsed and validated by DuckDB in one scan (the fast path).
+
+    Every line is one row of a temporary table, in file order (DuckDB keeps insertion
+    order), so a row's ``rowid + 1`` is its line number.  Raw text is kept only for
+    lines rejected while staging; the few rejected later (duplicates) get theirs from
+    :meth:`fill_raw`.  Built before the file's transaction (a scan that fails leaves
+    nothing behind to roll back); :meth:`batches` then hands the rows to
+    ``load.load_batch`` in slices of about ``reader.BATCH_BYTES`` of the file.
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, path: Path, default_run: str):
+        self.con, self.path, self.default_run = con, path, default_run
+        comp = reader.compression(path)
+        self.read = _READ.format(max_line=MAX_LINE_BYTES, compression={"none": "none"}.get(comp, comp))
+        con.execute(f"create or replace temp table {_STAGED} as "
+                    + stage_sql(self.read, line_no=None, keep_raw=False), {"path": str(path)})
+        self.n_lines, first = con.execute(f"select count(*), min(rowid) from temp.main.{_STAGED}").fetchall()[0]
+        # committed (no transaction is open), so its rowids count from 0: rowid + 1 is the line number
+        if self.n_lines and first != 0:
+            self.close()
+            raise _NotOrdered(f"rowids start at {first}")
+        # the run of a line that names none: that of the last run record before it
+        self.run_lines = con.execute(f"select rowid + 1, coalesce(own_run, $d) from temp.main.{_STAGED} "
+                                     "where kind = 'run' order by 1", {"d": default_run}).fetchall()
+        if len(self.run_lines) > 64:
+            con.execute(f"create or replace temp table {_RUN_LINES} as select rowid + 1 as line_no, "
+                        f"coalesce(own_run, $d) as run from temp.main.{_STAGED} where kind = 'run'", {"d": default_run})
+
+    def batches(self, progress: Callable[[int], None] | None = None) -> Iterator[Batch]:
+        size = max(self.path.stat().st_size, 1)
+        per = max(1, int(self.n_lines * reader.BATCH_BYTES / size)) if self.n_lines else 1
+        rows = f"(select rowid + 1 as line_no, * from temp.main.{_STAGED} where rowid >= $a and rowid < $b) s"
+        params: dict = {"d": self.default_run}
+        if len(self.run_lines) > 64:
+            sql = (f"select s.*, coalesce(s.own_run, r.run, $d) as run_id from {rows} "
+                   f"asof left join temp.main.{_RUN_LINES} r on s.line_no >= r.line_no")
+        else:  # a few run records (usually one, on line 1): the last one at or before the line
+            whens = " ".join(f"when s.line_no >= $l{i} then $r{i}" for i in reversed(range(len(self.run_lines))))
+            for i, (line, run) in enumerate(self.run_lines):
+                params[f"l{i}"], params[f"r{i}"] = line, run
+            last = f"case {whens} end" if whens else "NULL::varchar"
+            sql = f"select s.*, coalesce(s.own_run, {last}, $d) as run_id from {rows}"
+        for a in range(0, self.n_lines, per):
+            b = min(a + per, self.n_lines)
+            staged = self.con.sql(sql, params=params | {"a": a, "b": b})  # a lazy relation: read where used
+            if progress:
+                progress(int(size * (b - a) / self.n_lines))
+            yield Batch(None, b - a, staged=staged)
+
+    def fill_raw(self, ingest_id: int) -> None:
+        """The raw text of this file's rejects that were staged without it (duplicates)."""
+        missing = self.con.execute("select count(*) from rejects where ingest_id = ? and raw is null and line_no > 0",
+                                   [ingest_id]).fetchall()[0][0]
+        if not missing:
+            return
+        self.con.execute(f"create or replace temp table {_LINES} as select raw from {self.read}", {"path": str(self.path)})
+        # inside a transaction, a new table's rowids start at a large offset (its rows are not committed)
+        self.con.execute(
+            "update rejects set raw = left(l.raw, 1024) from (select rowid - (select min(rowid) from "
+            f"temp.main.{_LINES}) + 1 as line_no, raw from temp.main.{_LINES}) l "
+            "where rejects.ingest_id = ? and rejects.raw is null and rejects.line_no = l.line_no", [ingest_id])
+
+    def close(self) -> None:
+        for t in (_STAGED, _RUN_LINES, _LINES):
+            self.con.execute(f"drop table if exists temp.main.{t}")
+
+
+def stage_jsonl(con: duckdb.DuckDBPyConnection, path: Path, default_run: str) -> StagedJsonl | None:
+    """The fast path for a canonical JSONL file, or None when DuckDB cannot read its lines as they are."""
+    if not con.execute("select current_setting('preserve_insertion_order')").fetchall()[0][0]:
+        return None  # rows could come out of file order: no line numbers
+    if b"\r" in reader.head_text(path, 1 << 16).encode():
+        return None  # CRLF line ends: DuckDB would not number lines as we do
+    if reader.compression(path) != "none" and not reader.intact(path):
+        return None  # DuckDB may read a corrupt stream silently; the batch path names the last good line
+    try:
+        return StagedJsonl(con, path, default_run)
+    except (duckdb.Error, _NotOrdered):
+        for t in (_STAGED, _RUN_LINES):
+            con.execute(f"drop table if exists temp.main.{t}")
+        return None
+
+
+convert_jsonl.stage = stage_jsonl  # type: ignore[attr-defined]
 
 
 def sniff_parquet(path: Path, head: str) -> bool:

@@ -89,27 +89,74 @@ FIELDS = {"run": RUN_FIELDS, "iteration": ITERATION_FIELDS, "request": REQUEST_F
 COMMON = ("kind", "run_id")
 
 
-_TYPED = {
-    "int": "DOUBLE", "count": "DOUBLE", "float": "DOUBLE", "fraction": "DOUBLE", "str": "VARCHAR",
-    "id": "VARCHAR", "status": "VARCHAR", "clock": "VARCHAR", "strlist": "VARCHAR[]", "floatlist": "DOUBLE[]",
-    "object": "JSON",
-}
+# Every line is parsed ONCE, into a struct of all canonical fields (``PARSE_SPEC``),
+# typed as the store wants them, except strings (and objects), which come back as
+# their JSON text so that their JSON type is known.  The typed parse is lenient
+# ("5" becomes 5.0, true 1.0): a value is taken only where its JSON type is the right
+# one.  Knowing those types needs a second look at the line, which only few lines
+# get: a line is *clean* when its double quotes are exactly those of the keys and
+# string values the parse found (each unknown key, string where a number belongs,
+# null or wrongly typed value, or escaped quote adds some; only booleans and lists
+# of strings could take some away, and lines with those are not clean either).  A
+# clean line has no unknown field and every field's JSON type follows from its
+# parsed value; any other line is looked at again (json_type, json_keys) to say
+# exactly what is wrong or what extra fields it has.
+ALL_FIELDS: dict[str, Field] = {}
+for _fields in FIELDS.values():
+    for _f in _fields:
+        ALL_FIELDS.setdefault(_f.name, _f)
+_PARSED_TYPE = {"int": "DOUBLE", "count": "DOUBLE", "float": "DOUBLE", "fraction": "DOUBLE",
+                "strlist": "VARCHAR[]", "floatlist": "DOUBLE[]"}  # else JSON text
+_JSON_TEXT = [n for n, f in ALL_FIELDS.items() if f.kind not in _PARSED_TYPE]
+_LOOKED_AT = [n for n, f in ALL_FIELDS.items() if f.kind in _PARSED_TYPE]  # typed: JSON type from json_type
+PARSE_SPEC = "{" + ",".join(
+    f'"{n}":"{_PARSED_TYPE.get(f.kind, "JSON")}"' for n, f in {"kind": Field("kind", "str"), **ALL_FIELDS}.items()
+) + "}"
+_CLEAN_TYPE = {"strlist": "ARRAY", "floatlist": "ARRAY"}  # else DOUBLE
 
 
-def _typed_spec(fields: tuple[Field, ...]) -> str:
-    return "{" + ",".join(f'"{f.name}":"{_TYPED[f.kind]}"' for f in fields) + "}"
+def _jtype(x: str, ints: bool = False) -> str:
+    """JSON type name (as json_type says it) of the JSON text ``x`` (NULL when absent or null).
+
+    ``ints``: tell integers (BIGINT) from other numbers (DOUBLE); only ids need that.
+    """
+    number = f"case when regexp_full_match({x}, '-?[0-9]+') then 'BIGINT' else 'DOUBLE' end" if ints else "'DOUBLE'"
+    # the first character says it: " { [ t f, else a number (NaN and Infinity included)
+    return (f"case when {x} is not null then case ascii({x}) when 34 then 'VARCHAR' when 123 then 'OBJECT' "
+            f"when 91 then 'ARRAY' when 116 then 'BOOLEAN' when 102 then 'BOOLEAN' else {number} end end")
 
 
-def _paths(fields: tuple[Field, ...]) -> str:
-    return "[" + ",".join(f"'$.{f.name}'" for f in fields) + "]"
+def _unquote(x: str) -> str:
+    """The string value of the JSON string text ``x``."""
+    return f"case when contains({x}, '\\') then json_extract_string({x}, '$') else {x}[2:-2] end"
 
 
-# Each record is parsed twice: once for the JSON type of every field (``ty``) and
-# once into a typed struct (``v``).  The typed parse alone is lenient ("5" becomes
-# 5.0), so a value is taken only where its JSON type is the right one.
-def _value(f: Field, i: int) -> str:
+def _x(name: str) -> str:
+    """The parsed field: typed, or its JSON text (strings, objects); NULL when absent or null."""
+    return f"x_{name}"
+
+
+def _type(f: Field) -> str:
+    """The JSON type of a field (NULL when absent)."""
+    x = _x(f.name)
+    if f.kind in _PARSED_TYPE:
+        i = _LOOKED_AT.index(f.name) + 1
+        return f"case when clean then case when {x} is not null then '{_CLEAN_TYPE.get(f.kind, 'DOUBLE')}' end else ty[{i}] end"
+    return _jtype(x, ints=f.kind == "id")
+
+
+def _typed(f: Field, t: str) -> str:
+    """Lenient typed value of a field, given its JSON type ``t``."""
+    x = _x(f.name)
+    if f.kind in ("str", "status", "clock", "id"):
+        return f"case when {t} = 'VARCHAR' then {_unquote(x)} else {x} end"
+    if f.kind == "object":
+        return f"{x}::json"
+    return x
+
+
+def _value(f: Field, t: str, v: str) -> str:
     """Typed value of a field, NULL when absent, null or of the wrong type."""
-    v, t = f"v.{f.name}", f"ty[{i}]"
     if f.kind in ("int", "count"):
         return (
             f"case when {t} in ('UBIGINT','BIGINT','DOUBLE') and {v} = round({v}) and abs({v}) < 9e18 "
@@ -143,10 +190,11 @@ _EXPECT = {
 }
 
 
-def _problem(f: Field, i: int) -> str:
+def _problem(f: Field) -> str:
     """A SQL expression naming what is wrong with one field, or NULL."""
-    t, val = f"ty[{i}]", f"v_{f.name}"
-    shown = f"left(json_extract(raw, '$.{f.name}')::varchar, 40)"
+    t, val = f"t_{f.name}", f"v_{f.name}"
+    shown = (f"left(json_extract(jraw, '$.{f.name}')::varchar, 40)" if f.kind in _PARSED_TYPE
+             else f"left({_x(f.name)}, 40)")
     absent = f"({t} is null or {t} = 'NULL')"
     checks = [f"when not {absent} and {val} is null then '{f.name}: expected {_EXPECT[f.kind]}, got ' || {shown}"]
     if f.required:
@@ -202,9 +250,9 @@ CROSS_CHECKS = {
         "case when v_t_first_token < v_t_scheduled then 't_first_token is before t_scheduled' end",
         "case when v_t_finish < coalesce(v_t_first_token, v_t_arrival) "
         "then 't_finish is before ' || case when v_t_first_token is null then 't_arrival' else 't_first_token' end end",
-        "case when list_bool_or(list_transform(range(1, len(v_token_times)), "
-        "lambda i: v_token_times[i + 1] < v_token_times[i])) "
-        "then 'token_times must be non-decreasing' end",
+        # each time against the one before it (pairs of the list and itself shifted by one)
+        "case when list_bool_or(list_transform(list_zip(v_token_times[2:], v_token_times[:-2]), "
+        "lambda p: p[1] < p[2])) then 'token_times must be non-decreasing' end",
         "case when len(v_token_times) > 0 and v_token_times[1] < v_t_arrival then 'token_times start before t_arrival' end",
         f"case when greatest(v_t_scheduled, v_t_first_token, v_t_finish, v_token_times[-1]) - v_t_arrival "
         f"> {_sci(MAX_DURATION_S)} then 'the request lasts longer than {_sci(MAX_DURATION_S)} s after t_arrival' end",
@@ -217,32 +265,92 @@ CROSS_CHECKS = {
 }
 
 
-def stage_sql(kind: str) -> str:
-    """Select typed columns and a ``reason`` (NULL when valid) for records of ``kind``.
+BLANK = "blank"
+PARSE_ERRORS = {
+    "invalid": "not valid JSON (truncated or garbage line)",
+    "not_object": "not a JSON object",
+    "no_kind": "missing field kind (expected run, iteration or request)",
+    "kind_type": "kind must be a string",
+}
 
-    Reads ``parsed`` (line_no, raw, perr, kind, run_id); ``raw`` is valid JSON when perr is NULL.
+
+def stage_sql(source: str, line_no: str | None = "line_no", keep_raw: bool = True) -> str:
+    """Parse and validate every line of ``source`` (a relation with a ``raw`` column) in one pass.
+
+    One row per line, in the order of ``source``: ``line_no`` (the expression given, or
+    none when ``line_no`` is None), ``kind``, ``own_run`` (the record's own run_id),
+    ``v_<field>`` typed values of every canonical field, ``extra`` (unknown fields),
+    ``reason`` (every problem of the line, NULL when valid; ``'blank'`` for blank
+    lines, which are skipped) and ``raw`` (cut to 1 KiB; with ``keep_raw=False`` only
+    for lines rejected here).  Only our own constant names are placed in the SQL text.
     """
-    fields = FIELDS[kind]
-    values = ",\n    ".join(f"{_value(f, i)} as v_{f.name}" for i, f in enumerate(fields, 1))
-    problems = ", ".join(_problem(f, i) for i, f in enumerate(fields, 1))
-    cross = ", ".join(CROSS_CHECKS[kind])
-    names = sorted({f.name for f in fields} | set(COMMON))
-    known = "{" + ",".join(f'"{n}":null' for n in names) + "}"
-    known_list = "[" + ",".join(f"'{n}'" for n in names) + "]"
-    all_checks = problems + (", " + cross if cross else "")
+    texts = ",\n          ".join(
+        f"j.{n}{'::varchar' if n in _JSON_TEXT and ALL_FIELDS[n].kind != 'object' else ''} as {_x(n)}"
+        for n in ALL_FIELDS)
+    present = " + ".join(f"({_x(n)} is not null)::int" for n in ALL_FIELDS)
+    strings = " + ".join(f"coalesce(ascii({_x(n)}) = 34, false)::int" for n in _JSON_TEXT if ALL_FIELDS[n].kind != "object")
+    objects = " and ".join(f"{_x(n)} is null" for n, f in ALL_FIELDS.items() if f.kind in ("object", "strlist"))
+    clean = (f"perr is null and t_kind = 'VARCHAR' and {objects} "
+             f"and strlen(raw) - strlen(replace(raw, '\"', '')) = 2 * (1 + {present}) + 2 * (1 + {strings}) "
+             "and not contains(raw, 'true') and not contains(raw, 'false')")
+    paths = "[" + ",".join(f"'$.{n}'" for n in _LOOKED_AT) + "]"
+    types = ",\n        ".join(f"{_type(f)} as t_{n}" for n, f in ALL_FIELDS.items())
+    values = ",\n      ".join(f"{_value(f, f't_{n}', _typed(f, f't_{n}'))} as v_{n}" for n, f in ALL_FIELDS.items())
+    per_kind = []
+    extra = []
+    for kind, fields in FIELDS.items():
+        checks = [_problem(f) for f in fields] + list(CROSS_CHECKS[kind])
+        per_kind.append(f"when '{kind}' then nullif(concat_ws('; ', {', '.join(checks)}), '')")
+        names = sorted({f.name for f in fields} | set(COMMON))
+        known = "{" + ",".join(f'"{n}":null' for n in names) + "}"
+        known_list = "[" + ",".join(f"'{n}'" for n in names) + "]"
+        # unknown fields are kept; most records have none, so skip the patch for them
+        extra.append(f"when '{kind}' then case when not list_has_all({known_list}, json_keys(jraw)) "
+                     f"then nullif(json_merge_patch(jraw, '{known}'), '{{}}') end")
+    line = f"{line_no} as line_no, " if line_no else ""
+    v_names = ", ".join(f"v_{n}" for n in ALL_FIELDS)
+    reason = f"""case when perr is not null then perr
+      when t_kind is null then '{PARSE_ERRORS["no_kind"]}'
+      when t_kind <> 'VARCHAR' then '{PARSE_ERRORS["kind_type"]}'
+      when kind not in ('run','iteration','request') then 'unknown kind ' || kind || ' (expected run, iteration or request)'
+      else case kind {' '.join(per_kind)} end end"""
+    raw_out = "left(raw, 1024)" if keep_raw else "case when reason is not null and reason <> 'blank' then left(raw, 1024) end"
     return f"""
-with typed as (
-  select line_no, raw, run_id, ty,
-    -- unknown fields are kept; most records have none, so skip the patch for them
-    case when len(list_filter(json_keys(raw), lambda k: not list_contains({known_list}, k))) > 0
-      then nullif(json_merge_patch(raw, '{known}'), '{{}}') end as extra,
-    {values}
+select {line}kind, own_run, {v_names}, extra, reason, {raw_out} as raw
+from (
+  select *, {reason} as reason,
+    case when not clean and perr is null and kind in ('run','iteration','request') then case kind {' '.join(extra)} end end as extra
   from (
-    select *, json_type(raw, {_paths(fields)}) as ty, from_json(raw, '{_typed_spec(fields)}') as v
-    from parsed where kind = '{kind}' and perr is null
+    select *,
+      {values}
+    from (
+      select *,
+        {types}
+      from (
+        -- JSON functions only ever see valid JSON (jraw): CASE does not always shield them
+        select *, case when not clean then json_type(jraw, {paths}) end as ty
+        from (
+          select *, {clean} as clean, case when perr is null then raw end as jraw,
+            case when t_kind = 'VARCHAR' then {_unquote(_x('kind'))} else {_x('kind')} end as kind,
+            case when t_own_run = 'VARCHAR' then {_unquote(_x('run_id'))} else {_x('run_id')} end as own_run
+          from (
+            select *,
+              {_jtype(_x('kind'))} as t_kind,
+              {_jtype(_x('run_id'), ints=True)} as t_own_run
+            from (
+              select {line}raw,
+                case when raw is null then '{BLANK}'
+                     when j is null then case when trim(raw) = '' then '{BLANK}' else '{PARSE_ERRORS["invalid"]}' end
+                     when ascii(raw) <> 123 and not starts_with(ltrim(raw), '{{') then '{PARSE_ERRORS["not_object"]}'
+                end as perr,
+                j.kind::varchar as {_x('kind')},
+                {texts}
+              from (select {line}raw, try(from_json(raw, '{PARSE_SPEC}')) as j from {source})
+            )
+          )
+        )
+      )
+    )
   )
 )
-select * exclude (ty),
-  nullif(array_to_string(list_filter([{all_checks}], lambda x: x is not null), '; '), '') as reason
-from typed
 """

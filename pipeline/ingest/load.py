@@ -47,6 +47,9 @@ class Batch:
     skipped: int = 0
     metrics: pa.Table | None = None
     metric_lines: int = 0
+    # lines already parsed and validated by canonical_sql.stage_sql, with their run_id
+    # (the fast path of canonical JSONL files); ``lines`` is then unused
+    staged: object | None = None
 
 
 # What to check when a file of a format holds no record of it.
@@ -98,50 +101,21 @@ class _State:
 
 # Intermediate results are Arrow tables held by _Scope, not temp tables: inside
 # the file's transaction DuckDB keeps every replaced temp table until commit.
-PARSE_SQL = """
-with b as (
-  select line_no, raw,
-    case when raw is null or trim(raw) = '' then 'blank'
-         when not json_valid(raw) then 'not valid JSON (truncated or garbage line)'
-         when not starts_with(ltrim(raw), '{') then 'not a JSON object'
-    end as perr
-  from batch_in
-)
-select line_no, raw, perr, x[1] as kind, x[2] as own_run
-from (
-  -- CASE does not shield the JSON functions from invalid rows: pass them NULL instead
-  select *, json_extract_string(case when perr is null then raw end, ['$.kind', '$.run_id']) as x from b
-)
-"""
 
 # The run of each line: its own run_id, else that of the last run record before it
 # (in this batch, or carried from earlier batches), else --run-id or the file name.
 # The window is needed only in batches that hold run records.
 RUN_OF_LINE_SQL = {
-    False: "select * exclude (own_run), coalesce(own_run, $carry_run, $default_run) as run_id from parsed",
+    False: "select *, coalesce(own_run, $carry_run, $default_run) as run_id from lines",
     True: """
-select * exclude (own_run),
+select *,
   coalesce(own_run,
     last_value(case when kind = 'run' then coalesce(own_run, $default_run) end ignore nulls)
       over (order by line_no rows between unbounded preceding and current row),
     $carry_run, $default_run) as run_id
-from parsed
+from lines
 """,
 }
-
-PARSE_REJECTS_SQL = """
-insert into rejects
-select $ingest_id, $path, line_no,
-  coalesce(perr, case
-    when json_type(case when perr is null then raw end, '$.kind') is null
-      then 'missing field kind (expected run, iteration or request)'
-    when json_type(case when perr is null then raw end, '$.kind') <> 'VARCHAR' then 'kind must be a string'
-    else 'unknown kind ' || kind || ' (expected run, iteration or request)' end),
-  left(raw, 1024)
-from parsed
-where (perr is not null and perr <> 'blank')
-   or (perr is null and (kind is null or kind not in ('run','iteration','request')))
-"""
 
 _KEYS = {"iteration": ("iter", "v_iter"), "request": ("req_id", "v_req_id")}
 _TARGET = {"iteration": "iterations", "request": "requests"}
@@ -150,27 +124,31 @@ _TARGET = {"iteration": "iterations", "request": "requests"}
 def _check_duplicates_sql(kind: str) -> str:
     col, val = _KEYS[kind]
     table = _TARGET[kind]
+    columns = ", ".join(["line_no", "run_id", "reason", "extra", "raw"] + [f"v_{f.name}" for f in FIELDS[kind]])
     return f"""
 select t.*,
   case when t.reason is not null then t.reason
-       when t.first_line <> t.line_no then
-         'duplicate {col} ' || t.{val} || ' in run ' || t.run_id || ' (first at line ' || t.first_line || ')'
+       when d.first_line is not null and d.first_line <> t.line_no then
+         'duplicate {col} ' || t.{val} || ' in run ' || t.run_id || ' (first at line ' || d.first_line || ')'
        when e.line_no is not null and e.ingest_id = $ingest_id then
          'duplicate {col} ' || t.{val} || ' in run ' || t.run_id || ' (first at line ' || e.line_no || ')'
        when e.line_no is not null then
          'duplicate {col} ' || t.{val} || ' in run ' || t.run_id || ' (already stored from line '
          || e.line_no || ' of ' || e.path || '; use --replace to re-load that file)'
   end as final_reason
-from (
-  -- the first VALID record with this key keeps it; a rejected one never blocks a later good one
-  select *, min(line_no) filter (where reason is null) over (partition by run_id, {val}) as first_line
-  from staged
-) t
+from (select {columns} from staged where kind = '{kind}') t
+left join (
+  -- the first VALID record with this key keeps it; a rejected one never blocks a later good one.
+  -- Keys seen twice only (an aggregate, not a window over every record: duplicates are rare)
+  select run_id, {val}, min(line_no) as first_line
+  from staged where kind = '{kind}' and reason is null group by all having count(*) > 1
+) d on d.run_id = t.run_id and d.{val} = t.{val}
 left join (
   -- only the keys of this batch: earlier batches of a big file are not re-aggregated
   select x.run_id, x.{col}, arg_min(x.line_no, x.ingest_id) as line_no, min(x.ingest_id) as ingest_id,
     arg_min(g.path, x.ingest_id) as path
-  from (select * from {table} semi join staged s on s.run_id = {table}.run_id and s.{val} = {table}.{col}) x
+  from (select * from {table} semi join (select run_id, {val} from staged where kind = '{kind}' and reason is null) s
+        on s.run_id = {table}.run_id and s.{val} = {table}.{col}) x
   left join ingests g using (ingest_id)
   group by all
 ) e on e.run_id = t.run_id and e.{col} = t.{val}
@@ -200,13 +178,12 @@ from checked where final_reason is null
 # window over all tokens of a run later costs more than the rest of the ingest.
 TOKENS_SQL = """
 insert into tokens
-select run_id, v_req_id,
-  unnest(range(len(v_token_times)))::integer,
-  unnest(v_token_times),
-  unnest(list_transform(range(len(v_token_times)),
-    lambda i: case when i > 0 then (v_token_times[i + 1] - v_token_times[i]) * 1000 end)),
-  $ingest_id
-from checked where final_reason is null and len(v_token_times) > 0
+select run_id, req_id, idx::integer, t, (t - prev) * 1000, $ingest_id from (
+  -- each time next to the one before it: the list and itself shifted by one, unnested together
+  select run_id, v_req_id as req_id, unnest(range(len(v_token_times))) as idx, unnest(v_token_times) as t,
+    unnest(list_prepend(NULL::double, v_token_times[:-2])) as prev
+  from checked where final_reason is null and len(v_token_times) > 0
+)
 """
 
 RUN_FIELDS = ("engine", "engine_version", "model", "gpu", "num_gpus", "dtype", "kv_dtype", "clock")
@@ -233,7 +210,28 @@ from ({source}) group by run_id
 # The accepted run records of a batch, stored as they came; their runs are then merged
 # again from all their records (remerge_runs), the same path a --replace takes.
 RUN_RECORDS_SQL = ("insert into run_records select $ingest_id, line_no, run_id, "
-                   + ", ".join(f"v_{f}" for f in RUN_FIELDS) + ", v_meta from staged where reason is null")
+                   + ", ".join(f"v_{f}" for f in RUN_FIELDS) + ", v_meta from staged where kind = 'run' and reason is null")
+
+# Lines rejected before any duplicate check: not JSON, no known kind, and run records
+# (iterations and requests are rejected from ``checked``, which adds duplicates).
+LINE_REJECTS_SQL = """
+insert into rejects select $ingest_id, $path, line_no, reason, raw from staged
+where reason is not null and reason <> 'blank' and (kind is null or kind not in ('iteration', 'request'))
+"""
+
+# What a batch's lines came to, before duplicates: skipped (blank), rejected here,
+# run records accepted, and a converter's own run record (line 0) rejected.
+LINE_COUNTS_SQL = """
+select count(*) filter (where reason = 'blank'),
+  count(*) filter (where reason is not null and reason <> 'blank' and (kind is null or kind not in ('iteration', 'request'))),
+  count(*) filter (where kind = 'run' and reason is null and line_no > 0),
+  count(*) filter (where kind = 'run' and reason is not null and line_no = 0),
+  count(*) filter (where kind = 'run'),
+  count(*) filter (where kind = 'iteration') > 0,
+  count(*) filter (where kind = 'request') > 0,
+  arg_max(run_id, line_no) filter (where kind = 'run')
+from staged
+"""
 
 ENSURE_RUNS_SQL = """
 insert into runs (run_id, ingest_id)
@@ -244,7 +242,7 @@ select distinct run_id, $ingest_id from (
 """
 
 REJECT_SQL = """
-insert into rejects select $ingest_id, $path, line_no, final_reason, left(raw, 1024)
+insert into rejects select $ingest_id, $path, line_no, final_reason, raw
 from checked where final_reason is not null
 """
 
@@ -262,14 +260,14 @@ class _Scope:
     every batch's intermediates alive until commit (memory would grow with the file).
     """
 
-    NAMES = ("batch_in", "parsed", "staged", "checked", "rejects_in")
+    NAMES = ("batch_in", "lines", "staged", "checked", "rejects_in")
 
     def __init__(self, con: duckdb.DuckDBPyConnection, batch_in: object):
         self.con = con
         self.tables: dict[str, object] = {"batch_in": batch_in}
 
     def _run(self, sql: str, params: dict | None, fetch: str):
-        batch_in, parsed, staged, checked, rejects_in = (self.tables.get(n) for n in self.NAMES)  # noqa: F841
+        batch_in, lines, staged, checked, rejects_in = (self.tables.get(n) for n in self.NAMES)  # noqa: F841
         if fetch == "arrow":
             return self.con.sql(sql, params=params).to_arrow_table()
         return self.con.execute(sql, params).fetchall() if params else self.con.execute(sql).fetchall()
@@ -304,56 +302,59 @@ def _load_metrics(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> N
     st.result.accepted += batch.metric_lines
 
 
+STAGE_BATCH_SQL = stage_sql("batch_in")
+
+
 def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None:
-    """Validate one batch in SQL and insert its accepted records and rejects."""
+    """Validate one batch in SQL and insert its accepted records and rejects.
+
+    A batch of canonical JSON lines is parsed and validated by ``stage_sql`` (one pass);
+    a pre-staged batch (the canonical JSONL fast path) comes with that done.  The rest,
+    the same for both: duplicates, inserts, rejects and counts.
+    """
     res = st.result
     assert res is not None
     q = _Scope(con, batch.lines)
-    q.table("parsed", PARSE_SQL)
-    del q.tables["batch_in"]
-    has_runs = q.count("select count(*) from parsed where kind = 'run'") > 0
-    q.table("parsed", RUN_OF_LINE_SQL[has_runs], {"default_run": st.default_run, "carry_run": st.carry_run})
+    if batch.staged is not None:
+        q.tables["staged"] = batch.staged
+    else:
+        q.table("lines", STAGE_BATCH_SQL)
+        del q.tables["batch_in"]
+        has_runs = q.count("select count(*) from lines where kind = 'run'") > 0
+        q.table("staged", RUN_OF_LINE_SQL[has_runs], {"default_run": st.default_run, "carry_run": st.carry_run})
+        del q.tables["lines"]
     ids = {"ingest_id": st.ingest_id, "path": st.path}
-    q.run(PARSE_REJECTS_SQL, ids)
-    res.rejected += q.count(
-        "select count(*) from parsed where (perr is not null and perr <> 'blank') "
-        "or (perr is null and (kind is null or kind not in ('run','iteration','request')))"
-    )
-    res.skipped += batch.skipped + q.count("select count(*) from parsed where perr = 'blank'")
+    skipped, rejected, runs_ok, runs_line0_bad, n_runs, has_iters, has_reqs, last_run = q.run(LINE_COUNTS_SQL)[0]
+    q.run(LINE_REJECTS_SQL, ids)
+    res.rejected += rejected
+    res.skipped += batch.skipped + skipped
     res.lines_read += batch.lines_read
     rejects_in = _rejects_table(batch.rejects)
     if rejects_in.num_rows:
         q.tables["rejects_in"] = rejects_in
         q.run("insert into rejects select $ingest_id, $path, line_no, reason, left(raw, 1024) from rejects_in", ids)
         res.rejected += rejects_in.num_rows
-    last = q.run("select run_id from parsed where kind = 'run' order by line_no desc limit 1")
-    if last:
-        st.carry_run = last[0][0]
-    for kind in KINDS:
-        if not q.count(f"select count(*) from parsed where kind = '{kind}' and perr is null"):
-            continue
-        q.table("staged", stage_sql(kind))
-        if kind == "run":
-            q.run(RUN_RECORDS_SQL, {"ingest_id": st.ingest_id})
-            remerge_runs(con, [r[0] for r in q.run("select distinct run_id from staged where reason is null")])
-            q.run(
-                "insert into rejects select $ingest_id, $path, line_no, reason, left(raw, 1024) "
-                "from staged where reason is not null",
-                ids,
-            )
-            # a converter's own run record (line 0) is no line of the file: not read, not accepted;
-            # rejected, it counts as a line read so that the reject shows in the sums
-            res.accepted += q.count("select count(*) from staged where reason is null and line_no > 0")
-            res.rejected += q.count("select count(*) from staged where reason is not null")
-            res.lines_read += q.count("select count(*) from staged where reason is not null and line_no = 0")
+    if n_runs:
+        st.carry_run = last_run
+        q.run(RUN_RECORDS_SQL, {"ingest_id": st.ingest_id})
+        remerge_runs(con, [r[0] for r in q.run("select distinct run_id from staged where kind = 'run' and reason is null")])
+        # a converter's own run record (line 0) is no line of the file: not read, not accepted;
+        # rejected, it counts as a line read so that the reject shows in the sums
+        res.accepted += runs_ok
+        res.lines_read += runs_line0_bad
+    for kind, present in (("iteration", has_iters), ("request", has_reqs)):
+        if not present:
             continue
         q.table("checked", _check_duplicates_sql(kind), {"ingest_id": st.ingest_id})
         q.run(INSERT_SQL[kind], {"ingest_id": st.ingest_id})
         if kind == "request":
             q.run(TOKENS_SQL, {"ingest_id": st.ingest_id})
         q.run(REJECT_SQL, ids)
-        res.accepted += q.count("select count(*) from checked where final_reason is null")
-        res.rejected += q.count("select count(*) from checked where final_reason is not null")
+        ok, bad = q.run("select count(*) filter (where final_reason is null), "
+                        "count(*) filter (where final_reason is not null) from checked")[0]
+        res.accepted += ok
+        res.rejected += bad
+        del q.tables["checked"]
     if batch.metrics is not None and batch.metrics.num_rows:
         _load_metrics(con, batch, st)
 
@@ -398,6 +399,20 @@ def ingest_file(
         note = "" if prior[0] == shown else f" as {prior[0]}"
         return IngestResult(shown, fmt, status="unchanged", note=note)
     result = IngestResult(shown, fmt, status="replaced" if prior else "ingested")
+    # a converter may read the whole file in DuckDB first (canonical JSONL: its fast path);
+    # None when it cannot, and its batches are read as usual
+    stage = getattr(convert, "stage", None)
+    staged = stage(con, path, default_run) if stage is not None else None
+    try:
+        return _ingest_transaction(con, path, fmt, convert, result, digest, shown, default_run, replace, progress,
+                                   tz, staged)
+    finally:
+        if staged is not None:
+            staged.close()
+
+
+def _ingest_transaction(con, path, fmt, convert, result, digest, shown, default_run, replace, progress, tz, staged
+                        ) -> IngestResult:
     con.execute("begin transaction")
     try:
         n_removed, removed = _delete_ingests(con, digest, shown, default_run) if replace else (0, [])
@@ -406,9 +421,14 @@ def ingest_file(
             result.removed_runs = removed
         ingest_id = _count(con, "select nextval('ingest_seq')")
         st = _State(ingest_id, shown, default_run, result=result)
-        kwargs = {"tz": tz} if "tz" in inspect.signature(convert).parameters else {}
-        for batch in convert(path, progress, run_name=default_run, **kwargs):
-            load_batch(con, batch, st)
+        if staged is not None:
+            for batch in staged.batches(progress):
+                load_batch(con, batch, st)
+            staged.fill_raw(ingest_id)
+        else:
+            kwargs = {"tz": tz} if "tz" in inspect.signature(convert).parameters else {}
+            for batch in convert(path, progress, run_name=default_run, **kwargs):
+                load_batch(con, batch, st)
         if not result.accepted:  # nothing of the file loaded: its converter's run record goes too
             named = [r[0] for r in con.execute("select distinct run_id from run_records where ingest_id = ?",
                                                [ingest_id]).fetchall()]

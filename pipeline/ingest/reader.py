@@ -86,6 +86,21 @@ def open_binary(path: Path, progress: Progress | None = None) -> io.BufferedIOBa
     return raw
 
 
+def intact(path: Path) -> bool:
+    """Whether a compressed file decompresses to its end without error (checksums included)."""
+    try:
+        with open_binary(path) as f:
+            while f.read(8 << 20):
+                pass
+    except (OSError, EOFError, zlib.error, ValueError):
+        return False
+    except Exception as exc:  # zstandard.ZstdError
+        if type(exc).__name__ == "ZstdError":
+            return False
+        raise
+    return True
+
+
 def head_text(path: Path, n_bytes: int = 65536) -> str:
     """The first bytes of the decompressed content, for format detection."""
     try:
