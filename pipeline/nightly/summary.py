@@ -53,7 +53,7 @@ def markdown(o: Any, series: pl.DataFrame, nights: list[Night]) -> str:
         lines.append(f"- SLO: {o.slo['verdict'].upper()}"
                      + (f" (failed: {', '.join(md_text(f) for f in failed)})" if failed else ""))
     if o.baseline is None:
-        lines.append("- Baseline: none (no earlier night passed its SLOs).")
+        lines.append("- Baseline: none (the first night, or no earlier night passed its SLOs).")
     else:
         reg = (o.comparison or {}).get("regressions") or []
         lines.append(f"- Baseline: night {md_text(o.baseline)}; compare: {len(reg)} regression(s)"
