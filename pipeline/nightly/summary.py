@@ -5,6 +5,7 @@ interference share (TPOT tail) 41% -> 63%").  Labels and ids are escaped
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import polars as pl
@@ -13,6 +14,10 @@ from ..report.escape import md_text
 from . import analysis
 from .history import Night
 from .stats import label
+
+# Labels and ids come from logs and command lines; the summary goes to a terminal and to chat
+# messages, where control characters (an escape sequence retitling the window) have no place.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def _num(v: float | None) -> str:
@@ -75,4 +80,4 @@ def markdown(o: Any, series: pl.DataFrame, nights: list[Night]) -> str:
     if others:
         lines += ["", "### Earlier change points", ""]
         lines += [f"- {change_line(c, series, nights, o.change_points)}" for c in others]
-    return "\n".join(lines) + "\n"
+    return _CONTROL.sub("", "\n".join(lines) + "\n")

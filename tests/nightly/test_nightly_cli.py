@@ -134,3 +134,8 @@ def test_labels_are_escaped_and_dates_checked(nights, tmp_path, capsys):
     assert report.parent.parent == out.resolve() and report.parent.name.startswith("_evil-")
     assert [p.name for p in (hist / "runs").iterdir() if "evil" in p.name][0].startswith("_evil-")
     assert not list(tmp_path.glob("evil*"))
+    # control characters from a label reach neither the terminal nor the summary
+    code, stdout, _ = cli(capsys, "nightly", str(nights[3]), "--history", str(hist), "--out", str(out),
+                          "--label", "date=2026-11-03", "--label", "engine=\x1b]0;pwned\x07vllm\r")
+    assert code == 0 and "vllm" in stdout
+    assert not any(ord(c) < 32 and c not in "\t\n" or 0x7f <= ord(c) <= 0x9f for c in stdout)
