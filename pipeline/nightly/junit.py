@@ -30,7 +30,8 @@ def nightly_junit(audit_xml: bytes | None, outcome: Any, metrics: list[str]) -> 
         case = _el(suite, "testcase", classname="tracelat.nightly.change_point",
                    name=f"{metric}: no new change for the worse", time="0")
         for c in failing.get(metric, []):
-            msg = (f"{label(metric)} {100 * c.rel_change:+.1f}% from night {c.night}: {c.before:.4g} -> "
+            size = "changed" if c.rel_change is None else f"{100 * c.rel_change:+.1f}%"
+            msg = (f"{label(metric)} {size} from night {c.night}: {c.before:.4g} -> "
                    f"{c.after:.4g} (p = {c.p_value:.4f})")
             node = _el(case, "failure", message=msg, type="ChangePoint")
             node.text = xml_clean(msg)

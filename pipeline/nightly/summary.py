@@ -32,7 +32,8 @@ def _pct(v: float | None) -> str:
 
 def change_line(c: analysis.Change, series: pl.DataFrame, nights: list[Night], found: list[analysis.Change]) -> str:
     """One change in words, with the tail cause that moved with it."""
-    text = (f"{md_text(label(c.metric))} {_pct(c.rel_change)} from night {md_text(c.night)} "
+    size = "changed" if c.rel_change is None else _pct(c.rel_change)  # from a level of 0: no relative size
+    text = (f"{md_text(label(c.metric))} {size} from night {md_text(c.night)} "
             f"(run {md_text(c.run_id)}): {_num(c.before)} -> {_num(c.after)}, p = {c.p_value:.4f}")
     cause = analysis.tail_cause(c, series, nights, found)
     if cause:
