@@ -88,8 +88,9 @@ def new_changes(now: list[Change], before: list[Change], tolerance: int = 1) -> 
 
 
 def gating(c: Change, min_change: float) -> bool:
-    """A change that fails the night: for the worse and at least ``min_change`` in size."""
-    return c.worse and c.rel_change is not None and abs(c.rel_change) >= min_change
+    """A change that fails the night: for the worse and at least ``min_change`` in size (a
+    change from a level of 0, e.g. no stalls before, has no relative size and always counts)."""
+    return c.worse and (c.rel_change is None or abs(c.rel_change) >= min_change)
 
 
 def open_regressions(found: list[Change], series: pl.DataFrame, nights: list[Night], min_change: float

@@ -86,13 +86,16 @@ def finish(opts: Any, hist: History, night: Night, recorded: bool, spec: Any):
     finally:
         con.close()
     set_report(hist, night.run_id, night_dir)
-    if opts.junit and audit is not None:
-        Path(opts.junit).parent.mkdir(parents=True, exist_ok=True)
-        Path(opts.junit).write_bytes(aud.junit_xml(audit))
     openr = analysis.open_regressions(found, series, upto, opts.min_change)
     outcome = Outcome(night, recorded, audit.to_dict() if audit else None, base.run_id if base else None,
                       comparison, found, new, openr, min_change=opts.min_change)
     outcome.markdown = markdown(outcome, series, upto)
+    if opts.junit:
+        from .junit import nightly_junit
+
+        tonight = series.filter(series["run_id"] == night.run_id)["metric"].to_list()
+        Path(opts.junit).parent.mkdir(parents=True, exist_ok=True)
+        Path(opts.junit).write_bytes(nightly_junit(aud.junit_xml(audit) if audit else None, outcome, tonight))
     (night_dir / "nightly.md").write_text(outcome.markdown, encoding="utf-8")
     # the trend page shows the whole history, even when an earlier night was re-run
     everything = found if len(upto) == len(nights) else _changes(hist, series, nights, opts.detector)
@@ -102,7 +105,7 @@ def finish(opts: Any, hist: History, night: Night, recorded: bool, spec: Any):
                      "json": str(out / "nightly.json")}
     if comparison:
         outcome.files["compare"] = comparison["html"]
-    if opts.junit and audit is not None:
+    if opts.junit:
         outcome.files["junit"] = str(opts.junit)
     (out / "nightly.json").write_text(dumps(outcome.to_dict()) + "\n", encoding="utf-8")
     return outcome

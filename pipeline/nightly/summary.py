@@ -5,6 +5,7 @@ interference share (TPOT tail) 41% -> 63%").  Labels and ids are escaped
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import polars as pl
@@ -13,6 +14,10 @@ from ..report.escape import md_text
 from . import analysis
 from .history import Night
 from .stats import label
+
+# Labels and ids come from logs and command lines; the summary goes to a terminal and to chat
+# messages, where control characters (an escape sequence retitling the window) have no place.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def _num(v: float | None) -> str:
@@ -27,7 +32,8 @@ def _pct(v: float | None) -> str:
 
 def change_line(c: analysis.Change, series: pl.DataFrame, nights: list[Night], found: list[analysis.Change]) -> str:
     """One change in words, with the tail cause that moved with it."""
-    text = (f"{md_text(label(c.metric))} {_pct(c.rel_change)} from night {md_text(c.night)} "
+    size = "changed" if c.rel_change is None else _pct(c.rel_change)  # from a level of 0: no relative size
+    text = (f"{md_text(label(c.metric))} {size} from night {md_text(c.night)} "
             f"(run {md_text(c.run_id)}): {_num(c.before)} -> {_num(c.after)}, p = {c.p_value:.4f}")
     cause = analysis.tail_cause(c, series, nights, found)
     if cause:
@@ -53,7 +59,7 @@ def markdown(o: Any, series: pl.DataFrame, nights: list[Night]) -> str:
         lines.append(f"- SLO: {o.slo['verdict'].upper()}"
                      + (f" (failed: {', '.join(md_text(f) for f in failed)})" if failed else ""))
     if o.baseline is None:
-        lines.append("- Baseline: none (no earlier night passed its SLOs).")
+        lines.append("- Baseline: none (the first night, or no earlier night passed its SLOs).")
     else:
         reg = (o.comparison or {}).get("regressions") or []
         lines.append(f"- Baseline: night {md_text(o.baseline)}; compare: {len(reg)} regression(s)"
@@ -75,4 +81,4 @@ def markdown(o: Any, series: pl.DataFrame, nights: list[Night]) -> str:
     if others:
         lines += ["", "### Earlier change points", ""]
         lines += [f"- {change_line(c, series, nights, o.change_points)}" for c in others]
-    return "\n".join(lines) + "\n"
+    return _CONTROL.sub("", "\n".join(lines) + "\n")

@@ -102,6 +102,15 @@ def test_tail_cause_is_the_share_that_grew(history):
     assert label(metric) == "decode baseline share (TPOT tail)"
 
 
+def test_a_change_from_zero_gates():
+    stalls = np.where(np.arange(N) >= STEP, 0.01, 0.0) * _noise(8)
+    nights, series = _history({"stalls.rate": stalls})
+    (c,) = analysis.changes(series, nights, Settings())
+    assert c.before == 0 and c.rel_change is None and c.worse and analysis.gating(c, 0.05)
+    (row,) = analysis.open_regressions([c], series, nights, 0.05)
+    assert row["rel_now"] is None and row["now"] == pytest.approx(np.median(stalls[STEP:]))
+
+
 def test_directions():
     assert direction("tpot_ms.p99") == 1 and direction("fit.t0_ms") == 1 and direction("stalls.rate") == 1
     assert direction("throughput.requests_per_s") == -1 and direction("fit.effective_bandwidth_gbps") == -1

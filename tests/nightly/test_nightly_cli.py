@@ -91,7 +91,12 @@ def test_nights_history_json_rerun_and_failures(nights, tmp_path, capsys):
                           "--label", "date=2026-11-04")
     res = json.loads(stdout)
     assert code == 1 and res["slo"]["passed"] is False and res["slo"]["failed"] == ["tpot_ms.p50 <= 0.001"]
-    assert int(ET.parse(junit).getroot().find("testsuite").get("failures")) == 1
+    root = ET.parse(junit).getroot()
+    audit_suite, cp_suite = root.findall("testsuite")
+    assert int(audit_suite.get("failures")) == 1 and int(root.get("failures")) == 1
+    # one change-point check per statistic tested tonight, none failing (four nights: nothing to find)
+    assert int(cp_suite.get("tests")) >= 18 and int(cp_suite.get("failures")) == 0
+    assert int(root.get("tests")) == int(audit_suite.get("tests")) + int(cp_suite.get("tests"))
 
     # the next night's auto baseline skips the night that failed its SLOs
     code, stdout, _ = cli(capsys, *base, str(nights[4]), "--label", "date=2026-11-05")
@@ -116,8 +121,7 @@ def test_labels_are_escaped_and_dates_checked(nights, tmp_path, capsys):
     code, stdout, _ = cli(capsys, "nightly", str(nights[1]), "--history", str(hist), "--out", str(out),
                           "--label", "date=2026-11-01", "--json")
     assert code == 0 and json.loads(stdout)["run_id"] == "2026-11-01.2"
-    for bad in (["--label", "date=11/01/2026"], ["--label", "nokey"], ["--junit", str(tmp_path / "j.xml")],
-                ["--baseline", "no-such-night"]):
+    for bad in (["--label", "date=11/01/2026"], ["--label", "nokey"], ["--baseline", "no-such-night"]):
         code, _, err = cli(capsys, "nightly", str(nights[2]), "--history", str(hist), *bad)
         assert code == 2 and err
     assert _counts(hist)[0] == 2
@@ -127,6 +131,11 @@ def test_labels_are_escaped_and_dates_checked(nights, tmp_path, capsys):
     res = json.loads(stdout)
     assert code == 0 and res["run_id"] == "../evil"
     report = Path(res["files"]["report"]).resolve()
-    assert report.parent.parent == out.resolve() and report.parent.name.startswith("_evil-")
-    assert [p.name for p in (hist / "runs").iterdir() if "evil" in p.name][0].startswith("_evil-")
+    assert report.parent.parent == out.resolve() and report.parent.name.startswith("_evil")
+    assert [p.name for p in (hist / "runs").iterdir() if "evil" in p.name][0].startswith("_evil")
     assert not list(tmp_path.glob("evil*"))
+    # control characters from a label reach neither the terminal nor the summary
+    code, stdout, _ = cli(capsys, "nightly", str(nights[3]), "--history", str(hist), "--out", str(out),
+                          "--label", "date=2026-11-03", "--label", "engine=\x1b]0;pwned\x07vllm\r")
+    assert code == 0 and "vllm" in stdout
+    assert not any(ord(c) < 32 and c not in "\t\n" or 0x7f <= ord(c) <= 0x9f for c in stdout)
