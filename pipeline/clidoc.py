@@ -21,7 +21,8 @@ def render() -> str:
     parts = ["# Command reference", "",
              "Generated from the commands' own help (`python -m pipeline.clidoc > docs/cli.md`); "
              "the README has the overview.", ""]
-    root = click.Context(cli, info_name="tracelat", terminal_width=WIDTH, max_content_width=WIDTH)
+    # make_context applies the group's context_settings (-h/--help), as a real invocation does
+    root = cli.make_context("tracelat", [], resilient_parsing=True, terminal_width=WIDTH, max_content_width=WIDTH)
     parts += ["## tracelat", "", "```", cli.get_help(root).rstrip(), "```", ""]
     for name in sorted(COMMANDS):
         module, attr, _ = COMMANDS[name]

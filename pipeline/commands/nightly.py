@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from ..terminal import echo
+
 from .options import dumps, json_option
 
 
@@ -62,9 +64,9 @@ def nightly(paths: tuple[Path, ...], history: Path, labels: tuple[tuple[str, str
 
     outcome = run(Options(paths, history, labels, slo_path, baseline, out_dir, junit_path, run_id, fmt, min_change))
     if as_json:
-        click.echo(dumps(outcome.to_dict()))
+        echo(dumps(outcome.to_dict()))
     else:
-        click.echo(outcome.markdown.rstrip())
-        click.echo(f"\ntrend: {outcome.files['trend']}\nreport: {outcome.files['report']}")
+        echo(outcome.markdown.rstrip())
+        echo(f"\ntrend: {outcome.files['trend']}\nreport: {outcome.files['report']}")
     if outcome.exit_code:
         sys.exit(outcome.exit_code)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-
-from ..errors import InputError
+import duckdb
 
 from .. import store
+from ..errors import InputError
 from . import reader
 from .canonical_sql import stage_sql
 from .load import Batch
