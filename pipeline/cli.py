@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "explain": ("pipeline.commands.explain", "explain", "Why is the TTFT/TPOT/E2E tail slow? p99 attribution to causes."),
     "replay": ("pipeline.commands.replay", "replay", "Replay a run through the simulator: validation, what-if, sweeps."),
     "export": ("pipeline.commands.export", "export", "Export a run for other tools: a Perfetto/Chrome timeline."),
+    "fleet": ("pipeline.commands.fleet", "fleet", "Analyse every run of a Parquet lake: fleet percentiles, outliers."),
     "record-fpm": ("pipeline.commands.record_fpm", "record_fpm", "Record an engine's ForwardPassMetrics ZMQ stream to JSONL."),
     "nightly": ("pipeline.commands.nightly", "nightly", "One command per night: history, SLOs, baseline, change points, trend page."),
 }

@@ -11,24 +11,41 @@ from .options import db_option, dumps, json_option
 
 
 @click.command()
-@click.argument("run_id")
+@click.argument("run_ids", nargs=-1, required=True, metavar="RUN...")
 @db_option
-@click.option("--perfetto", "perfetto", type=click.Path(path_type=Path), required=True, metavar="FILE.json[.gz]",
+@click.option("--lake", type=click.Path(file_okay=False, path_type=Path),
+              help="Copy the runs into this Parquet lake (DIR/<table>/run_id=<id>/), for `tracelat fleet`.")
+@click.option("--perfetto", "perfetto", type=click.Path(path_type=Path), metavar="FILE.json[.gz]",
               help="Write the run as a Chrome/Perfetto trace (Trace Event Format): steps, requests with their "
                    "queue/prefill/decode phases, stalls, KV and queue counters. Open it at ui.perfetto.dev.")
 @click.option("--max-steps", type=click.IntRange(min=1000), default=200_000, show_default=True,
               help="Above this many steps, keep every spike and stall and an even sample of the rest.")
 @json_option
-def export(run_id: str, db: str, perfetto: Path, max_steps: int, as_json: bool) -> None:
-    """Export RUN_ID for another tool (today: a Perfetto timeline)."""
+def export(run_ids: tuple[str, ...], db: str, lake: Path | None, perfetto: Path | None, max_steps: int,
+           as_json: bool) -> None:
+    """Export runs for other tools: a Perfetto timeline (one run) or a Parquet lake (any number)."""
     from .. import store
     from ..errors import InputError
+
+    if (lake is None) == (perfetto is None):
+        raise InputError("say where to: --perfetto FILE (one run) or --lake DIR")
+    con = store.connect(db, must_exist=True)
+    store.build_derived(con)
+    for r in run_ids:
+        store.require_run(con, r)
+    if lake is not None:
+        from ..lake import export_runs
+
+        rows = export_runs(con, list(run_ids), lake)
+        echo(dumps(rows) if as_json else f"{lake}: {len(run_ids)} run(s), " +
+             ", ".join(f"{n} {t}" for t, n in rows.items()))
+        return
+    if len(run_ids) != 1:
+        raise InputError("--perfetto writes one run; name one")
+    run_id = run_ids[0]
     from ..export.perfetto import export as to_perfetto
     from ..fit import get_or_fit
 
-    con = store.connect(db, must_exist=True)
-    store.build_derived(con)
-    store.require_run(con, run_id)
     get_or_fit(con, run_id)  # spike causes and residuals on the steps, when the run can be fitted
     try:
         info = to_perfetto(con, run_id, perfetto, max_steps)

@@ -47,7 +47,9 @@ def limit_factor(log_center: float, k: float, log_scale: float | None) -> float:
 
     A step is a stall when ``measured > predicted * exp(m + k*s)``; a step at the noise
     centre (``predicted * exp(m)``) crosses that only with this much extra time per ms
-    predicted. Smaller stalls hide in the step's own noise. Infinite without a spread.
+    predicted. Smaller stalls hide in the step's own noise. Infinite without a spread, or
+    when the cut lies beyond what a float holds (a Cauchy-like noise law fitted to a short
+    run puts the FDR cut at a log ratio of hundreds: no stall can be found there).
     """
     if log_scale is None or not math.isfinite(log_scale) or not math.isfinite(k):
         return math.inf

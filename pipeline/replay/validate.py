@@ -24,6 +24,10 @@ from .stats import replay_stats
 COMPARED_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 COMPARED_STATS = ("p50", "p90", "p99")
 THROUGHPUT = ("output_tokens_per_s", "requests_per_s")
+# the calibration report (validation replays): what-ifs move these, so their fidelity is what matters
+CALIBRATION_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms")
+CALIBRATION_STATS = ("mean", "p50", "p90", "p99")
+TRUST_TOL = 0.10  # a statistic replayed within 10% of the observed one is trusted for what-ifs
 
 # called after each seed with (seed, SimResult, stats); the CLI writes traces from it
 OnResult = Callable[[int, SimResult, dict[str, Any]], None]
@@ -100,6 +104,48 @@ class Comparison:
         rows = [self._row(m, s) for m in COMPARED_METRICS for s in COMPARED_STATS]
         return rows + [self._row("throughput", t) for t in THROUGHPUT]
 
+    def calibration_report(self) -> dict[str, Any]:
+        """Fidelity of the replay under the recorded policy, for deciding what its what-ifs can answer.
+
+        Per metric (TTFT, TPOT, ITL, E2E, queueing) and statistic (mean, p50, p90, p99): observed,
+        replayed (mean over seeds), relative error, its spread over seeds (min, max) and the bias:
+        ``over`` / ``under`` when every seed errs the same way (a systematic error of the model),
+        ``mixed`` when the seeds straddle the observed value (the error is within the replay's
+        own randomness). A metric is trusted when every statistic is within 10%; the verdict
+        names the trusted metrics, those that are not (with the worst statistic) and those the
+        recording does not have.
+        """
+        rows = []
+        for m in CALIBRATION_METRICS:
+            for st in CALIBRATION_STATS:
+                r = self._row(m, st)
+                lo, hi = r["rel_error_min"], r["rel_error_max"]
+                r["bias"] = (None if lo is None else "over" if lo > 0 else "under" if hi < 0 else "mixed")
+                r["within_tol"] = None if r["rel_error"] is None else abs(r["rel_error"]) <= TRUST_TOL
+                rows.append(r)
+        trusted, not_trusted, missing = [], [], []
+        for m in CALIBRATION_METRICS:
+            mine = [r for r in rows if r["metric"] == m and r["within_tol"] is not None]
+            if not mine:
+                missing.append(m)
+            elif all(r["within_tol"] for r in mine):
+                trusted.append(m)
+            else:
+                worst = max(mine, key=lambda r: abs(r["rel_error"]))
+                not_trusted.append({"metric": m, "stat": worst["stat"], "rel_error": worst["rel_error"],
+                                    "bias": worst["bias"]})
+        name = lambda m: m.removesuffix("_ms")  # noqa: E731
+        verdict = (f"trustworthy for what-ifs (mean, p50, p90, p99 within {TRUST_TOL:.0%}): "
+                   + (", ".join(name(m) for m in trusted) or "none"))
+        if not_trusted:
+            verdict += "; not: " + ", ".join(
+                f"{name(x['metric'])} ({x['stat']} {x['rel_error'] * 100:+.0f}%"
+                + (f", every seed {x['bias']}" if x["bias"] in ("over", "under") else "") + ")" for x in not_trusted)
+        if missing:
+            verdict += "; not in the recording: " + ", ".join(name(m) for m in missing)
+        return {"tolerance": TRUST_TOL, "rows": rows, "trusted": trusted, "not_trusted": not_trusted,
+                "not_observed": missing, "verdict": verdict}
+
     def to_dict(self) -> dict[str, Any]:
         cal = self.calibration
         return {
@@ -115,6 +161,7 @@ class Comparison:
             "calibration": cal.details,
             "replay_run_ids": self.run_ids,
             "rows": self.rows(),
+            "calibration_report": self.calibration_report() if self.mode == "validation" else None,
             "notes": cal.notes,
         }
 
@@ -145,6 +192,22 @@ class Comparison:
             name = f"{r['metric']} {r['stat']}" if r["metric"] != "throughput" else r["stat"]
             rng = (f"{_num(r['replay_min'])} .. {_num(r['replay_max'])}" if len(self.seeds) > 1 else "")
             lines.append(f"{name:<24}{_num(r['observed']):>11}{_num(r['replay']):>11}{_pct(r['rel_error']):>9}{rng:>22}")
+        if self.mode == "validation":
+            rep = self.calibration_report()
+            lines += ["", "calibration (recorded policy): error of the mean over seeds, seed range, bias",
+                      f"{'metric':<10}" + "".join(f"{st:>27}" for st in CALIBRATION_STATS)]
+            for m in CALIBRATION_METRICS:
+                cells = []
+                for r in (x for x in rep["rows"] if x["metric"] == m):
+                    if r["rel_error"] is None:
+                        cells.append(f"{'-':>27}")
+                        continue
+                    cell = (f"{_pct(r['rel_error'])} [{_pct(r['rel_error_min'])}..{_pct(r['rel_error_max'])}]"
+                            f" {r['bias'][0]}")
+                    cells.append(f"{cell:>27}")
+                lines.append(f"{m.removesuffix('_ms'):<10}" + "".join(cells))
+            lines.append("  (bias: o = every seed over, u = every seed under, m = seeds straddle the observed)")
+            lines.append(rep["verdict"])
         if self.run_ids:
             lines += ["", "replay runs: " + ", ".join(self.run_ids)]
         if cal.notes:

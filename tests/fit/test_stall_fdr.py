@@ -132,3 +132,16 @@ def test_null_fit_ignores_stalls(law, df):
         assert m.df > 50
     else:
         assert m.df == pytest.approx(df, rel=0.1)
+
+
+def test_cauchy_like_noise_gives_no_stalls_and_no_finite_limit():
+    """A cut beyond any float step time (heavy-tailed, short run) finds nothing and says no stall is findable."""
+    rng = np.random.default_rng(5)
+    r = 0.1 * rng.standard_cauchy(600)
+    null = fit_null(r)
+    assert null.df < 1.5
+    cut = fdr_threshold(r, Q, null)
+    assert cut.flagged == 0 and cut.threshold > r.max()
+    # the detection limit of a cut beyond float range is infinite, not an overflow
+    assert limit_factor(0.0, 5000.0, 0.2) == np.inf
+    assert limit_factor(0.01, 3.0, 0.1) == pytest.approx(np.exp(0.01) * np.expm1(0.3), rel=1e-12)

@@ -122,3 +122,24 @@ def test_cli_errors(tmp_path, steady_db):
     assert r.returncode == 2 and "--sweep does not write traces" in r.stderr
     r = run("replay", "steady", "--db", str(steady_db), "--sweep", "block_size=16")
     assert r.returncode == 2 and "NAME one of max_num_seqs" in r.stderr
+
+
+def test_calibration_report(validation):
+    """Mean/p50/p90/p99 of TTFT, TPOT, ITL, E2E and queueing; bias from the per-seed values; verdict."""
+    rep = validation.calibration_report()
+    assert {(r["metric"], r["stat"]) for r in rep["rows"]} == {
+        (m, s) for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms") for s in ("mean", "p50", "p90", "p99")}
+    for r in rep["rows"]:
+        per_seed = np.array([s[r["metric"]][r["stat"]] for s in validation.replays]) / r["observed"] - 1
+        assert r["rel_error"] == pytest.approx(per_seed.mean(), rel=1e-9, abs=1e-12)
+        assert (r["rel_error_min"], r["rel_error_max"]) == pytest.approx((per_seed.min(), per_seed.max()), rel=1e-9)
+        expect = "over" if (per_seed > 0).all() else "under" if (per_seed < 0).all() else "mixed"
+        assert r["bias"] == expect
+        assert r["within_tol"] == (abs(per_seed.mean()) <= 0.10)
+    # the simulated run replayed with its true model and policy: TPOT and E2E are trusted (SPEC §8 holds)
+    assert {"tpot_ms", "e2e_ms"} <= set(rep["trusted"])
+    for m in rep["trusted"]:
+        assert all(abs(r["rel_error"]) <= 0.10 for r in rep["rows"] if r["metric"] == m)
+    for x in rep["not_trusted"]:
+        assert abs(x["rel_error"]) > 0.10 and f"{x['metric'].removesuffix('_ms')} ({x['stat']}" in rep["verdict"]
+    assert rep["verdict"].startswith("trustworthy for what-ifs") and rep["verdict"] in validation.format()

@@ -1,0 +1,90 @@
+"""Fleet: per-run numbers equal summary's, fleet percentiles within the sketch's error of numpy over all
+requests, and the odd replicas (a head-of-line incident, a slower GPU) ranked first and flagged."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from pipeline import store
+from pipeline.cli import cli
+from pipeline.fleet import ALPHA, fleet, sketch_quantile
+from pipeline.ingest import ingest_paths
+from pipeline.metrics import summary
+
+
+def _replica(tmp, name: str, seed: int, burst: bool = False, slow_gpu: bool = False):
+    from pipeline.sim.engine import Policy, simulate
+    from pipeline.sim.model import IterationModel, NoiseModel
+    from pipeline.sim.workload import add_burst, poisson_workload
+    from pipeline.sim.writer import write_trace
+
+    w = poisson_workload(400, 8, 300, 0.6, 120, 0.6, seed=seed)
+    if burst:
+        w = add_burst(w, 20.0, 12, 16000, 16, spread_s=1.0)
+    model = IterationModel(6.8, 0.00025 * (2.0 if slow_gpu else 1.0), 0.032, 0.0)
+    pol = Policy(128, 2048)
+    result = simulate(w, pol, model, NoiseModel(0.03, 0.002, 40.0), seed=seed)
+    return write_trace(result, tmp / f"{name}.jsonl", name, pol, model, NoiseModel(0.03, 0.002, 40.0),
+                       model_name="meta-llama/Llama-3.1-8B", gpu="H100-SXM")
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory):
+    d = tmp_path_factory.mktemp("fleet")
+    files = [_replica(d, f"r{i}", 10 + i) for i in range(6)]
+    files += [_replica(d, "hol", 30, burst=True), _replica(d, "slowgpu", 31, slow_gpu=True)]
+    con = store.connect(d / "s.duckdb")
+    ingest_paths(con, files)
+    store.build_derived(con)
+    runs = [r[0] for r in con.execute("select run_id from runs order by 1").fetchall()]
+    con.close()
+    res = CliRunner().invoke(cli, ["export", *runs, "--db", str(d / "s.duckdb"), "--lake", str(d / "lake")])
+    assert res.exit_code == 0, res.output
+    return d
+
+
+def test_fleet_numbers(lake):
+    out = fleet(lake / "lake", workers=2)
+    con = store.connect(lake / "s.duckdb", read_only=True)
+    by = {r["run_id"]: r for r in out["runs"]}
+    assert set(by) == {f"r{i}" for i in range(6)} | {"hol", "slowgpu"}
+    for run, rec in by.items():  # per run: exactly what summary says
+        s = summary(con, run)
+        for m in ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms"):
+            assert rec[m]["p99"] == s[m]["p99"] and rec[m]["p50"] == s[m]["p50"]
+    for m, table in (("ttft_ms", "request_latency"), ("tpot_ms", "request_latency"), ("itl_ms", "token_gaps")):
+        status = "and status = 'ok'" if table == "request_latency" else ""
+        allv = con.execute(f"select {m} from {table} where {m} is not null {status}").fetchnumpy()[m]
+        assert out["fleet"][m]["count"] == len(allv)
+        for q in (0.5, 0.9, 0.99):
+            exact = np.quantile(allv, q, method="lower")
+            got = out["fleet"][m][f"p{int(round(q * 100))}"]
+            assert abs(got - exact) <= ALPHA * exact * 1.0001 + 1e-9, (m, q, got, exact)
+    ranked = [r["run_id"] for r in out["runs"]]
+    assert ranked[0] in ("hol", "slowgpu") and set(ranked[:2]) == {"hol", "slowgpu"}
+    assert "ttft_p99_ms" in by["hol"]["outlier"]
+    assert "bandwidth_gbps" in by["slowgpu"]["outlier"]
+    assert not any(by[f"r{i}"]["outlier"] for i in range(6))
+
+
+def test_fleet_cli_json_and_glob(lake):
+    res = CliRunner().invoke(cli, ["fleet", str(lake / "lake"), "--runs", "r*", "--json", "--workers", "1"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert {r["run_id"] for r in out["runs"]} == {f"r{i}" for i in range(6)}
+    assert set(out["fleet"]) == {"ttft_ms", "tpot_ms", "e2e_ms", "itl_ms"}
+
+
+def test_sketch_quantile_is_within_alpha():
+    rng = np.random.default_rng(0)
+    x = rng.lognormal(3, 1.5, 20_000)
+    g = (1 + ALPHA) / (1 - ALPHA)
+    ks, n = np.unique(np.ceil(np.log(x) / np.log(g)).astype(int), return_counts=True)
+    counts = dict(zip(ks.tolist(), n.tolist()))
+    for q in (0.01, 0.5, 0.9, 0.99, 0.999):
+        exact = np.quantile(x, q, method="lower")
+        assert abs(sketch_quantile(counts, q) - exact) <= ALPHA * exact * 1.0001
