@@ -5,10 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-
-from ..errors import InputError
-
 from .. import store
+from ..errors import InputError
 from . import reader
 from .load import Batch
 
