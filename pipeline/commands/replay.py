@@ -95,6 +95,7 @@ def replay(run_id: str, db: str, max_num_seqs, max_num_batched_tokens, kv_capaci
                  "kv_capacity_tokens": kv_capacity_tokens, "chunked_prefill": chunked_prefill,
                  "kv_block_size": kv_block_size, "admit_full_prompt": admit_full_prompt}
     con = store.open_for_reading(db, read_only_if=None if do_ingest else fit_ready(run_id))
+    tmp = None  # the scratch folder, once made; removed however the replay ends
     try:
         cal = calibrate(con, run_id, overrides, noise=noise, ok_only=ok_only)
         if workload_file is not None:

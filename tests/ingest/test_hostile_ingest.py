@@ -72,15 +72,17 @@ def test_vllm_bench_wrong_types_reject_their_entries(tmp_path):
     doc["ttfts"][2] = "fast"
     doc["itls"][4] = [0.01, "x"]
     doc["input_lens"][6] = {"a": 1}
+    doc["itls"][8] = [[1, 2]]  # mixed nesting: Polars cannot even turn these arrays into text
+    doc["ttfts"][9] = ["0.1"]
     doc["mean_ttft_ms"] = float("inf")  # run metadata: kept as text, not a crash
     f = tmp_path / "bench.json"
     f.write_text(json.dumps(doc))
     db = tmp_path / "t.duckdb"
     code, out = cli("ingest", f, "--db", db)
     assert code == 0, out
-    assert f"{n} read, {n - 3} accepted, 3 rejected" in out
+    assert f"{n} read, {n - 5} accepted, 5 rejected" in out
     got = rejects(db)
-    assert [r[0] for r in got] == [3, 5, 7]
+    assert [r[0] for r in got] == [3, 5, 7, 9, 10]
     assert "ttfts" in got[0][1] and "itls" in got[1][1] and "input_lens" in got[2][1]
 
 

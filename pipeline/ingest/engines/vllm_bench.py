@@ -29,6 +29,7 @@ from pathlib import Path
 import polars as pl
 
 from ...errors import InputError
+from ... import store
 from ..load import Batch
 from . import _common as c
 
@@ -71,35 +72,45 @@ def _documents(path: Path) -> list[dict]:
 
 SCHEMA = {"input_lens": pl.Int64, "output_lens": pl.Int64, "ttfts": pl.Float64, "itls": pl.List(pl.Float64),
           "latencies": pl.Float64, "start_times": pl.Float64, "errors": pl.String, "queue_times": pl.Float64}
-# a list of numbers as Polars writes it when casting a list to text: "[1.5,2,-3e-05]"
-_NUMBER_LIST = r"^\[\s*(?:[-+0-9.eEinfaINFA]+\s*(?:,\s*[-+0-9.eEinfaINFA]+\s*)*)?\]$"
+_SQL_TYPE = {pl.Int64: "bigint", pl.Float64: "double", pl.String: "varchar", pl.List(pl.Float64): "double[]"}
+
+# Each entry of a damaged array, typed by DuckDB from its JSON text: ``bad`` when it holds a
+# value (not null) that does not cast, or a list with an element that does not.
+_ENTRIES_SQL = """
+select case when t = 'VARCHAR' then x->>'$' when t = 'NULL' then null else x::varchar end as text,
+  try_cast(x as {typ}) as v, t
+from (select i, xs[i + 1] as x, json_type(xs[i + 1]) as t
+      from (select json_extract($doc::json, '$[*]') as xs), range(len(xs)) r(i)) order by i
+"""
 
 
 def _column(key: str, vals: list) -> tuple[pl.Series, pl.Series | None]:
     """The array as a typed column, and which entries had a value of the wrong type (or None).
 
-    Well-formed arrays take the strict fast path.  Otherwise every entry goes through its
-    text form (Polars casts any value to text) and is cast from there: an entry whose text
-    does not cast is wrong, and that request is rejected, not the file.
+    Well-formed arrays take the strict fast path.  Otherwise DuckDB types every entry from
+    the array's JSON text: an entry that does not cast makes its request a reject, not the
+    file an error.
     """
     dtype = SCHEMA[key]
     try:
         return pl.Series(key, vals, dtype=dtype, strict=True), None
     except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
         pass
-    text = pl.Series(key, vals, dtype=pl.String, strict=False)
-    if dtype == pl.String:
-        return text, None
+    con = store.scratch()
+    try:
+        # json.dumps writes NaN/Infinity, which DuckDB's JSON reader accepts
+        df = con.sql(_ENTRIES_SQL.format(typ=_SQL_TYPE[dtype]), params={"doc": json.dumps(vals)}).pl()
+    finally:
+        con.close()
+    if dtype == pl.String:  # error texts: any value is shown as its text
+        return df["text"].alias(key), None
+    col = df["v"]
+    bad = (df["t"] != "NULL") & col.is_null()
     if isinstance(dtype, pl.List):
-        shaped = text.str.contains(_NUMBER_LIST).fill_null(False)
-        items = pl.when(shaped).then(text.str.strip_chars("[] ").str.split(","))
-        col = pl.select(items.list.eval(pl.element().str.strip_chars().cast(pl.Float64, strict=False))
-                        .list.eval(pl.element().filter(pl.element().is_not_null()))).to_series()
-        n_items = pl.select(items.list.eval(pl.element().filter(pl.element().str.strip_chars() != "")).list.len()).to_series()
-        col = pl.select(pl.when(pl.lit(shaped) & (pl.lit(col).list.len() == pl.lit(n_items))).then(pl.lit(col))).to_series()
-    else:
-        col = text.cast(dtype, strict=False)
-    return col.alias(key), text.is_not_null() & col.is_null()
+        short = col.list.len() > col.list.drop_nulls().list.len()
+        col = pl.select(pl.when(pl.lit(short)).then(None).otherwise(pl.lit(col))).to_series()
+        bad = bad | short.fill_null(False)
+    return col.cast(dtype).alias(key), bad.fill_null(False)
 
 
 def _frame(doc: dict, path: Path) -> pl.DataFrame:
