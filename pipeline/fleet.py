@@ -127,7 +127,10 @@ def _map(tasks: list[tuple[str, str, float]], ray: str | None, workers: int | No
         how = "process pool"
     if len(tasks) == 1 or workers == 1:
         return [run_record(*t) for t in tasks], "in process"
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    import multiprocessing
+
+    # spawn, not fork: DuckDB and Polars hold threads that a forked child would inherit locked
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         return list(pool.map(run_record, *zip(*tasks))), how
 
 
@@ -158,9 +161,9 @@ def fleet(lake: Path, runs_glob: str | None = None, ray: str | None = None, work
     zs = {name: _robust_z([get(r) for r in records], sign) for name, (get, sign) in SIGNALS.items()}
     for i, rec in enumerate(records):
         rz = {name: z[i] for name, z in zs.items() if z[i] is not None}
-        rec["z"] = {k: round(v, 3) for k, v in rz.items()}
+        rec["z"] = {k: round(float(v), 3) for k, v in rz.items()}
         rec["outlier"] = sorted(k for k, v in rz.items() if v > Z_FLAG)
-        rec["worst_z"] = max(rz.values()) if rz else None
+        rec["worst_z"] = float(max(rz.values())) if rz else None
     ranked = sorted(records, key=lambda r: -(r["worst_z"] if r["worst_z"] is not None else -math.inf))
     return {"fleet": fleet_stats, "runs": ranked, "sketch_relative_error": alpha, "executor": how,
             "outlier_rule": f"robust z > {Z_FLAG} in the bad direction (median, 1.4826 MAD over runs)"}
