@@ -86,7 +86,7 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
     for table in reader.line_batches(path, progress):
         total += table.num_rows
         con.register("lines", table)
-        parts.append(pl.from_arrow(con.execute(SQL).to_arrow_table()))
+        parts.append(con.sql(SQL).pl())
         con.unregister("lines")
     con.close()
     df = _reasons(pl.concat(parts)) if parts else pl.DataFrame()

@@ -164,7 +164,7 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
             fixed = broken.with_columns(text=pl.col("raw").map_elements(_literal_fallback, return_dtype=pl.String))
             frame = frame.update(fixed.select("line_no", "text", valid=pl.col("text").is_not_null()), on="line_no")
         con.register("src", frame.select("line_no", "raw", "valid", js=pl.col("text")))
-        rec = pl.from_arrow(con.execute(EXTRACT, {"tz": zone}).to_arrow_table())
+        rec = con.sql(EXTRACT, params={"tz": zone}).pl()
         con.unregister("src")
         ends = rec.filter(pl.col("is_end")).height
         rec = rec.filter(~pl.col("is_end")).with_columns(reason=REASON)
