@@ -137,3 +137,20 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def run_captured(*args: object) -> tuple[int, str]:
+    """Run the CLI in this process with ``args``; returns (exit code, stdout and stderr together).
+
+    For scripts and tests that check what a user would see, without a subprocess per call.
+    """
+    import contextlib
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            main([str(a) for a in args])
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return code, out.getvalue()

@@ -2,24 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 from pathlib import Path
+from pipeline.cli import run_captured as cli
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures"
 
 
-def cli(*args) -> tuple[int, str]:
-    from pipeline.cli import main
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        try:
-            main([str(a) for a in args])
-            code = 0
-        except SystemExit as exc:
-            code = exc.code
-    return code, out.getvalue()
 
 
 def test_file_with_every_line_rejected_exits_2(tmp_path):

@@ -3,26 +3,14 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 from pathlib import Path
 
 import pytest
+from pipeline.cli import run_captured as cli
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
 
 
-def cli(*args) -> tuple[int, str]:
-    from pipeline.cli import main
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        try:
-            main([str(a) for a in args])
-            code = 0
-        except SystemExit as exc:
-            code = exc.code
-    return code, out.getvalue()
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import sqlite3
 import time
 from pathlib import Path
@@ -13,22 +11,12 @@ import pytest
 
 from pipeline import ingest, store
 from pipeline.errors import InputError, StoreError
+from pipeline.cli import run_captured as cli
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "fixtures" / "canonical" / "tiny.jsonl"
 
 
-def cli(*args) -> tuple[int, str]:
-    from pipeline.cli import main
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        try:
-            main([str(a) for a in args])
-            code = 0
-        except SystemExit as exc:
-            code = exc.code
-    return code, out.getvalue()
 
 
 def test_empty_db_is_an_error(tmp_path, monkeypatch):
