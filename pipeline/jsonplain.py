@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -21,3 +22,8 @@ def plain(obj: Any) -> Any:
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     return obj
+
+
+def dumps(obj: Any) -> str:
+    """Strict JSON (NaN/inf become null) with stable key order."""
+    return json.dumps(plain(obj), indent=2, default=str)

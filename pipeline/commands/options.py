@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import click
 
-from ..jsonplain import plain
+from ..jsonplain import dumps  # noqa: F401  (re-exported for the commands)
 
 db_option = click.option(
     "--db",
@@ -19,7 +16,3 @@ db_option = click.option(
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
 
-
-def dumps(obj: Any) -> str:
-    """Strict JSON (NaN/inf become null) with stable key order."""
-    return json.dumps(plain(obj), indent=2, default=str)

@@ -63,7 +63,7 @@ def finish(opts: Any, hist: History, night: Night, recorded: bool, spec: Any):
     """Everything after recording: returns the :class:`~.job.Outcome`."""
     from .. import audit as aud
     from .. import store
-    from ..commands.options import dumps
+    from ..jsonplain import dumps
     from ..report import write_report
     from .job import Outcome
     from .summary import markdown

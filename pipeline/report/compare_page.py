@@ -71,7 +71,7 @@ def _tests_table(comp: Comparison) -> str:
 def write_comparison(comp: Comparison, base_con: duckdb.DuckDBPyConnection, cand_con: duckdb.DuckDBPyConnection,
                      out_dir: str | Path | None = None) -> Path:
     """Write index.html, comparison.json and comparison.md; return the HTML path."""
-    from ..commands.options import dumps
+    from ..jsonplain import dumps
 
     out = Path(out_dir) if out_dir is not None else default_out_dir(comp.base_run, comp.cand_run)
     out.mkdir(parents=True, exist_ok=True)

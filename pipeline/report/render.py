@@ -274,7 +274,7 @@ def write_report(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: str | Pat
     ``summary`` reuses a ``metrics.summary(con, run_id)`` the caller already has.
     Derived tables must be current (``store.open_for_reading`` or ``build_derived``).
     """
-    from ..commands.options import dumps
+    from ..jsonplain import dumps
 
     s = dict(summary) if summary is not None else metrics.summary(con, run_id)
     audit = None
