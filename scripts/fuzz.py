@@ -332,7 +332,7 @@ def fuzz_format(fmt: str, cases: int, workdir: Path, seed: int = 0, max_seconds:
             import duckdb
 
             con = duckdb.connect(str(db))
-            con.execute(f"delete from ingests where path = '{str(path)}'")
+            con.execute("delete from ingests where path = ?", [str(path)])
             con.close()
         path.unlink()
         results.append(out)
@@ -355,6 +355,12 @@ def summarize(results: list[Outcome]) -> str:
     return "\n".join(lines)
 
 
+def _chunk(task: tuple[str, int, int, int, Path, float]) -> list[Outcome]:
+    fmt, first, n, seed, work, max_seconds = task
+    sys.path.insert(0, str(REPO))
+    return fuzz_format(fmt, n, work / f"{fmt}-{first}", seed=seed, max_seconds=max_seconds, first_case=first)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", type=int, default=200, help="cases per format")
@@ -362,6 +368,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", type=Path, default=None, help="scratch folder (default: a temporary one)")
     ap.add_argument("--max-seconds", type=float, default=10.0)
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="worker processes; cases are split in chunks of --chunk, each with its own store "
+                         "(a case's mutations depend only on seed, format and case number, so the cases are "
+                         "the same for any --jobs)")
+    ap.add_argument("--chunk", type=int, default=250, help="cases per task when --jobs > 1")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(REPO))
     import tempfile
@@ -369,9 +380,24 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Outcome] = []
     with tempfile.TemporaryDirectory(prefix="tracelat-fuzz-") as tmp:
         work = args.workdir or Path(tmp)
-        for fmt in args.formats.split(","):
-            t0 = time.perf_counter()
-            res = fuzz_format(fmt, args.cases, work / fmt, seed=args.seed, max_seconds=args.max_seconds)
+        fmts = args.formats.split(",")
+        if args.jobs > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            tasks = [(fmt, first, min(args.chunk, args.cases - first), args.seed, work, args.max_seconds)
+                     for fmt in fmts for first in range(0, args.cases, args.chunk)]
+            with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+                chunks = list(pool.map(_chunk, tasks))
+            per_fmt = {fmt: [o for (f, *_), c in zip(tasks, chunks) if f == fmt for o in c] for fmt in fmts}
+        else:
+            per_fmt = {}
+        t0 = time.perf_counter()
+        for fmt in fmts:
+            res = per_fmt.get(fmt)
+            if res is None:
+                t0 = time.perf_counter()
+                res = fuzz_format(fmt, args.cases, work / fmt, seed=args.seed, max_seconds=args.max_seconds)
             results += res
             print(summarize(res) + f" ({time.perf_counter() - t0:.0f} s)", flush=True)
             for r in res:
