@@ -98,7 +98,9 @@ def small(o: argparse.Namespace) -> None:
     from pipeline.sim.writer import write_trace
 
     work = o.workdir or Path(tempfile.mkdtemp(prefix="bench_fit_"))
-    model, noise, policy = IterationModel(6.8, 4.9e-5, 0.032, 0.0), NoiseModel(0.03, 0.005, 50.0), Policy(256, 4096)
+    model = IterationModel(t0_ms=6.8, a_ms_per_ctx=4.9e-5, b_ms_per_prefill=0.032, c_ms_per_decode=0.0)
+    noise = NoiseModel(sigma=0.03, stall_rate=0.005, stall_ms_mean=50.0)
+    policy = Policy(max_num_seqs=256, max_num_batched_tokens=4096)
     t = time.perf_counter()
     res = simulate(poisson_workload(o.requests, 40, 800, 0.8, 200, 0.8, seed=1), policy, model, noise, seed=2)
     trace = write_trace(res, work / "big.jsonl", "big", policy, model, noise, model_name="llama-3.1-8b",

@@ -56,8 +56,10 @@ def one(workload: str, seed: int, k: float, work: Path) -> dict[str, float]:
     prompt, output = WORKLOADS[workload]
     # Llama-3.1-8B on an H100 SXM (3350 GB/s): t0 = weight read at peak + 2 ms, a = KV read at 80% of peak
     kv_bytes, peak = 2 * 32 * 8 * 128 * 2, 3350e9
-    model = IterationModel(8.03e9 * 2 / peak * 1e3 + 2.0, kv_bytes / (0.8 * peak) * 1e3, 0.032, 0.0)
-    noise, policy = NoiseModel(SIGMA, STALL_RATE, STALL_MEAN_MS), Policy(128, 2048)
+    model = IterationModel(t0_ms=8.03e9 * 2 / peak * 1e3 + 2.0, a_ms_per_ctx=kv_bytes / (0.8 * peak) * 1e3,
+                           b_ms_per_prefill=0.032, c_ms_per_decode=0.0)
+    noise = NoiseModel(sigma=SIGMA, stall_rate=STALL_RATE, stall_ms_mean=STALL_MEAN_MS)
+    policy = Policy(max_num_seqs=128, max_num_batched_tokens=2048)
     res = simulate(poisson_workload(3000, 20, prompt, 0.8, output, 0.8, seed=seed), policy, model, noise, seed=seed + 1)
     run = f"{workload}-{seed}"
     trace = write_trace(res, work / f"{run}.jsonl", run, policy, model, noise, with_token_times=False)
@@ -87,9 +89,11 @@ def by_size(sizes: list[int], seeds: int, q: float) -> None:
     from pipeline.sim.workload import poisson_workload
 
     kv_bytes, peak = 2 * 32 * 8 * 128 * 2, 3350e9
-    model = IterationModel(8.03e9 * 2 / peak * 1e3 + 2.0, kv_bytes / (0.8 * peak) * 1e3, 0.032, 0.0)
-    tpl = simulate(poisson_workload(3000, 20, 300, 0.8, 400, 0.8, seed=1), Policy(128, 2048), model,
-                   NoiseModel(0.0), seed=1).iterations
+    model = IterationModel(t0_ms=8.03e9 * 2 / peak * 1e3 + 2.0, a_ms_per_ctx=kv_bytes / (0.8 * peak) * 1e3,
+                           b_ms_per_prefill=0.032, c_ms_per_decode=0.0)
+    tpl = simulate(poisson_workload(3000, 20, 300, 0.8, 400, 0.8, seed=1),
+                   Policy(max_num_seqs=128, max_num_batched_tokens=2048), model,
+                   NoiseModel(sigma=0.0), seed=1).iterations
     print(f"{'law':<10}{'steps':>9}{'rate':>7}{'rule':>7}{'stalls':>8}{'flagged':>9}{'false':>7}{'fdr':>7}"
           f"{'recall':>8}{'rec>lim':>8}{'lim p50 ms':>11}{'df':>6}{'s/fit':>7}")
     for law in ("lognormal", "t"):
@@ -98,7 +102,8 @@ def by_size(sizes: list[int], seeds: int, q: float) -> None:
                 acc = {"fdr": np.zeros(6), "k3.5": np.zeros(6)}
                 dfs, secs = [], 0.0
                 for seed in range(seeds):
-                    st = resampled_steps(tpl, n, model, NoiseModel(SIGMA, rate, 60.0, law), seed)
+                    st = resampled_steps(tpl, n, model,
+                                         NoiseModel(sigma=SIGMA, stall_rate=rate, stall_ms_mean=60.0, law=law), seed)
                     cols = {c: st[c].astype(float) for c in ("context_tokens", "prefill_tokens", "decode_tokens")}
                     for rule, k in (("fdr", None), ("k3.5", 3.5)):
                         t = time.perf_counter()

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from .errors import InputError
+from .settings import setting
 
 try:  # Python 3.11+
     import tomllib
@@ -99,6 +101,36 @@ class ModelSpec:
         """Bytes of weights one decode step reads (active or all parameters)."""
         n = self.active_b if active else self.params_b
         return n * 1e9 * dtype_bytes(dtype or self.dtype)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HardwareSpec:
+    """What the user says a run ran on; each field left None is taken from the run's metadata.
+
+    Only the hardware figures of a fit depend on it (``tracelat fit`` makes its options
+    from these fields; :func:`pipeline.fit.hardware.resolve` looks the names up).
+    """
+
+    model: str | None = setting(None, "Model name from the catalogue or a HF id (default: the run's model).")
+    config: str | None = setting(None, "A Hugging Face config.json (or its folder) instead of --model.",
+                                 existing="path")
+    gpu: str | None = setting(None, "GPU from the catalogue (h100-sxm, a100-80gb, ..., cpu:GBPS); default: the "
+                                    "run's GPU.")
+    bandwidth_gbps: float | None = setting(None, "Peak memory bandwidth in GB/s (required for --gpu cpu).")
+    tflops: float | None = setting(None, "Dense peak TFLOP/s, overriding the catalogue (prefill roofline).",
+                                   flag="--peak-tflops")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form (all fields, None included)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "HardwareSpec":
+        """The inverse of :meth:`to_dict`; unknown keys are an error, missing ones None."""
+        unknown = set(d) - {f.name for f in fields(cls)}
+        if unknown:
+            raise InputError(f"unknown hardware setting(s): {', '.join(sorted(unknown))}")
+        return cls(**d)
 
 
 @lru_cache(maxsize=None)

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import click
 
+from ..catalog import HardwareSpec
 from ..defaults import STALL_FDR  # not pipeline.fit.stalls: that imports the fit stack
+from ..settings import build, options
 from ..terminal import echo
 from .options import db_option, dumps, json_option
 
 
 @click.command()
 @click.argument("run_id")
-@click.option("--model", help="Model name from the catalogue or a HF id (default: the run's model).")
-@click.option("--config", "config", type=click.Path(exists=True), help="A Hugging Face config.json instead of --model.")
-@click.option("--gpu", help="GPU from the catalogue (h100-sxm, a100-80gb, ..., cpu:GBPS); default: the run's GPU.")
-@click.option("--bandwidth-gbps", type=float, help="Peak memory bandwidth in GB/s (required for --gpu cpu).")
-@click.option("--peak-tflops", type=float, help="Dense peak TFLOP/s, overriding the catalogue (prefill roofline).")
+@options(HardwareSpec)
 @click.option("--fdr", "fdr", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True), default=STALL_FDR,
               show_default=True,
               help="Stall detection: the expected share of false stalls among the flagged steps (Benjamini-Hochberg "
@@ -26,7 +24,7 @@ from .options import db_option, dumps, json_option
 @click.option("--bootstrap", type=click.IntRange(min=10), default=200, show_default=True, help="Bootstrap replicates for the CIs.")
 @db_option
 @json_option
-def fit(run_id: str, model, config, gpu, bandwidth_gbps, peak_tflops, fdr, k, bootstrap, db: str, as_json: bool) -> None:
+def fit(run_id: str, fdr, k, bootstrap, db: str, as_json: bool, **hardware) -> None:
     """Fit iteration_ms ~ t0 + a*context + b*prefill + c*decode to RUN_ID.
 
     Robust (outliers are the stalls being hunted), with bootstrap confidence
@@ -42,9 +40,9 @@ def fit(run_id: str, model, config, gpu, bandwidth_gbps, peak_tflops, fdr, k, bo
 
     if k is not None:
         click.echo("Warning: --k is deprecated; it replaces the false-discovery-rate rule (--fdr) for this fit", err=True)
-    if model and config:
+    hw = build(HardwareSpec, hardware)
+    if hw.model and hw.config:
         raise InputError("give --model or --config, not both")
     con = store.open_for_reading(db)  # read-write: the fit is stored
-    result = fit_run(con, run_id, model=model, gpu=gpu, config=config, bandwidth_gbps=bandwidth_gbps,
-                     tflops=peak_tflops, k=k, fdr=fdr, n_boot=bootstrap)
+    result = fit_run(con, run_id, hw, k=k, fdr=fdr, n_boot=bootstrap)
     echo(dumps(result.to_dict()) if as_json else format_fit(result))

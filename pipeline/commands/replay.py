@@ -9,8 +9,22 @@ from pathlib import Path
 import click
 
 from ..errors import InputError, writing
+from ..settings import given, options
+from ..sim.config import Policy
 from ..terminal import echo
 from .options import db_option, dumps, json_option
+
+
+def _unset(f) -> str:
+    """What a policy option left out means in a replay: the recorded value, else Policy's ``unrecorded``."""
+    if "unrecorded" not in f.metadata:
+        return "recorded"
+    v = f.metadata["unrecorded"]
+    return f"recorded, else {('on' if v else 'off') if isinstance(v, bool) else v}"
+
+
+SWEEP_HELP = ("What-if sweep of one setting: " + ", ".join(Policy.__dataclass_fields__) + ", "
+              "e.g. max_num_batched_tokens=256,512,1024,2048.")
 
 
 def _seed_path(out: Path, seed: int, n_seeds: int) -> Path:
@@ -26,18 +40,7 @@ def _seed_path(out: Path, seed: int, n_seeds: int) -> Path:
 @click.command()
 @click.argument("run_id", metavar="RUN")
 @db_option
-@click.option("--max-num-seqs", type=click.IntRange(min=1), help="Most requests running at once (default: recorded).")
-@click.option("--max-num-batched-tokens", type=click.IntRange(min=1),
-              help="Token budget per step, i.e. the prefill chunk size (default: recorded).")
-@click.option("--kv-capacity-tokens", type=click.IntRange(min=1), help="KV-cache size in tokens (default: recorded).")
-@click.option("--kv-block-size", type=click.IntRange(min=1),
-              help="KV allocated in blocks of this many tokens (vLLM block_size; default: recorded, else 1 = "
-                   "counted in tokens).")
-@click.option("--chunked-prefill/--no-chunked-prefill", default=None,
-              help="Split long prompts over steps (default: recorded, else on).")
-@click.option("--admit-full-prompt/--no-admit-full-prompt", default=None,
-              help="Admit a request only when KV has room for its whole prompt, not just its first chunk "
-                   "(vLLM scheduler_reserve_full_isl; default: recorded, else on).")
+@options(Policy, unset=_unset)
 @click.option("--noise", type=click.Choice(["fitted", "none"]), default="fitted", show_default=True,
               help="fitted: the fit's residual spread and stalls; none: the model's mean step time only.")
 @click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True,
@@ -45,10 +48,7 @@ def _seed_path(out: Path, seed: int, n_seeds: int) -> Path:
 @click.option("--seed", "first_seed", type=click.IntRange(min=0), default=0, show_default=True, help="First seed.")
 @click.option("--ok-only", is_flag=True, help="Replay only requests that were ok in the recording "
               "(default: failed/aborted ones are replayed as load, not compared).")
-@click.option("--sweep", "sweep_spec", metavar="NAME=V1,V2,...",
-              help="What-if sweep of one setting: max_num_batched_tokens, max_num_seqs, kv_capacity_tokens, "
-                   "kv_block_size, chunked_prefill or admit_full_prompt, "
-                   "e.g. max_num_batched_tokens=256,512,1024,2048.")
+@click.option("--sweep", "sweep_spec", metavar="NAME=V1,V2,...", help=SWEEP_HELP)
 @click.option("--slo", type=click.Path(dir_okay=False), help="SLO file (as for tracelat audit): mark which swept "
               "settings meet it.")
 @click.option("--chart", type=click.Path(dir_okay=False),
@@ -63,10 +63,9 @@ def _seed_path(out: Path, seed: int, n_seeds: int) -> Path:
                    "simulate --lengths-file` reads (CSV, JSONL, Parquet; Azure and Splitwise traces).")
 @click.option("--no-token-times", is_flag=True, help="Leave per-token times out of written traces (smaller).")
 @json_option
-def replay(run_id: str, db: str, max_num_seqs, max_num_batched_tokens, kv_capacity_tokens, kv_block_size,
-           chunked_prefill, admit_full_prompt, noise: str, seeds: int, first_seed: int, ok_only: bool,
+def replay(run_id: str, db: str, noise: str, seeds: int, first_seed: int, ok_only: bool,
            sweep_spec: str | None, slo: str | None, chart: str | None, out: Path | None, do_ingest: bool,
-           workload_file: Path | None, no_token_times: bool, as_json: bool) -> None:
+           workload_file: Path | None, no_token_times: bool, as_json: bool, **policy_options) -> None:
     """Replay RUN's arrivals and sizes through the simulator with RUN's fitted iteration model.
 
     With the recorded policy (no policy option) this validates the model: observed
@@ -91,9 +90,7 @@ def replay(run_id: str, db: str, max_num_seqs, max_num_batched_tokens, kv_capaci
     if (slo or chart) and not sweep_spec:
         raise InputError("--slo and --chart go with --sweep; for a single replay use --out --ingest and "
                          "tracelat audit on the replay run")
-    overrides = {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
-                 "kv_capacity_tokens": kv_capacity_tokens, "chunked_prefill": chunked_prefill,
-                 "kv_block_size": kv_block_size, "admit_full_prompt": admit_full_prompt}
+    overrides = given(Policy, policy_options)  # None: not given (recorded)
     con = store.open_for_reading(db, read_only_if=None if do_ingest else fit_ready(run_id))
     tmp = None  # the scratch folder, once made; removed however the replay ends
     try:

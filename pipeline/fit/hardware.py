@@ -19,7 +19,7 @@ from typing import Any
 import duckdb
 
 from .. import catalog
-from ..catalog import Gpu, ModelSpec
+from ..catalog import Gpu, HardwareSpec, ModelSpec
 
 
 @dataclass(frozen=True)
@@ -34,16 +34,9 @@ class Hardware:
     notes: tuple[str, ...] = ()
 
 
-def resolve(
-    con: duckdb.DuckDBPyConnection,
-    run_id: str,
-    model: str | None = None,
-    config: str | None = None,
-    gpu: str | None = None,
-    bandwidth_gbps: float | None = None,
-    tflops: float | None = None,
-) -> Hardware:
-    """Model and GPU from the options, else from the run's metadata (``runs.model``/``gpu``)."""
+def resolve(con: duckdb.DuckDBPyConnection, run_id: str, hw: HardwareSpec = HardwareSpec()) -> Hardware:
+    """Model and GPU as ``hw`` names them, else from the run's metadata (``runs.model``/``gpu``)."""
+    model, config, gpu, bandwidth_gbps, tflops = hw.model, hw.config, hw.gpu, hw.bandwidth_gbps, hw.tflops
     rows = con.execute("select model, gpu, num_gpus, dtype, kv_dtype from runs where run_id = ?", [run_id]).fetchall()
     run_model, run_gpu, num_gpus, dtype, kv_dtype = rows[0] if rows else (None, None, None, None, None)
     notes = []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from .stalls import limit_factor
@@ -99,21 +99,22 @@ class FitResult:
         if not self.extended:
             return None
         c = self.extended["coef"]
-        return IterationModel(*(c.get(k, 0.0) for k in ("t0_ms", "a_ms_per_ctx", "b_ms_per_prefill", "c_ms_per_decode",
-                                                        "d_ms_per_req", "e_ms_per_prefill_attn")))
+        return IterationModel(**{f.name: c.get(f.name, 0.0) for f in fields(IterationModel)})
 
     def iteration_model(self):
         """The fit as the simulator's :class:`~pipeline.sim.model.IterationModel` (unfitted terms = 0)."""
         from ..sim.model import IterationModel
 
-        return IterationModel(self.t0_ms or 0.0, self.a_ms_per_ctx or 0.0, self.b_ms_per_prefill or 0.0,
-                              self.c_ms_per_decode or 0.0)
+        return IterationModel(t0_ms=self.t0_ms or 0.0, a_ms_per_ctx=self.a_ms_per_ctx or 0.0,
+                              b_ms_per_prefill=self.b_ms_per_prefill or 0.0,
+                              c_ms_per_decode=self.c_ms_per_decode or 0.0)
 
     def noise_model(self):
         """Residual noise and stalls as the simulator's :class:`~pipeline.sim.model.NoiseModel`."""
         from ..sim.model import NoiseModel
 
-        return NoiseModel(self.residual_log_sigma or 0.0, self.stall_rate or 0.0, self.stall_ms.get("mean") or 0.0)
+        return NoiseModel(sigma=self.residual_log_sigma or 0.0, stall_rate=self.stall_rate or 0.0,
+                          stall_ms_mean=self.stall_ms.get("mean") or 0.0)
 
     def summary_section(self) -> dict[str, Any]:
         """The SPEC §9 ``fit`` section of summary.json."""

@@ -18,6 +18,7 @@ import duckdb
 import numpy as np
 
 from .. import store
+from ..catalog import HardwareSpec
 from . import claims, hardware, sql, stalls
 from .extended import fit_extended
 from .model import TERMS, LinearFit, fit_linear, log_ratio
@@ -117,11 +118,8 @@ def _numbers(fit: LinearFit | None, cols, y, k: float) -> dict[str, Any]:
 def fit_run(
     con: duckdb.DuckDBPyConnection,
     run_id: str,
-    model: str | None = None,
-    gpu: str | None = None,
-    config: str | None = None,
-    bandwidth_gbps: float | None = None,
-    tflops: float | None = None,
+    hw: HardwareSpec = HardwareSpec(),
+    *,
     k: float | None = None,
     n_boot: int = 200,
     fdr: float = stalls.DEFAULT_FDR,
@@ -129,16 +127,15 @@ def fit_run(
 ) -> FitResult:
     """Fit the memory-bound model to a run, store it, and return the full result.
 
-    ``model`` (catalogue name or HF id), ``config`` (HF config.json), ``gpu``
-    (catalogue name, ``cpu:GBPS``), ``bandwidth_gbps`` and ``tflops`` only affect
-    the hardware figures; without them the run's metadata is used. ``timings``,
+    ``hw`` (model, HF config, GPU, bandwidth, TFLOP/s; :class:`~pipeline.catalog.HardwareSpec`)
+    only affects the hardware figures; what it leaves None comes from the run's metadata. ``timings``,
     if given, receives the seconds each phase took (benchmarks). Stalls: steps flagged by
     Benjamini-Hochberg at false-discovery rate ``fdr``; ``k`` (deprecated) flags steps beyond a
     fixed ``k`` robust sigmas instead, whose false stalls grow with the run.
     """
     lap = _Lap(timings)
     store.require_run(con, run_id)
-    hw = hardware.resolve(con, run_id, model, config, gpu, bandwidth_gbps, tflops)  # bad names fail early
+    resolved = hardware.resolve(con, run_id, hw)  # bad names fail early
     cols, y, notes, n_all, extra = _load(con, run_id)
     lap("load")
     # steps that all last 0 ms (coarse or missing clocks) carry no timing to fit: the
@@ -183,7 +180,7 @@ def fit_run(
     except BaseException:
         store.rollback(con)  # never hide the error with "no transaction is active"
         raise
-    return assemble(run_id, nums, hw)
+    return assemble(run_id, nums, resolved)
 
 
 class _Lap:
@@ -259,11 +256,7 @@ def fit_ready(*run_ids: str):
 def get_or_fit(
     con: duckdb.DuckDBPyConnection,
     run_id: str,
-    model: str | None = None,
-    gpu: str | None = None,
-    config: str | None = None,
-    bandwidth_gbps: float | None = None,
-    tflops: float | None = None,
+    hw: HardwareSpec = HardwareSpec(),
 ) -> FitResult:
     """The run's fit: the stored one while the run's data is unchanged, else a new fit."""
     store.require_run(con, run_id)
@@ -272,5 +265,5 @@ def get_or_fit(
         if store.is_read_only(con):
             raise store.StoreError(f"run {run_id!r} has no current stored fit and the store is open read-only; "
                                    "open it with store.open_for_reading(db, read_only_if=fit_ready(run_id))")
-        return fit_run(con, run_id, model, gpu, config, bandwidth_gbps, tflops)
-    return assemble(run_id, nums, hardware.resolve(con, run_id, model, config, gpu, bandwidth_gbps, tflops))
+        return fit_run(con, run_id, hw)
+    return assemble(run_id, nums, hardware.resolve(con, run_id, hw))

@@ -51,6 +51,7 @@ Decisions (docs/replay.md explains them to users):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field, replace
@@ -61,22 +62,37 @@ import numpy as np
 
 from .. import store
 from ..errors import InputError
+from ..settings import flags, settings
 from ..sim import NO_NOISE, IterationModel, NoiseModel, Policy, Workload
 
-POLICY_FIELDS = ("max_num_seqs", "max_num_batched_tokens", "kv_capacity_tokens", "chunked_prefill", "kv_block_size",
-                 "admit_full_prompt")
-BOOL_FIELDS = ("chunked_prefill", "admit_full_prompt")
-# runs.meta keys that may hold each policy field, first match wins
-META_KEYS = {
-    "max_num_seqs": ("max_num_seqs",),
-    "max_num_batched_tokens": ("max_num_batched_tokens",),
-    "kv_capacity_tokens": ("kv_capacity_tokens", "kv_cache_tokens"),
-    "chunked_prefill": ("chunked_prefill", "enable_chunked_prefill"),
-    "kv_block_size": ("kv_block_size", "block_size"),
-    "admit_full_prompt": ("admit_full_prompt", "scheduler_reserve_full_isl"),
+# the policy's fields, their types and flags come from the Policy dataclass (declared once, in sim/config.py)
+POLICY_FIELDS = tuple(f.name for f in dataclasses.fields(Policy))
+BOOL_FIELDS = tuple(f.name for f, _, t in settings(Policy) if t is bool)
+OPTIONS = flags(Policy)
+# what a replay assumes for a field the run does not record (Policy metadata), and why
+UNRECORDED = {f.name: f.metadata["unrecorded"] for f in dataclasses.fields(Policy) if "unrecorded" in f.metadata}
+# runs.meta keys that may hold a policy field besides its own name (other engines' names), first match wins
+META_ALIASES = {
+    "kv_capacity_tokens": ("kv_cache_tokens",),
+    "chunked_prefill": ("enable_chunked_prefill",),
+    "kv_block_size": ("block_size",),
+    "admit_full_prompt": ("scheduler_reserve_full_isl",),
 }
-OPTIONS = {f: "--" + f.replace("_", "-") for f in POLICY_FIELDS}
-OPTIONS.update({f: f"--{f.replace('_', '-')}/--no-{f.replace('_', '-')}" for f in BOOL_FIELDS})
+META_KEYS = {f: (f, *META_ALIASES.get(f, ())) for f in POLICY_FIELDS}
+# field -> (policy source, note) when UNRECORDED fills it in; the notes come in this order
+UNRECORDED_WHY = {
+    "chunked_prefill": ("default (vLLM v1 chunks prefills)",
+                        "the run does not record whether prefill was chunked: replayed with chunked prefill "
+                        "(pass --no-chunked-prefill otherwise)"),
+    "admit_full_prompt": ("default (vLLM v1 scheduler_reserve_full_isl)",
+                          "the run does not record whether admission waits for KV room for the whole prompt: "
+                          "replayed with it, as vLLM's default scheduler_reserve_full_isl (pass "
+                          "--no-admit-full-prompt for an engine that checks only the first chunk)"),
+    "kv_block_size": ("default (KV counted in tokens)",
+                      "the run does not record its KV block size: KV is counted in tokens, which fits more "
+                      "requests than a paged cache when KV is tight (pass --kv-block-size N: vLLM uses 16 on GPU, "
+                      "128 on CPU)"),
+}
 NOISE_MODES = ("fitted", "none")
 
 
@@ -202,21 +218,12 @@ def resolve_policy(run_id: str, recorded: dict[str, Any], sources: dict[str, str
             src.setdefault(f, "option")
         else:
             values[f] = recorded[f]
-    if values["chunked_prefill"] is None:
-        values["chunked_prefill"], src["chunked_prefill"] = True, "default (vLLM v1 chunks prefills)"
-        notes.append("the run does not record whether prefill was chunked: replayed with chunked prefill "
-                     "(pass --no-chunked-prefill otherwise)")
-    if values["admit_full_prompt"] is None:
-        values["admit_full_prompt"] = True
-        src["admit_full_prompt"] = "default (vLLM v1 scheduler_reserve_full_isl)"
-        notes.append("the run does not record whether admission waits for KV room for the whole prompt: replayed "
-                     "with it, as vLLM's default scheduler_reserve_full_isl (pass --no-admit-full-prompt for an "
-                     "engine that checks only the first chunk)")
-    if values["kv_block_size"] is None:
-        values["kv_block_size"], src["kv_block_size"] = 1, "default (KV counted in tokens)"
-        notes.append("the run does not record its KV block size: KV is counted in tokens, which fits more "
-                     "requests than a paged cache when KV is tight (pass --kv-block-size N: vLLM uses 16 on GPU, "
-                     "128 on CPU)")
+    for f in [*UNRECORDED_WHY, *(f for f in UNRECORDED if f not in UNRECORDED_WHY)]:
+        if values[f] is None:
+            source, note = UNRECORDED_WHY.get(f, ("default", f"the run does not record {f}: replayed with "
+                                                              f"{UNRECORDED[f]} (pass {OPTIONS[f]} otherwise)"))
+            values[f], src[f] = UNRECORDED[f], source
+            notes.append(note)
     missing = [f for f in POLICY_FIELDS if values[f] is None]
     if missing:
         raise InputError(
@@ -349,8 +356,10 @@ def calibrate(
         # the extended model predicts held-out steps better: simulate with it, scaled to its own mean
         base, scale, which = fit.extended_model(), float(ext.get("mean_scale") or 1.0), "extended"
     t0 = max(base.t0_ms * scale + gap, 0.0)
-    model = IterationModel(t0, base.a_ms_per_ctx * scale, base.b_ms_per_prefill * scale, base.c_ms_per_decode * scale,
-                           base.d_ms_per_req * scale, base.e_ms_per_prefill_attn * scale)
+    model = IterationModel(t0_ms=t0, a_ms_per_ctx=base.a_ms_per_ctx * scale,
+                           b_ms_per_prefill=base.b_ms_per_prefill * scale, c_ms_per_decode=base.c_ms_per_decode * scale,
+                           d_ms_per_req=base.d_ms_per_req * scale,
+                           e_ms_per_prefill_attn=base.e_ms_per_prefill_attn * scale)
     if ext:
         mb, xt = ext["cv"]["memory_bound"], ext["cv"]["extended"]
         cnotes.append(f"iteration model: {which} (held-out MAPE {xt['mape_pct']:.3g}% extended, {mb['mape_pct']:.3g}% "

@@ -17,6 +17,7 @@ replay for it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from ..sim import SimResult
+from ..settings import settings
+from ..sim import Policy, SimResult
 from .calibrate import BOOL_FIELDS, POLICY_FIELDS, Calibration
 from .stats import METRICS, request_values
 from .validate import replay_seeds
@@ -34,12 +36,16 @@ TABLE_STATS = (("ttft_ms", "p50"), ("ttft_ms", "p99"), ("tpot_ms", "p50"), ("tpo
 
 
 def parse_sweep(text: str) -> tuple[str, list[Any]]:
-    """``"max_num_batched_tokens=256,512"`` -> ``("max_num_batched_tokens", [256, 512])``."""
+    """``"max_num_batched_tokens=256,512"`` -> ``("max_num_batched_tokens", [256, 512])``.
+
+    NAME is any field of :class:`~pipeline.sim.Policy`; a whole-number field's values must
+    be at least the field's declared minimum (its CLI option's range)."""
     name, eq, raw = text.partition("=")
     name = name.strip().replace("-", "_")
     if not eq or name not in POLICY_FIELDS:
         raise InputError(f"--sweep {text!r}: expected NAME=V1,V2,... with NAME one of {', '.join(POLICY_FIELDS)}, "
                          "as in --sweep max_num_batched_tokens=256,512,1024,2048")
+    least = {f.name: s.min for f, s, _ in settings(Policy) if s.min is not None}
     values: list[Any] = []
     for item in (s.strip() for s in raw.split(",")):
         if not item:
@@ -54,8 +60,8 @@ def parse_sweep(text: str) -> tuple[str, list[Any]]:
             v = int(item.replace("_", ""))
         except ValueError:
             raise InputError(f"--sweep {text!r}: {item!r} is not a whole number") from None
-        if v < 1:
-            raise InputError(f"--sweep {text!r}: values must be >= 1, got {v}")
+        if v < least.get(name, -math.inf):
+            raise InputError(f"--sweep {text!r}: values must be >= {least[name]:g}, got {v}")
         values.append(v)
     if not values:
         raise InputError(f"--sweep {text!r}: no values given")

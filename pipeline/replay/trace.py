@@ -73,7 +73,8 @@ def write_replay(result: SimResult, path, run_id: str, cal: Calibration, seed: i
     src = _source_run(con, cal.run_id)
     recorded = np.asarray(cal.recorded_status[:result.n_requests]).astype(str)
     return write_trace(
-        result, path, run_id, cal.policy, cal.model, cal.noise, cal.workload.describe(), with_token_times,
+        result, path, run_id, policy=cal.policy, model=cal.model, noise=cal.noise,
+        workload_info=cal.workload.describe(), with_token_times=with_token_times,
         model_name=src.get("model") or "replayed", gpu=src.get("gpu") or "simulated",
         meta_extra={"replay": replay_meta(cal, seed, result)}, request_columns={"recorded_status": recorded},
     )

@@ -36,7 +36,7 @@ OnResult = Callable[[int, SimResult, dict[str, Any]], None]
 def replay_once(cal: Calibration, seed: int, extra_quantiles: dict[str, float] | None = None
                 ) -> tuple[SimResult, dict[str, Any]]:
     """Simulate one seed of the replay and compute its statistics."""
-    result = simulate(cal.workload, cal.policy, cal.model, cal.noise, seed)
+    result = simulate(cal.workload, policy=cal.policy, model=cal.model, noise=cal.noise, seed=seed)
     if cal.frontend_delay_s.any():  # back to the client's arrival: TTFT includes the recorded front-end time
         n = result.n_requests
         result.requests["t_arrival"] = result.requests["t_arrival"] - cal.frontend_delay_s[:n]

@@ -9,16 +9,18 @@ file; the ``simulate`` and ``demo`` commands call it.
 
 from __future__ import annotations
 
+import importlib
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import numpy as np
-
-from pipeline.sim.engine import Policy, SimResult, simulate, token_times
+from pipeline.sim.config import DEFAULT_REQUESTS, Policy, WorkloadSpec
 from pipeline.sim.model import NO_NOISE, IterationModel, NoiseModel
-from pipeline.sim.workload import Workload, add_burst, poisson_workload, workload_from_file
+
+if TYPE_CHECKING:
+    from pipeline.sim.engine import SimResult, simulate, token_times
+    from pipeline.sim.workload import Workload, add_burst, poisson_workload, workload_from_file
 
 __all__ = [
     "IterationModel", "NO_NOISE", "NoiseModel", "Policy", "SimResult", "SimulationRun", "Workload", "WorkloadSpec",
@@ -26,38 +28,16 @@ __all__ = [
     "workload_from_file",
 ]
 
-DEFAULT_REQUESTS = 1000
+# The engine and workloads need NumPy; they load on first use, so that importing the settings
+# (pipeline.sim.config, through this package) for a command's --help loads no numerical library.
+_LAZY = {"SimResult": "engine", "simulate": "engine", "token_times": "engine", "Workload": "workload",
+         "add_burst": "workload", "poisson_workload": "workload", "workload_from_file": "workload"}
 
 
-@dataclass(frozen=True)
-class WorkloadSpec:
-    """How to make the workload of a simulated run.
-
-    Synthetic by default (gamma/Poisson arrivals, log-normal lengths; see
-    :func:`poisson_workload`); ``lengths_file`` reads arrivals and sizes from a
-    file instead (:func:`workload_from_file`). ``requests=None`` means
-    :data:`DEFAULT_REQUESTS`, or enough to fill ``iterations`` steps when
-    :func:`run_simulation` is given a step count. A burst (an incident of
-    ``burst_count`` long prompts at ``burst_at_s``) is added on top.
-    """
-
-    requests: int | None = None
-    rate_rps: float = 10.0
-    burstiness: float = 1.0
-    prompt_mean: float = 512.0
-    prompt_sigma: float = 0.8
-    output_mean: float = 128.0
-    output_sigma: float = 0.8
-    lengths_file: str | None = None
-    burst_at_s: float | None = None
-    burst_count: int = 0
-    burst_prompt_tokens: int = 8192
-    burst_output_tokens: int = 32
-    burst_spread_s: float = 0.0
-
-    def to_dict(self) -> dict:
-        """Plain-dict form, for truth files."""
-        return asdict(self)
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"pipeline.sim.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -73,6 +53,8 @@ class SimulationRun:
 
     def summary_line(self) -> str:
         """One line for the CLI: iterations, requests, simulated duration, path."""
+        import numpy as np
+
         r = self.result
         ok = int(np.sum(r.requests["status"] == "ok"))
         dur = float(r.iterations["t_end"][-1]) if r.n_iterations else 0.0
@@ -101,6 +83,8 @@ def _estimate_requests(spec: WorkloadSpec, policy: Policy, model: IterationModel
 
 def build_workload(spec: WorkloadSpec, seed: int, n_requests: int | None = None) -> Workload:
     """The workload ``spec`` describes (``n_requests`` overrides ``spec.requests``)."""
+    from pipeline.sim.workload import Workload, add_burst, poisson_workload, workload_from_file
+
     if spec.lengths_file:
         w = workload_from_file(spec.lengths_file)
         n = n_requests if n_requests is not None else spec.requests
@@ -166,6 +150,7 @@ def run_simulation(
         model_name, gpu: what the run record names (e.g. a catalogued model and GPU,
             so that bandwidth figures can be checked against the simulated truth).
     """
+    from pipeline.sim.engine import simulate
     from pipeline.sim.writer import write_trace, write_truth
 
     out = Path(out)
@@ -174,16 +159,18 @@ def run_simulation(
     n_req = _estimate_requests(spec, policy, model, iterations) if sized else None
     for _attempt in range(6):
         w = workload if workload is not None else build_workload(spec, seed, n_req)
-        result = simulate(w, policy, model, noise, seed, t_end_s=t_end_s, progress=progress,
+        result = simulate(w, policy=policy, model=model, noise=noise, seed=seed, t_end_s=t_end_s, progress=progress,
                           max_iterations=iterations)
         if not sized or result.n_iterations >= iterations or result.info["stop"] != "done":
             break
         # the workload ran out before the step count: size it up from what one request lasted
         n_req = int(n_req * 1.3 * iterations / max(result.n_iterations, 1)) + 100
     info = {"spec": spec.to_dict() if workload is None else None, **w.describe()}
-    write_trace(result, out, run_id, policy, model, noise, info, with_token_times, model_name=model_name, gpu=gpu)
+    write_trace(result, out, run_id, policy=policy, model=model, noise=noise, workload_info=info,
+                with_token_times=with_token_times, model_name=model_name, gpu=gpu)
     truth_path = None
     if truth is not False:
         truth_path = Path(truth) if truth else default_truth_path(out)
-        write_truth(truth_path, result, run_id, policy, model, noise, seed, info, out)
+        write_truth(truth_path, result, run_id, policy=policy, model=model, noise=noise, seed=seed, workload_info=info,
+                    trace_path=out)
     return SimulationRun(result, w, run_id, out, truth_path, seed)

@@ -63,12 +63,13 @@ import heapq
 import math
 from array import array
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
 from pipeline.errors import InputError
+from pipeline.sim.config import Policy
 from pipeline.sim.model import IterationModel, NoiseModel
 from pipeline.sim.workload import Workload
 
@@ -82,61 +83,6 @@ REQUEST_FIELDS = (
     "preemptions", "status",
 )
 NOISE_CHUNK = 16384  # noise is drawn this many iterations at a time; progress is reported as often
-
-
-@dataclass(frozen=True)
-class Policy:
-    """Scheduler settings (vLLM names).
-
-    Attributes:
-        max_num_seqs: most requests running (decoding or prefilling) at once.
-        max_num_batched_tokens: token budget of one step (decodes + prefill chunks).
-        kv_capacity_tokens: KV-cache size in tokens; exceeding it preempts.
-        chunked_prefill: split prompts over steps to fit the budget.
-        kv_block_size: KV is allocated in blocks of this many tokens (vLLM's
-            ``block_size``: 16 on GPU, 128 on CPU); 1 counts KV in tokens. The
-            cache holds ``kv_capacity_tokens // kv_block_size`` blocks.
-        admit_full_prompt: admit a waiting request only when the blocks of its
-            whole prompt (prompt + tokens generated, after a preemption) are
-            free, not just those of its first chunk (vLLM's
-            ``scheduler_reserve_full_isl``): a chunked prompt admitted into a
-            nearly full cache otherwise preempts itself as it grows.
-    """
-
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 2048
-    kv_capacity_tokens: int = 1_000_000
-    chunked_prefill: bool = True
-    kv_block_size: int = 1
-    admit_full_prompt: bool = False
-
-    def __post_init__(self) -> None:
-        if self.max_num_seqs < 1:
-            raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
-        if self.max_num_batched_tokens < self.max_num_seqs:
-            # as in vLLM: every running request must be able to decode in one step
-            raise ValueError(
-                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs ({self.max_num_seqs})"
-            )
-        if self.kv_capacity_tokens < 1:
-            raise ValueError(f"kv_capacity_tokens must be >= 1, got {self.kv_capacity_tokens}")
-        if self.kv_block_size < 1 or self.kv_block_size > self.kv_capacity_tokens:
-            raise ValueError(f"kv_block_size must be between 1 and kv_capacity_tokens ({self.kv_capacity_tokens}), "
-                             f"got {self.kv_block_size}")
-
-    @property
-    def kv_blocks(self) -> int:
-        """Blocks in the KV cache."""
-        return self.kv_capacity_tokens // self.kv_block_size
-
-    @property
-    def kv_usable_tokens(self) -> int:
-        """Tokens the whole cache holds in full blocks: the most one request can use."""
-        return self.kv_blocks * self.kv_block_size
-
-    def to_dict(self) -> dict:
-        """Plain-dict form, for run metadata and truth files."""
-        return asdict(self)
 
 
 @dataclass

@@ -22,32 +22,32 @@ mean) matches the log-normal's. Stall detectors must not mistake its tail for st
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+from pipeline.settings import setting
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class IterationModel:
-    """Linear iteration-time model; every coefficient is in milliseconds.
+    """Linear iteration-time model; every coefficient is in milliseconds (help in each field's metadata).
 
-    Attributes:
-        t0_ms: fixed cost of one step (weight read, kernel launches, scheduling).
-        a_ms_per_ctx: cost per context token read by attention (KV-cache read).
-        b_ms_per_prefill: cost per prompt token computed in the step.
-        c_ms_per_decode: cost per decode token generated in the step.
-        d_ms_per_req: cost per request in the step (decodes + prefill chunks): per-sequence
-            host and kernel work that real engines add (0: the memory-bound model).
-        e_ms_per_prefill_attn: cost per attention token pair of prefill chunks: a chunk of L
-            tokens after c computed ones attends to ``L x (c + L / 2)`` pairs (the long
-            prompt's chunks grow costlier; 0: the memory-bound model).
+    ``d_ms_per_req`` and ``e_ms_per_prefill_attn`` are the extended terms: 0 is the
+    memory-bound model.
     """
 
-    t0_ms: float = 5.0
-    a_ms_per_ctx: float = 0.0002
-    b_ms_per_prefill: float = 0.02
-    c_ms_per_decode: float = 0.0
-    d_ms_per_req: float = 0.0
-    e_ms_per_prefill_attn: float = 0.0
+    t0_ms: float = setting(5.0, "Fixed cost of one step in ms (weight read, launches, scheduling).")
+    a_ms_per_ctx: float = setting(0.0002, "ms per context token read by attention (KV read) per step.")
+    b_ms_per_prefill: float = setting(0.02, "ms per prompt token computed in a step.")
+    c_ms_per_decode: float = setting(0.0, "ms per decode token generated in a step.")
+    d_ms_per_req: float = setting(
+        0.0, "ms per request in a step (decodes + prefill chunks): per-sequence host and kernel work "
+             "(0: the memory-bound model).")
+    e_ms_per_prefill_attn: float = setting(
+        0.0, "ms per attention token pair of a prefill chunk: a chunk of L tokens after c computed ones "
+             "attends to L x (c + L/2) pairs (0: the memory-bound model).")
 
     def base_ms(self, context_tokens, prefill_tokens, decode_tokens, requests=0, prefill_attn=0):
         """Model time before noise and stalls; works on scalars and numpy arrays."""
@@ -75,23 +75,19 @@ class IterationModel:
         return d
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NoiseModel:
-    """Multiplicative log-normal noise plus rare additive stalls.
+    """Multiplicative log noise plus rare additive stalls (help in each field's metadata)."""
 
-    Attributes:
-        sigma: log-space standard deviation of the noise factor (0 = no noise).
-        stall_rate: probability that one iteration carries an injected stall.
-        stall_ms_mean: mean stall length in ms (exponentially distributed).
-        law: ``"lognormal"`` (Gaussian log noise) or ``"t"`` (Student-t log noise).
-        df: degrees of freedom of the t law (> 2, so that sigma is its standard deviation).
-    """
-
-    sigma: float = 0.03
-    stall_rate: float = 0.0
-    stall_ms_mean: float = 50.0
-    law: str = "lognormal"
-    df: float = 3.0
+    sigma: float = setting(0.03, "Log-space sigma of the multiplicative iteration-time noise (0 = none).",
+                           flag="--noise-sigma")
+    stall_rate: float = setting(0.0, "Probability that a step carries an injected stall (0..1).")
+    stall_ms_mean: float = setting(50.0, "Mean length of an injected stall in ms (exponential).", flag="--stall-ms")
+    law: str = setting("lognormal", "Law of the log noise: lognormal (Gaussian) or t (Student-t, heavy-tailed, "
+                                    "scaled to standard deviation sigma).", flag="--noise-law",
+                       choices=("lognormal", "t"))
+    df: float = setting(3.0, "Degrees of freedom of the t law (> 2, so that sigma is its standard deviation).",
+                        flag="--noise-df")
 
     def __post_init__(self) -> None:
         if self.sigma < 0:
@@ -112,6 +108,8 @@ class NoiseModel:
         reproducible for a seed whatever the parameters are (the t law draws its
         chi-square last: a log-normal run is the same draws as before the law existed).
         """
+        import numpy as np  # here, not at the top: commands read the fields without loading NumPy
+
         z = rng.standard_normal(n)
         u = rng.random(n)
         e = rng.standard_exponential(n)

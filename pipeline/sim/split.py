@@ -31,17 +31,20 @@ def scenario(kind: str, seed: int):
     from pipeline.sim.engine import simulate
     from pipeline.sim.workload import add_burst, poisson_workload
 
-    model, noise = IterationModel(6.8, 0.00025, 0.032, 0.0), NoiseModel(0.03, 0.005, 50.0)
+    model = IterationModel(t0_ms=6.8, a_ms_per_ctx=0.00025, b_ms_per_prefill=0.032, c_ms_per_decode=0.0)
+    noise = NoiseModel(sigma=0.03, stall_rate=0.005, stall_ms_mean=50.0)
     if kind == "light":
-        w, pol = poisson_workload(300, 4, 300, 0.6, 120, 0.6, seed=seed), Policy(64, 2048)
+        w = poisson_workload(300, 4, 300, 0.6, 120, 0.6, seed=seed)
+        pol = Policy(max_num_seqs=64, max_num_batched_tokens=2048)
     elif kind == "incident":
         w = add_burst(poisson_workload(500, 8, 400, 0.6, 120, 0.6, seed=seed), 30.0, 12, 16000, 16, spread_s=1.0)
-        pol = Policy(128, 2048)
+        pol = Policy(max_num_seqs=128, max_num_batched_tokens=2048)
     elif kind == "kv":
-        w, pol = poisson_workload(400, 20, 400, 0.6, 300, 0.6, seed=seed), Policy(128, 2048, 30000)
+        w = poisson_workload(400, 20, 400, 0.6, 300, 0.6, seed=seed)
+        pol = Policy(max_num_seqs=128, max_num_batched_tokens=2048, kv_capacity_tokens=30000)
     else:
         raise ValueError(f"unknown scenario {kind!r}; one of {', '.join(SCENARIOS)}")
-    return simulate(w, pol, model, noise, seed=seed), pol, model, noise
+    return simulate(w, policy=pol, model=model, noise=noise, seed=seed), pol, model, noise
 
 
 CLIENT_FIELDS = ("req_id", "t_arrival", "t_first_token", "t_finish", "prompt_tokens", "output_tokens", "status")
@@ -53,7 +56,7 @@ def write_split(result: SimResult, server_path, client_path, run_id: str, policy
     """Write both files; returns the true offset (server clock minus client clock, seconds)."""
     import polars as pl
 
-    rec = run_record(run_id, policy, model, noise, None, model_name, gpu)
+    rec = run_record(run_id, policy=policy, model=model, noise=noise, model_name=model_name, gpu=gpu)
     rec.update(clock="unix")
     rec["meta"] = plain(rec["meta"])
     with _open_out(Path(server_path)) as fh:

@@ -91,7 +91,8 @@ def write_trace(
     import polars as pl
 
     path = Path(path)
-    rec = run_record(run_id, policy, model, noise, plain(workload_info), model_name, gpu)
+    rec = run_record(run_id, policy=policy, model=model, noise=noise, workload_info=plain(workload_info),
+                     model_name=model_name, gpu=gpu)
     rec["meta"].update(plain(meta_extra or {}))
     with _open_out(path) as fh:
         fh.write((json.dumps(rec, allow_nan=False, separators=(",", ":")) + "\n").encode())

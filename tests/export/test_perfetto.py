@@ -73,7 +73,8 @@ def test_long_runs_are_sampled_by_a_stated_rule(tmp_path):
     from pipeline.sim import run_simulation
     from pipeline.sim.model import NoiseModel
 
-    sim = run_simulation(tmp_path / "s.jsonl", truth=False, iterations=12_000, noise=NoiseModel(0.03, 0.01, 40.0),
+    sim = run_simulation(tmp_path / "s.jsonl", truth=False, iterations=12_000,
+                         noise=NoiseModel(sigma=0.03, stall_rate=0.01, stall_ms_mean=40.0),
                          with_token_times=False)
     con = store.connect(tmp_path / "s.duckdb")
     ingest_paths(con, [sim.trace_path])

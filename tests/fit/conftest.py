@@ -35,7 +35,7 @@ def make_run(tmp: Path, run_id: str, workload, policy, noise, tokens: bool = Tru
     from pipeline.sim.model import IterationModel
     from pipeline.sim.writer import write_trace
 
-    model = IterationModel(T0_TRUE, A_TRUE, B_TRUE, 0.0)
+    model = IterationModel(t0_ms=T0_TRUE, a_ms_per_ctx=A_TRUE, b_ms_per_prefill=B_TRUE, c_ms_per_decode=0.0)
     result = simulate(workload, policy, model, noise, seed=seed)
     trace = tmp / f"{run_id}.jsonl"
     write_trace(result, trace, run_id, policy, model, noise, model_name=model_name, gpu=gpu, with_token_times=tokens)
@@ -64,7 +64,8 @@ def accuracy_run(tmp_path_factory) -> SimRun:
     from pipeline.sim.workload import poisson_workload
 
     w = poisson_workload(3000, 20, 800, 0.8, 200, 0.8, seed=1)
-    return make_run(tmp_path_factory.mktemp("acc"), "acc", w, Policy(128, 2048), NoiseModel(0.03, 0.02, 50.0), seed=2)
+    return make_run(tmp_path_factory.mktemp("acc"), "acc", w, Policy(max_num_seqs=128, max_num_batched_tokens=2048),
+                    NoiseModel(sigma=0.03, stall_rate=0.02, stall_ms_mean=50.0), seed=2)
 
 
 @pytest.fixture(scope="session")
@@ -75,7 +76,9 @@ def incident_run(tmp_path_factory) -> SimRun:
     from pipeline.sim.workload import add_burst, poisson_workload
 
     w = add_burst(poisson_workload(1500, 8, 400, 0.6, 150, 0.6, seed=1), 90.0, 24, 16000, 16, spread_s=1.0)
-    return make_run(tmp_path_factory.mktemp("inc"), "incident", w, Policy(128, 2048), NoiseModel(0.03, 0.005, 50.0))
+    return make_run(tmp_path_factory.mktemp("inc"), "incident", w,
+                    Policy(max_num_seqs=128, max_num_batched_tokens=2048),
+                    NoiseModel(sigma=0.03, stall_rate=0.005, stall_ms_mean=50.0))
 
 
 def _kv_workload():
@@ -90,8 +93,9 @@ def kv_run(tmp_path_factory) -> SimRun:
     from pipeline.sim.engine import Policy
     from pipeline.sim.model import NoiseModel
 
-    return make_run(tmp_path_factory.mktemp("kv"), "kv", _kv_workload(), Policy(128, 2048, 30000),
-                    NoiseModel(0.03, 0.005, 50.0))
+    return make_run(tmp_path_factory.mktemp("kv"), "kv", _kv_workload(),
+                    Policy(max_num_seqs=128, max_num_batched_tokens=2048, kv_capacity_tokens=30000),
+                    NoiseModel(sigma=0.03, stall_rate=0.005, stall_ms_mean=50.0))
 
 
 @pytest.fixture(scope="session")
@@ -100,5 +104,6 @@ def kv_run_no_tokens(tmp_path_factory) -> SimRun:
     from pipeline.sim.engine import Policy
     from pipeline.sim.model import NoiseModel
 
-    return make_run(tmp_path_factory.mktemp("kvn"), "kvn", _kv_workload(), Policy(128, 2048, 30000),
-                    NoiseModel(0.03, 0.005, 50.0), tokens=False)
+    return make_run(tmp_path_factory.mktemp("kvn"), "kvn", _kv_workload(),
+                    Policy(max_num_seqs=128, max_num_batched_tokens=2048, kv_capacity_tokens=30000),
+                    NoiseModel(sigma=0.03, stall_rate=0.005, stall_ms_mean=50.0), tokens=False)

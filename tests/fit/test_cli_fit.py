@@ -26,7 +26,9 @@ def small_db(tmp_path_factory) -> tuple[str, object]:
     from pipeline.sim.writer import write_trace
 
     tmp = tmp_path_factory.mktemp("cli")
-    model, noise, policy = IterationModel(5.0, 2e-4, 0.02, 0.0), NoiseModel(0.02, 0.01, 40.0), Policy(64, 1024)
+    model = IterationModel(t0_ms=5.0, a_ms_per_ctx=2e-4, b_ms_per_prefill=0.02, c_ms_per_decode=0.0)
+    noise = NoiseModel(sigma=0.02, stall_rate=0.01, stall_ms_mean=40.0)
+    policy = Policy(max_num_seqs=64, max_num_batched_tokens=1024)
     res = simulate(poisson_workload(400, 8, 300, 0.7, 100, 0.7, seed=4), policy, model, noise, seed=4)
     trace = write_trace(res, tmp / "small.jsonl", "small", policy, model, noise, model_name="mistral-7b", gpu="l40s")
     db = str(tmp / "small.duckdb")

@@ -32,8 +32,10 @@ def extended_run(tmp_path_factory):
     from pipeline.sim.writer import write_trace
 
     tmp = tmp_path_factory.mktemp("ext")
-    model = IterationModel(T0_TRUE, A_TRUE, B_TRUE, 0.0, D_TRUE, E_TRUE)
-    noise, policy = NoiseModel(0.03, 0.01, 50.0), Policy(128, 2048)
+    model = IterationModel(t0_ms=T0_TRUE, a_ms_per_ctx=A_TRUE, b_ms_per_prefill=B_TRUE, c_ms_per_decode=0.0,
+                           d_ms_per_req=D_TRUE, e_ms_per_prefill_attn=E_TRUE)
+    noise = NoiseModel(sigma=0.03, stall_rate=0.01, stall_ms_mean=50.0)
+    policy = Policy(max_num_seqs=128, max_num_batched_tokens=2048)
     res = simulate(poisson_workload(12000, 12, 1500, 0.9, 200, 0.8, seed=1), policy, model, noise, seed=1)
     trace = write_trace(res, tmp / "ext.jsonl", "ext", policy, model, noise, with_token_times=False)
     con = store.connect(tmp / "ext.duckdb")

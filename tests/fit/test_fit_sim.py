@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pipeline.catalog import HardwareSpec
 from pipeline.fit import get_or_fit
 from pipeline.fit.stalls import stall_iters
 from pipeline.sim.engine import Policy
@@ -66,7 +67,8 @@ def _oracle(run) -> float:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_stall_recall_and_false_positives_on_chat_load(tmp_path, seed):
     """The acceptance figure: >= 95% of ALL injected stalls found, <= 5% of the flagged steps false."""
-    run = make_run(tmp_path, f"chat{seed}", chat_workload(seed), Policy(128, 2048), NoiseModel(0.03, 0.02, 50.0),
+    run = make_run(tmp_path, f"chat{seed}", chat_workload(seed), Policy(max_num_seqs=128, max_num_batched_tokens=2048),
+                   NoiseModel(sigma=0.03, stall_rate=0.02, stall_ms_mean=50.0),
                    tokens=False, seed=seed + 1)
     flagged, _ = _flags_and_predicted(run)
     score = score_stalls(flagged, run.result.iterations["stall_ms"])
@@ -134,7 +136,7 @@ def test_stored_fit_is_reused_and_models_round_trip(acc_fit, accuracy_run):
     assert im.base_ms(1000, 10, 2) == pytest.approx(acc_fit.predict_ms(1000, 10, 2))
     assert nm.sigma == acc_fit.residual_log_sigma and nm.stall_rate == acc_fit.stall_rate
     # a different GPU changes the hardware figures, not the fit
-    h200 = get_or_fit(accuracy_run.con, accuracy_run.run_id, gpu="h200")
+    h200 = get_or_fit(accuracy_run.con, accuracy_run.run_id, HardwareSpec(gpu="h200"))
     assert h200.t0_ms == acc_fit.t0_ms
     assert h200.hardware["bandwidth_fraction_of_peak"] == pytest.approx(
         acc_fit.hardware["effective_bandwidth_gbps"] / 4800, rel=1e-9)

@@ -33,13 +33,14 @@ def template():
 
     from .conftest import chat_workload
 
-    model = IterationModel(T0_TRUE, A_TRUE, B_TRUE, 0.0)
-    return simulate(chat_workload(1), Policy(128, 2048), model, NoiseModel(0.0), seed=1).iterations, model
+    model = IterationModel(t0_ms=T0_TRUE, a_ms_per_ctx=A_TRUE, b_ms_per_prefill=B_TRUE, c_ms_per_decode=0.0)
+    return simulate(chat_workload(1), Policy(max_num_seqs=128, max_num_batched_tokens=2048), model,
+                    NoiseModel(sigma=0.0), seed=1).iterations, model
 
 
 def _detect(template, n: int, rate: float, law: str, seed: int) -> dict:
     it, model = template
-    s = resampled_steps(it, n, model, NoiseModel(0.03, rate, 60.0, law), seed)
+    s = resampled_steps(it, n, model, NoiseModel(sigma=0.03, stall_rate=rate, stall_ms_mean=60.0, law=law), seed)
     cols = {c: s[c].astype(float) for c in ("context_tokens", "prefill_tokens", "decode_tokens")}
     f = fit_linear(cols, s["iteration_ms"], n_boot=0, fdr=Q)
     yhat = f.predict(cols)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pipeline import store
+from pipeline.catalog import HardwareSpec
 from pipeline.fit import explain, fit_run
 from pipeline.ingest import ingest_paths
 
@@ -27,7 +28,7 @@ def vllm_fit(tmp_path_factory):
     # the step log and the per-request stats on one run, so context_tokens can be estimated from the requests
     ingest_paths(con, [VLLM / "server_epoch.log", VLLM / "requests.jsonl"], run_id="cpu")
     store.build_derived(con)
-    return con, fit_run(con, "cpu", config=str(tmp / "config.json"), gpu="cpu:20", n_boot=100)
+    return con, fit_run(con, "cpu", HardwareSpec(config=str(tmp / "config.json"), gpu="cpu:20"), n_boot=100)
 
 
 def test_fit_runs_and_reports_spread(vllm_fit):
@@ -68,7 +69,7 @@ def test_extended_model_out_of_sample_on_real_runs(tmp_path, name):
     con = store.connect(tmp_path / "v.duckdb")
     ingest_paths(con, [d / "server_epoch.log", d / "requests.jsonl"], run_id="cpu")
     store.build_derived(con)
-    ex = fit_run(con, "cpu", gpu="cpu:20", n_boot=20).extended
+    ex = fit_run(con, "cpu", HardwareSpec(gpu="cpu:20"), n_boot=20).extended
     mb, xt = ex["cv"]["memory_bound"]["mape_pct"], ex["cv"]["extended"]["mape_pct"]
     assert (mb, xt) == pytest.approx(HELD_OUT_MAPE[name], abs=0.5)
     assert xt <= mb  # the extended model is never worse out of sample: it only adds what held-out steps reward

@@ -25,10 +25,12 @@ def _replica(tmp, name: str, seed: int, burst: bool = False, slow_gpu: bool = Fa
     w = poisson_workload(400, 8, 300, 0.6, 120, 0.6, seed=seed)
     if burst:
         w = add_burst(w, 20.0, 12, 16000, 16, spread_s=1.0)
-    model = IterationModel(6.8, 0.00025 * (2.0 if slow_gpu else 1.0), 0.032, 0.0)
-    pol = Policy(128, 2048)
-    result = simulate(w, pol, model, NoiseModel(0.03, 0.002, 40.0), seed=seed)
-    return write_trace(result, tmp / f"{name}.jsonl", name, pol, model, NoiseModel(0.03, 0.002, 40.0),
+    model = IterationModel(t0_ms=6.8, a_ms_per_ctx=0.00025 * (2.0 if slow_gpu else 1.0), b_ms_per_prefill=0.032,
+                           c_ms_per_decode=0.0)
+    pol = Policy(max_num_seqs=128, max_num_batched_tokens=2048)
+    result = simulate(w, pol, model, NoiseModel(sigma=0.03, stall_rate=0.002, stall_ms_mean=40.0), seed=seed)
+    return write_trace(result, tmp / f"{name}.jsonl", name, pol, model,
+                       NoiseModel(sigma=0.03, stall_rate=0.002, stall_ms_mean=40.0),
                        model_name="meta-llama/Llama-3.1-8B", gpu="H100-SXM")
 
 

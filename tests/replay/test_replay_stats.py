@@ -28,7 +28,8 @@ def test_weighted_quantiles_single_value_and_empty():
 def preempting_result():
     """A small run that preempts (tight KV), so requests have several token segments."""
     w = poisson_workload(300, 40.0, 300, 0.5, 60, 0.6, seed=3)
-    res = simulate(w, Policy(32, 512, 6000, True), IterationModel(), NoiseModel(0.05, 0.01, 20.0), seed=5)
+    policy = Policy(max_num_seqs=32, max_num_batched_tokens=512, kv_capacity_tokens=6000, chunked_prefill=True)
+    res = simulate(w, policy, IterationModel(), NoiseModel(sigma=0.05, stall_rate=0.01, stall_ms_mean=20.0), seed=5)
     assert res.requests["preemptions"].sum() > 0  # the case under test
     return res
 
@@ -85,7 +86,8 @@ def test_replay_stats_match_the_sql_pipeline(tmp_path, preempting_result):
     from pipeline.sim.writer import write_trace
 
     res = preempting_result
-    path = write_trace(res, tmp_path / "r.jsonl", "r", Policy(32, 512, 6000, True), IterationModel(), NoiseModel())
+    policy = Policy(max_num_seqs=32, max_num_batched_tokens=512, kv_capacity_tokens=6000, chunked_prefill=True)
+    path = write_trace(res, tmp_path / "r.jsonl", "r", policy, IterationModel(), NoiseModel())
     con = store.connect(tmp_path / "s.duckdb")
     ingest.ingest_paths(con, [path])
     store.build_derived(con)

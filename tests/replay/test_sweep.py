@@ -38,7 +38,9 @@ def incident(tmp_path_factory):
     d = tmp_path_factory.mktemp("incident")
     spec = WorkloadSpec(requests=800, rate_rps=10.0, prompt_mean=400, output_mean=120, burst_at_s=30.0,
                         burst_count=20, burst_prompt_tokens=6000, burst_output_tokens=40, burst_spread_s=1.0)
-    db = simulated_store(d, "incident", spec, policy=Policy(64, 2048, 400_000, True))
+    db = simulated_store(d, "incident", spec,
+                         policy=Policy(max_num_seqs=64, max_num_batched_tokens=2048, kv_capacity_tokens=400_000,
+                                       chunked_prefill=True))
     (d / "slo.toml").write_text(SLO)
     con = store.open_for_reading(db)
     cal = calibrate(con, "incident")

@@ -81,8 +81,10 @@ def simulate_into(con, directory, run_id: str, seed: int) -> None:
     trace = directory / f"{seed}.jsonl"
     run_simulation(trace, truth=False, run_id=run_id, spec=WorkloadSpec(requests=150, rate_rps=10.0, prompt_mean=300,
                                                                         output_mean=40),
-                   policy=Policy(32, 512, 100_000, True), model=IterationModel(5.0, 2e-4, 0.02, 0.0),
-                   noise=NoiseModel(0.03, 0.0, 0.0), seed=seed)
+                   policy=Policy(max_num_seqs=32, max_num_batched_tokens=512, kv_capacity_tokens=100_000,
+                                 chunked_prefill=True),
+                   model=IterationModel(t0_ms=5.0, a_ms_per_ctx=2e-4, b_ms_per_prefill=0.02, c_ms_per_decode=0.0),
+                   noise=NoiseModel(sigma=0.03, stall_rate=0.0, stall_ms_mean=0.0), seed=seed)
     ingest.ingest_paths(con, [trace])
 
 

@@ -40,13 +40,16 @@ def test_oracle_finds_stalls_far_above_noise_and_misses_those_inside_it():
     base = rng.uniform(10, 60, n)
     factor = np.exp(rng.normal(-0.5 * 0.03 ** 2, 0.03, n))
     stalled = rng.random(n) < 0.02
-    big = NoiseModel(0.03, 0.02, 200.0)  # stalls of ~200 ms on 10-60 ms steps: all visible
+    # stalls of ~200 ms on 10-60 ms steps: all visible
+    big = NoiseModel(sigma=0.03, stall_rate=0.02, stall_ms_mean=200.0)
     s_big = np.where(stalled, 50 + rng.exponential(150, n), 0.0)
     assert oracle_recall(base * factor + s_big, base, stalled, big) > 0.999
-    tiny = NoiseModel(0.03, 0.02, 0.05)  # 0.05 ms stalls inside 0.3-1.8 ms of noise: hardly any visible
+    # 0.05 ms stalls inside 0.3-1.8 ms of noise: hardly any visible
+    tiny = NoiseModel(sigma=0.03, stall_rate=0.02, stall_ms_mean=0.05)
     s_tiny = np.where(stalled, rng.exponential(0.05, n), 0.0)
     assert oracle_recall(base * factor + s_tiny, base, stalled, tiny) < 0.05
-    assert oracle_recall(base * factor + s_big, base, stalled, NoiseModel(0.0, 0.02, 200.0)) == 1.0
+    assert oracle_recall(base * factor + s_big, base, stalled,
+                         NoiseModel(sigma=0.0, stall_rate=0.02, stall_ms_mean=200.0)) == 1.0
 
 
 def test_score_stalls_by_hand():

@@ -53,7 +53,9 @@ def sim_trace(tmp_path: Path, name: str, seed: int) -> Path:
     from pipeline.sim.workload import poisson_workload
     from pipeline.sim.writer import write_trace
 
-    model, noise, policy = IterationModel(5.0, 1e-4, 0.02, 0.0), NoiseModel(0.03, 0.01, 20.0), Policy(32, 512)
+    model = IterationModel(t0_ms=5.0, a_ms_per_ctx=1e-4, b_ms_per_prefill=0.02, c_ms_per_decode=0.0)
+    noise = NoiseModel(sigma=0.03, stall_rate=0.01, stall_ms_mean=20.0)
+    policy = Policy(max_num_seqs=32, max_num_batched_tokens=512)
     res = simulate(poisson_workload(60, 10, 200, 0.6, 40, 0.6, seed=seed), policy, model, noise, seed=seed)
     return write_trace(res, tmp_path / f"{name}.jsonl", name, policy, model, noise)
 
