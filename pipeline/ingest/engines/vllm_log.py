@@ -223,7 +223,11 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
         source_format="vllm-log",
         timestamps_reconstructed=bool(coarse),
         timestamp_resolution_s=float(good.get_column("stamp_resolution_s").max()) if good.height else None,
-        elapsed_time_scope="EngineCore step (schedule + execute + update), vLLM --enable-logging-iteration-details",
+        # vLLM times the wait for the executor's result (dispatch happens just before, sampling
+        # inside): not GPU time, and near 0 under --async-scheduling (docs/formats.md)
+        elapsed_time_scope="host wait for the executor's step result (plus sampling), vLLM "
+                           "--enable-logging-iteration-details: includes waiting for the executor, "
+                           "near 0 with --async-scheduling",
     )
     if coarse:
         meta["assumed_year"] = year
