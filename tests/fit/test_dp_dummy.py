@@ -62,7 +62,7 @@ def test_dummy_steps_do_not_change_the_fit(fits):
     _, clean = fits["clean"]
     con, dummy = fits["dummy"]
     n_dummy = con.execute("select count(*) from iterations where json_extract(extra, '$.is_dummy')::boolean"
-                          ).fetchone()[0]
+                          ).fetchall()[0][0]
     assert n_dummy == 134  # steps 0, 3, ..., 399 have a dummy step before them
     for key in ("t0_ms", "b_ms_per_prefill", "c_ms_per_decode"):
         assert getattr(dummy, key) == pytest.approx(getattr(clean, key), rel=1e-12), key
@@ -90,5 +90,5 @@ def test_dummy_steps_get_no_prediction_and_are_never_stalls(fits):
         "and json_extract(i.extra, '$.is_dummy')::boolean group by all").fetchall()
     assert rows == [(True, False, False, 134)]
     n_real = con.execute("select count(*) from iteration_fit where run_id = 'dummy' and predicted_ms is not null"
-                         ).fetchone()[0]
+                         ).fetchall()[0][0]
     assert n_real == 400

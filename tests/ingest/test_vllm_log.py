@@ -253,5 +253,5 @@ def test_three_generations_of_the_iteration_line(tmp_path):
     assert rows == [(515, 0, 20, 10.99, None, False), (516, 0, 0, 1.25, None, True),
                     (517, 4096, 6, 18.42, pytest.approx(0.371), False), (518, 0, 0, 2.0, pytest.approx(0.371), True),
                     (519, 0, 0, 3.1, pytest.approx(0.371), True), (520, 0, 3, 9.5, pytest.approx(0.125), False)]
-    scope = json.loads(con.execute("select meta from runs where run_id = 'g'").fetchone()[0])["elapsed_time_scope"]
+    scope = json.loads(con.execute("select meta from runs where run_id = 'g'").fetchall()[0][0])["elapsed_time_scope"]
     assert "waiting for the executor" in scope  # the report must say what the elapsed time is
