@@ -1,8 +1,10 @@
-"""Broken variants of the 2026 formats (issue 14): each damaged line is rejected with its exact
-reason and line number, each unreadable document is one clear error; the good lines still load."""
+"""Edges of the 2026 formats (issue 14): each damaged line is rejected with its exact reason and
+line number, each unreadable document is one clear error, the good lines still load; a guidellm
+sweep gives one run per benchmark."""
 
 from __future__ import annotations
 
+import copy
 import gzip
 import json
 from pathlib import Path
@@ -99,3 +101,23 @@ def test_inference_perf_reject_names_the_field(tmp_path):
     assert con.execute("select line_no, reason from rejects").fetchall() == [
         (4, "inference-perf request without start_time")]
     assert (res.accepted, res.rejected) == (3, 1)
+
+
+def test_guidellm_sweep_gives_one_run_per_benchmark(tmp_path):
+    doc = json.loads((FIX / "guidellm" / "benchmarks.json").read_text())
+    second = copy.deepcopy(doc["benchmarks"][0])
+    for kind in ("successful", "incomplete", "errored"):
+        for r in second["requests"].get(kind, []):
+            r["request_id"] = "b2-" + r["request_id"]
+    doc["benchmarks"].append(second)
+    p = tmp_path / "benchmarks.json"
+    p.write_text(json.dumps(doc))
+    con = store.connect(tmp_path / "g.duckdb")
+    (res,) = ingest_paths(con, [p], run_id="sweep")
+    assert res.run_ids == ["sweep-1", "sweep-2"]
+    n = sum(len(doc["benchmarks"][0]["requests"].get(k, [])) for k in ("successful", "incomplete", "errored"))
+    got = dict(con.execute("select run_id, count(*) from requests group by 1").fetchall())
+    rejected = 1  # the fixture's request without request_start, once per benchmark
+    assert got == {"sweep-1": n - rejected, "sweep-2": n - rejected}
+    assert con.execute("select count(*) from requests where run_id = 'sweep-2' and req_id not like 'b2-%'"
+                       ).fetchall() == [(0,)]
