@@ -20,15 +20,19 @@ from .options import db_option, dumps, json_option
                    "queue/prefill/decode phases, stalls, KV and queue counters. Open it at ui.perfetto.dev.")
 @click.option("--max-steps", type=click.IntRange(min=1000), default=200_000, show_default=True,
               help="Above this many steps, keep every spike and stall and an even sample of the rest.")
+@click.option("--llm-d", "llmd", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE.json",
+              help="Write the run as an llm-d Benchmark Report v0.2.1 (request counts, TTFT/TPOT/ITL/latency "
+                   "statistics, token and request rates, engine KV and queue statistics).")
 @json_option
 def export(run_ids: tuple[str, ...], db: str, lake: Path | None, perfetto: Path | None, max_steps: int,
-           as_json: bool) -> None:
-    """Export runs for other tools: a Perfetto timeline (one run) or a Parquet lake (any number)."""
+           llmd: Path | None, as_json: bool) -> None:
+    """Export runs for other tools: a Perfetto timeline or an llm-d benchmark report (one run), or a
+    Parquet lake (any number)."""
     from .. import store
     from ..errors import InputError
 
-    if (lake is None) == (perfetto is None):
-        raise InputError("say where to: --perfetto FILE (one run) or --lake DIR")
+    if sum(x is not None for x in (lake, perfetto, llmd)) != 1:
+        raise InputError("say where to, once: --perfetto FILE or --llm-d FILE (one run), or --lake DIR")
     con = store.connect(db, must_exist=True)
     store.build_derived(con)
     for r in run_ids:
@@ -41,8 +45,18 @@ def export(run_ids: tuple[str, ...], db: str, lake: Path | None, perfetto: Path 
              ", ".join(f"{n} {t}" for t, n in rows.items()))
         return
     if len(run_ids) != 1:
-        raise InputError("--perfetto writes one run; name one")
+        raise InputError(f"--{'perfetto' if perfetto is not None else 'llm-d'} writes one run; name one")
     run_id = run_ids[0]
+    if llmd is not None:
+        from ..export.llmd import export as to_llmd
+
+        try:
+            info = to_llmd(con, run_id, llmd)
+        except OSError as exc:
+            raise InputError(f"cannot write {llmd}: {exc.strerror or exc}") from exc
+        echo(dumps(info) if as_json else f"{info['path']}: llm-d Benchmark Report v{info['version']}, "
+             f"{info['requests']} requests, latency: {', '.join(info['latency']) or 'none (no request records)'}")
+        return
     from ..export.perfetto import export as to_perfetto
     from ..fit import get_or_fit
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import duckdb
 import numpy as np
+import polars as pl
 
 from .. import store
 from ..catalog import HardwareSpec
@@ -29,8 +30,9 @@ from .result import FitResult
 # v3: default k 3.5 (was 4), stall detection limit; v4: an unfitted run's steps get NULL
 # predictions, no longer NaN ones that flagged every step a stall, and all-0 ms steps are not fitted;
 # v5: stalls by false-discovery rate (Benjamini-Hochberg under a fitted Student-t null), k is the cut's
-# equivalent in robust sigmas; the extended model chosen by held-out error).
-FIT_VERSION = 5
+# equivalent in robust sigmas; the extended model chosen by held-out error; v6: data-parallel dummy steps
+# are not fitted and get no prediction).
+FIT_VERSION = 6
 TOL_S = 1e-6  # request times match a step ending up to 1 us later (float rounding of the same clock)
 
 FITS_SCHEMA = """
@@ -58,22 +60,32 @@ EXTRA_COLUMNS = ("batch_reqs", "prefill_reqs", "decode_reqs", "prefill_attn")  #
 
 
 def _load(con: duckdb.DuckDBPyConnection, run_id: str
-          ) -> tuple[dict[str, np.ndarray], np.ndarray, list[str], int, dict[str, np.ndarray | None]]:
+          ) -> tuple[dict[str, np.ndarray], np.ndarray, list[str], int, dict[str, np.ndarray | None], int]:
     """Complete rows of the model's columns (time order); absent columns are left out, with a note.
 
     Also the extended model's inputs on the same rows (None where not recorded): requests per
-    step and the exact prefill attention pairs, an extra field of simulated traces.
+    step and the exact prefill attention pairs, an extra field of simulated traces. The last
+    value is the number of data-parallel dummy steps left out.
     """
     df = con.sql(
         "select m.iteration_ms, m.context_tokens, m.prefill_tokens, m.decode_tokens, m.batch_reqs, m.prefill_reqs, "
-        "m.decode_reqs, try_cast(i.extra->>'prefill_attn' as double) as prefill_attn "
+        "m.decode_reqs, try_cast(i.extra->>'prefill_attn' as double) as prefill_attn, "
+        "coalesce(try_cast(i.extra->>'is_dummy' as boolean), false) as is_dummy "
         "from iteration_metrics m left join iterations i on i.run_id = m.run_id and i.iter = m.iter "
         "where m.run_id = ? and m.iteration_ms is not null order by m.t_end, m.iter",
         params=[run_id],
     ).pl()
     n_all = df.height
-    present = [c for _, c in TERMS if df[c].null_count() < df.height]
     notes = []
+    # A data-parallel engine with nothing scheduled runs a dummy step to stay in lockstep with
+    # the others (vLLM logs it with " (dummy)"): no tokens, and its elapsed time is waiting on the
+    # executor, not work. Fitted, such steps would pull t0 towards the wait and count as stalls.
+    n_dummy = int(df["is_dummy"].sum())
+    if n_dummy:
+        df = df.filter(~pl.col("is_dummy"))
+        notes.append(f"{n_dummy} of {n_all} steps are data-parallel dummy steps (vLLM \"(dummy)\" lines: padding, "
+                     "no tokens) and are not fitted")
+    present = [c for _, c in TERMS if df[c].null_count() < df.height]
     if present:
         before = df.height
         df = df.drop_nulls(present)
@@ -82,7 +94,7 @@ def _load(con: duckdb.DuckDBPyConnection, run_id: str
     cols = {c: df[c].to_numpy().astype(float) for c in present}
     extra = {c: df[c].cast(float).fill_null(float("nan")).to_numpy() if df[c].null_count() < df.height else None
              for c in EXTRA_COLUMNS}
-    return cols, df["iteration_ms"].to_numpy().astype(float), notes, n_all, extra
+    return cols, df["iteration_ms"].to_numpy().astype(float), notes, n_all, extra, n_dummy
 
 
 def _phase_fits(cols: dict[str, np.ndarray], y: np.ndarray, k: float) -> dict[str, Any]:
@@ -136,7 +148,7 @@ def fit_run(
     lap = _Lap(timings)
     store.require_run(con, run_id)
     resolved = hardware.resolve(con, run_id, hw)  # bad names fail early
-    cols, y, notes, n_all, extra = _load(con, run_id)
+    cols, y, notes, n_all, extra, n_dummy = _load(con, run_id)
     lap("load")
     # steps that all last 0 ms (coarse or missing clocks) carry no timing to fit: the
     # relative-error fit would divide by them
@@ -147,6 +159,8 @@ def fit_run(
                      "grow with the run; --fdr Q bounds their share instead")
     if n_all == 0:
         notes.append("the run has no steps with a duration: there is nothing to fit")
+    elif len(y) == 0:
+        notes.append("no step other than data-parallel dummy steps has the model's columns: there is nothing to fit")
     elif not timed:
         notes.append(f"all {len(y)} steps last 0 ms: iteration time cannot be fitted")
     elif fit is None:
@@ -156,7 +170,7 @@ def fit_run(
     nums = _numbers(fit, cols, y, k_eff)
     nums["statements"] = notes + nums["statements"]
     # the phase fits judge their outliers by the whole run's rule (one noise law, one cut)
-    nums.update(n_iterations=n_all, k=k_eff, phases=_phase_fits(cols, y, k_eff) if fit else {},
+    nums.update(n_iterations=n_all, dummy_steps_excluded=n_dummy, k=k_eff, phases=_phase_fits(cols, y, k_eff) if fit else {},
                 stall_fdr=fit.stall_fdr if fit else None)
     lap("phase_fits_and_evidence")
     ext = None

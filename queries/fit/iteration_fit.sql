@@ -1,6 +1,6 @@
 -- table:   iteration_fit
 -- grain:   one row per (run_id, iter) of the fitted run
--- inputs:  iteration_metrics
+-- inputs:  iteration_metrics, iterations (extra.is_dummy)
 -- params:  $run_id, $t0_ms, $a_ms_per_ctx, $b_ms_per_prefill, $c_ms_per_decode, $log_center, $log_scale, $k
 -- purpose: the memory-bound model's parts of every step (SPEC §7), materialised by
 --   pipeline/fit (not by the derived-table runner: it needs the fitted coefficients).
@@ -16,26 +16,40 @@
 --   spike_cause        = 'preemption' (a stall in a step that preempted), 'unexplained' (other stalls),
 --                        'prefill' (a spike the prefill part explains), null otherwise
 --   A coefficient of 0 is a term that was not fitted: its column may be null.
-with it as (
+--   Data-parallel dummy steps (vLLM's "(dummy)" lines, extra.is_dummy) are padding that keeps
+--   the ranks in step, not work: they were not fitted, so they get no prediction (NULL parts,
+--   never a stall; request attribution counts their span as unattributed).
+with dummy as (
+    select iter
+    from iterations
+    where run_id = $run_id and coalesce(try_cast(extra->>'is_dummy' as boolean), false)
+),
+
+it as (
     select
-        run_id,
-        iter,
-        t_start,
-        t_end,
-        iteration_ms,
-        context_tokens,
-        prefill_tokens,
-        decode_tokens,
-        preempted_reqs,
-        $t0_ms
-        + case when $a_ms_per_ctx = 0 then 0 else $a_ms_per_ctx * context_tokens end
-        + case when $c_ms_per_decode = 0 then 0 else $c_ms_per_decode * decode_tokens end as decode_baseline_ms,
-        case when $b_ms_per_prefill = 0 then 0 else $b_ms_per_prefill * prefill_tokens end as prefill_ms_part,
+        m.run_id,
+        m.iter,
+        m.t_start,
+        m.t_end,
+        m.iteration_ms,
+        m.context_tokens,
+        m.prefill_tokens,
+        m.decode_tokens,
+        m.preempted_reqs,
+        case when d.iter is null then
+            $t0_ms
+            + case when $a_ms_per_ctx = 0 then 0 else $a_ms_per_ctx * m.context_tokens end
+            + case when $c_ms_per_decode = 0 then 0 else $c_ms_per_decode * m.decode_tokens end
+        end as decode_baseline_ms,
+        case when d.iter is null then
+            case when $b_ms_per_prefill = 0 then 0 else $b_ms_per_prefill * m.prefill_tokens end
+        end as prefill_ms_part,
         coalesce(
-            (t_end - lag(t_end) over (order by t_end, iter)) * 1000, iteration_ms
+            (m.t_end - lag(m.t_end) over (order by m.t_end, m.iter)) * 1000, m.iteration_ms
         ) as span_ms
-    from iteration_metrics
-    where run_id = $run_id
+    from iteration_metrics m
+    left join dummy d on d.iter = m.iter
+    where m.run_id = $run_id
 ),
 
 parts as (

@@ -89,3 +89,29 @@ def test_long_runs_are_sampled_by_a_stated_rule(tmp_path):
                                                   ).fetchall()[0][0]
     assert "every 6th other step" in info["step_sampling"]
     assert (tmp_path / "s.json").stat().st_size < 12_000 * 400  # bounded: far less than every step in full
+
+
+def test_a_million_step_run_exports_within_the_stated_bound(tmp_path):
+    """1,000,000 steps, max_steps 20,000: every 50th step is kept (the stated rule, no spikes without a
+    fit), the file is valid Trace Event Format, and its size is bounded by the kept steps, not the run."""
+    from pipeline.export.perfetto import export
+
+    con = store.connect(tmp_path / "m.duckdb")
+    con.execute("insert into runs (run_id, engine, clock, meta) values ('big', 'sim', 'monotonic', '{}')")
+    con.execute("""
+        insert into iterations (run_id, iter, t_start, t_end, dur_ms, prefill_tokens, prefill_reqs, decode_tokens,
+                                decode_reqs, context_tokens, running_reqs, waiting_reqs, kv_usage, preempted_reqs)
+        select 'big', i, i * 0.021, i * 0.021 + 0.020, 20.0, case when i % 50 = 7 then 512 else 0 end,
+               case when i % 50 = 7 then 1 else 0 end, 32, 32, 19200 + i % 1000, 33, i % 7, (i % 100) / 100.0, 0
+        from range(1000000) t(i)""")
+    store.build_derived(con)
+    out = tmp_path / "big.json.gz"
+    info = export(con, "big", out, max_steps=20_000)
+    doc = json.load(gzip.open(out, "rt"))
+    ev = _valid(doc)
+    iters = sorted(e["args"]["iter"] for e in ev if e["ph"] == "X")
+    assert iters == list(range(0, 1_000_000, 50))  # k = ceil(1e6 / 20,000) = 50: steps 0, 50, 100, ...
+    assert info["step_sampling"] == "20,000+ steps: every spike and stall, and every 50th other step"
+    assert sum(e["ph"] == "C" for e in ev) == 3 * 20_000  # counters follow the kept steps
+    raw = len(gzip.open(out).read())
+    assert raw < 600 * 20_000 + 4096  # about 480 bytes per kept step (slice + three counters)

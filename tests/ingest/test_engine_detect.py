@@ -37,6 +37,28 @@ def test_detect_from_content_not_name(tmp_path, rel, name):
     assert ingest.detect(blind).name == name
 
 
+# Issue 14's formats (their fixtures hold deliberate rejects, so they stay out of SAMPLES,
+# which the mixed-directory test below ingests expecting none)
+SAMPLES_2026 = {
+    "sglang/server_2026.log": "sglang-log",
+    "fpm/fpm-relay-w0.jsonl": "fpm",
+    "guidellm/benchmarks.json": "guidellm",
+    "inference_perf/per_request_lifecycle_metrics.json": "inference-perf",
+    "otel/vllm-traces.jsonl": "otel",
+    "prometheus/server_metrics_export.jsonl": "aiperf-server-metrics",
+    "prometheus/vllm-0_metrics.log": "prometheus-text",
+    "prometheus/query_range.json": "prometheus-range",
+    "aiperf/profile_export.jsonl": "aiperf",
+}
+
+
+@pytest.mark.parametrize("rel, name", sorted(SAMPLES_2026.items()))
+def test_detect_2026_formats_from_content_not_name(tmp_path, rel, name):
+    blind = tmp_path / "upload.dat"
+    shutil.copy(FIX / rel, blind)
+    assert ingest.detect(blind).name == name
+
+
 def test_detect_aiperf(realdata):
     assert ingest.detect(realdata / "aiperf/tests/unit/plot/fixtures/qwen_concurrency1/profile_export.jsonl").name == "aiperf"
 

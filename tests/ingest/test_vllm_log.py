@@ -235,13 +235,28 @@ def test_three_generations_of_the_iteration_line(tmp_path):
         "(APIServer pid=77) INFO 12-22 21:44:41 [loggers.py:231] Engine 000: Iteration(518): 0 context requests, "
         "0 context tokens, 0 generation requests, 0 generation tokens, iteration elapsed time: 2.00 ms, "
         "GPU KV cache usage: 37.1% (dummy)",
+        # a multimodal dummy step (encoder fields, then the mark) and another device's KV label
+        "(APIServer pid=77) INFO 12-22 21:44:42 [loggers.py:231] Engine 000: Iteration(519): 0 context requests, "
+        "0 context tokens, 0 generation requests, 0 generation tokens, iteration elapsed time: 3.10 ms, "
+        "GPU KV cache usage: 37.1%, encoder inputs: 0, encoder output embeddings: 0 (dummy)",
+        "(APIServer pid=77) INFO 12-22 21:44:42 [loggers.py:231] Engine 000: Iteration(520): 0 context requests, "
+        "0 context tokens, 3 generation requests, 3 generation tokens, iteration elapsed time: 9.50 ms, "
+        "XPU KV cache usage: 12.5%",
+        # the mark right after the time, before the KV field
+        "(APIServer pid=77) INFO 12-22 21:44:43 [loggers.py:231] Engine 000: Iteration(521): 0 context requests, "
+        "0 context tokens, 0 generation requests, 0 generation tokens, iteration elapsed time: 1.75 ms (dummy), "
+        "GPU KV cache usage: 12.5%",
     ]
     p = tmp_path / "gen.log"
     p.write_text("\n".join(lines) + "\n")
     con = store.connect(tmp_path / "g.duckdb")
     res = ingest_paths(con, [p], run_id="g")[0]
-    assert (res.accepted, res.rejected) == (4, 0)
+    assert (res.accepted, res.rejected) == (7, 0)
     rows = con.execute("select iter, prefill_tokens, decode_tokens, dur_ms, kv_usage, "
                        "json_extract(extra, '$.is_dummy')::boolean from iterations order by iter").fetchall()
     assert rows == [(515, 0, 20, 10.99, None, False), (516, 0, 0, 1.25, None, True),
-                    (517, 4096, 6, 18.42, pytest.approx(0.371), False), (518, 0, 0, 2.0, pytest.approx(0.371), True)]
+                    (517, 4096, 6, 18.42, pytest.approx(0.371), False), (518, 0, 0, 2.0, pytest.approx(0.371), True),
+                    (519, 0, 0, 3.1, pytest.approx(0.371), True), (520, 0, 3, 9.5, pytest.approx(0.125), False),
+                    (521, 0, 0, 1.75, pytest.approx(0.125), True)]
+    scope = json.loads(con.execute("select meta from runs where run_id = 'g'").fetchall()[0][0])["elapsed_time_scope"]
+    assert "waiting for the executor" in scope  # the report must say what the elapsed time is

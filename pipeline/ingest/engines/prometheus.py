@@ -21,6 +21,7 @@ Everything is unnested in DuckDB or matched by Polars expressions.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -28,6 +29,7 @@ import polars as pl
 import pyarrow as pa
 
 from ... import store
+from ...errors import InputError
 from .. import reader
 from ..load import Batch
 from . import _common as c
@@ -169,8 +171,8 @@ def convert_exposition(path: Path, progress: Callable[[int], None] | None = None
 # --- query_range JSON -------------------------------------------------------------------
 
 QUERY_RANGE_SQL = """
-with d as (select unnest(try_cast(j->'$.data.result' as json[])) as r
-           from (select content::json as j from read_text($path))),
+with d as (select unnest(try_cast(j->'$.result' as json[])) as r
+           from (select $data::json as j)),
 s as (select r->'$.metric' as metric, r->>'$.metric.__name__' as name,
              unnest(try_cast(r->'$.values' as json[])) as v from d)
 select 0::bigint as line_no, try_cast(v->>'$[0]' as double) as t, name,
@@ -182,9 +184,19 @@ from s
 
 def convert_query_range(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None
                         ) -> Iterator[Batch]:
+    # Read in Python first: a damaged or gzipped document then gets the clean error every
+    # whole-document format gives, and an error answer says what Prometheus said.
+    doc = c.read_json_document(path)
+    if not isinstance(doc, dict):
+        raise InputError(f"{path}: not a Prometheus query_range answer (a JSON {type(doc).__name__}, not an object)")
+    if doc.get("status") == "error":
+        said = f"{doc.get('errorType') or 'error'}: {doc.get('error') or 'no message'}"[:300]
+        raise InputError(f"{path}: Prometheus answered this query with an error ({said}); it holds no samples")
+    if not isinstance(doc.get("data"), dict):
+        raise InputError(f"{path}: not a Prometheus query_range answer (no data object)")
     con = store.scratch()
     try:
-        df = con.sql(QUERY_RANGE_SQL, params={"path": str(path)}).pl()
+        df = con.sql(QUERY_RANGE_SQL, params={"data": json.dumps(doc["data"])}).pl()
     finally:
         con.close()
     suffix = pl.col("name").str.extract(r"_(bucket|sum|count)$", 1)

@@ -64,7 +64,9 @@ def _records(lines: pl.DataFrame, year: int, tz: str = "UTC") -> pl.DataFrame:
         decode_tokens=c.int_field(raw, r"(\d+) generation tokens"),
         dur_ms=c.float_field(raw, r"iteration elapsed time: ([0-9.]+) ms"),
         kv_usage=c.float_field(raw, r"KV cache usage: ([0-9.]+)%") / 100.0,
-        is_dummy=raw.str.contains(r"\(dummy\)\s*$"),  # after the time, or after KV/encoder fields
+        # the mark follows the time (EngineCore lines) or the KV/encoder fields (front end);
+        # read anywhere after the counter, so a reordered line still marks its step
+        is_dummy=raw.str.contains(r"Iteration\(\d+\):.*\(dummy\)"),
         engine_index=c.int_field(pl.col("_prefix"), r"Engine (\d{3}):"),
     ).drop("_prefix").select("line_no", "raw", "iter", "prefill_reqs", "prefill_tokens", "decode_reqs",
                              "decode_tokens", "dur_ms", "kv_usage", "is_dummy", "engine_index", "stamp_s",
@@ -223,7 +225,11 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
         source_format="vllm-log",
         timestamps_reconstructed=bool(coarse),
         timestamp_resolution_s=float(good.get_column("stamp_resolution_s").max()) if good.height else None,
-        elapsed_time_scope="EngineCore step (schedule + execute + update), vLLM --enable-logging-iteration-details",
+        # vLLM times the wait for the executor's result (dispatch happens just before, sampling
+        # inside): not GPU time, and near 0 under --async-scheduling (docs/formats.md)
+        elapsed_time_scope="host wait for the executor's step result (plus sampling), vLLM "
+                           "--enable-logging-iteration-details: includes waiting for the executor, "
+                           "near 0 with --async-scheduling",
     )
     if coarse:
         meta["assumed_year"] = year
