@@ -213,11 +213,17 @@ def connect(db: str | os.PathLike | None = None, must_exist: bool = False, read_
                     "num_gpus, dtype, kv_dtype, clock, meta from runs")
     if "tokens" in before:  # a store from before token_lists: one row per token becomes one list per request
         con.execute("begin transaction")
-        con.execute("insert into token_lists select run_id, req_id, list(t order by idx), ingest_id from tokens "
-                    "group by run_id, req_id, ingest_id")
-        con.execute("drop table tokens")
-        con.execute(TOKENS_VIEW)
-        commit(con)
+        try:
+            con.execute("insert into token_lists select run_id, req_id, list(t order by idx), ingest_id from tokens "
+                        "group by run_id, req_id, ingest_id")
+            con.execute("drop table tokens")
+            con.execute(TOKENS_VIEW)
+            commit(con)
+        except duckdb.Error as exc:
+            state = rollback(con)
+            con.close()
+            raise StoreError(f"cannot open database {path}: moving its tokens to token_lists failed: {exc} ({state})"
+                             ) from exc
     con.execute(TOKENS_VIEW)
     return con
 
