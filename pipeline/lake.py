@@ -18,7 +18,7 @@ import duckdb
 
 from . import store
 
-TABLES = ("runs", "run_records", "iterations", "requests", "tokens", "metric_samples")
+TABLES = ("runs", "run_records", "iterations", "requests", "token_lists", "metric_samples")
 
 
 def _glob(lake: Path, table: str) -> str:

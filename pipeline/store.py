@@ -49,9 +49,9 @@ create table if not exists requests (
     cached_tokens bigint, preemptions bigint, status varchar, extra json,
     ingest_id bigint, line_no bigint
 );
-create table if not exists tokens (
-    run_id varchar, req_id varchar, idx integer, t double, itl_ms double, ingest_id bigint
-);
+-- each request's token times once, as one list (t_s: seconds, in order); ``tokens`` is a view of
+-- them, one row per token: a row per token written at ingest cost more than the rest of the ingest
+create table if not exists token_lists (run_id varchar, req_id varchar, t_s double[], ingest_id bigint);
 create table if not exists rejects (
     ingest_id bigint, path varchar, line_no bigint, reason varchar, raw varchar
 );
@@ -71,8 +71,21 @@ create table if not exists _state (key varchar, value bigint);
 create table if not exists _dirty_runs (run_id varchar);
 """
 
-BASE_TABLES = ("runs", "run_records", "iterations", "requests", "tokens", "ingests", "rejects")
-RUN_TABLES = ("runs", "iterations", "requests", "tokens")  # base tables with a run_id column
+# one row per output token: idx from 0, t in seconds, itl_ms = (t - previous t) * 1000
+# (NULL for the first), computed from each request's own list when read
+TOKENS_VIEW = """
+create view if not exists tokens as
+select run_id, req_id, idx::integer as idx, t, (t - prev) * 1000 as itl_ms, ingest_id from (
+  select run_id, req_id, unnest(range(len(t_s))) as idx, unnest(t_s) as t,
+    unnest(list_prepend(NULL::double, t_s[:-2])) as prev, ingest_id
+  from token_lists
+)
+"""
+
+BASE_TABLES = ("runs", "run_records", "iterations", "requests", "tokens", "ingests", "rejects")  # what queries read
+# what ingest writes, each row with its ingest_id: BASE_TABLES with token_lists behind the tokens view
+INGEST_TABLES = tuple("token_lists" if t == "tokens" else t for t in BASE_TABLES)
+RUN_TABLES = ("runs", "iterations", "requests", "tokens")  # tables (and the tokens view) with a run_id column
 
 
 def db_path(db: str | os.PathLike | None) -> str:
@@ -198,6 +211,20 @@ def connect(db: str | os.PathLike | None = None, must_exist: bool = False, read_
         # a store from before run_records: each run's merged row stands for the records that made it
         con.execute("insert into run_records select ingest_id, 0, run_id, engine, engine_version, model, gpu, "
                     "num_gpus, dtype, kv_dtype, clock, meta from runs")
+    if "tokens" in before:  # a store from before token_lists: one row per token becomes one list per request
+        con.execute("begin transaction")
+        try:
+            con.execute("insert into token_lists select run_id, req_id, list(t order by idx), ingest_id from tokens "
+                        "group by run_id, req_id, ingest_id")
+            con.execute("drop table tokens")
+            con.execute(TOKENS_VIEW)
+            commit(con)
+        except duckdb.Error as exc:
+            state = rollback(con)
+            con.close()
+            raise StoreError(f"cannot open database {path}: moving its tokens to token_lists failed: {exc} ({state})"
+                             ) from exc
+    con.execute(TOKENS_VIEW)
     return con
 
 

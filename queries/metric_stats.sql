@@ -4,7 +4,7 @@
 -- purpose: distribution statistics of each metric (SPEC §5): linear-interpolation
 --   percentiles (quantile_cont = numpy's default), sample std (ddof=1), cv = std / mean.
 --   Request metrics use ok requests only.
---   mean and std add their values in sorted order (ORDER BY inside the aggregate):
+--   mean and std add their values in sorted order (one sorted list per run and metric):
 --   a float sum depends on the order of its terms, and parallel threads would combine
 --   partial sums in whatever order they finish, so the same input gave other last bits.
 with vals as (
@@ -23,19 +23,26 @@ with vals as (
     select run_id, 'iteration_ms', iteration_ms from iteration_metrics
 ),
 
+-- each metric's values sorted once, as a list: mean and std add them in that order, and
+-- quantile_cont, min and max read the same list (three ordered aggregates sorted them three times)
+sorted_vals as (
+    select run_id, metric, list(v order by v) as s
+    from vals
+    where v is not null
+    group by run_id, metric
+),
+
 stats as (
     select
         run_id,
         metric,
-        count(v) as count,
-        avg(v order by v) as mean,
-        stddev_samp(v order by v) as std,
-        min(v) as min,
-        max(v) as max,
-        quantile_cont(v, [0.5, 0.9, 0.95, 0.99, 0.999]) as q
-    from vals
-    where v is not null
-    group by run_id, metric
+        len(s) as count,
+        list_avg(s) as mean,
+        list_stddev_samp(s) as std,
+        s[1] as min,
+        s[-1] as max,
+        list_aggregate(s, 'quantile_cont', [0.5, 0.9, 0.95, 0.99, 0.999]) as q
+    from sorted_vals
 )
 
 select

@@ -85,10 +85,9 @@ def _transform(con, run_id: str, ingest_id: int, offset: float, drift: float, pi
     params = {"run": run_id, "ing": ingest_id, "o": offset, "d": drift, "p": pivot}
     sets = ", ".join(f"{c} = {expr.format(c=c)}" for c in TIME_COLS)
     con.execute(f"update requests set {sets} where run_id = $run and ingest_id = $ing", params)
-    # a drift stretches every gap between two tokens by (1 + drift); itl_ms follows its times
-    itl = "itl_ms / (1 + $d)" if inverse else "itl_ms * (1 + $d)"
-    con.execute(f"update tokens set t = {expr.format(c='t')}, itl_ms = {itl} where run_id = $run and ingest_id = $ing",
-                params)
+    # the tokens view computes itl_ms from these times: a drift stretches each gap by (1 + drift)
+    con.execute(f"update token_lists set t_s = list_transform(t_s, lambda t: {expr.format(c='t')}) "
+                "where run_id = $run and ingest_id = $ing", params)
 
 
 def _undo(con, run_id: str) -> None:

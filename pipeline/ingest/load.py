@@ -174,16 +174,12 @@ from checked where final_reason is null
 """,
 }
 
-# itl_ms is taken from the record's own list here: it needs no other record, and a
-# window over all tokens of a run later costs more than the rest of the ingest.
+# Each request's token times as one list: the ``tokens`` view unnests them when read
+# (store.TOKENS_VIEW); a row per token written here cost more than the rest of the ingest.
 TOKENS_SQL = """
-insert into tokens
-select run_id, req_id, idx::integer, t, (t - prev) * 1000, $ingest_id from (
-  -- each time next to the one before it: the list and itself shifted by one, unnested together
-  select run_id, v_req_id as req_id, unnest(range(len(v_token_times))) as idx, unnest(v_token_times) as t,
-    unnest(list_prepend(NULL::double, v_token_times[:-2])) as prev
-  from checked where final_reason is null and len(v_token_times) > 0
-)
+insert into token_lists
+select run_id, v_req_id, v_token_times, $ingest_id
+from checked where final_reason is null and len(v_token_times) > 0
 """
 
 RUN_FIELDS = ("engine", "engine_version", "model", "gpu", "num_gpus", "dtype", "kv_dtype", "clock")
@@ -468,7 +464,7 @@ def _delete_ingests(con: duckdb.DuckDBPyConnection, digest: str, path: str, defa
     params = {"d": digest, "p": path, "r": default_run}
     n = int(scalar(con, f"select count(*) from ingests where {which}", params))
     runs = [r[0] for r in con.execute(f"select distinct unnest(run_ids) from ingests where {which}", params).fetchall()]
-    for table in ("iterations", "requests", "tokens", "metric_samples", "rejects", "runs", "run_records"):
+    for table in ("iterations", "requests", "token_lists", "metric_samples", "rejects", "runs", "run_records"):
         con.execute(f"delete from {table} where ingest_id in (select ingest_id from ingests where {which})", params)
     con.execute(f"delete from ingests where {which}", params)
     remerge_runs(con, runs)

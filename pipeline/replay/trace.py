@@ -99,7 +99,7 @@ def drop_replay(con, run_id: str) -> int:
                                       {"ids": ids}).fetchall()]
     con.execute("begin transaction")
     try:
-        for table in (t for t in store.BASE_TABLES if t != "ingests"):
+        for table in (t for t in store.INGEST_TABLES if t != "ingests"):
             con.execute(f"delete from {store.quote_ident(table)} where ingest_id = any($ids)", {"ids": ids})
         con.execute("delete from ingests where ingest_id = any($ids)", {"ids": ids})
         store.bump_generation(con, runs)

@@ -39,7 +39,9 @@ def test_a_broken_store_is_named_and_exits_1(tmp_path):
     # a token time moved back: out of order
     con.execute("update requests set t_scheduled = t_first_token + 0.5 where req_id = "
                 "(select min(req_id) from requests where run_id = 'cpu')")
-    con.execute("update tokens set t = t - 10 where idx = 3 and req_id = (select min(req_id) from tokens)")
+    # (token times are stored as one list per request; idx 3 is the list's 4th element)
+    con.execute("update token_lists set t_s = list_transform(t_s, lambda t, i: if(i = 4, t - 10, t)) "
+                "where req_id = (select min(req_id) from token_lists)")
     store.bump_generation(con, ["cpu"])
     store.build_derived(con)
     res = {r.name: r for r in run_checks(con, "cpu")}
