@@ -30,3 +30,12 @@ def realdata() -> Path:
     if not REALDATA.is_dir():
         pytest.skip(f"real data folder {REALDATA} is absent")
     return REALDATA
+
+
+@pytest.fixture(scope="session")
+def chromium(tmp_path_factory):
+    """Headless Chromium after a preflight on a trivial page (tests/headless.py): skipped
+    only when the browser itself cannot run; failures on our pages are test failures."""
+    from .headless import browser_or_skip
+
+    return browser_or_skip(tmp_path_factory.mktemp("chromium"))

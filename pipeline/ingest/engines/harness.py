@@ -40,6 +40,9 @@ from ..load import Batch
 from . import _common as c
 
 STATUSES = (("successful", "ok"), ("incomplete", "aborted"), ("errored", "error"))
+EMPTY_GUIDELLM = {"req_id": pl.String, "t_arrival": pl.Float64, "t_first_token": pl.Float64, "t_finish": pl.Float64,
+                  "prompt_tokens": pl.Int64, "output_tokens": pl.Int64, "status": pl.String,
+                  "guidellm_status": pl.String}
 
 
 def sniff_guidellm(path: Path, head: str) -> bool:
@@ -108,8 +111,8 @@ def convert_guidellm(path: Path, progress: Callable[[int], None] | None = None, 
                 status=pl.lit(status),
                 guidellm_status=pl.lit(key),
             ))
-        df = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame(
-            schema={"req_id": pl.String, "t_arrival": pl.Float64})
+        # a benchmark without requests still needs every column the checks below name
+        df = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame(schema=EMPTY_GUIDELLM)
         df = df.with_row_index("idx").with_columns(
             line_no=pl.col("idx").cast(pl.Int64) + line,
             req_id=pl.coalesce(pl.col("req_id"), pl.lit(f"{k}-") + pl.col("idx").cast(pl.String)))

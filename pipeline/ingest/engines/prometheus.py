@@ -131,7 +131,11 @@ SAMPLE = r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)(?:\s+\d+)?\s*$"
 def convert_exposition(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None
                        ) -> Iterator[Batch]:
     """Whole-file: a sample's time is the last ``# Timestamp:`` line above it."""
-    lines = pl.concat([pl.from_arrow(t) for t in reader.line_batches(path, progress)])
+    tables = [pl.from_arrow(t) for t in reader.line_batches(path, progress)]
+    if not tables:  # an empty file: no lines, nothing to concatenate
+        yield c.batch(None, 0)
+        return
+    lines = pl.concat(tables)
     raw = pl.col("raw").str.strip_chars()
     stamp = raw.str.extract(r"^#\s*Timestamp:\s*(\S+)", 1)
     df = lines.with_columns(
