@@ -13,7 +13,7 @@ import pytest
 
 from pipeline.report import write_report
 
-from .conftest import SCRIPT_PAYLOAD, script_sweep_page
+from .conftest import SCRIPT_PAYLOAD, SCRIPT_RUN, script_sweep_page
 
 pytestmark = pytest.mark.browser
 
@@ -66,3 +66,18 @@ def test_hostile_sweep_page_renders_without_injection(chromium, script_store, tm
     assert "alert(1)" not in re.sub(r"&lt;script&gt;alert\(1\)", "", body)  # only ever as escaped text
     assert "&lt;/script&gt;&lt;script&gt;alert(1)" in body and SCRIPT_PAYLOAD not in body
     assert console == []
+
+
+def test_hostile_compare_page_renders_without_injection(chromium, script_store, tmp_path):
+    from pipeline.compare import compare
+    from pipeline.report.compare_page import write_comparison
+
+    con, _ = script_store
+    index = write_comparison(compare(con, "base", con, SCRIPT_RUN), con, con, tmp_path / "cmp")
+    dom, console = render(chromium, index)
+    body = re.sub(r"<script\b.*?</script>", "", dom, flags=re.S)
+    assert "<img" not in body and not re.search(r"<[^>]+\son\w+=", body)
+    assert "alert(1)" not in re.sub(r"&lt;script&gt;alert\(1\)", "", body)  # only ever as escaped text
+    assert "evil&lt;/script&gt;" in body  # the run id is shown, as text
+    assert console == [], f"console messages: {console}"
+    assert 'data-failed="0"' in dom and 'data-done="1"' in dom
