@@ -180,7 +180,7 @@ def decode_only_median_decode_tokens(con: duckdb.DuckDBPyConnection, run_id: str
 
 def cdf(con: duckdb.DuckDBPyConnection, run_id: str, metric: str, points: int = CDF_POINTS) -> Frame | None:
     """Empirical CDF of a metric: ``value_ms, fraction`` (metric from a whitelist)."""
-    from ..audit.measure import SOURCES
+    from ..metrics import SOURCES
 
     table, where = SOURCES[metric]
     base = f"from {table} where run_id = $r and {where} and {metric} is not null"

@@ -1,4 +1,6 @@
-"""SLO files: TOML with ``[slo]``, ``[goodput]`` and ``[fluidity]`` sections.
+"""SLO files (TOML with ``[slo]``, ``[goodput]`` and ``[fluidity]`` sections) and goodput.
+
+The audit, replay sweeps and the fleet all judge goodput with :func:`goodput` here.
 
 The layout (docs/reports-and-audit.md, examples/slo.toml)::
 
@@ -19,40 +21,27 @@ file, the section and the key, with the accepted values.
 
 from __future__ import annotations
 
-import re
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from ..errors import InputError
+import duckdb
 
-# Run-level metrics an [slo] limit may name, and where each one's values live.
-SLO_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms", "prefill_ms", "iteration_ms")
+from .errors import InputError
+from .metrics import METRICS, REQUEST_METRICS, percentile_of
+
+# Run-level metrics an [slo] limit may name: every distribution of the registry.
+SLO_METRICS = METRICS
 PLAIN_STATS = ("mean", "std", "max", "min")
 # Per-request metrics a [goodput] limit may name (columns of request_latency).
-GOODPUT_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "queue_ms", "prefill_ms")
+GOODPUT_METRICS = REQUEST_METRICS
 GOODPUT_MINIMA = ("min_attainment", "min_request_goodput_rps", "min_token_goodput_tps")
 SECTIONS = ("slo", "goodput", "fluidity")
 EXAMPLE = "see examples/slo.toml and docs/reports-and-audit.md"
-
-
-def percentile_of(stat: str) -> float | None:
-    """The percentile (0..100) a stat name like ``p99``, ``p999`` or ``p01`` stands for.
-
-    The digits after the first two are decimals, as in the summary's ``p999`` (99.9):
-    ``p5``/``p05`` = 5, ``p50`` = 50, ``p001`` = 0.1, ``p9999`` = 99.99.  Returns None
-    for names that are not percentiles.
-    """
-    m = re.fullmatch(r"p(\d+)", stat)
-    if not m:
-        return None
-    digits = m.group(1)
-    if len(digits) >= 3 and digits.startswith("10"):
-        return None  # p100 would read as 10.0: ask for "max" instead
-    return float(digits) if len(digits) <= 2 else float(f"{digits[:2]}.{digits[2:]}")
 
 
 @dataclass(frozen=True)
@@ -216,3 +205,55 @@ def load_slo(path: str | Path) -> SloSpec:
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{p}: invalid TOML: {exc}; {EXAMPLE}") from exc
     return parse_slo(data, str(p))
+
+
+def goodput(con: duckdb.DuckDBPyConnection, run_id: str, spec: GoodputSpec, duration_s: float | None
+            ) -> dict[str, Any]:
+    """DistServe / vLLM goodput of one run's requests under per-request limits: the one implementation.
+
+    It reads a relation named ``request_latency`` (the derived table, or a replay's
+    requests put through ``queries/request_latency.sql``) for ``run_id``; all of its rows
+    are the population. A request is *good* when its status is ``ok`` and it meets every
+    limit; ``tpot_ms`` is undefined for a single-token request, which therefore meets a
+    TPOT limit (vLLM counts its TPOT as 0); a missing value (no first token, no finish)
+    does not meet its limit. ``attainment = good / all requests`` (failed ones count as
+    not good), ``request_goodput_rps = good / duration_s``,
+    ``token_goodput_tps = output tokens of good requests / duration_s``.
+    """
+    params: dict[str, Any] = {"run_id": run_id}
+    meets = []
+    for metric, limit in spec.limits.items():
+        if metric not in GOODPUT_METRICS:  # names reach the SQL text only from the registry
+            raise InputError(f"goodput: unknown per-request metric {metric!r}; use {', '.join(GOODPUT_METRICS)}")
+        params[f"lim_{metric}"] = limit
+        single_token = " or (tpot_ms is null and output_tokens <= 1)" if metric == "tpot_ms" else ""
+        meets.append(f"coalesce({metric} <= $lim_{metric}{single_token}, false) as meets_{metric}")
+    all_met = " and ".join(f"meets_{m}" for m in spec.limits)
+    sql = f"""
+        with judged as (
+            select status, output_tokens, {', '.join(meets)}
+            from request_latency where run_id = $run_id
+        )
+        select
+            count(*),
+            count(*) filter (where status = 'ok'),
+            count(*) filter (where status = 'ok' and {all_met}),
+            coalesce(sum(output_tokens) filter (where status = 'ok' and {all_met}), 0),
+            {', '.join(f"count(*) filter (where status = 'ok' and meets_{m})" for m in spec.limits)}
+        from judged
+    """
+    total, ok, good, good_tokens, *per_limit = con.execute(sql, params).fetchall()[0]
+    dur = duration_s if duration_s is not None and duration_s > 0 else None  # NaN > 0 is False too
+    rate = (lambda x: x / dur) if dur else (lambda x: None)
+    return {
+        "limits_ms": dict(spec.limits),
+        "requests": total,
+        "requests_ok": ok,
+        "good_requests": good,
+        "good_output_tokens": int(good_tokens),
+        "attainment": good / total if total else None,
+        "attainment_by_limit": {m: (n / total if total else None) for m, n in zip(spec.limits, per_limit)},
+        "duration_s": duration_s,
+        "request_goodput_rps": rate(good),
+        "token_goodput_tps": rate(good_tokens),
+    }
