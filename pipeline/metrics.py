@@ -128,20 +128,6 @@ def percentile_name(p: float) -> str:
     return "p" + whole.zfill(2) + frac
 
 
-def doc_tables() -> str:
-    """The registry as the Markdown tables of docs/metrics.md (``python -m pipeline.metricdoc``)."""
-    lines = ["| metric | unit | formula | one value per | values from |", "|---|---|---|---|---|"]
-    for m in REGISTRY:
-        src = f"`{m.table}`" + (f" where `{m.where}`" if m.where != "true" else "")
-        lines.append(f"| `{m.name}` | {m.unit} | `{m.formula}` | {m.per} | {src} |")
-    lines += ["", "| tool | their name | ours |", "|---|---|---|"]
-    for m in REGISTRY:
-        lines += [f"| {tool} | {their} | `{m.name}` |" for tool, their in m.aliases]
-    for tool, their, formula, ours in FALSE_FRIENDS:
-        lines.append(f"| {tool} | {their} = `{formula}` | {ours} |")
-    return "\n".join(lines)
-
-
 def _clean(v: Any) -> Any:
     if isinstance(v, float) and v != v:
         return None
