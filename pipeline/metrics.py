@@ -43,7 +43,7 @@ class Metric:
     label: str  # short name for tables and chart axes
     where: str = "true"  # SQL predicate over ``table`` (a constant from this file, never user input)
     stats: bool = True  # a distribution: a row per run in metric_stats and a section of summary.json
-    compared: bool = True  # `tracelat compare` tests it (prefill_ms is ttft_ms - queue_ms: not tested twice)
+    compared: bool = True  # `tracelat compare` tests it (it leaves out prefill_ms = ttft_ms - queue_ms)
     long_label: str = ""  # chart axis title when the short label is too terse
     aliases: tuple[tuple[str, str], ...] = ()  # (tool, its name for this same quantity)
 
