@@ -126,3 +126,32 @@ def test_no_hand_written_list_of_metrics_outside_the_registry():
         offenders += [f"{rel}:{line}: {hits}" for line, hits in _literal_metric_lists(path)
                       if (rel, frozenset(hits)) not in CHOSEN]
     assert not offenders, "derive these from pipeline.metrics:\n" + "\n".join(offenders)
+
+
+def _internal_imports(path: Path) -> set[str]:
+    """Modules of the package a file imports, at the top or inside functions, as dotted names."""
+    pkg = path.relative_to(REPO).with_suffix("").parts[:-1]  # ("pipeline", "replay") for pipeline/replay/x.py
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            base = list(pkg[:len(pkg) - node.level + 1]) if node.level else []
+            mod = ".".join(base + ([node.module] if node.module else []))
+            names = [mod] if node.module else [f"{mod}.{a.name}" for a in node.names]
+            out |= {n for n in names if n.startswith("pipeline")}
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("pipeline")}
+    return out
+
+
+@pytest.mark.parametrize("module, allowed", [
+    ("pipeline/metrics.py", set()),
+    ("pipeline/slo.py", {"pipeline.errors", "pipeline.metrics"}),
+])
+def test_metric_layer_imports_nothing_above_it(module, allowed):
+    assert _internal_imports(REPO / module) <= allowed
+
+
+@pytest.mark.parametrize("module", ["pipeline/compare.py", "pipeline/fleet.py", *sorted(
+    p.relative_to(REPO).as_posix() for p in (REPO / "pipeline" / "replay").glob("*.py"))])
+def test_replay_compare_and_fleet_do_not_reach_into_the_audit(module):
+    assert not {m for m in _internal_imports(REPO / module) if m.startswith("pipeline.audit")}
