@@ -94,10 +94,10 @@ con.close()
 
 CORE_SUMMARY = """
 import json, sys
-from pipeline import metrics, store
-metrics.SECTION_PROVIDERS.clear()  # the sections of the foundation only; the fit is timed apart
+from pipeline import store, summary
+summary.SECTION_PROVIDERS.clear()  # the sections of the foundation only; the fit is timed apart
 con = store.open_for_reading(sys.argv[1], read_only_if=store.always)
-print(json.dumps(metrics.summary(con, sys.argv[2]), default=str))
+print(json.dumps(summary.summary(con, sys.argv[2]), default=str))
 """
 
 # Runs one phase and reports the child's own peak RSS on stderr, whatever happens.

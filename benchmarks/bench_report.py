@@ -27,7 +27,8 @@ def main() -> None:
     ap.add_argument("--keep", default=None, help="folder to keep the trace, store and report in")
     a = ap.parse_args()
 
-    from pipeline import ingest, metrics, store
+    from pipeline import ingest, store
+    from pipeline.summary import summary
     from pipeline.report import write_report
     from pipeline.report.page import vega_bundle
     from pipeline.sim import NoiseModel, run_simulation
@@ -45,7 +46,7 @@ def main() -> None:
     t_ingest = time.perf_counter() - t
     vega_bundle()  # a one-off per process (about 2 s): not part of the per-report cost
     t = time.perf_counter()
-    s = metrics.summary(con, "big")
+    s = summary(con, "big")
     t_summary = time.perf_counter() - t
     t = time.perf_counter()
     index = write_report(con, "big", work / "report", summary=s)

@@ -38,7 +38,9 @@ from typing import Any
 import duckdb
 import numpy as np
 
-METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms", "iteration_ms")
+from .metrics import COMPARED, SOURCES, percentile_of
+
+METRICS = COMPARED  # from the registry (pipeline/metrics.py)
 STATS = ("p50", "p90", "p99", "p999", "mean")
 MW_MAX = 200_000
 
@@ -93,8 +95,6 @@ class Comparison:
 
 def values(con: duckdb.DuckDBPyConnection, run_id: str, metric: str) -> np.ndarray:
     """All values of a metric in a run (ok requests / token gaps / steps), sorted."""
-    from .audit.measure import SOURCES
-
     table, where = SOURCES[metric]
     arr = con.sql(f"select {metric} as v from {table} where run_id = $r and {where} and {metric} is not null "
                   f"order by {metric}", params={"r": run_id}).fetchnumpy()["v"]
@@ -127,8 +127,6 @@ def _point(xs: np.ndarray, stat: str) -> float:
 
 
 def _pct(stat: str) -> float:
-    from .audit.slo import percentile_of
-
     p = percentile_of(stat)
     assert p is not None, stat
     return p

@@ -26,10 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from .metrics import LATENCY, SOURCES
+
 ALPHA = 0.01
 Z_FLAG = 3.5
-SKETCHED = {"ttft_ms": "request_latency", "tpot_ms": "request_latency", "e2e_ms": "request_latency",
-            "itl_ms": "token_gaps"}
+SKETCHED = {m: SOURCES[m] for m in LATENCY}  # TTFT, TPOT, ITL, E2E: (table, filter) from the registry
 SIGNALS = {  # name -> (how to read it from a run record, +1 when higher is worse, -1 when lower is)
     "ttft_p99_ms": (lambda r: (r["ttft_ms"] or {}).get("p99"), 1),
     "tpot_p99_ms": (lambda r: (r["tpot_ms"] or {}).get("p99"), 1),
@@ -45,11 +46,10 @@ def _gamma(alpha: float) -> float:
 
 def sketch(con, run_id: str, metric: str, alpha: float = ALPHA) -> dict[int, int]:
     """Bucket counts of one metric of one run (positive values; zeros under key -2**31)."""
-    table = SKETCHED[metric]
-    status = "and status = 'ok'" if table == "request_latency" else ""
+    table, where = SKETCHED[metric]
     rows = con.execute(
         f"select case when {metric} > 0 then ceil(ln({metric}) / ln($g))::bigint else -2147483648 end as k, "
-        f"count(*) from {table} where run_id = $r and {metric} is not null {status} group by k",
+        f"count(*) from {table} where run_id = $r and {metric} is not null and {where} group by k",
         {"g": _gamma(alpha), "r": run_id}).fetchall()
     return {int(k): int(n) for k, n in rows}
 
@@ -72,7 +72,7 @@ def run_record(lake: str, run_id: str, alpha: float = ALPHA) -> dict[str, Any]:
     """One task: a run's summary, fit and sketches (small, picklable)."""
     from .fit import get_or_fit
     from .lake import open_run
-    from .metrics import summary
+    from .summary import summary
 
     con = open_run(Path(lake), run_id)
     try:

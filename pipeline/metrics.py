@@ -1,69 +1,131 @@
-"""Metric definitions (the one place they are written down) and the run summary.
+"""The metric registry (each metric written down once) and the statistics of a run.
 
-All latencies are milliseconds; times in the store are seconds on the run's clock.
-Request timestamps: arrival ``a``, scheduled ``s``, first token ``f``, finish ``c``,
-output token count ``N``, token times ``t_i``.
+Every list of metrics elsewhere (summary sections, report tables and charts, audit
+sources and SLO keys, compare, replay statistics, nightly, fleet, docs/metrics.md) is
+derived from :data:`REGISTRY`. A metric's values are a column of a derived table
+(``queries/*.sql``, whose header repeats the formula); the registry says which table,
+which rows (``where``), its unit and formula, and what other tools call it.
 
-=============  ==========================================  ============================
-metric         formula                                     grain
-=============  ==========================================  ============================
-ttft_ms        (f - a) * 1000                              one per ok request
-queue_ms       (s - a) * 1000                              one per ok request
-prefill_ms     (f - s) * 1000                              one per ok request
-e2e_ms         (c - a) * 1000                              one per ok request
-tpot_ms        (c - f) * 1000 / (N - 1), only N > 1        one per ok request
-itl_ms         (t_i - t_{i-1}) * 1000, i >= 1              one per token gap (token-weighted)
-iteration_ms   (t_end - t_start) * 1000, or dur_ms         one per engine step
-=============  ==========================================  ============================
+Notation of the formulas: request arrival ``a``, scheduled ``s``, first token ``f``,
+finish ``c`` (seconds on the run's clock), output token count ``N``, token times
+``t_i``; a step's ``t_start``/``t_end``.
 
-Statistics: count, mean, sample std (ddof=1), max, min and the percentiles p50, p90,
-p95, p99, p99.9 with linear interpolation (numpy's default, DuckDB ``quantile_cont``).
-``iteration_ms`` also has ``cv = std / mean``, the coefficient of variation.
+Statistics (``queries/metric_stats.sql``): count, mean, sample std (ddof=1), min, max
+and the percentiles p50, p90, p95, p99, p99.9 with linear interpolation (numpy's
+default, DuckDB ``quantile_cont``); ``iteration_ms`` also has ``cv = std / mean``.
 
-Throughput: ``output_tokens_per_s = sum(N of ok requests) / duration_s`` and
-``requests_per_s = ok requests / duration_s``, where ``duration_s`` spans the first
-arrival (or step start) to the last finish (or step end).
-
-Other tools' names for these (notes/anchors.md §10): AIPerf's and guidellm's "ITL"
-is our ``tpot_ms``; guidellm's "TPOT" includes the first token
-(``(c - a) * 1000 / N``); LLMPerf's "ITL" includes TTFT; Etalon's "TBT" is our
-``itl_ms``; vLLM ``bench serve`` uses exactly our names and formulas.
+This module is the bottom analysis layer and imports nothing of tracelat's above it: the
+summary with the fit's sections is :mod:`pipeline.summary`, SLOs and goodput
+:mod:`pipeline.slo`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from dataclasses import dataclass
 from typing import Any
 
 import duckdb
 
-from . import store
+REQUEST_TABLE = "request_latency"
 
-METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms", "prefill_ms", "iteration_ms")
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric: the column ``name`` of ``table`` over the rows ``where`` selects."""
+
+    name: str  # the column name; its suffix is the unit
+    unit: str
+    formula: str  # in the notation of the module docstring
+    per: str  # one value per ...
+    table: str
+    kind: str  # "latency" (what a client sees), "phase" (parts of TTFT), "step" (engine), "throughput" (per run)
+    label: str  # short name for tables and chart axes
+    where: str = "true"  # SQL predicate over ``table`` (a constant from this file, never user input)
+    stats: bool = True  # a distribution: a row per run in metric_stats and a section of summary.json
+    compared: bool = True  # `tracelat compare` tests it (it leaves out prefill_ms = ttft_ms - queue_ms)
+    long_label: str = ""  # chart axis title when the short label is too terse
+    aliases: tuple[tuple[str, str], ...] = ()  # (tool, its name for this same quantity)
+
+    @property
+    def axis_title(self) -> str:
+        return f"{self.long_label or self.label} ({self.unit})"
+
+
+_OK = "status = 'ok'"
+REGISTRY: tuple[Metric, ...] = (
+    Metric("ttft_ms", "ms", "(f - a) * 1000", "ok request", REQUEST_TABLE, "latency", "TTFT", _OK,
+           aliases=(("vLLM bench serve", "TTFT (*_ttft_ms)"), ("AIPerf", "time_to_first_token"),
+                    ("GenAI-Perf", "time_to_first_token"))),
+    Metric("tpot_ms", "ms", "(c - f) * 1000 / (N - 1), only when N > 1", "ok request", REQUEST_TABLE, "latency",
+           "TPOT", _OK,
+           aliases=(("vLLM bench serve", "TPOT (*_tpot_ms)"), ("AIPerf", "inter_token_latency"),
+                    ("guidellm", "ITL"), ("inference-perf", "TPOT"))),
+    Metric("itl_ms", "ms", "(t_i - t_{i-1}) * 1000 for i >= 1", "token gap (token-weighted)", "token_gaps",
+           "latency", "ITL",
+           aliases=(("vLLM bench serve", "ITL (*_itl_ms)"), ("AIPerf", "inter_chunk_latency"),
+                    ("GenAI-Perf", "inter_token_latency"), ("inference-perf", "ITL"), ("Etalon", "TBT"))),
+    Metric("e2e_ms", "ms", "(c - a) * 1000", "ok request", REQUEST_TABLE, "latency", "E2E", _OK,
+           long_label="E2E latency",
+           aliases=(("vLLM bench serve", "E2EL (*_e2el_ms)"), ("AIPerf", "request_latency"),
+                    ("GenAI-Perf", "request_latency"))),
+    Metric("queue_ms", "ms", "(s - a) * 1000", "ok request", REQUEST_TABLE, "phase", "queueing", _OK),
+    Metric("prefill_ms", "ms", "(f - s) * 1000", "ok request", REQUEST_TABLE, "phase", "prefill", _OK,
+           compared=False),
+    Metric("iteration_ms", "ms", "(t_end - t_start) * 1000, or dur_ms", "engine step", "iteration_metrics", "step",
+           "iteration", long_label="iteration time"),
+    Metric("gap_ms", "ms", "(t_start - previous t_end) * 1000", "engine step (host time between steps)",
+           "iteration_metrics", "step", "step gap", stats=False, compared=False),
+    Metric("output_tokens_per_s", "tokens/s", "sum(N of ok requests) / duration_s", "run", "run_summary",
+           "throughput", "output tokens/s", stats=False, compared=False),
+    Metric("requests_per_s", "requests/s", "ok requests / duration_s", "run", "run_summary", "throughput",
+           "requests/s", stats=False, compared=False),
+)
+
+# Names other tools use for something that is NOT the metric of ours it sounds like
+# (notes/anchors.md §10): (tool, their name, their formula, what it is to us).
+FALSE_FRIENDS: tuple[tuple[str, str, str, str], ...] = (
+    ("guidellm", "TPOT", "(c - a) * 1000 / N", "includes the first token: not tpot_ms"),
+    ("inference-perf", "NTPOT", "e2e_ms / N", "normalised latency: not reported"),
+    ("LLMPerf", "inter_token_latency", "(TTFT + sum of gaps) / N", "includes TTFT: not itl_ms"),
+)
+
+BY_NAME: dict[str, Metric] = {m.name: m for m in REGISTRY}
+# distributions with statistics, in summary.json order
+METRICS: tuple[str, ...] = tuple(m.name for m in REGISTRY if m.stats)
+# per-request distributions: columns of request_latency, the keys of an SLO file's [goodput]
+REQUEST_METRICS: tuple[str, ...] = tuple(m.name for m in REGISTRY if m.stats and m.table == REQUEST_TABLE)
+# what a client sees: TTFT, TPOT, ITL, E2E
+LATENCY: tuple[str, ...] = tuple(m.name for m in REGISTRY if m.stats and m.kind == "latency")
+# the distributions `tracelat compare` tests
+COMPARED: tuple[str, ...] = tuple(m.name for m in REGISTRY if m.stats and m.compared)
+# the report's headline cards: client latencies and the engine step
+HEADLINE: tuple[str, ...] = tuple(m.name for m in REGISTRY if m.stats and m.kind in ("latency", "step"))
+# metric -> (table, filter) holding its values in column <metric>; from this file only, so safe to format into SQL
+SOURCES: dict[str, tuple[str, str]] = {m.name: (m.table, m.where) for m in REGISTRY if m.stats}
 STATS = ("p50", "p90", "p95", "p99", "p999", "mean", "std", "max", "count")
 
-# Later stages (model fit, spikes, tail attribution) add summary sections here:
-# each provider returns {section_name: value} or {} when it has nothing to say.
-SectionProvider = Callable[[duckdb.DuckDBPyConnection, str], dict[str, Any]]
-SECTION_PROVIDERS: list[SectionProvider] = []
+
+def percentile_of(stat: str) -> float | None:
+    """The percentile (0..100) a stat name like ``p99``, ``p999`` or ``p01`` stands for.
+
+    The digits after the first two are decimals, as in the summary's ``p999`` (99.9):
+    ``p5``/``p05`` = 5, ``p50`` = 50, ``p001`` = 0.1, ``p9999`` = 99.99.  Returns None
+    for names that are not percentiles.
+    """
+    m = re.fullmatch(r"p(\d+)", stat)
+    if not m:
+        return None
+    digits = m.group(1)
+    if len(digits) >= 3 and digits.startswith("10"):
+        return None  # p100 would read as 10.0: ask for "max" instead
+    return float(digits) if len(digits) <= 2 else float(f"{digits[:2]}.{digits[2:]}")
 
 
-def _fit_sections(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
-    from .fit.summary import sections  # imported on use: scipy stays out of `tracelat --help`
-
-    return sections(con, run_id)
-
-
-SECTION_PROVIDERS.append(_fit_sections)
-
-
-def _engine_metric_sections(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
-    from .engine_metrics import section
-
-    return section(con, run_id)
-
-
-SECTION_PROVIDERS.append(_engine_metric_sections)
+def percentile_name(p: float) -> str:
+    """1.0 -> "p01", 50.0 -> "p50", 0.1 -> "p001", 99.9 -> "p999" (inverse of :func:`percentile_of`)."""
+    whole, frac = f"{p:.4f}".rstrip("0").rstrip(".").partition(".")[::2]
+    return "p" + whole.zfill(2) + frac
 
 
 def _clean(v: Any) -> Any:
@@ -116,62 +178,3 @@ def run_metadata(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
     if out:
         out["meta"] = json.loads(out["meta"]) if out["meta"] else {}
     return out
-
-
-def summary(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
-    """The SPEC §9 ``summary.json`` structure for one run (derived tables must be built)."""
-    store.require_run(con, run_id)
-    info = run_info(con, run_id)
-    stats = metric_stats(con, run_id)
-    out: dict[str, Any] = {
-        "run_id": run_id,
-        "requests": info.get("requests", 0),
-        "requests_ok": info.get("requests_ok", 0),
-        "requests_failed": info.get("requests_failed", 0),
-        "iterations": info.get("iterations", 0),
-        "duration_s": info.get("duration_s"),
-        "run": run_metadata(con, run_id),
-    }
-    for m in METRICS:
-        out[m] = stats[m]
-    out["throughput"] = {
-        "output_tokens_per_s": info.get("output_tokens_per_s"),
-        "requests_per_s": info.get("requests_per_s"),
-        "source": info.get("throughput_source"),
-    }
-    for provider in SECTION_PROVIDERS:
-        out.update(provider(con, run_id))
-    return out
-
-
-def format_summary(s: dict[str, Any]) -> str:
-    """A compact human table of a summary."""
-
-    def num(v: Any, digits: int = 2) -> str:
-        if v is None:
-            return "-"
-        if isinstance(v, int):
-            return str(v)
-        return f"{v:.{digits}f}"
-
-    lines = [
-        f"run {s['run_id']}: {s['requests']} requests ({s['requests_failed']} failed), "
-        f"{s['iterations']} iterations, {num(s['duration_s'], 3)} s",
-        f"throughput: {num(s['throughput']['output_tokens_per_s'], 1)} output tokens/s, "
-        f"{num(s['throughput']['requests_per_s'], 3)} requests/s",
-        "",
-        f"{'metric':<14}{'count':>9}" + "".join(f"{k:>10}" for k in ("p50", "p90", "p99", "p999", "mean", "max")),
-    ]
-    for m in METRICS:
-        st = s[m]
-        if not st.get("count"):
-            continue
-        lines.append(
-            f"{m:<14}{st['count']:>9}" + "".join(f"{num(st[k]):>10}" for k in ("p50", "p90", "p99", "p999", "mean", "max"))
-        )
-    if s["iteration_ms"].get("cv") is not None:
-        lines.append(f"iteration time coefficient of variation: {s['iteration_ms']['cv']:.3f}")
-    from .engine_metrics import format_lines
-
-    lines += format_lines(s)
-    return "\n".join(lines)

@@ -1,5 +1,6 @@
 -- table:  metric_stats
--- grain:  one row per (run_id, metric); metric in ttft_ms, tpot_ms, e2e_ms, queue_ms, prefill_ms, itl_ms, iteration_ms
+-- grain:  one row per (run_id, metric); metric: every *_ms column of request_latency (ok requests),
+--         itl_ms, iteration_ms (pipeline/metrics.py REGISTRY; tests/test_metric_registry.py checks they agree)
 -- inputs: request_latency, token_gaps, iteration_metrics
 -- purpose: distribution statistics of each metric (SPEC §5): linear-interpolation
 --   percentiles (quantile_cont = numpy's default), sample std (ddof=1), cv = std / mean.
@@ -8,15 +9,9 @@
 --   a float sum depends on the order of its terms, and parallel threads would combine
 --   partial sums in whatever order they finish, so the same input gave other last bits.
 with vals as (
-    select run_id, 'ttft_ms' as metric, ttft_ms as v from request_latency where status = 'ok'
-    union all
-    select run_id, 'tpot_ms', tpot_ms from request_latency where status = 'ok'
-    union all
-    select run_id, 'e2e_ms', e2e_ms from request_latency where status = 'ok'
-    union all
-    select run_id, 'queue_ms', queue_ms from request_latency where status = 'ok'
-    union all
-    select run_id, 'prefill_ms', prefill_ms from request_latency where status = 'ok'
+    -- every per-request latency column (named *_ms) is a metric: a new one needs no edit here
+    unpivot (select run_id, columns('_ms$') from request_latency where status = 'ok')
+        on columns(* exclude run_id) into name metric value v
     union all
     select run_id, 'itl_ms', itl_ms from token_gaps
     union all

@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from pipeline import ingest, metrics, store
+from pipeline import ingest, store
+from pipeline.summary import summary
 from pipeline.sim import IterationModel, NoiseModel, Policy, WorkloadSpec, run_simulation
 
 QS = {"p50": 50, "p90": 90, "p95": 95, "p99": 99, "p999": 99.9}
@@ -27,7 +28,7 @@ def sim(tmp_path_factory):
     ingest.ingest_paths(con, [trace])
     store.build_derived(con)
     records = [json.loads(l) for l in trace.read_text().splitlines()]
-    yield metrics.summary(con, "simrun"), records
+    yield summary(con, "simrun"), records
     con.close()
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pipeline import ingest, metrics, store
+from pipeline.summary import summary
 
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "canonical" / "tiny.jsonl"
 
@@ -16,7 +17,7 @@ TINY = Path(__file__).resolve().parent.parent / "fixtures" / "canonical" / "tiny
 def tiny(con):
     ingest.ingest_paths(con, [TINY])
     store.build_derived(con)
-    return metrics.summary(con, "tiny")
+    return summary(con, "tiny")
 
 
 def test_request_metrics_by_hand(tiny):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .check import AuditResult, Check, audit
 from .junit import junit_xml
-from .slo import SloSpec, load_slo, parse_slo
+from ..slo import SloSpec, load_slo, parse_slo
 from .verdict import markdown_report, text_report
 
 __all__ = ["AuditResult", "Check", "SloSpec", "audit", "junit_xml", "load_slo", "markdown_report", "parse_slo",

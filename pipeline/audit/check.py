@@ -15,7 +15,8 @@ import duckdb
 
 from .. import store
 from . import measure
-from .slo import SloSpec, percentile_of
+from ..metrics import percentile_name, percentile_of
+from ..slo import SloSpec
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ def _fluidity_checks(f: dict[str, Any], spec) -> list[Check]:
     out = []
     for stat, limit in spec.minima.items():
         p = percentile_of(stat)
-        value = f.get("percentiles", {}).get(measure._pname(p)) if p is not None else f.get(stat)
+        value = f.get("percentiles", {}).get(percentile_name(p)) if p is not None else f.get(stat)
         out.append(_check("fluidity", f"fluidity index {stat} >= {limit:g}", value, ">=", limit, "index",
                           "no ok request has token times (token_times in request records)"))
     return out

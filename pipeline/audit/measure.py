@@ -1,13 +1,8 @@
 """What an audit measures, in DuckDB SQL over the derived tables.
 
 * :func:`run_stats`: any percentile (and mean/std/min/max) of a run-level metric.
-* :func:`goodput`: DistServe / vLLM goodput.  A request is *good* when its status is
-  ``ok`` and it meets every per-request limit; ``tpot_ms`` is undefined for a
-  single-token request, which therefore meets a TPOT limit (vLLM counts its TPOT as 0).
-  A missing value (no first token, no finish) does not meet its limit.
-  ``attainment = good / all requests`` (failed ones count as not good),
-  ``request_goodput_rps = good / duration_s``,
-  ``token_goodput_tps = output tokens of good requests / duration_s``.
+* :func:`goodput`: DistServe / vLLM goodput over the run's ``duration_s``, as defined
+  (once, for audits, replay sweeps and the fleet) in :func:`pipeline.slo.goodput`.
 * :func:`fluidity`: the Etalon fluidity index.  A request's token ``i`` has the
   "gap" ``s_0 = TTFT`` and ``s_i = ITL_i`` and the deadline ``D_0 = ttft_deadline``,
   ``D_i = tbt_deadline``.  A token is on time when ``s_i <= D_i + slack_{i-1}``; on
@@ -27,19 +22,9 @@ from typing import Any
 import duckdb
 
 from ..errors import InputError
-from .slo import FluiditySpec, GoodputSpec, percentile_of
-
-# metric -> (table, filter) holding its values in column <metric>; names come from this
-# whitelist only, never from user input, so formatting them into SQL is safe.
-SOURCES = {
-    "ttft_ms": ("request_latency", "status = 'ok'"),
-    "tpot_ms": ("request_latency", "status = 'ok'"),
-    "e2e_ms": ("request_latency", "status = 'ok'"),
-    "queue_ms": ("request_latency", "status = 'ok'"),
-    "prefill_ms": ("request_latency", "status = 'ok'"),
-    "itl_ms": ("token_gaps", "true"),
-    "iteration_ms": ("iteration_metrics", "true"),
-}
+from ..metrics import SOURCES, percentile_name, percentile_of
+from ..slo import FluiditySpec, GoodputSpec
+from ..slo import goodput as judge_goodput
 
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict) -> list[tuple]:
@@ -73,42 +58,8 @@ def _duration_s(con: duckdb.DuckDBPyConnection, run_id: str) -> float | None:
 
 
 def goodput(con: duckdb.DuckDBPyConnection, run_id: str, spec: GoodputSpec) -> dict[str, Any]:
-    """Goodput of a run under per-request limits (definitions in the module docstring)."""
-    params: dict[str, Any] = {"run_id": run_id}
-    meets = []
-    for metric, limit in spec.limits.items():
-        params[f"lim_{metric}"] = limit
-        single_token = " or (tpot_ms is null and output_tokens <= 1)" if metric == "tpot_ms" else ""
-        meets.append(f"coalesce({metric} <= $lim_{metric}{single_token}, false) as meets_{metric}")
-    all_met = " and ".join(f"meets_{m}" for m in spec.limits)
-    sql = f"""
-        with judged as (
-            select status, output_tokens, {', '.join(meets)}
-            from request_latency where run_id = $run_id
-        )
-        select
-            count(*),
-            count(*) filter (where status = 'ok'),
-            count(*) filter (where status = 'ok' and {all_met}),
-            coalesce(sum(output_tokens) filter (where status = 'ok' and {all_met}), 0),
-            {', '.join(f"count(*) filter (where status = 'ok' and meets_{m})" for m in spec.limits)}
-        from judged
-    """
-    total, ok, good, good_tokens, *per_limit = _rows(con, sql, params)[0]
-    dur = _duration_s(con, run_id)
-    rate = (lambda x: x / dur) if dur else (lambda x: None)
-    return {
-        "limits_ms": dict(spec.limits),
-        "requests": total,
-        "requests_ok": ok,
-        "good_requests": good,
-        "good_output_tokens": int(good_tokens),
-        "attainment": good / total if total else None,
-        "attainment_by_limit": {m: (n / total if total else None) for m, n in zip(spec.limits, per_limit)},
-        "duration_s": dur,
-        "request_goodput_rps": rate(good),
-        "token_goodput_tps": rate(good_tokens),
-    }
+    """Goodput of a run under per-request limits (:func:`pipeline.slo.goodput`, over the run's span)."""
+    return judge_goodput(con, run_id, spec, _duration_s(con, run_id))
 
 
 FLUIDITY_SQL = """
@@ -191,14 +142,8 @@ def fluidity(con: duckdb.DuckDBPyConnection, run_id: str, spec: FluiditySpec) ->
         *[idx.quantile(p / 100, interpolation="linear").alias(f"q{p}") for p in pcts],
     ).row(0, named=True)
     out.update({k: agg[k] for k in ("mean", "min", "service", "fraction_at_least_0_9")})
-    out["percentiles"] = {_pname(p): agg[f"q{p}"] for p in pcts}
+    out["percentiles"] = {percentile_name(p): agg[f"q{p}"] for p in pcts}
     return out
-
-
-def _pname(p: float) -> str:
-    """1.0 -> "p01", 50.0 -> "p50", 0.1 -> "p001", 99.9 -> "p999" (inverse of percentile_of)."""
-    whole, frac = f"{p:.4f}".rstrip("0").rstrip(".").partition(".")[::2]
-    return "p" + whole.zfill(2) + frac
 
 
 def require_data(con: duckdb.DuckDBPyConnection, run_id: str) -> None:

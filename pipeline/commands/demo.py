@@ -27,7 +27,8 @@ def demo(db: str, trace: Path | None, fresh: bool, out: Path | None, open_report
     burst of very long prompts (an incident), with known ground truth.  The
     report is checked against examples/slo.toml.
     """
-    from .. import ingest, metrics, store
+    from .. import ingest, store
+    from ..summary import format_summary, summary
     from ..errors import InputError
     from ..ingest import reader
 
@@ -50,7 +51,7 @@ def demo(db: str, trace: Path | None, fresh: bool, out: Path | None, open_report
         "select run_ids[1] from ingests where sha256 = ? order by ingest_id desc limit 1", [reader.sha256(trace)]
     ).fetchall()[0][0]
     echo("")
-    echo(metrics.format_summary(metrics.summary(con, run_id)))
+    echo(format_summary(summary(con, run_id)))
     from ..report import write_report
 
     slo = EXAMPLE_SLO if EXAMPLE_SLO.exists() else None

@@ -35,8 +35,7 @@ def fleet(lake: Path, runs_glob: str | None, ray: str | None, workers: int | Non
     f = out["fleet"]
     echo(f"fleet of {len(out['runs'])} runs ({out['executor']}); percentiles within "
          f"{out['sketch_relative_error']:.0%} of exact")
-    for m in ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms"):
-        q = f[m]
+    for m, q in f.items():  # the registry's client latencies (pipeline.metrics.LATENCY)
         if q["count"]:
             echo(f"  {m:<8} p50 {q['p50']:.4g}  p90 {q['p90']:.4g}  p99 {q['p99']:.4g}  ({q['count']} values)")
     echo(f"\n{'run':<32}{'p99 TTFT':>10}{'p99 TPOT':>10}{'t0 ms':>8}{'GB/s':>8}{'worst z':>9}  flagged")

@@ -171,7 +171,7 @@ def remove_stale_temp_dirs(root: Path | None = None) -> list[Path]:
 
 
 def _sweep(cal, spec: str, seeds: list[int], slo_path: str | None, chart: str | None, as_json: bool) -> None:
-    from ..audit import load_slo
+    from ..slo import load_slo
     from ..replay import parse_sweep, run_sweep
     from ..replay.chart import save_chart
 

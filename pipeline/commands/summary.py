@@ -17,10 +17,11 @@ def summary(run_id: str, db: str, as_json: bool) -> None:
 
     --json prints the summary.json structure of the spec (all times in ms).
     """
-    from .. import metrics, store
+    from .. import store
+    from .. import summary as run_summary
 
     from ..fit import fit_ready
 
     con = store.open_for_reading(db, read_only_if=fit_ready(run_id))
-    s = metrics.summary(con, run_id)
-    echo(dumps(s) if as_json else metrics.format_summary(s))
+    s = run_summary.summary(con, run_id)
+    echo(dumps(s) if as_json else run_summary.format_summary(s))

@@ -101,7 +101,8 @@ def _remove_store(path: Path) -> None:
 def _stage(opts: Options, hist: History, digest: str, spec: Any) -> Night:
     """Ingest tonight into its own store and record it; nothing stays behind on failure."""
     from .. import audit as aud
-    from .. import metrics, store
+    from .. import store
+    from ..summary import summary as run_summary
     from ..ingest import ingest_paths
     from .stats import night_statistics
 
@@ -120,7 +121,7 @@ def _stage(opts: Options, hist: History, digest: str, spec: Any) -> Night:
             raise InputError(f"tonight's files hold {len(runs)} runs ({', '.join(runs[:5]) or 'none'}); a night is "
                              "one run: give the files of one run (records that name no run get the night's id)")
         src = runs[0]
-        summary = metrics.summary(con, src)
+        summary = run_summary(con, src)
         if not summary.get("requests") and not summary.get("iterations"):
             raise InputError(f"run {src!r} has neither requests nor iterations")
         result = aud.audit(con, src, spec) if spec is not None else None

@@ -26,15 +26,17 @@ from typing import Any
 import duckdb
 import numpy as np
 
-LATENCY = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+from ..metrics import BY_NAME, LATENCY
+
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
 _LOWER_IS_WORSE = ("throughput.", "goodput.", "fit.effective_bandwidth_gbps")
-_NAMES = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL", "e2e_ms": "E2E",
-          "throughput.output_tokens_per_s": "output tokens/s", "throughput.requests_per_s": "requests/s",
-          "goodput.attainment": "goodput attainment", "goodput.request_goodput_rps": "request goodput (req/s)",
-          "iteration_ms.cv": "iteration-time CV", "fit.t0_ms": "fitted t0 (ms)",
-          "fit.ms_per_1k_context_tokens": "ms per 1k context tokens",
-          "fit.effective_bandwidth_gbps": "effective bandwidth (GB/s)", "stalls.rate": "stall rate"}
+_NAMES = {m: BY_NAME[m].label for m in LATENCY} | {
+    "throughput.output_tokens_per_s": "output tokens/s", "throughput.requests_per_s": "requests/s",
+    "goodput.attainment": "goodput attainment", "goodput.request_goodput_rps": "request goodput (req/s)",
+    "iteration_ms.cv": "iteration-time CV", "fit.t0_ms": "fitted t0 (ms)",
+    "fit.ms_per_1k_context_tokens": "ms per 1k context tokens",
+    "fit.effective_bandwidth_gbps": "effective bandwidth (GB/s)", "stalls.rate": "stall rate"
+}
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,7 @@ def _tail(s: dict[str, Any]) -> list[Stat]:
 def night_statistics(con: duckdb.DuckDBPyConnection, run_id: str, summary: dict[str, Any],
                      goodput: dict[str, Any] | None = None, confidence: float = 0.95, resamples: int = 1000,
                      seed: int = 0) -> list[Stat]:
-    """Every headline statistic of ``run_id`` (``summary``: its ``metrics.summary``;
+    """Every headline statistic of ``run_id`` (``summary``: its ``pipeline.summary.summary``;
     ``goodput``: the audit's goodput section, when an SLO file has one)."""
     from scipy.stats import norm
 

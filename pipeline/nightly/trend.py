@@ -15,6 +15,7 @@ from urllib.parse import quote
 import altair as alt
 import polars as pl
 
+from ..metrics import LATENCY
 from ..report import charts
 from ..report.escape import html_text
 from ..report.page import Section, card, missing, page, table
@@ -22,7 +23,7 @@ from . import analysis
 from .history import Night
 from .stats import direction, label
 
-GROUPS = (("latency", "Latency percentiles", ("ttft_ms.", "tpot_ms.", "itl_ms.", "e2e_ms.")),
+GROUPS = (("latency", "Latency percentiles", tuple(f"{m}." for m in LATENCY)),
           ("throughput", "Throughput and goodput", ("throughput.", "goodput.")),
           ("engine", "Iteration time, model fit and stalls", ("iteration_ms.", "fit.", "stalls.")))
 WIDTH, HEIGHT = 360, 150

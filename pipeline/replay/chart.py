@@ -68,7 +68,7 @@ def sweep_chart(sweep: Sweep):
 def _slo_limits(sweep: Sweep) -> list:
     if not sweep.slo_path:
         return []
-    from ..audit import load_slo
+    from ..slo import load_slo
 
     return list(load_slo(sweep.slo_path).limits)
 

@@ -1,8 +1,9 @@
-"""Latency statistics of a replay, straight from the simulator's arrays (no store round trip).
+"""Latency statistics of a replay, from the simulator's arrays (no store round trip).
 
-The formulas are those of :mod:`pipeline.metrics` (SPEC §5), on the same
-population as the observed statistics: requests whose recorded status is ``ok``
-(and that finished in the replay). Percentiles are linear (numpy's default,
+Per-request metrics are the registry's (:mod:`pipeline.metrics`): the replay's requests
+go through ``queries/request_latency.sql`` in a scratch DuckDB, so the formulas are
+written once. The population is the observed statistics': requests whose recorded
+status is ``ok`` (and that finished in the replay). Percentiles are linear (numpy's default,
 DuckDB's ``quantile_cont``). ``tests/replay`` checks these numbers against the
 SQL pipeline on an ingested replay trace.
 
@@ -19,12 +20,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from functools import cache
+
+import duckdb
 import numpy as np
 
+from .. import store
+from ..metrics import METRICS, REQUEST_METRICS, REQUEST_TABLE, SOURCES
 from ..sim import SimResult
 
-REQUEST_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "queue_ms", "prefill_ms")
-METRICS = REQUEST_METRICS + ("itl_ms", "iteration_ms")
+__all__ = ["METRICS", "REQUEST_METRICS", "replay_stats", "request_latency", "request_values", "weighted_quantiles"]
 
 
 def weighted_quantiles(values: np.ndarray, weights: np.ndarray, qs) -> np.ndarray:
@@ -83,20 +88,37 @@ def itl_weights(result: SimResult, ok_rows: np.ndarray) -> tuple[np.ndarray, np.
     return np.concatenate([spans, resume]), np.concatenate([span_w, np.ones(len(resume), np.int64)])
 
 
-def request_values(result: SimResult, ok_rows: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-request metric values (ms) of the requests in ``ok_rows`` that finished."""
+@cache
+def _request_latency_sql() -> str:
+    return next(q.sql for q in store.query_files() if q.table == REQUEST_TABLE)
+
+
+def request_latency(result: SimResult, rows: np.ndarray, run_id: str = "replay") -> duckdb.DuckDBPyConnection:
+    """A scratch connection whose ``request_latency`` is ``queries/request_latency.sql`` over the
+    replay's requests in ``rows`` (bool per request): the formulas of the store, not a copy."""
+    import polars as pl
+
     rq = result.requests
-    ok = ok_rows & (rq["status"] == "ok")
-    a, s, f, c = (rq[k][ok] for k in ("t_arrival", "t_scheduled", "t_first_token", "t_finish"))
-    n_out = rq["output_tokens"][ok]
-    multi = n_out > 1
-    return {
-        "ttft_ms": (f - a) * 1000.0,
-        "tpot_ms": (c[multi] - f[multi]) * 1000.0 / (n_out[multi] - 1),
-        "e2e_ms": (c - a) * 1000.0,
-        "queue_ms": (s - a) * 1000.0,
-        "prefill_ms": (f - s) * 1000.0,
-    }
+    cols = ("req_id", "status", "prompt_tokens", "output_tokens", "preemptions",
+            "t_arrival", "t_scheduled", "t_first_token", "t_finish")
+    df = pl.DataFrame({k: rq[k][rows] for k in cols}).with_columns(
+        pl.col("t_arrival", "t_scheduled", "t_first_token", "t_finish").fill_nan(None),  # not reached: null
+        pl.col("req_id").cast(pl.String), run_id=pl.lit(run_id), cached_tokens=pl.lit(None, pl.Int64))
+    con = store.scratch()
+    con.register("requests", df)
+    con.execute(f"create view {REQUEST_TABLE} as {_request_latency_sql()}")
+    return con
+
+
+def request_values(result: SimResult, ok_rows: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-request metric values (ms) of the requests in ``ok_rows`` that finished (nulls dropped)."""
+    rows = np.asarray(ok_rows, bool)[:result.n_requests]
+    con = request_latency(result, rows)
+    try:
+        return {m: con.sql(f"select {m} from {REQUEST_TABLE} where {SOURCES[m][1]} and {m} is not null"
+                           ).fetchnumpy()[m].astype(float) for m in REQUEST_METRICS}
+    finally:
+        con.close()
 
 
 def _describe(values: np.ndarray, weights: np.ndarray | None, qs: list[float], names: list[str]) -> dict[str, Any]:

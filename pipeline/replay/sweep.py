@@ -4,13 +4,13 @@
 value and seed (everything else as recorded or as given) and tabulates the
 replays' latency percentiles and throughput (mean over seeds).
 
-With an SLO file (the audit's TOML, :func:`pipeline.audit.load_slo`) a setting
+With an SLO file (the audit's TOML, :func:`pipeline.slo.load_slo`) a setting
 *meets* the SLOs when every ``[slo]`` percentile/mean/max limit and every
 ``[goodput]`` minimum holds in **every** seed (conservative: a setting that
-passes only with lucky noise is not marked as meeting). Goodput follows the
-audit's definition on the comparison population (requests that were ``ok`` in
-the recording): a request is good when it finished and meets every per-request
-limit (TPOT counts as met for one-token outputs). ``[fluidity]`` is not
+passes only with lucky noise is not marked as meeting). Goodput is the audit's
+(:func:`pipeline.slo.goodput`, the one implementation) on the comparison population
+(requests that were ``ok`` in the recording): a request is good when it finished and
+meets every per-request limit (TPOT counts as met for one-token outputs). ``[fluidity]`` is not
 evaluated in sweeps (a note says so); run ``tracelat audit`` on an ingested
 replay for it.
 """
@@ -25,10 +25,12 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
+from ..metrics import percentile_of
 from ..settings import settings
 from ..sim import Policy, SimResult
+from ..slo import goodput
 from .calibrate import BOOL_FIELDS, POLICY_FIELDS, Calibration
-from .stats import METRICS, request_values
+from .stats import METRICS, request_latency
 from .validate import replay_seeds
 
 TABLE_STATS = (("ttft_ms", "p50"), ("ttft_ms", "p99"), ("tpot_ms", "p50"), ("tpot_ms", "p99"), ("itl_ms", "p99"),
@@ -69,26 +71,13 @@ def parse_sweep(text: str) -> tuple[str, list[Any]]:
 
 
 def _goodput(result: SimResult, ok_rows: np.ndarray, spec, duration_s: float) -> dict[str, Any]:
-    """Audit-style goodput of one replay (see the module docstring)."""
-    rq = result.requests
+    """Goodput of one replay over the comparison population (see the module docstring)."""
     pop = np.asarray(ok_rows, bool)[:result.n_requests]
-    done = pop & (rq["status"] == "ok")
-    vals = request_values(result, pop)  # arrays over the finished requests of the population
-    good = np.ones(int(done.sum()), bool)
-    multi = rq["output_tokens"][done] > 1
-    for metric, limit in spec.limits.items():
-        v = vals[metric]
-        if metric == "tpot_ms":
-            meets = np.ones(len(good), bool)
-            meets[multi] = v <= limit
-        else:
-            meets = v <= limit
-        good &= meets
-    total = int(pop.sum())
-    good_tokens = int(rq["output_tokens"][done][good].sum())
-    rate = (lambda x: x / duration_s) if duration_s and duration_s > 0 else (lambda x: None)
-    return {"attainment": int(good.sum()) / total if total else None,
-            "request_goodput_rps": rate(int(good.sum())), "token_goodput_tps": rate(good_tokens)}
+    con = request_latency(result, pop)  # the replay's requests as the store would hold them
+    try:
+        return goodput(con, "replay", spec, duration_s)
+    finally:
+        con.close()
 
 
 @dataclass
@@ -190,8 +179,6 @@ def _fmt(v: float | None) -> str:
 def run_sweep(cal: Calibration, param: str, values: list[Any], seeds: list[int], slo=None,
               progress: Callable[[Any, int], None] | None = None) -> Sweep:
     """Replay ``cal`` under each value of ``param`` (and each seed); judge against ``slo`` (an SloSpec)."""
-    from ..audit.slo import percentile_of
-
     extra: dict[str, float] = {}
     notes: list[str] = []
     if slo is not None:

@@ -17,15 +17,16 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from ..metrics import BY_NAME, COMPARED, LATENCY
 from ..sim import SimResult, simulate
 from .calibrate import Calibration
 from .stats import replay_stats
 
-COMPARED_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+COMPARED_METRICS = LATENCY  # what a client sees: TTFT, TPOT, ITL, E2E
 COMPARED_STATS = ("p50", "p90", "p99")
 THROUGHPUT = ("output_tokens_per_s", "requests_per_s")
 # the calibration report (validation replays): what-ifs move these, so their fidelity is what matters
-CALIBRATION_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms")
+CALIBRATION_METRICS = tuple(m for m in COMPARED if BY_NAME[m].kind != "step")  # TTFT, TPOT, ITL, E2E, queueing
 CALIBRATION_STATS = ("mean", "p50", "p90", "p99")
 TRUST_TOL = 0.10  # a statistic replayed within 10% of the observed one is trusted for what-ifs
 

@@ -15,11 +15,12 @@ from typing import Any
 import altair as alt
 import polars as pl
 
+from ..metrics import REGISTRY
+
 WIDTH, HEIGHT = 820, 240
 CAUSES = ["prefill", "preemption", "unexplained"]
 CAUSE_COLORS = ["#e45756", "#f58518", "#7f3c8d"]
-LABELS = {"ttft_ms": "TTFT (ms)", "tpot_ms": "TPOT (ms)", "itl_ms": "ITL (ms)", "e2e_ms": "E2E latency (ms)",
-          "queue_ms": "queueing (ms)", "prefill_ms": "prefill (ms)", "iteration_ms": "iteration time (ms)"}
+LABELS = {m.name: m.axis_title for m in REGISTRY if m.stats}  # "TTFT (ms)", "E2E latency (ms)", ...
 
 
 def _data(df: pl.DataFrame) -> pl.DataFrame:

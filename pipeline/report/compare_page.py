@@ -9,6 +9,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
+from .. import metrics
 from ..compare import Comparison, Delta
 from . import charts, frames
 from .escape import html_text, md_text
@@ -49,7 +50,7 @@ def _chart_frame(comp: Comparison) -> pl.DataFrame:
 
 def _cdfs(comp: Comparison, base_con: duckdb.DuckDBPyConnection, cand_con: duckdb.DuckDBPyConnection) -> Section:
     sec = Section("cdfs", "Distributions: baseline vs candidate")
-    for metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+    for metric in metrics.LATENCY:
         fb, fc = frames.cdf(base_con, comp.base_run, metric), frames.cdf(cand_con, comp.cand_run, metric)
         if fb is None or fc is None:
             sec.missing.append(f"{charts.LABELS[metric]}: not available in {'both runs' if fb is fc else 'one run'}")

@@ -26,6 +26,8 @@ import duckdb
 import numpy as np
 import polars as pl
 
+from ..metrics import REQUEST_METRICS
+
 MAX_POINTS = 3000
 CDF_POINTS = 500
 TOP_N = 15
@@ -180,7 +182,7 @@ def decode_only_median_decode_tokens(con: duckdb.DuckDBPyConnection, run_id: str
 
 def cdf(con: duckdb.DuckDBPyConnection, run_id: str, metric: str, points: int = CDF_POINTS) -> Frame | None:
     """Empirical CDF of a metric: ``value_ms, fraction`` (metric from a whitelist)."""
-    from ..audit.measure import SOURCES
+    from ..metrics import SOURCES
 
     table, where = SOURCES[metric]
     base = f"from {table} where run_id = $r and {where} and {metric} is not null"
@@ -253,8 +255,8 @@ def top_iterations(con: duckdb.DuckDBPyConnection, run_id: str, n: int = TOP_N) 
 
 
 def top_requests(con: duckdb.DuckDBPyConnection, run_id: str, metric: str, n: int = TOP_N) -> pl.DataFrame:
-    """The ``n`` ok requests with the largest ``metric`` (ttft_ms, tpot_ms or e2e_ms)."""
-    assert metric in ("ttft_ms", "tpot_ms", "e2e_ms")
+    """The ``n`` ok requests with the largest ``metric`` (a per-request metric: ttft_ms, tpot_ms, e2e_ms, ...)."""
+    assert metric in REQUEST_METRICS  # a column of request_latency, from the registry: safe in the SQL text
     p = {"r": run_id, "t0": origin_s(con, run_id), "n": n}
     return _pl(con, f"""select req_id, round(t_arrival - $t0, 3) as arrival_s, prompt_tokens, output_tokens,
                                round(queue_ms, 2) as queue_ms, round(ttft_ms, 2) as ttft_ms,

@@ -50,7 +50,7 @@ def _fit_lines(s: dict[str, Any]) -> list[str]:
 
 
 def summary_markdown(s: dict[str, Any], audit: Any = None) -> str:
-    """Markdown summary of a ``metrics.summary`` dict (plus an audit verdict when given)."""
+    """Markdown summary of a ``pipeline.summary.summary`` dict (plus an audit verdict when given)."""
     run = s.get("run") or {}
     who = " / ".join(md_text(run[k], 60) for k in ("engine", "model", "gpu") if run.get(k))
     lines = [f"### tracelat: run {md_text(s['run_id'])}", ""]

@@ -1,7 +1,7 @@
 """``write_report``: index.html, summary.json and summary.md for one run.
 
 Sections that depend on the model fit (spikes, the fitted line, tail attribution)
-are drawn when ``metrics.summary`` has ``fit`` / ``spikes`` / ``tail`` and the
+are drawn when ``summary.summary`` has ``fit`` / ``spikes`` / ``tail`` and the
 per-iteration fit table exists; otherwise the page says they are not available
 and how to get them (``tracelat fit``).
 """
@@ -18,13 +18,14 @@ import duckdb
 import polars as pl
 
 from .. import __version__, metrics
+from ..summary import summary as run_summary
 from . import charts, frames
 from .escape import html_text
 from .markdown import summary_markdown
 from .page import Section, card, fmt, kv_table, missing, page, table
 
 FIT_HINT = "not available (run `tracelat fit`)"
-HEADLINE = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E"), ("iteration_ms", "iteration"))
+HEADLINE = tuple((m, metrics.BY_NAME[m].label) for m in metrics.HEADLINE)  # (metric, card label)
 
 
 def name_digest(text: str) -> str:
@@ -271,12 +272,12 @@ def write_report(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: str | Pat
 
     ``out_dir`` defaults to ``reports/<run_id>/``; ``slo`` (a path or an
     :class:`~pipeline.audit.SloSpec`) adds the SLO verdict, goodput and fluidity;
-    ``summary`` reuses a ``metrics.summary(con, run_id)`` the caller already has.
+    ``summary`` reuses a ``pipeline.summary.summary(con, run_id)`` the caller already has.
     Derived tables must be current (``store.open_for_reading`` or ``build_derived``).
     """
     from ..jsonplain import dumps
 
-    s = dict(summary) if summary is not None else metrics.summary(con, run_id)
+    s = dict(summary) if summary is not None else run_summary(con, run_id)
     audit = None
     if slo is not None:
         from .. import audit as aud

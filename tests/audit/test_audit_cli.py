@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pipeline.audit import audit, junit_xml, load_slo, markdown_report, parse_slo
-from pipeline.audit.slo import percentile_of
+from pipeline.metrics import percentile_of
 from pipeline.cli import main
 from pipeline.errors import InputError
 

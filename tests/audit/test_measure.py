@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pipeline.audit import measure
-from pipeline.audit.slo import FluiditySpec, GoodputSpec
+from pipeline.slo import FluiditySpec, GoodputSpec
 
 
 def test_goodput_hand_computed(tiny_run):

@@ -13,7 +13,7 @@ from pipeline import store
 from pipeline.cli import cli
 from pipeline.fleet import ALPHA, fleet, sketch_quantile
 from pipeline.ingest import ingest_paths
-from pipeline.metrics import summary
+from pipeline.summary import summary
 
 
 def _replica(tmp, name: str, seed: int, burst: bool = False, slow_gpu: bool = False):

@@ -11,7 +11,7 @@ import pytest
 from pipeline import store
 from pipeline.engine_metrics import histogram_quantiles
 from pipeline.ingest import detect, ingest_paths
-from pipeline.metrics import summary
+from pipeline.summary import summary
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "prometheus"
 FILES = {"aiperf-server-metrics": FIX / "server_metrics_export.jsonl", "prometheus-text": FIX / "vllm-0_metrics.log",

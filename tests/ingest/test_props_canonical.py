@@ -29,7 +29,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline import ingest, metrics, store
+from pipeline import ingest, store
+from pipeline import summary as run_summary
 from pipeline.jsonplain import plain
 
 from .props import assert_store_finite, budgets
@@ -160,7 +161,7 @@ def ingest_and_summarize(con, path: Path, **kw) -> dict:
     assert res.rejected == 0 and res.skipped == 0, con.execute("select line_no, reason from rejects").fetchall()
     assert res.accepted == res.lines_read
     store.build_derived(con)
-    return metrics.summary(con, RUN)
+    return run_summary.summary(con, RUN)
 
 
 def summary_bytes(s: dict) -> str:
@@ -214,7 +215,7 @@ def test_ingest_is_idempotent_and_order_independent(budget, tmp_path):
             (again,) = ingest.ingest_paths(first, [path])
             assert again.status == "unchanged"
             store.build_derived(first)
-            assert summary_bytes(metrics.summary(first, RUN)) == want
+            assert summary_bytes(run_summary.summary(first, RUN)) == want
             assert summary_bytes(ingest_and_summarize(first, path, replace=True)) == want
             # every record names its run, so any order means the same records
             shuffled = [r | {"run_id": RUN} for r in records]

@@ -237,7 +237,7 @@ def test_report_and_markdown_state_the_alignment(tmp_path):
     name reaches them escaped."""
     import shutil
 
-    from pipeline.metrics import summary
+    from pipeline.summary import summary
     from pipeline.report.markdown import summary_markdown
     from pipeline.report.render import _run_section
 

@@ -38,14 +38,15 @@ def test_proportion_interval():
 
 
 def test_night_statistics_on_a_simulated_run(tmp_path):
-    from pipeline import metrics, store
+    from pipeline import store
+    from pipeline.summary import summary
     from pipeline.ingest import ingest_paths
 
     night = simulate_night(tmp_path / "n", seed=3)
     con = store.connect(tmp_path / "s.duckdb")
     ingest_paths(con, [night])
     store.build_derived(con)
-    s = metrics.summary(con, "bench")
+    s = summary(con, "bench")
     stats = {st.metric: st for st in night_statistics(con, "bench", s)}
     tpot = tpot_from_trace(night / "trace.jsonl")
     for p in (50, 90, 99):

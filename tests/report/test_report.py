@@ -7,7 +7,7 @@ import json
 import re
 
 
-from pipeline import metrics
+from pipeline import summary as run_summary
 from pipeline.report import default_out_dir, write_report
 
 SPECS_RE = re.compile(r'<script type="application/json" id="tracelat-specs">(.*?)</script>', re.S)
@@ -35,7 +35,7 @@ def test_outputs_and_structure(synth_run, tmp_path):
     assert sorted(divs) == sorted(specs) == sorted(
         ["timeline", "context", "cdf_ttft_ms", "cdf_tpot_ms", "cdf_itl_ms", "tail", "queue"])
     summary = json.loads((tmp_path / "rep" / "summary.json").read_text())
-    want = json.loads(json.dumps(metrics.summary(con, rid), default=str))
+    want = json.loads(json.dumps(run_summary.summary(con, rid), default=str))
     assert summary == want
     assert summary["ttft_ms"]["count"] == 120 and summary["fit"]["t0_ms"] > 0
     md = (tmp_path / "rep" / "summary.md").read_text()
@@ -50,7 +50,7 @@ def test_outputs_and_structure(synth_run, tmp_path):
 
 def test_missing_fit_is_stated_not_fatal(synth_run, tmp_path, monkeypatch):
     con, rid = synth_run
-    monkeypatch.setattr(metrics, "SECTION_PROVIDERS", [])  # as before `tracelat fit` existed
+    monkeypatch.setattr(run_summary, "SECTION_PROVIDERS", [])  # as before `tracelat fit` existed
     con.execute("drop table if exists iteration_fit")
     own, specs = parts(write_report(con, rid, tmp_path / "nofit").read_text())
     assert own.count("not available (run `tracelat fit`)") >= 3  # model fit, fitted line, spikes, tail

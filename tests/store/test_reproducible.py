@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline import ingest, metrics, store
+from pipeline import ingest, store
+from pipeline.summary import summary
 from pipeline.commands.options import dumps
 
 DEMO = Path(__file__).resolve().parents[2] / "fixtures" / "demo" / "incident.jsonl.gz"
@@ -17,7 +18,7 @@ def summary_bytes(db: Path) -> str:
         ingest.ingest_paths(con, [DEMO])
         store.build_derived(con)
         (run_id,) = store.known_runs(con)
-        return dumps(metrics.summary(con, run_id))  # what `tracelat summary RUN --json` prints
+        return dumps(summary(con, run_id))  # what `tracelat summary RUN --json` prints
     finally:
         con.close()
 

@@ -1,0 +1,259 @@
+"""SLO files (TOML with ``[slo]``, ``[goodput]`` and ``[fluidity]`` sections) and goodput.
+
+The audit, replay sweeps and the fleet all judge goodput with :func:`goodput` here.
+
+The layout (docs/reports-and-audit.md, examples/slo.toml)::
+
+    [slo]                       # upper limits on run-level statistics, <metric>.<stat> = limit
+    ttft_ms.p99 = 2000
+    [goodput]                   # per-request limits; a request is good when it meets all of them
+    ttft_ms = 2000
+    tpot_ms = 100
+    min_attainment = 0.99
+    [fluidity]                  # Etalon fluidity index: per-token deadlines with slack
+    ttft_deadline_ms = 2000
+    tbt_deadline_ms = 100
+    min_index_p01 = 0.9
+
+Every problem is reported as an :class:`~pipeline.errors.InputError` naming the
+file, the section and the key, with the accepted values.
+"""
+
+from __future__ import annotations
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from .errors import InputError
+from .metrics import METRICS, REQUEST_METRICS, percentile_of
+
+# Run-level metrics an [slo] limit may name: every distribution of the registry.
+SLO_METRICS = METRICS
+PLAIN_STATS = ("mean", "std", "max", "min")
+# Per-request metrics a [goodput] limit may name (columns of request_latency).
+GOODPUT_METRICS = REQUEST_METRICS
+GOODPUT_MINIMA = ("min_attainment", "min_request_goodput_rps", "min_token_goodput_tps")
+SECTIONS = ("slo", "goodput", "fluidity")
+EXAMPLE = "see examples/slo.toml and docs/reports-and-audit.md"
+
+
+@dataclass(frozen=True)
+class StatLimit:
+    """An upper limit on one run-level statistic, e.g. ``ttft_ms.p99 <= 2000``."""
+
+    metric: str
+    stat: str
+    limit: float
+
+    @property
+    def name(self) -> str:
+        return f"{self.metric}.{self.stat}"
+
+
+@dataclass(frozen=True)
+class GoodputSpec:
+    """Per-request limits (ms) and the minima the run must reach."""
+
+    limits: dict[str, float]
+    min_attainment: float | None = None
+    min_request_goodput_rps: float | None = None
+    min_token_goodput_tps: float | None = None
+
+
+@dataclass(frozen=True)
+class FluiditySpec:
+    """Etalon deadlines (ms) and lower limits on statistics of the per-request index."""
+
+    ttft_deadline_ms: float
+    tbt_deadline_ms: float
+    minima: dict[str, float] = field(default_factory=dict)  # stat ("p01", "mean", "min", "service") -> limit
+
+
+@dataclass(frozen=True)
+class SloSpec:
+    """Everything an SLO file asks for."""
+
+    path: str
+    limits: tuple[StatLimit, ...] = ()
+    goodput: GoodputSpec | None = None
+    fluidity: FluiditySpec | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not self.limits and self.goodput is None and self.fluidity is None
+
+
+def _bad(path: str, where: str, what: str) -> InputError:
+    return InputError(f"{path}: {where}: {what}; {EXAMPLE}")
+
+
+def _number(path: str, where: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _bad(path, where, f"expected a number, got {value!r}")
+    if value != value or value in (float("inf"), float("-inf")):
+        raise _bad(path, where, f"expected a finite number, got {value!r}")
+    return float(value)
+
+
+def _flatten(table: dict, prefix: str = "") -> dict[str, object]:
+    """``{"ttft_ms": {"p99": 1}}`` and ``{"ttft_ms.p99": 1}`` both give ``{"ttft_ms.p99": 1}``."""
+    out: dict[str, object] = {}
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def _stat_limits(path: str, table: object) -> tuple[StatLimit, ...]:
+    if not isinstance(table, dict):
+        raise _bad(path, "[slo]", "must be a table of <metric>.<stat> = limit")
+    limits = []
+    for key, value in _flatten(table).items():
+        where = f"[slo] {key}"
+        metric, _, stat = key.partition(".")
+        if metric not in SLO_METRICS:
+            raise _bad(path, where, f"unknown metric {metric!r}; known metrics: {', '.join(SLO_METRICS)}")
+        if stat not in PLAIN_STATS and percentile_of(stat) is None:
+            raise _bad(path, where, f"unknown statistic {stat!r}; use p50, p90, p99, p999 (any pNN) or "
+                       f"{', '.join(PLAIN_STATS)}, as in {metric}.p99 = 2000")
+        limits.append(StatLimit(metric, stat, _number(path, where, value)))
+    return tuple(limits)
+
+
+def _goodput(path: str, table: object) -> GoodputSpec:
+    if not isinstance(table, dict):
+        raise _bad(path, "[goodput]", "must be a table of per-request limits")
+    limits: dict[str, float] = {}
+    minima: dict[str, float] = {}
+    for key, value in table.items():
+        where = f"[goodput] {key}"
+        if key in GOODPUT_METRICS:
+            limits[key] = _number(path, where, value)
+        elif key in GOODPUT_MINIMA:
+            minima[key] = _number(path, where, value)
+        else:
+            raise _bad(path, where, f"unknown key; per-request limits: {', '.join(GOODPUT_METRICS)}; "
+                       f"minima: {', '.join(GOODPUT_MINIMA)}")
+    if not limits:
+        raise _bad(path, "[goodput]", f"needs at least one per-request limit ({', '.join(GOODPUT_METRICS)})")
+    att = minima.get("min_attainment")
+    if att is not None and not 0 <= att <= 1:
+        raise _bad(path, "[goodput] min_attainment", f"is a fraction between 0 and 1 (0.99 = 99%), got {att}")
+    return GoodputSpec(limits, **minima)
+
+
+def _fluidity(path: str, table: object) -> FluiditySpec:
+    if not isinstance(table, dict):
+        raise _bad(path, "[fluidity]", "must be a table")
+    deadlines = {}
+    for key in ("ttft_deadline_ms", "tbt_deadline_ms"):
+        if key not in table:
+            raise _bad(path, "[fluidity]", f"missing {key}")
+        deadlines[key] = _number(path, f"[fluidity] {key}", table[key])
+        if deadlines[key] <= 0:
+            raise _bad(path, f"[fluidity] {key}", "must be > 0")
+    minima: dict[str, float] = {}
+    for key, value in table.items():
+        if key in deadlines:
+            continue
+        where = f"[fluidity] {key}"
+        stat = key.removeprefix("min_index_")
+        if not key.startswith("min_index_") or (stat not in ("mean", "min", "service") and percentile_of(stat) is None):
+            raise _bad(path, where, "unknown key; use ttft_deadline_ms, tbt_deadline_ms and lower limits "
+                       "min_index_p01 (any pNN), min_index_mean, min_index_min, min_index_service")
+        minima[stat] = _number(path, where, value)
+        if not 0 <= minima[stat] <= 1:
+            raise _bad(path, where, f"the fluidity index is a fraction between 0 and 1, got {minima[stat]}")
+    return FluiditySpec(deadlines["ttft_deadline_ms"], deadlines["tbt_deadline_ms"], minima)
+
+
+def parse_slo(data: dict, path: str = "<slo>") -> SloSpec:
+    """An :class:`SloSpec` from parsed TOML (``path`` only names it in errors)."""
+    unknown = sorted(set(data) - set(SECTIONS))
+    if unknown:
+        raise _bad(path, f"[{unknown[0]}]", f"unknown section; known sections: {', '.join(SECTIONS)}")
+    spec = SloSpec(
+        path=path,
+        limits=_stat_limits(path, data["slo"]) if "slo" in data else (),
+        goodput=_goodput(path, data["goodput"]) if "goodput" in data else None,
+        fluidity=_fluidity(path, data["fluidity"]) if "fluidity" in data else None,
+    )
+    if spec.empty:
+        raise InputError(f"{path}: holds no SLOs; add [slo], [goodput] or [fluidity] ({EXAMPLE})")
+    return spec
+
+
+def load_slo(path: str | Path) -> SloSpec:
+    """Read and validate an SLO file."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"SLO file {p} does not exist or is not a file; {EXAMPLE}")
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{p}: not UTF-8 text ({exc}); save the SLO file as UTF-8") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{p}: invalid TOML: {exc}; {EXAMPLE}") from exc
+    return parse_slo(data, str(p))
+
+
+def goodput(con: duckdb.DuckDBPyConnection, run_id: str, spec: GoodputSpec, duration_s: float | None
+            ) -> dict[str, Any]:
+    """DistServe / vLLM goodput of one run's requests under per-request limits: the one implementation.
+
+    It reads a relation named ``request_latency`` (the derived table, or a replay's
+    requests put through ``queries/request_latency.sql``) for ``run_id``; all of its rows
+    are the population. A request is *good* when its status is ``ok`` and it meets every
+    limit; ``tpot_ms`` is undefined for a single-token request, which therefore meets a
+    TPOT limit (vLLM counts its TPOT as 0); a missing value (no first token, no finish)
+    does not meet its limit. ``attainment = good / all requests`` (failed ones count as
+    not good), ``request_goodput_rps = good / duration_s``,
+    ``token_goodput_tps = output tokens of good requests / duration_s``.
+    """
+    params: dict[str, Any] = {"run_id": run_id}
+    meets = []
+    for metric, limit in spec.limits.items():
+        if metric not in GOODPUT_METRICS:  # names reach the SQL text only from the registry
+            raise InputError(f"goodput: unknown per-request metric {metric!r}; use {', '.join(GOODPUT_METRICS)}")
+        params[f"lim_{metric}"] = limit
+        single_token = " or (tpot_ms is null and output_tokens <= 1)" if metric == "tpot_ms" else ""
+        meets.append(f"coalesce({metric} <= $lim_{metric}{single_token}, false) as meets_{metric}")
+    all_met = " and ".join(f"meets_{m}" for m in spec.limits)
+    sql = f"""
+        with judged as (
+            select status, output_tokens, {', '.join(meets)}
+            from request_latency where run_id = $run_id
+        )
+        select
+            count(*),
+            count(*) filter (where status = 'ok'),
+            count(*) filter (where status = 'ok' and {all_met}),
+            coalesce(sum(output_tokens) filter (where status = 'ok' and {all_met}), 0),
+            {', '.join(f"count(*) filter (where status = 'ok' and meets_{m})" for m in spec.limits)}
+        from judged
+    """
+    total, ok, good, good_tokens, *per_limit = con.execute(sql, params).fetchall()[0]
+    dur = duration_s if duration_s is not None and duration_s > 0 else None  # NaN > 0 is False too
+    rate = (lambda x: x / dur) if dur else (lambda x: None)
+    return {
+        "limits_ms": dict(spec.limits),
+        "requests": total,
+        "requests_ok": ok,
+        "good_requests": good,
+        "good_output_tokens": int(good_tokens),
+        "attainment": good / total if total else None,
+        "attainment_by_limit": {m: (n / total if total else None) for m, n in zip(spec.limits, per_limit)},
+        "duration_s": duration_s,
+        "request_goodput_rps": rate(good),
+        "token_goodput_tps": rate(good_tokens),
+    }

@@ -1,0 +1,112 @@
+"""The one goodput implementation (pipeline.slo.goodput) against numpy, and audit vs replay sweep."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from pipeline import store
+from pipeline.slo import GoodputSpec, goodput
+
+
+def _requests(seed: int, n: int = 400) -> pl.DataFrame:
+    """A request_latency-shaped table: failures, one-token outputs, missing first tokens and finishes."""
+    rng = np.random.default_rng(seed)
+    out = rng.integers(1, 40, n)
+    out[rng.random(n) < 0.15] = 1
+    ttft = rng.lognormal(5, 1, n)
+    ttft[rng.random(n) < 0.05] = np.nan  # no first token
+    tpot = np.where(out > 1, rng.lognormal(3, 0.5, n), np.nan)
+    e2e = ttft + np.nan_to_num(tpot) * (out - 1) + rng.exponential(5, n)
+    e2e[rng.random(n) < 0.05] = np.nan  # no finish
+    status = np.where(rng.random(n) < 0.1, "error", "ok")
+    return pl.DataFrame({"run_id": "r", "req_id": [f"q{i}" for i in range(n)], "status": status,
+                         "output_tokens": out, "ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e,
+                         "queue_ms": rng.exponential(30, n)}).with_columns(
+        pl.col("ttft_ms", "tpot_ms", "e2e_ms").fill_nan(None))
+
+
+def _numpy_goodput(df: pl.DataFrame, limits: dict[str, float], duration_s: float) -> dict:
+    """Goodput written out with numpy from the definition (docs/reports-and-audit.md)."""
+    ok = df["status"].to_numpy() == "ok"
+    out = df["output_tokens"].to_numpy()
+    good = ok.copy()
+    by_limit = {}
+    for metric, limit in limits.items():
+        v = df[metric].to_numpy().astype(float)  # nulls become NaN: never within a limit
+        meets = v <= limit
+        if metric == "tpot_ms":
+            meets |= np.isnan(v) & (out <= 1)  # a one-token output has no TPOT and meets the limit
+        by_limit[metric] = (ok & meets).sum() / len(df)
+        good &= meets
+    return {"good_requests": int(good.sum()), "attainment": good.sum() / len(df), "by_limit": by_limit,
+            "good_output_tokens": int(out[good].sum()), "request_goodput_rps": good.sum() / duration_s,
+            "token_goodput_tps": out[good].sum() / duration_s}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("limits", [{"ttft_ms": 200.0}, {"ttft_ms": 300.0, "tpot_ms": 25.0},
+                                    {"tpot_ms": 20.0, "e2e_ms": 900.0, "queue_ms": 40.0}])
+def test_goodput_equals_numpy(seed, limits):
+    df = _requests(seed)
+    other = _requests(seed + 10).with_columns(run_id=pl.lit("other"))  # another run: must not count
+    con = store.scratch()
+    con.register("request_latency", pl.concat([df, other]))
+    got = goodput(con, "r", GoodputSpec(dict(limits)), 12.5)
+    want = _numpy_goodput(df, limits, 12.5)
+    assert 0 < got["good_requests"] < len(df)  # the limits split the requests: the case under test
+    assert got["requests"] == len(df)
+    assert got["requests_ok"] == int((df["status"] == "ok").sum())
+    assert got["good_requests"] == want["good_requests"]
+    assert got["good_output_tokens"] == want["good_output_tokens"]
+    assert got["attainment"] == pytest.approx(want["attainment"], rel=1e-12)
+    assert got["attainment_by_limit"] == pytest.approx(want["by_limit"], rel=1e-12)
+    assert got["request_goodput_rps"] == pytest.approx(want["request_goodput_rps"], rel=1e-12)
+    assert got["token_goodput_tps"] == pytest.approx(want["token_goodput_tps"], rel=1e-12)
+
+
+@pytest.mark.parametrize("duration_s", [None, 0.0, float("nan")])
+def test_goodput_rates_undefined_without_a_duration(duration_s):
+    con = store.scratch()
+    con.register("request_latency", _requests(0))
+    got = goodput(con, "r", GoodputSpec({"ttft_ms": 200.0}), duration_s)
+    assert got["request_goodput_rps"] is None and got["token_goodput_tps"] is None
+    assert got["attainment"] is not None
+
+
+def test_audit_and_replay_sweep_agree_on_goodput(tmp_path):
+    """The same simulated run judged by the audit (ingested) and by a sweep (simulator arrays)."""
+    from pipeline import ingest
+    from pipeline.audit.measure import goodput as audit_goodput
+    from pipeline.replay.sweep import _goodput as sweep_goodput
+    from pipeline.sim import IterationModel, NoiseModel, Policy, poisson_workload, simulate
+    from pipeline.sim.writer import write_trace
+
+    policy, model, noise = Policy(16, 256, 4000, True), IterationModel(), NoiseModel(0.05, 0.01, 20.0)
+    w = poisson_workload(200, 30.0, 200, 0.6, 4, 1.0, seed=7)  # short outputs: many of one token
+    res = simulate(w, policy, model, noise, seed=3, t_end_s=5.0)  # cut: some requests never finish
+    rq = res.requests
+    assert (rq["status"] != "ok").any() and (rq["output_tokens"][rq["status"] == "ok"] == 1).any()
+    path = write_trace(res, tmp_path / "g.jsonl", "g", policy, model, noise)
+    con = store.connect(tmp_path / "g.duckdb")
+    ingest.ingest_paths(con, [path])
+    store.build_derived(con)
+    spec = GoodputSpec({"ttft_ms": 300.0, "tpot_ms": 40.0, "e2e_ms": 600.0})
+    audit = audit_goodput(con, "g", spec)
+    dur = con.execute("select duration_s from run_summary where run_id = 'g'").fetchall()[0][0]
+    con.close()
+    sweep = sweep_goodput(res, np.ones(res.n_requests, bool), spec, dur)
+    assert 0 < audit["good_requests"] < audit["requests"] == res.n_requests
+    for key in ("requests", "requests_ok", "good_requests", "good_output_tokens", "attainment_by_limit"):
+        assert sweep[key] == audit[key], key
+    for key in ("attainment", "request_goodput_rps", "token_goodput_tps"):
+        assert sweep[key] == pytest.approx(audit[key], rel=1e-12), key
+    # and a third opinion straight from the simulator's arrays
+    done = rq["status"] == "ok"
+    with np.errstate(invalid="ignore"):
+        ttft = (rq["t_first_token"] - rq["t_arrival"]) * 1000
+        e2e = (rq["t_finish"] - rq["t_arrival"]) * 1000
+        tpot = (rq["t_finish"] - rq["t_first_token"]) * 1000 / np.maximum(rq["output_tokens"] - 1, 1)
+    good = done & (ttft <= 300) & (e2e <= 600) & ((rq["output_tokens"] <= 1) | (tpot <= 40))
+    assert audit["good_requests"] == int(good.sum())
