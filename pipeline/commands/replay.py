@@ -38,6 +38,9 @@ def _seed_path(out: Path, seed: int, n_seeds: int) -> Path:
 @click.option("--admit-full-prompt/--no-admit-full-prompt", default=None,
               help="Admit a request only when KV has room for its whole prompt, not just its first chunk "
                    "(vLLM scheduler_reserve_full_isl; default: recorded, else on).")
+@click.option("--prefix-caching", type=click.Choice(["on", "off", "recorded"]), default="recorded", show_default=True,
+              help="Reuse cached prompt prefixes: recorded = as the trace says (the requests' cached_tokens, or a "
+                   "--workload file's hash_ids); on = replay them; off = prefill every prompt in full.")
 @click.option("--noise", type=click.Choice(["fitted", "none"]), default="fitted", show_default=True,
               help="fitted: the fit's residual spread and stalls; none: the model's mean step time only.")
 @click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True,
@@ -47,7 +50,7 @@ def _seed_path(out: Path, seed: int, n_seeds: int) -> Path:
               "(default: failed/aborted ones are replayed as load, not compared).")
 @click.option("--sweep", "sweep_spec", metavar="NAME=V1,V2,...",
               help="What-if sweep of one setting: max_num_batched_tokens, max_num_seqs, kv_capacity_tokens, "
-                   "kv_block_size, chunked_prefill or admit_full_prompt, "
+                   "kv_block_size, chunked_prefill, admit_full_prompt or prefix_caching, "
                    "e.g. max_num_batched_tokens=256,512,1024,2048.")
 @click.option("--slo", type=click.Path(dir_okay=False), help="SLO file (as for tracelat audit): mark which swept "
               "settings meet it.")
@@ -59,12 +62,12 @@ def _seed_path(out: Path, seed: int, n_seeds: int) -> Path:
 @click.option("--ingest", "do_ingest", is_flag=True, help="Also ingest the replay traces into --db.")
 @click.option("--workload", "workload_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="Replay this workload instead of the run's own requests, with the run's fitted model: a "
-                   "Mooncake-style JSONL (timestamp ms, input_length, output_length), or any file `tracelat "
+                   "Mooncake-style JSONL (timestamp ms, input_length, output_length; hash_ids replay a prefix cache), or any file `tracelat "
                    "simulate --lengths-file` reads (CSV, JSONL, Parquet; Azure and Splitwise traces).")
 @click.option("--no-token-times", is_flag=True, help="Leave per-token times out of written traces (smaller).")
 @json_option
 def replay(run_id: str, db: str, max_num_seqs, max_num_batched_tokens, kv_capacity_tokens, kv_block_size,
-           chunked_prefill, admit_full_prompt, noise: str, seeds: int, first_seed: int, ok_only: bool,
+           chunked_prefill, admit_full_prompt, prefix_caching: str, noise: str, seeds: int, first_seed: int, ok_only: bool,
            sweep_spec: str | None, slo: str | None, chart: str | None, out: Path | None, do_ingest: bool,
            workload_file: Path | None, no_token_times: bool, as_json: bool) -> None:
     """Replay RUN's arrivals and sizes through the simulator with RUN's fitted iteration model.
@@ -93,7 +96,8 @@ def replay(run_id: str, db: str, max_num_seqs, max_num_batched_tokens, kv_capaci
                          "tracelat audit on the replay run")
     overrides = {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
                  "kv_capacity_tokens": kv_capacity_tokens, "chunked_prefill": chunked_prefill,
-                 "kv_block_size": kv_block_size, "admit_full_prompt": admit_full_prompt}
+                 "kv_block_size": kv_block_size, "admit_full_prompt": admit_full_prompt,
+                 "prefix_caching": {"on": True, "off": False}.get(prefix_caching)}
     con = store.open_for_reading(db, read_only_if=None if do_ingest else fit_ready(run_id))
     tmp = None  # the scratch folder, once made; removed however the replay ends
     try:

@@ -43,6 +43,10 @@ def _p(flag: str, default, help: str, type=None):  # noqa: A002 - mirrors click'
                    "(vLLM's scheduler_reserve_full_isl).")
 @click.option("--no-chunked-prefill", is_flag=True,
               help="Do not split prompts: a prompt must fit whole in a step's token budget.")
+@click.option("--prefix-caching", is_flag=True,
+              help="Reuse cached prompt prefixes (vLLM enable_prefix_caching): with a --lengths-file that has "
+                   "hash_ids (Mooncake) an LRU prefix cache of kv-capacity-tokens is simulated, with cached_tokens "
+                   "the recorded hits are reused; the trace records each request's cached_tokens.")
 @_p("--t0-ms", 5.0, "Fixed cost of one step in ms (weight read, launches, scheduling).", float)
 @_p("--a-ms-per-ctx", 0.0002, "ms per context token read by attention (KV read) per step.", float)
 @_p("--b-ms-per-prefill", 0.02, "ms per prompt token computed in a step.", float)
@@ -78,7 +82,8 @@ def simulate(**o) -> None:
                             o["output_mean"], o["output_sigma"], o["lengths_file"], o["burst_at"],
                             o["burst_count"], o["burst_prompt_tokens"], o["burst_output_tokens"], o["burst_spread"])
         policy = Policy(o["max_num_seqs"], o["max_num_batched_tokens"], o["kv_capacity_tokens"],
-                        not o["no_chunked_prefill"], o["kv_block_size"], o["admit_full_prompt"])
+                        not o["no_chunked_prefill"], o["kv_block_size"], o["admit_full_prompt"],
+                        o["prefix_caching"])
         model = IterationModel(o["t0_ms"], o["a_ms_per_ctx"], o["b_ms_per_prefill"], o["c_ms_per_decode"])
         noise = NoiseModel(o["noise_sigma"], o["stall_rate"], o["stall_ms"])
     except ValueError as exc:

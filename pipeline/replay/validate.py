@@ -177,7 +177,8 @@ class Comparison:
             f"{self.mode} replay of {cal.run_id} ({change}; {len(self.seeds)} seed(s), noise {cal.details['noise_mode']})",
             f"policy: max_num_seqs={cal.policy.max_num_seqs} max_num_batched_tokens={cal.policy.max_num_batched_tokens} "
             f"kv_capacity_tokens={cal.policy.kv_capacity_tokens} kv_block_size={cal.policy.kv_block_size} "
-            f"chunked_prefill={cal.policy.chunked_prefill} admit_full_prompt={cal.policy.admit_full_prompt}",
+            f"chunked_prefill={cal.policy.chunked_prefill} admit_full_prompt={cal.policy.admit_full_prompt} "
+            f"prefix_caching={cal.policy.prefix_caching}",
             f"model:  t0={m.t0_ms:.4g} ms, a={m.a_ms_per_ctx * 1000:.4g} ms/1k ctx, b={m.b_ms_per_prefill * 1000:.4g} "
             f"ms/1k prefill, c={m.c_ms_per_decode * 1000:.4g} ms/1k decode"
             + (f", d={m.d_ms_per_req:.4g} ms/request" if m.d_ms_per_req else "")

@@ -55,6 +55,25 @@ phase ``k % kv_block_size`` at step ``k``. A request's token times are ``t_end``
 over a contiguous range of steps per uninterrupted segment, so only segments
 ``(req, first, last)`` are stored; :func:`token_times` rebuilds the times by
 slicing.
+
+Prefix caching (``policy.prefix_caching``): at each admission a request gets ``c``
+cached prompt tokens, prefills only ``L - c`` of its ``L`` tokens (prompt plus any
+tokens generated before a preemption) with the cached ``c`` as its chunk's context,
+and still holds KV blocks for all ``L`` (shared blocks are not deduplicated between
+running requests). ``c`` is capped at ``L - 1``: the last prompt token is always
+computed, as in vLLM, to produce the first token's logits. Where ``c`` comes from:
+
+- the workload's block hashes (Mooncake ``hash_ids``, ``hash_block_tokens`` tokens
+  each): a prefix cache of ``kv_capacity_tokens // hash_block_tokens`` blocks with
+  LRU eviction. A request's blocks enter it when its prompt's prefill completes; at
+  admission its hits are the longest run of its leading blocks that are resident
+  (a block's KV depends on the whole prefix, so nothing after the first miss is
+  reused), and ``c = hits x hash_block_tokens`` (at most the prompt). Blocks are
+  touched last block first, so a prefix outlives its continuations in the LRU;
+- else the workload's recorded ``cached_tokens`` (what the engine reported).
+
+The request's ``cached_tokens`` is ``c`` at its first admission (as vLLM's
+``num_cached_tokens``); ``info["prefix_cache"]`` counts blocks looked up and hit.
 """
 
 from __future__ import annotations
@@ -62,7 +81,7 @@ from __future__ import annotations
 import heapq
 import math
 from array import array
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -79,7 +98,7 @@ ITERATION_FIELDS = (
 )
 REQUEST_FIELDS = (
     "req_id", "t_arrival", "t_scheduled", "t_first_token", "t_finish", "prompt_tokens", "output_tokens",
-    "preemptions", "status",
+    "preemptions", "status", "cached_tokens",
 )
 NOISE_CHUNK = 16384  # noise is drawn this many iterations at a time; progress is reported as often
 
@@ -101,6 +120,11 @@ class Policy:
             free, not just those of its first chunk (vLLM's
             ``scheduler_reserve_full_isl``): a chunked prompt admitted into a
             nearly full cache otherwise preempts itself as it grows.
+        prefix_caching: reuse the KV of a prompt prefix the engine already
+            computed (vLLM ``enable_prefix_caching``): an admitted request
+            prefills only the part of its prompt that is not cached (see
+            :func:`simulate`, "Prefix caching"). Off: every prompt is prefilled
+            in full.
     """
 
     max_num_seqs: int = 256
@@ -109,6 +133,7 @@ class Policy:
     chunked_prefill: bool = True
     kv_block_size: int = 1
     admit_full_prompt: bool = False
+    prefix_caching: bool = False
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:
@@ -267,6 +292,7 @@ def simulate(
     t0, ca, cb, cc = model.t0_ms, model.a_ms_per_ctx, model.b_ms_per_prefill, model.c_ms_per_decode
     cd, ce = model.d_ms_per_req, model.e_ms_per_prefill_attn
     k_max = math.inf if max_iterations is None else max_iterations
+    pcache = _PrefixCache.for_run(workload, policy)
     t_stop = math.inf if t_end_s is None else t_end_s
 
     nan = math.nan
@@ -279,6 +305,8 @@ def simulate(
     t_first = [nan] * n
     t_fin = [nan] * n
     npre = [0] * n
+    cpre = [0] * n  # cached tokens at the latest admission
+    c_first = [0] * n  # cached tokens at the first admission
 
     waiting: deque[int] = deque()
     partial: list[int] = []  # requests mid-prefill, in admission order
@@ -391,30 +419,37 @@ def simulate(
             while waiting and n_run < S:
                 r = waiting[0]
                 L = P[r] + gen[r]
+                c = 0 if pcache is None else pcache.cached(r, P[r], L)
+                need = L - c
                 budget = M - n_d - pf
                 if chunked:
                     if budget <= 0:
                         break
-                    chunk = L if L <= budget else budget
-                elif L <= budget or (L > M and not sched):
-                    chunk = L
+                    chunk = need if need <= budget else budget
+                elif need <= budget or (need > M and not sched):
+                    chunk = need
                 else:
                     break
-                blocks = (chunk + bs - 1) // bs
+                blocks = (c + chunk + bs - 1) // bs
                 if D + kvb_partial + pfb + ((L + bs - 1) // bs if full else blocks) > capb:
                     break
                 waiting.popleft()
+                if pcache is not None:
+                    pcache.admit(r)
+                cpre[r] = c
                 seq += 1
                 seq_of[r] = seq
                 heapq.heappush(run_heap, (-seq, r))
                 n_run += 1
                 if t_sched[r] != t_sched[r]:
                     t_sched[r] = clock
+                    c_first[r] = c
                 sched.append((r, chunk))
                 pf += chunk
-                pf_attn += chunk * chunk / 2
+                pf_ctx += c
+                pf_attn += chunk * (c + chunk / 2)
                 pfb += blocks
-                if chunk < L:
+                if c + chunk < L:
                     admitted = r
                     break
 
@@ -477,12 +512,15 @@ def simulate(
                 kvb_partial -= (partial_of.pop(r) + bs - 1) // bs
                 partial.remove(r)
             else:
-                ch_ctx.append(0)
-            if r == admitted:
-                partial_of[r] = chunk
-                partial.append(r)
-                kvb_partial += (chunk + bs - 1) // bs
-                continue
+                c0 = cpre[r]
+                ch_ctx.append(c0)
+                if r == admitted:
+                    partial_of[r] = c0 + chunk
+                    partial.append(r)
+                    kvb_partial += (c0 + chunk + bs - 1) // bs
+                    continue
+            if pcache is not None and gen[r] == 0:
+                pcache.computed(r)
             g = gen[r] + 1
             gen[r] = g
             seg_start[r] = k
@@ -549,14 +587,96 @@ def simulate(
         "output_tokens": workload.output_tokens[:n_seen].copy(),
         "preemptions": np.array(npre[:n_seen], dtype=np.int64),
         "status": np.where(np.isnan(t_fin_arr), "aborted", "ok"),
+        "cached_tokens": np.array(c_first[:n_seen], dtype=np.int64),
     }
     segments = {"req": _np(seg_req, np.int64), "first": _np(seg_first, np.int64), "last": _np(seg_last, np.int64)}
     chunks = {"req": _np(ch_req, np.int64), "iter": _np(ch_iter, np.int64),
               "tokens": _np(ch_tok, np.int64), "computed_before": _np(ch_ctx, np.int64)}
     info = {"seed": seed, "stop": stop, "iterations": k, "requests_arrived": n_seen, "requests_total": n}
+    if pcache is not None:
+        info["prefix_cache"] = pcache.info()
     return SimResult(iterations, requests, segments, chunks, info)
 
 
 def _np(buf: array, dtype) -> np.ndarray:
     """Copy an ``array.array`` into a numpy array (zero-length safe)."""
     return np.frombuffer(buf, dtype=dtype).copy() if len(buf) else np.zeros(0, dtype=dtype)
+
+
+class _PrefixCache:
+    """Where an admitted request's cached prompt tokens come from (module docstring, "Prefix caching")."""
+
+    def __init__(self, workload: Workload, policy: Policy) -> None:
+        self.hashed = workload.has_hashes
+        self.block = workload.hash_block_tokens
+        if self.hashed:
+            self.off = workload.hash_offsets.tolist()
+            self.vals = workload.hash_values.tolist()
+            self.capacity = max(policy.kv_capacity_tokens // self.block, 1)
+            self.lru: OrderedDict[int, None] = OrderedDict()
+        else:
+            self.recorded = workload.cached_tokens.tolist()
+        self.version = 0  # bumped when the resident set changes: a waiting request's hits are memoised
+        self.memo = (-1, -1, 0)  # (req, version, hit blocks)
+        self.looked_up = self.hit = 0
+
+    @classmethod
+    def for_run(cls, workload: Workload, policy: Policy) -> "_PrefixCache | None":
+        if not policy.prefix_caching or (not workload.has_hashes and workload.cached_tokens is None):
+            return None
+        return cls(workload, policy)
+
+    def _hits(self, r: int) -> int:
+        req, ver, h = self.memo
+        if req == r and ver == self.version:
+            return h
+        h = 0
+        lru = self.lru
+        for key in self.vals[self.off[r]:self.off[r + 1]]:
+            if key not in lru:
+                break
+            h += 1
+        self.memo = (r, self.version, h)
+        return h
+
+    def cached(self, r: int, prompt: int, L: int) -> int:
+        """Cached tokens if ``r`` (``L`` tokens to prefill, ``prompt`` of them its prompt) were admitted now."""
+        c = min(self._hits(r) * self.block if self.hashed else self.recorded[r], prompt)
+        return c if c < L else L - 1
+
+    def admit(self, r: int) -> None:
+        """``r`` was admitted: its hit blocks become most recently used (last block first)."""
+        if not self.hashed:
+            return
+        h = self._hits(r)
+        lo = self.off[r]
+        self.looked_up += self.off[r + 1] - lo
+        self.hit += h
+        lru = self.lru
+        for i in range(lo + h - 1, lo - 1, -1):
+            lru.move_to_end(self.vals[i])
+
+    def computed(self, r: int) -> None:
+        """``r``'s prompt was prefilled: its blocks are resident, the LRU ones evicted beyond capacity."""
+        if not self.hashed:
+            return
+        lru = self.lru
+        changed = False
+        for i in range(self.off[r + 1] - 1, self.off[r] - 1, -1):
+            key = self.vals[i]
+            if key in lru:
+                lru.move_to_end(key)
+            else:
+                lru[key] = None
+                changed = True
+        while len(lru) > self.capacity:
+            lru.popitem(last=False)
+            changed = True
+        if changed:
+            self.version += 1
+
+    def info(self) -> dict:
+        if not self.hashed:
+            return {"source": "recorded cached_tokens"}
+        return {"source": "hash_ids", "block_tokens": self.block, "capacity_blocks": self.capacity,
+                "blocks_looked_up": self.looked_up, "blocks_hit": self.hit, "resident_blocks": len(self.lru)}
