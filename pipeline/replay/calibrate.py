@@ -82,6 +82,7 @@ OPTIONS = {f: "--" + f.replace("_", "-") for f in POLICY_FIELDS}
 OPTIONS.update({f: f"--{f.replace('_', '-')}/--no-{f.replace('_', '-')}" for f in BOOL_FIELDS})
 OPTIONS["prefix_caching"] = "--prefix-caching on|off"
 NOISE_MODES = ("fitted", "none")
+PREFIX_NOTE = "prefix caching: "  # starts the notes about the recording's cached tokens
 
 
 @dataclass(frozen=True)
@@ -138,14 +139,24 @@ class Calibration:
         every request counts; the observed column stays the recorded run's, for scale.
         """
         n = len(workload)
-        cal = self
-        if self.details.get("prefix_caching_option") is None and (workload.has_hashes or workload.cached_tokens is not None):
+        policy = self.policy
+        if self.details.get("prefix_caching_option") is None:
             # "recorded" = as this trace says: its block hashes (or cached tokens) are replayed
-            cal = replace(self, policy=replace(self.policy, prefix_caching=True))
-        return replace(cal, workload=workload, recorded_status=np.full(n, "ok"), frontend_delay_s=np.zeros(n),
-                       workload_source=source,
-                       notes=[*self.notes, f"workload from {source} ({n} requests) replayed with {self.run_id}'s "
-                                           "fitted model and policy; 'observed' is the recorded run, for scale"])
+            policy = replace(policy, prefix_caching=workload.has_hashes or workload.cached_tokens is not None)
+        notes = [x for x in self.notes if not x.startswith(PREFIX_NOTE)]  # about the recording's own requests
+        notes.append(f"workload from {source} ({n} requests) replayed with {self.run_id}'s fitted model and policy; "
+                     "'observed' is the recorded run, for scale")
+        if policy.prefix_caching and workload.has_hashes:
+            notes.append(f"prefix cache simulated from the workload's hash_ids ({workload.hash_block_tokens} tokens "
+                         f"per id): an LRU of {max(policy.kv_capacity_tokens // workload.hash_block_tokens, 1)} "
+                         "blocks (kv_capacity_tokens / tokens per id)")
+        elif policy.prefix_caching and workload.cached_tokens is not None:
+            notes.append("prefix caching: the workload's cached_tokens are replayed as cached")
+        elif policy.prefix_caching:
+            notes.append("prefix caching is on but the workload has neither hash_ids nor cached_tokens: every "
+                         "prompt is prefilled in full")
+        return replace(self, policy=policy, workload=workload, recorded_status=np.full(n, "ok"),
+                       frontend_delay_s=np.zeros(n), workload_source=source, notes=notes)
 
     def policy_changes(self) -> dict[str, Any]:
         """Policy fields that differ from the recorded (baseline) ones."""
@@ -349,11 +360,11 @@ def calibrate(
     policy, baseline, sources, notes = resolve_policy(run_id, rec, sources, overrides or {})
     if cached_total:
         share = cached_total / max(int(w.prompt_tokens.sum()), 1)
-        notes.append(f"{cached_total} prompt tokens ({share:.1%}) were prefix-cache hits in the recording: "
+        notes.append(f"{PREFIX_NOTE}{cached_total} prompt tokens ({share:.1%}) were prefix-cache hits in the recording: "
                      + ("replayed as cached, not recomputed" if policy.prefix_caching
                         else "replayed with prefix caching off, every prompt prefilled in full"))
     elif policy.prefix_caching:
-        notes.append("prefix caching is on but no request of the run reports cached_tokens: every prompt is "
+        notes.append(f"{PREFIX_NOTE}on, but no request of the run reports cached_tokens: every prompt is "
                      "prefilled in full")
     fit = get_or_fit(con, run_id)
     if fit.t0_ms is None:

@@ -40,7 +40,12 @@ def replay_once(cal: Calibration, seed: int, extra_quantiles: dict[str, float] |
     if cal.frontend_delay_s.any():  # back to the client's arrival: TTFT includes the recorded front-end time
         n = result.n_requests
         result.requests["t_arrival"] = result.requests["t_arrival"] - cal.frontend_delay_s[:n]
-    return result, replay_stats(result, cal.recorded_ok, extra_quantiles)
+    stats = replay_stats(result, cal.recorded_ok, extra_quantiles)
+    if "prefix_cache" in result.info:  # how much of the prompts the replay took from the cache
+        rq = result.requests
+        stats["prefix_cache"] = {**result.info["prefix_cache"], "cached_tokens": int(rq["cached_tokens"].sum()),
+                                 "prompt_tokens": int(rq["prompt_tokens"].sum())}
+    return result, stats
 
 
 def replay_seeds(cal: Calibration, seeds: list[int], on_result: OnResult | None = None,
@@ -160,10 +165,21 @@ class Comparison:
             "noise": cal.noise.to_dict(),
             "calibration": cal.details,
             "replay_run_ids": self.run_ids,
+            "prefix_cache": [r.get("prefix_cache") for r in self.replays] if cal.policy.prefix_caching else None,
             "rows": self.rows(),
             "calibration_report": self.calibration_report() if self.mode == "validation" else None,
             "notes": cal.notes,
         }
+
+    def _prefix_line(self) -> list[str]:
+        pcs = [r["prefix_cache"] for r in self.replays if r.get("prefix_cache")]
+        if not pcs:
+            return []
+        share = [p["cached_tokens"] / p["prompt_tokens"] for p in pcs if p["prompt_tokens"]]
+        src = pcs[0]["source"]
+        return [f"prefix: {np.mean(share) * 100:.1f}% of prompt tokens cached in the replay (from {src}"
+                + (f", {pcs[0]['capacity_blocks']} blocks of {pcs[0]['block_tokens']} tokens, LRU" if "capacity_blocks"
+                   in pcs[0] else "") + ")"]
 
     def format(self) -> str:
         """A human table, one line per statistic."""
@@ -186,6 +202,7 @@ class Comparison:
             + f" ({cal.details.get('iteration_model', 'memory-bound')} model, mean scale "
             f"{cal.details['mean_scale']:.3f}, host gap {cal.details['host_gap_ms']:.3g} ms)",
             f"noise:  sigma={cal.noise.sigma:.3g}, stalls {cal.noise.stall_rate:.3g}/step of {cal.noise.stall_ms_mean:.3g} ms",
+            *self._prefix_line(),
             "",
             f"{'metric':<24}{'observed':>11}{head:>11}{'error':>9}{'seed range':>22}",
         ]
