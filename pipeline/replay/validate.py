@@ -148,8 +148,11 @@ class Comparison:
                 + (f", every seed {x['bias']}" if x["bias"] in ("over", "under") else "") + ")" for x in not_trusted)
         if missing:
             verdict += "; not in the recording: " + ", ".join(name(m) for m in missing)
+        from .per_request import summarise
+
+        per_request = summarise([r["per_request"] for r in self.replays if "per_request" in r])
         return {"tolerance": TRUST_TOL, "rows": rows, "trusted": trusted, "not_trusted": not_trusted,
-                "not_observed": missing, "verdict": verdict}
+                "not_observed": missing, "verdict": verdict, "per_request": per_request}
 
     def to_dict(self) -> dict[str, Any]:
         cal = self.calibration
@@ -225,6 +228,10 @@ class Comparison:
                     cells.append(f"{cell:>27}")
                 lines.append(f"{m.removesuffix('_ms'):<10}" + "".join(cells))
             lines.append("  (bias: o = every seed over, u = every seed under, m = seeds straddle the observed)")
+            from .per_request import format_line
+
+            if (pr := format_line(rep["per_request"])) is not None:
+                lines.append(pr)
             lines.append(rep["verdict"])
         if self.run_ids:
             lines += ["", "replay runs: " + ", ".join(self.run_ids)]
@@ -245,5 +252,18 @@ def _pct(v: float | None) -> str:
 
 def compare(con: duckdb.DuckDBPyConnection, cal: Calibration, seeds: list[int],
             on_result: OnResult | None = None) -> Comparison:
-    """Replay ``cal`` once per seed and set the results beside the observed run."""
-    return Comparison(cal, list(seeds), observed_stats(con, cal.run_id), replay_seeds(cal, seeds, on_result))
+    """Replay ``cal`` once per seed and set the results beside the observed run.
+
+    A replay of the run's own requests also compares them one to one (:mod:`.per_request`).
+    """
+    from .per_request import observed_per_request, per_request_errors
+
+    obs_req = observed_per_request(con, cal)
+
+    def hook(seed: int, result: SimResult, stats: dict[str, Any]) -> None:
+        if obs_req is not None:
+            stats["per_request"] = per_request_errors(result, cal, obs_req)
+        if on_result is not None:
+            on_result(seed, result, stats)
+
+    return Comparison(cal, list(seeds), observed_stats(con, cal.run_id), replay_seeds(cal, seeds, hook))

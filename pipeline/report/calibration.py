@@ -3,7 +3,8 @@
 A validation replay (the run's requests through the simulator under the recorded
 policy, :mod:`pipeline.replay`) costs a fit and a few simulations, so the report
 computes it only when asked; the numbers are those of ``tracelat replay RUN``'s
-calibration report (``Comparison.calibration_report``), and ``summary.json`` keeps
+calibration report (``Comparison.calibration_report``: the statistics, the seeds'
+spread and bias, request-by-request MAPE and Pearson r, the verdict), and ``summary.json`` keeps
 them under ``replay_calibration``. Every string shown (run ids, notes naming
 files) goes through the page's escaping.
 """
@@ -64,6 +65,13 @@ def calibration_section(cal: dict[str, Any] | None) -> Section | None:
              "bias": r["bias"], "within tolerance": r["within_tol"]} for r in cal["rows"]]
     body = table(pl.DataFrame(rows, schema_overrides={"observed": pl.Float64, "replayed": pl.Float64},
                               infer_schema_length=None), left=("metric", "stat", "bias"))
+    if cal.get("per_request"):
+        pr = [{"metric": m, "requests": v["n"], "MAPE": None if v["mape"] is None else f"{v['mape'] * 100:.1f}%",
+               "MAPE seed range": (None if v["mape_min"] is None
+                                   else f"{v['mape_min'] * 100:.1f}% .. {v['mape_max'] * 100:.1f}%"),
+               "Pearson r": v["pearson_r"]} for m, v in cal["per_request"].items()]
+        body += ("<h3>Request by request (each replayed request against the same recorded one)</h3>"
+                 + table(pl.DataFrame(pr, infer_schema_length=None), left=("metric",)))
     body += f'<p class="verdict"><strong>{html_text(cal["verdict"])}</strong></p>'
     if cal.get("notes"):
         body += "<ul>" + "".join(f"<li>{html_text(n)}</li>" for n in cal["notes"]) + "</ul>"

@@ -84,6 +84,10 @@ def test_recorded_cached_tokens_replay_closer_to_the_observed_than_recomputing(p
         # recomputing the cached prefixes makes every prefill longer: replayed TTFT too high
         assert e_off[stat] > abs(e_on[stat]) + 0.10, (stat, e_on, e_off)
     assert any("prefix-cache hits in the recording: replayed as cached" in n for n in cal.notes)
+    # request by request too: each TTFT is closer to its recorded one with the cached prefixes
+    mape_on = on.calibration_report()["per_request"]["ttft_ms"]["mape"]
+    mape_off = off.calibration_report()["per_request"]["ttft_ms"]["mape"]
+    assert mape_on < 0.5 * mape_off, (mape_on, mape_off)
 
 
 def test_prefix_caching_is_inferred_from_cached_tokens_when_the_run_does_not_say(prefix_db, tmp_path):

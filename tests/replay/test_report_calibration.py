@@ -35,6 +35,9 @@ def test_report_shows_the_same_calibration_as_replay(steady_db, calibrated):
     # one table row per metric and statistic, with the error the replay computed
     ttft_p99 = next(r for r in want["rows"] if (r["metric"], r["stat"]) == ("ttft_ms", "p99"))
     assert f"{ttft_p99['rel_error'] * 100:+.1f}%" in page
+    # and the request-by-request errors
+    assert cal["per_request"] == want["per_request"]
+    assert "Request by request" in page and f"{want['per_request']['e2e_ms']['mape'] * 100:.1f}%" in page
 
 
 def test_report_without_calibrate_has_no_calibration(steady_db, tmp_path):
