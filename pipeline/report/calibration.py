@@ -69,7 +69,8 @@ def calibration_section(cal: dict[str, Any] | None) -> Section | None:
         pr = [{"metric": m, "requests": v["n"], "MAPE": None if v["mape"] is None else f"{v['mape'] * 100:.1f}%",
                "MAPE seed range": (None if v["mape_min"] is None
                                    else f"{v['mape_min'] * 100:.1f}% .. {v['mape_max'] * 100:.1f}%"),
-               "Pearson r": v["pearson_r"]} for m, v in cal["per_request"].items()]
+               "Pearson r": None if v["pearson_r"] is None else f"{v['pearson_r']:.3f}"}
+              for m, v in cal["per_request"].items()]
         body += ("<h3>Request by request (each replayed request against the same recorded one)</h3>"
                  + table(pl.DataFrame(pr, infer_schema_length=None), left=("metric",)))
     body += f'<p class="verdict"><strong>{html_text(cal["verdict"])}</strong></p>'
