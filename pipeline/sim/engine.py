@@ -26,8 +26,9 @@ Mechanics, one engine step (iteration) ``k`` at a time:
    in 3), then to waiting requests in queue order while
    ``running < max_num_seqs``, the budget lasts and KV has room (an admission
    never preempts; in a step that preempted, nothing is admitted, as in vLLM
-   v1). An admission needs free blocks for its first chunk, or for its whole
-   prompt with ``admit_full_prompt``, and takes those of the chunk. With
+   v1). An admission needs free blocks for its first chunk (after its cached
+   prefix, with prefix caching), or for its whole prompt with
+   ``admit_full_prompt``, and takes those of the chunk. With
    chunked prefill the last admitted prompt may be cut to the budget and
    continues next step. Without it a prompt must fit whole in the budget left;
    a prompt longer than the whole budget is admitted only as the first prefill
