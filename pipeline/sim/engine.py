@@ -603,4 +603,3 @@ def simulate(
 def _np(buf: array, dtype) -> np.ndarray:
     """Copy an ``array.array`` into a numpy array (zero-length safe)."""
     return np.frombuffer(buf, dtype=dtype).copy() if len(buf) else np.zeros(0, dtype=dtype)
-
