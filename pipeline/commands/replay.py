@@ -59,7 +59,7 @@ def _seed_path(out: Path, seed: int, n_seeds: int) -> Path:
 @click.option("--ingest", "do_ingest", is_flag=True, help="Also ingest the replay traces into --db.")
 @click.option("--workload", "workload_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="Replay this workload instead of the run's own requests, with the run's fitted model: a "
-                   "Mooncake-style JSONL (timestamp ms, input_length, output_length), or any file `tracelat "
+                   "Mooncake-style JSONL (timestamp ms, input_length, output_length; hash_ids replay a prefix cache), or any file `tracelat "
                    "simulate --lengths-file` reads (CSV, JSONL, Parquet; Azure and Splitwise traces).")
 @click.option("--no-token-times", is_flag=True, help="Leave per-token times out of written traces (smaller).")
 @json_option

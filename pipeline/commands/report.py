@@ -17,9 +17,15 @@ from .options import db_option, dumps, json_option
               help="Output folder (default reports/<run_id>/).")
 @click.option("--slo", "slo_path", type=click.Path(path_type=Path),
               help="SLO file (TOML) whose verdict, goodput and fluidity the report shows.")
+@click.option("--calibrate", "calibrate_seeds", type=click.IntRange(min=1), is_flag=False, flag_value=3,
+              default=None, metavar="[SEEDS]",
+              help="Add the replay calibration: the run replayed under its recorded policy (SEEDS seeds, 3 when "
+                   "not given), observed vs replayed TTFT/TPOT/ITL/E2E/queueing with bias and a verdict. Costs a "
+                   "fit and the replays, so it is off by default.")
 @db_option
 @json_option
-def report(run_id: str, out_dir: Path | None, slo_path: Path | None, db: str, as_json: bool) -> None:
+def report(run_id: str, out_dir: Path | None, slo_path: Path | None, calibrate_seeds: int | None, db: str,
+           as_json: bool) -> None:
     """Write DIR/index.html (offline, self-contained), summary.json and summary.md for RUN_ID.
 
     The HTML has the headline numbers, iteration time over the run with spikes,
@@ -34,7 +40,7 @@ def report(run_id: str, out_dir: Path | None, slo_path: Path | None, db: str, as
 
     con = store.open_for_reading(db, read_only_if=fit_ready(run_id))
     with writing("--out", out_dir or "the report folder"):
-        html = write_report(con, run_id, out_dir, slo=slo_path)
+        html = write_report(con, run_id, out_dir, slo=slo_path, calibrate_seeds=calibrate_seeds)
     files = {"html": str(html), "summary_json": str(html.with_name("summary.json")),
              "summary_md": str(html.with_name("summary.md")), "html_bytes": html.stat().st_size}
     if as_json:

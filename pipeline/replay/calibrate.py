@@ -9,8 +9,8 @@ Decisions (docs/replay.md explains them to users):
   use only requests whose *recorded* status is ``ok`` (the population of the
   observed statistics). ``ok_only=True`` drops the others instead. Arrivals are
   seconds after the first replayed arrival (``t_origin_s``, kept in the replay's
-  metadata). Prefix-cache hits (``cached_tokens``) are not modelled: the whole
-  prompt is prefilled.
+  metadata). Prefix-cache hits (``cached_tokens``) go with the workload: with
+  prefix caching on, each request prefills only its uncached prompt tokens.
 - **Front-end delay**: when request records carry ``t_queued`` (an extra field:
   when the engine queued the request, as in vLLM's per-request stats), the time
   from arrival to engine queue (HTTP, tokenisation) does not depend on the
@@ -25,7 +25,9 @@ Decisions (docs/replay.md explains them to users):
   prefill and whole-prompt admission default to on (vLLM v1's defaults) and the
   block size to 1 (KV counted in tokens), each with a note. A simulated run
   that predates these two settings gets what the simulator then did (tokens,
-  first-chunk admission).
+  first-chunk admission). ``prefix_caching`` (or vLLM's ``enable_prefix_caching``)
+  when recorded, else on exactly when the requests report prefix-cache hits
+  (some ``cached_tokens`` > 0): "as the trace says".
 - **Iteration model**: the run's fit (:func:`pipeline.fit.get_or_fit`), then two
   corrections computed here from the fit's per-step table ``iteration_fit``:
 
@@ -77,6 +79,7 @@ META_ALIASES = {
     "chunked_prefill": ("enable_chunked_prefill",),
     "kv_block_size": ("block_size",),
     "admit_full_prompt": ("scheduler_reserve_full_isl",),
+    "prefix_caching": ("enable_prefix_caching",),
 }
 META_KEYS = {f: (f, *META_ALIASES.get(f, ())) for f in POLICY_FIELDS}
 # field -> (policy source, note) when UNRECORDED fills it in; the notes come in this order
@@ -92,8 +95,11 @@ UNRECORDED_WHY = {
                       "the run does not record its KV block size: KV is counted in tokens, which fits more "
                       "requests than a paged cache when KV is tight (pass --kv-block-size N: vLLM uses 16 on GPU, "
                       "128 on CPU)"),
+    # calibrate() turns it on when the recorded requests carry cached tokens; otherwise off, silently
+    "prefix_caching": ("default (off)", None),
 }
 NOISE_MODES = ("fitted", "none")
+PREFIX_NOTE = "prefix caching: "  # starts the notes about the recording's cached tokens
 
 
 @dataclass(frozen=True)
@@ -150,10 +156,24 @@ class Calibration:
         every request counts; the observed column stays the recorded run's, for scale.
         """
         n = len(workload)
-        return replace(self, workload=workload, recorded_status=np.full(n, "ok"), frontend_delay_s=np.zeros(n),
-                       workload_source=source,
-                       notes=[*self.notes, f"workload from {source} ({n} requests) replayed with {self.run_id}'s "
-                                           "fitted model and policy; 'observed' is the recorded run, for scale"])
+        policy = self.policy
+        if self.details.get("prefix_caching_option") is None:
+            # "recorded" = as this trace says: its block hashes (or cached tokens) are replayed
+            policy = replace(policy, prefix_caching=workload.has_hashes or workload.cached_tokens is not None)
+        notes = [x for x in self.notes if not x.startswith(PREFIX_NOTE)]  # about the recording's own requests
+        notes.append(f"workload from {source} ({n} requests) replayed with {self.run_id}'s fitted model and policy; "
+                     "'observed' is the recorded run, for scale")
+        if policy.prefix_caching and workload.has_hashes:
+            notes.append(f"prefix cache simulated from the workload's hash_ids ({workload.hash_block_tokens} tokens "
+                         f"per id): an LRU of {max(policy.kv_capacity_tokens // workload.hash_block_tokens, 1)} "
+                         "blocks (kv_capacity_tokens / tokens per id)")
+        elif policy.prefix_caching and workload.cached_tokens is not None:
+            notes.append("prefix caching: the workload's cached_tokens are replayed as cached")
+        elif policy.prefix_caching:
+            notes.append("prefix caching is on but the workload has neither hash_ids nor cached_tokens: every "
+                         "prompt is prefilled in full")
+        return replace(self, policy=policy, workload=workload, recorded_status=np.full(n, "ok"),
+                       frontend_delay_s=np.zeros(n), workload_source=source, notes=notes)
 
     def policy_changes(self) -> dict[str, Any]:
         """Policy fields that differ from the recorded (baseline) ones."""
@@ -223,7 +243,8 @@ def resolve_policy(run_id: str, recorded: dict[str, Any], sources: dict[str, str
             source, note = UNRECORDED_WHY.get(f, ("default", f"the run does not record {f}: replayed with "
                                                               f"{UNRECORDED[f]} (pass {OPTIONS[f]} otherwise)"))
             values[f], src[f] = UNRECORDED[f], source
-            notes.append(note)
+            if note:
+                notes.append(note)
     missing = [f for f in POLICY_FIELDS if values[f] is None]
     if missing:
         raise InputError(
@@ -270,9 +291,6 @@ def load_workload(con: duckdb.DuckDBPyConnection, run_id: str, ok_only: bool = F
     if counts["replayed_not_ok"]:
         notes.append(f"{counts['replayed_not_ok']} replayed requests failed or were aborted in the recording: "
                      "replayed as load with the output length they reached, left out of the comparison")
-    if keep.height and int(keep["cached_tokens"].sum()):
-        notes.append(f"{int(keep['cached_tokens'].sum())} prompt tokens were prefix-cache hits in the recording; "
-                     "the replay prefills every prompt in full")
     if keep.height == 0:
         raise InputError(f"run {run_id!r} has no request with an arrival time and prompt and output lengths; "
                          "replay needs request records (ingest the run's per-request log or benchmark results)")
@@ -285,7 +303,7 @@ def load_workload(con: duckdb.DuckDBPyConnection, run_id: str, ok_only: bool = F
         notes.append(f"front-end delay (arrival -> engine queue, from t_queued) kept per request: median "
                      f"{np.median(delay) * 1000:.3g} ms, max {delay.max() * 1000:.3g} ms")
     w = Workload(keep["t_engine"].to_numpy(), keep["prompt_tokens"].to_numpy(), keep["output_tokens"].to_numpy(),
-                 keep["req_id"].to_numpy())
+                 keep["req_id"].to_numpy(), cached_tokens=keep["cached_tokens"].clip(0).to_numpy())
     return w, keep["status"].to_numpy().astype(str), origin, delay, counts, notes
 
 
@@ -341,8 +359,20 @@ def calibrate(
         for f, v in (("kv_block_size", 1), ("admit_full_prompt", False)):
             if rec[f] is None:
                 rec[f], sources[f] = v, "simulator default (runs.meta.simulated)"
-    policy, baseline, sources, notes = resolve_policy(run_id, rec, sources, overrides or {})
     w, statuses, origin, delay, counts, wnotes = load_workload(con, run_id, ok_only)
+    cached_total = int(w.cached_tokens.sum())
+    if rec["prefix_caching"] is None:  # as the trace says: its requests report prefix-cache hits or not
+        rec["prefix_caching"] = cached_total > 0
+        sources["prefix_caching"] = "requests' cached_tokens" if cached_total else "no request reports cached_tokens"
+    policy, baseline, sources, notes = resolve_policy(run_id, rec, sources, overrides or {})
+    if cached_total:
+        share = cached_total / max(int(w.prompt_tokens.sum()), 1)
+        notes.append(f"{PREFIX_NOTE}{cached_total} prompt tokens ({share:.1%}) were prefix-cache hits in the recording: "
+                     + ("replayed as cached, not recomputed" if policy.prefix_caching
+                        else "replayed with prefix caching off, every prompt prefilled in full"))
+    elif policy.prefix_caching:
+        notes.append(f"{PREFIX_NOTE}on, but no request of the run reports cached_tokens: every prompt is "
+                     "prefilled in full")
     fit = get_or_fit(con, run_id)
     if fit.t0_ms is None:
         why = "; ".join(fit.statements) or "no steps to fit"
@@ -382,6 +412,7 @@ def calibrate(
         "policy_sources": sources,
         "requests": counts,
         "noise_mode": noise,
+        "prefix_caching_option": (overrides or {}).get("prefix_caching"),
     }
     negative = [f"{n} = {getattr(base, n):.3g} ms" for n in ("a_ms_per_ctx", "b_ms_per_prefill", "c_ms_per_decode")
                 if getattr(base, n) < 0]

@@ -5,7 +5,7 @@ simulator's conventions (one ``run`` record, the steps, the requests with token
 times), so ``tracelat ingest`` loads it like any other run. Its run id says what
 it is: ``RUN~replay~<policy>-seed<k>`` where ``<policy>`` is ``recorded`` or the
 changed fields (``mbt512``, ``mns16``, ``kv50000``, ``kvb16``, ``nochunk``/``chunk``,
-``nofullprompt``/``fullprompt``), with ``-nonoise`` for a replay without noise. Its ``meta.replay`` records the source
+``nofullprompt``/``fullprompt``, ``noprefix``/``prefix``), with ``-nonoise`` for a replay without noise. Its ``meta.replay`` records the source
 run, the policy (and what changed), the calibrated model and noise, the seed and
 the time origin. Requests keep their recorded ids; ``recorded_status`` (an extra
 field) keeps their status in the recording.
@@ -24,7 +24,7 @@ from .calibrate import Calibration
 
 SEP = "~replay~"
 TAGS = {"max_num_seqs": "mns", "max_num_batched_tokens": "mbt", "kv_capacity_tokens": "kv", "kv_block_size": "kvb"}
-BOOLS = {"chunked_prefill": "chunk", "admit_full_prompt": "fullprompt"}
+BOOLS = {"chunked_prefill": "chunk", "admit_full_prompt": "fullprompt", "prefix_caching": "prefix"}
 
 
 def policy_tag(cal: Calibration) -> str:

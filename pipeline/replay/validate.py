@@ -41,7 +41,12 @@ def replay_once(cal: Calibration, seed: int, extra_quantiles: dict[str, float] |
     if cal.frontend_delay_s.any():  # back to the client's arrival: TTFT includes the recorded front-end time
         n = result.n_requests
         result.requests["t_arrival"] = result.requests["t_arrival"] - cal.frontend_delay_s[:n]
-    return result, replay_stats(result, cal.recorded_ok, extra_quantiles)
+    stats = replay_stats(result, cal.recorded_ok, extra_quantiles)
+    if "prefix_cache" in result.info:  # how much of the prompts the replay took from the cache
+        rq = result.requests
+        stats["prefix_cache"] = {**result.info["prefix_cache"], "cached_tokens": int(rq["cached_tokens"].sum()),
+                                 "prompt_tokens": int(rq["prompt_tokens"].sum())}
+    return result, stats
 
 
 def replay_seeds(cal: Calibration, seeds: list[int], on_result: OnResult | None = None,
@@ -144,8 +149,11 @@ class Comparison:
                 + (f", every seed {x['bias']}" if x["bias"] in ("over", "under") else "") + ")" for x in not_trusted)
         if missing:
             verdict += "; not in the recording: " + ", ".join(name(m) for m in missing)
+        from .per_request import summarise
+
+        per_request = summarise([r["per_request"] for r in self.replays if "per_request" in r])
         return {"tolerance": TRUST_TOL, "rows": rows, "trusted": trusted, "not_trusted": not_trusted,
-                "not_observed": missing, "verdict": verdict}
+                "not_observed": missing, "verdict": verdict, "per_request": per_request}
 
     def to_dict(self) -> dict[str, Any]:
         cal = self.calibration
@@ -161,10 +169,21 @@ class Comparison:
             "noise": cal.noise.to_dict(),
             "calibration": cal.details,
             "replay_run_ids": self.run_ids,
+            "prefix_cache": [r.get("prefix_cache") for r in self.replays] if cal.policy.prefix_caching else None,
             "rows": self.rows(),
             "calibration_report": self.calibration_report() if self.mode == "validation" else None,
             "notes": cal.notes,
         }
+
+    def _prefix_line(self) -> list[str]:
+        pcs = [r["prefix_cache"] for r in self.replays if r.get("prefix_cache")]
+        if not pcs:
+            return []
+        share = [p["cached_tokens"] / p["prompt_tokens"] for p in pcs if p["prompt_tokens"]]
+        src = pcs[0]["source"]
+        return [f"prefix: {np.mean(share) * 100:.1f}% of prompt tokens cached in the replay (from {src}"
+                + (f", {pcs[0]['capacity_blocks']} blocks of {pcs[0]['block_tokens']} tokens, LRU" if "capacity_blocks"
+                   in pcs[0] else "") + ")"]
 
     def format(self) -> str:
         """A human table, one line per statistic."""
@@ -178,7 +197,8 @@ class Comparison:
             f"{self.mode} replay of {cal.run_id} ({change}; {len(self.seeds)} seed(s), noise {cal.details['noise_mode']})",
             f"policy: max_num_seqs={cal.policy.max_num_seqs} max_num_batched_tokens={cal.policy.max_num_batched_tokens} "
             f"kv_capacity_tokens={cal.policy.kv_capacity_tokens} kv_block_size={cal.policy.kv_block_size} "
-            f"chunked_prefill={cal.policy.chunked_prefill} admit_full_prompt={cal.policy.admit_full_prompt}",
+            f"chunked_prefill={cal.policy.chunked_prefill} admit_full_prompt={cal.policy.admit_full_prompt} "
+            f"prefix_caching={cal.policy.prefix_caching}",
             f"model:  t0={m.t0_ms:.4g} ms, a={m.a_ms_per_ctx * 1000:.4g} ms/1k ctx, b={m.b_ms_per_prefill * 1000:.4g} "
             f"ms/1k prefill, c={m.c_ms_per_decode * 1000:.4g} ms/1k decode"
             + (f", d={m.d_ms_per_req:.4g} ms/request" if m.d_ms_per_req else "")
@@ -186,6 +206,7 @@ class Comparison:
             + f" ({cal.details.get('iteration_model', 'memory-bound')} model, mean scale "
             f"{cal.details['mean_scale']:.3f}, host gap {cal.details['host_gap_ms']:.3g} ms)",
             f"noise:  sigma={cal.noise.sigma:.3g}, stalls {cal.noise.stall_rate:.3g}/step of {cal.noise.stall_ms_mean:.3g} ms",
+            *self._prefix_line(),
             "",
             f"{'metric':<24}{'observed':>11}{head:>11}{'error':>9}{'seed range':>22}",
         ]
@@ -208,6 +229,10 @@ class Comparison:
                     cells.append(f"{cell:>27}")
                 lines.append(f"{m.removesuffix('_ms'):<10}" + "".join(cells))
             lines.append("  (bias: o = every seed over, u = every seed under, m = seeds straddle the observed)")
+            from .per_request import format_line
+
+            if (pr := format_line(rep["per_request"])) is not None:
+                lines.append(pr)
             lines.append(rep["verdict"])
         if self.run_ids:
             lines += ["", "replay runs: " + ", ".join(self.run_ids)]
@@ -228,5 +253,18 @@ def _pct(v: float | None) -> str:
 
 def compare(con: duckdb.DuckDBPyConnection, cal: Calibration, seeds: list[int],
             on_result: OnResult | None = None) -> Comparison:
-    """Replay ``cal`` once per seed and set the results beside the observed run."""
-    return Comparison(cal, list(seeds), observed_stats(con, cal.run_id), replay_seeds(cal, seeds, on_result))
+    """Replay ``cal`` once per seed and set the results beside the observed run.
+
+    A replay of the run's own requests also compares them one to one (:mod:`.per_request`).
+    """
+    from .per_request import observed_per_request, per_request_errors
+
+    obs_req = observed_per_request(con, cal)
+
+    def hook(seed: int, result: SimResult, stats: dict[str, Any]) -> None:
+        if obs_req is not None:
+            stats["per_request"] = per_request_errors(result, cal, obs_req)
+        if on_result is not None:
+            on_result(seed, result, stats)
+
+    return Comparison(cal, list(seeds), observed_stats(con, cal.run_id), replay_seeds(cal, seeds, hook))

@@ -252,6 +252,8 @@ def _run_section(s: dict[str, Any]) -> Section:
 def build_sections(con: duckdb.DuckDBPyConnection, run_id: str, s: dict[str, Any], audit: Any = None,
                    max_points: int = frames.MAX_POINTS) -> list[Section]:
     """Every section of the run report, in page order."""
+    from .calibration import calibration_section
+
     sections = [
         _audit_section(audit),
         _timeline_section(con, run_id, s, max_points),
@@ -260,6 +262,7 @@ def build_sections(con: duckdb.DuckDBPyConnection, run_id: str, s: dict[str, Any
         _tail_section(s),
         _queue_section(con, run_id, max_points),
         _engine_metrics_section(con, run_id, s),
+        calibration_section(s.get("replay_calibration")),
         _top_section(con, run_id),
         _run_section(s),
     ]
@@ -267,12 +270,15 @@ def build_sections(con: duckdb.DuckDBPyConnection, run_id: str, s: dict[str, Any
 
 
 def write_report(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: str | Path | None = None,
-                 slo: Any = None, max_points: int = frames.MAX_POINTS, summary: dict[str, Any] | None = None) -> Path:
+                 slo: Any = None, max_points: int = frames.MAX_POINTS, summary: dict[str, Any] | None = None,
+                 calibrate_seeds: int | None = None) -> Path:
     """Write ``index.html``, ``summary.json`` and ``summary.md`` for ``run_id``; return the HTML path.
 
     ``out_dir`` defaults to ``reports/<run_id>/``; ``slo`` (a path or an
     :class:`~pipeline.audit.SloSpec`) adds the SLO verdict, goodput and fluidity;
     ``summary`` reuses a ``pipeline.summary.summary(con, run_id)`` the caller already has.
+    ``calibrate_seeds`` adds the replay calibration (a validation replay with that many
+    seeds, :mod:`.calibration`); it costs a fit and the simulations, so only on request.
     Derived tables must be current (``store.open_for_reading`` or ``build_derived``).
     """
     from ..jsonplain import dumps
@@ -285,6 +291,10 @@ def write_report(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: str | Pat
         spec = slo if isinstance(slo, aud.SloSpec) else aud.load_slo(slo)
         audit = aud.audit(con, run_id, spec)
         s["slo"] = audit.to_dict()
+    if calibrate_seeds:
+        from .calibration import replay_calibration
+
+        s["replay_calibration"] = replay_calibration(con, run_id, calibrate_seeds)
     out = Path(out_dir) if out_dir is not None else default_out_dir(run_id)
     out.mkdir(parents=True, exist_ok=True)
     run = s.get("run") or {}

@@ -83,13 +83,13 @@ def _estimate_requests(spec: WorkloadSpec, policy: Policy, model: IterationModel
 
 def build_workload(spec: WorkloadSpec, seed: int, n_requests: int | None = None) -> Workload:
     """The workload ``spec`` describes (``n_requests`` overrides ``spec.requests``)."""
-    from pipeline.sim.workload import Workload, add_burst, poisson_workload, workload_from_file
+    from pipeline.sim.workload import add_burst, poisson_workload, workload_from_file
 
     if spec.lengths_file:
         w = workload_from_file(spec.lengths_file)
         n = n_requests if n_requests is not None else spec.requests
         if n is not None and n < len(w):
-            w = Workload(w.t_arrival[:n], w.prompt_tokens[:n], w.output_tokens[:n], w.ids()[:n])
+            w = w.head(n)
     else:
         n = next((x for x in (n_requests, spec.requests) if x is not None), DEFAULT_REQUESTS)
         w = poisson_workload(n, spec.rate_rps, spec.prompt_mean, spec.prompt_sigma, spec.output_mean,

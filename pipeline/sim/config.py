@@ -39,6 +39,12 @@ class Policy:
         False, "Admit a request only when KV has room for its whole prompt, not just its first chunk "
                "(vLLM scheduler_reserve_full_isl); otherwise a chunked prompt admitted into a nearly full cache "
                "can preempt itself as it grows.", unrecorded=True)
+    prefix_caching: bool = setting(
+        False, "Reuse the KV of prompt prefixes already computed (vLLM enable_prefix_caching): an admitted request "
+               "prefills only the uncached part of its prompt (the requests' cached_tokens, or a workload's "
+               "hash_ids in 512-token blocks through an LRU of the KV capacity); off: every prompt in full. "
+               "Replay default: recorded (on when the run says so or its requests carry cached tokens).",
+        unrecorded=False)
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:

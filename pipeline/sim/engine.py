@@ -26,8 +26,9 @@ Mechanics, one engine step (iteration) ``k`` at a time:
    in 3), then to waiting requests in queue order while
    ``running < max_num_seqs``, the budget lasts and KV has room (an admission
    never preempts; in a step that preempted, nothing is admitted, as in vLLM
-   v1). An admission needs free blocks for its first chunk, or for its whole
-   prompt with ``admit_full_prompt``, and takes those of the chunk. With
+   v1). An admission needs free blocks for its first chunk (after its cached
+   prefix, with prefix caching), or for its whole prompt with
+   ``admit_full_prompt``, and takes those of the chunk. With
    chunked prefill the last admitted prompt may be cut to the budget and
    continues next step. Without it a prompt must fit whole in the budget left;
    a prompt longer than the whole budget is admitted only as the first prefill
@@ -55,6 +56,25 @@ phase ``k % kv_block_size`` at step ``k``. A request's token times are ``t_end``
 over a contiguous range of steps per uninterrupted segment, so only segments
 ``(req, first, last)`` are stored; :func:`token_times` rebuilds the times by
 slicing.
+
+Prefix caching (``policy.prefix_caching``): at each admission a request gets ``c``
+cached prompt tokens, prefills only ``L - c`` of its ``L`` tokens (prompt plus any
+tokens generated before a preemption) with the cached ``c`` as its chunk's context,
+and still holds KV blocks for all ``L`` (shared blocks are not deduplicated between
+running requests). ``c`` is capped at ``L - 1``: the last prompt token is always
+computed, as in vLLM, to produce the first token's logits. Where ``c`` comes from:
+
+- the workload's block hashes (Mooncake ``hash_ids``, ``hash_block_tokens`` tokens
+  each): a prefix cache of ``kv_capacity_tokens // hash_block_tokens`` blocks with
+  LRU eviction. A request's blocks enter it when its prompt's prefill completes; at
+  admission its hits are the longest run of its leading blocks that are resident
+  (a block's KV depends on the whole prefix, so nothing after the first miss is
+  reused), and ``c = hits x hash_block_tokens`` (at most the prompt). Blocks are
+  touched last block first, so a prefix outlives its continuations in the LRU;
+- else the workload's recorded ``cached_tokens`` (what the engine reported).
+
+The request's ``cached_tokens`` is ``c`` at its first admission (as vLLM's
+``num_cached_tokens``); ``info["prefix_cache"]`` counts blocks looked up and hit.
 """
 
 from __future__ import annotations
@@ -71,6 +91,7 @@ import numpy as np
 from pipeline.errors import InputError
 from pipeline.sim.config import Policy
 from pipeline.sim.model import IterationModel, NoiseModel
+from pipeline.sim.prefix import PrefixCache
 from pipeline.sim.workload import Workload
 
 ITERATION_FIELDS = (
@@ -80,7 +101,7 @@ ITERATION_FIELDS = (
 )
 REQUEST_FIELDS = (
     "req_id", "t_arrival", "t_scheduled", "t_first_token", "t_finish", "prompt_tokens", "output_tokens",
-    "preemptions", "status",
+    "preemptions", "status", "cached_tokens",
 )
 NOISE_CHUNK = 16384  # noise is drawn this many iterations at a time; progress is reported as often
 
@@ -213,6 +234,7 @@ def simulate(
     t0, ca, cb, cc = model.t0_ms, model.a_ms_per_ctx, model.b_ms_per_prefill, model.c_ms_per_decode
     cd, ce = model.d_ms_per_req, model.e_ms_per_prefill_attn
     k_max = math.inf if max_iterations is None else max_iterations
+    pcache = PrefixCache.for_run(workload, policy)
     t_stop = math.inf if t_end_s is None else t_end_s
 
     nan = math.nan
@@ -225,6 +247,8 @@ def simulate(
     t_first = [nan] * n
     t_fin = [nan] * n
     npre = [0] * n
+    cpre = [0] * n  # cached tokens at the latest admission
+    c_first = [0] * n  # cached tokens at the first admission
 
     waiting: deque[int] = deque()
     partial: list[int] = []  # requests mid-prefill, in admission order
@@ -337,30 +361,37 @@ def simulate(
             while waiting and n_run < S:
                 r = waiting[0]
                 L = P[r] + gen[r]
+                c = 0 if pcache is None else pcache.cached(r, P[r], L)
+                need = L - c
                 budget = M - n_d - pf
                 if chunked:
                     if budget <= 0:
                         break
-                    chunk = L if L <= budget else budget
-                elif L <= budget or (L > M and not sched):
-                    chunk = L
+                    chunk = need if need <= budget else budget
+                elif need <= budget or (need > M and not sched):
+                    chunk = need
                 else:
                     break
-                blocks = (chunk + bs - 1) // bs
+                blocks = (c + chunk + bs - 1) // bs
                 if D + kvb_partial + pfb + ((L + bs - 1) // bs if full else blocks) > capb:
                     break
                 waiting.popleft()
+                if pcache is not None:
+                    pcache.admit(r)
+                cpre[r] = c
                 seq += 1
                 seq_of[r] = seq
                 heapq.heappush(run_heap, (-seq, r))
                 n_run += 1
                 if t_sched[r] != t_sched[r]:
                     t_sched[r] = clock
+                    c_first[r] = c
                 sched.append((r, chunk))
                 pf += chunk
-                pf_attn += chunk * chunk / 2
+                pf_ctx += c
+                pf_attn += chunk * (c + chunk / 2)
                 pfb += blocks
-                if chunk < L:
+                if c + chunk < L:
                     admitted = r
                     break
 
@@ -423,12 +454,15 @@ def simulate(
                 kvb_partial -= (partial_of.pop(r) + bs - 1) // bs
                 partial.remove(r)
             else:
-                ch_ctx.append(0)
-            if r == admitted:
-                partial_of[r] = chunk
-                partial.append(r)
-                kvb_partial += (chunk + bs - 1) // bs
-                continue
+                c0 = cpre[r]
+                ch_ctx.append(c0)
+                if r == admitted:
+                    partial_of[r] = c0 + chunk
+                    partial.append(r)
+                    kvb_partial += (c0 + chunk + bs - 1) // bs
+                    continue
+            if pcache is not None and gen[r] == 0:
+                pcache.computed(r)
             g = gen[r] + 1
             gen[r] = g
             seg_start[r] = k
@@ -495,11 +529,14 @@ def simulate(
         "output_tokens": workload.output_tokens[:n_seen].copy(),
         "preemptions": np.array(npre[:n_seen], dtype=np.int64),
         "status": np.where(np.isnan(t_fin_arr), "aborted", "ok"),
+        "cached_tokens": np.array(c_first[:n_seen], dtype=np.int64),
     }
     segments = {"req": _np(seg_req, np.int64), "first": _np(seg_first, np.int64), "last": _np(seg_last, np.int64)}
     chunks = {"req": _np(ch_req, np.int64), "iter": _np(ch_iter, np.int64),
               "tokens": _np(ch_tok, np.int64), "computed_before": _np(ch_ctx, np.int64)}
     info = {"seed": seed, "stop": stop, "iterations": k, "requests_arrived": n_seen, "requests_total": n}
+    if pcache is not None:
+        info["prefix_cache"] = pcache.info()
     return SimResult(iterations, requests, segments, chunks, info)
 
 

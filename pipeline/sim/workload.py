@@ -23,6 +23,9 @@ ARRIVAL_DATETIME = ("TIMESTAMP",)  # Azure LLM inference traces: wall-clock stri
 PROMPT_COLUMNS = ("prompt_tokens", "num_prefill_tokens", "ContextTokens", "input_length", "input_len")
 OUTPUT_COLUMNS = ("output_tokens", "num_decode_tokens", "GeneratedTokens", "output_length", "output_len")
 ID_COLUMNS = ("req_id", "request_id", "id")
+CACHED_COLUMNS = ("cached_tokens", "num_cached_tokens")  # recorded prefix-cache hits, tokens
+HASH_COLUMN = "hash_ids"  # Mooncake: one id per prompt block; equal ids = the same prefix KV
+MOONCAKE_BLOCK_TOKENS = 512  # tokens per hash id in Mooncake's published traces
 
 # Arrival values at least this large look like absolute (epoch) timestamps.
 _ABSOLUTE_TIME_S = 1e6
@@ -37,12 +40,25 @@ class Workload:
         prompt_tokens: prompt length of each request (int64, >= 1).
         output_tokens: number of tokens to generate (int64, >= 1).
         req_id: optional ids (ints or strings); ``None`` means 0..n-1.
+        cached_tokens: optional recorded prefix-cache hits per request (tokens of
+            the prompt the engine did not recompute); used when the policy has
+            prefix caching on and the workload has no block hashes.
+        hash_offsets, hash_values: optional prompt block hashes (Mooncake's
+            ``hash_ids``): request r's blocks are
+            ``hash_values[hash_offsets[r]:hash_offsets[r + 1]]``, one per
+            ``hash_block_tokens`` tokens of its prompt; equal values mean the same
+            prefix, so its KV can be reused.
+        hash_block_tokens: prompt tokens per hash id.
     """
 
     t_arrival: np.ndarray
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
     req_id: np.ndarray | None = None
+    cached_tokens: np.ndarray | None = None
+    hash_offsets: np.ndarray | None = None
+    hash_values: np.ndarray | None = None
+    hash_block_tokens: int = MOONCAKE_BLOCK_TOKENS
 
     def __post_init__(self) -> None:
         t = np.ascontiguousarray(self.t_arrival, dtype=np.float64)
@@ -62,6 +78,36 @@ class Workload:
             if len(ids) != len(t):
                 raise ValueError("req_id must have one entry per request")
             object.__setattr__(self, "req_id", ids)
+        if self.cached_tokens is not None:
+            c = np.ascontiguousarray(self.cached_tokens, dtype=np.int64)
+            if c.shape != t.shape or (len(c) and c.min() < 0):
+                raise ValueError("cached_tokens must have one entry >= 0 per request")
+            object.__setattr__(self, "cached_tokens", c)
+        if (self.hash_offsets is None) != (self.hash_values is None):
+            raise ValueError("hash_offsets and hash_values go together")
+        if self.hash_offsets is not None:
+            off = np.ascontiguousarray(self.hash_offsets, dtype=np.int64)
+            vals = np.ascontiguousarray(self.hash_values, dtype=np.int64)
+            if off.shape != (len(t) + 1,) or off[0] != 0 or off[-1] != len(vals) or np.any(np.diff(off) < 0):
+                raise ValueError("hash_offsets must be n + 1 non-decreasing offsets into hash_values, from 0")
+            object.__setattr__(self, "hash_offsets", off)
+            object.__setattr__(self, "hash_values", vals)
+        if self.hash_block_tokens < 1:
+            raise ValueError("hash_block_tokens must be >= 1")
+
+    @property
+    def has_hashes(self) -> bool:
+        """Whether the workload carries prompt block hashes (a prefix cache can be simulated)."""
+        return self.hash_offsets is not None
+
+    def head(self, n: int) -> "Workload":
+        """The first ``n`` requests, with their cached tokens and block hashes."""
+        if n >= len(self):
+            return self
+        off = None if self.hash_offsets is None else self.hash_offsets[:n + 1]
+        return Workload(self.t_arrival[:n], self.prompt_tokens[:n], self.output_tokens[:n], self.ids()[:n],
+                        None if self.cached_tokens is None else self.cached_tokens[:n],
+                        off, None if off is None else self.hash_values[:off[-1]], self.hash_block_tokens)
 
     def __len__(self) -> int:
         return len(self.t_arrival)
@@ -82,6 +128,9 @@ class Workload:
             "output_tokens_mean": float(self.output_tokens.mean()),
             "prompt_tokens_max": int(self.prompt_tokens.max()),
             "output_tokens_max": int(self.output_tokens.max()),
+            **({"cached_tokens_total": int(self.cached_tokens.sum())} if self.cached_tokens is not None else {}),
+            **({"hash_ids": int(len(self.hash_values)), "hash_block_tokens": self.hash_block_tokens}
+               if self.has_hashes else {}),
         }
 
 
@@ -277,7 +326,10 @@ def workload_from_file(path) -> Workload:
       arrival is at t = 0;
     - prompt: ``prompt_tokens``/``num_prefill_tokens``/``ContextTokens``/``input_length``;
     - output: ``output_tokens``/``num_decode_tokens``/``GeneratedTokens``/``output_length``;
-    - optional id: ``req_id``/``request_id``/``id``.
+    - optional id: ``req_id``/``request_id``/``id``;
+    - optional ``cached_tokens``/``num_cached_tokens``: recorded prefix-cache hits;
+    - optional ``hash_ids`` (Mooncake): a list of prompt block ids per request
+      (:func:`_hashes`), which lets the simulator replay a prefix cache.
 
     Rows are sorted by arrival (stable). Raises :class:`InputError` naming the
     file, the line, what is wrong and how to fix it.
@@ -297,4 +349,65 @@ def workload_from_file(path) -> Workload:
         raise _bad(path, first_line + int(df[id_col].is_null().arg_max()), f"column {id_col!r} has an empty id",
                    "Give every request an id, or drop the id column.")
     order = np.argsort(t, kind="stable")
-    return Workload(t[order], prompt[order], output[order], ids[order])
+    cached = None
+    if (c_col := _pick(df, CACHED_COLUMNS)) is not None:
+        c = _numeric(df, c_col, path, first_line)
+        if (c != np.floor(c)).any():
+            i = int(np.argmax(c != np.floor(c)))
+            raise _bad(path, first_line + i, f"column {c_col!r} has {c[i]!r}; cached tokens are a whole number",
+                       "Fix or remove that row.")
+        cached = c.astype(np.int64)[order]
+    off, vals, block = _hashes(df, order, prompt, path, first_line)
+    return Workload(t[order], prompt[order], output[order], ids[order], cached, off, vals, block)
+
+
+def _hashes(df, order: np.ndarray, prompt: np.ndarray, path: Path, first_line: int):
+    """Mooncake ``hash_ids`` as flat (offsets, values) in arrival order, and the tokens per id.
+
+    Ids may be integers or strings (mapped to integers, equal strings to equal ids). The
+    tokens per id is 512 (Mooncake) when every row's id count is ``ceil(input_length / 512)``,
+    else the block size the counts imply (a power of two when one fits); counts no single
+    block size explains are an error naming two rows that disagree.
+    """
+    import polars as pl
+
+    if HASH_COLUMN not in df.columns or df[HASH_COLUMN].null_count() == df.height:
+        return None, None, MOONCAKE_BLOCK_TOKENS
+    s = df[HASH_COLUMN]
+    if not isinstance(s.dtype, pl.List) or not (s.dtype.inner.is_integer() or s.dtype.inner == pl.String):
+        raise _bad(path, None, f"column {HASH_COLUMN!r} is {s.dtype}, not lists of block ids",
+                   "Write hash_ids as a JSON array of integers per request, as Mooncake traces do.")
+    holes = s.list.eval(pl.element().is_null().any()).list.first().fill_null(False)
+    if holes.any():
+        raise _bad(path, first_line + int(holes.arg_max()), f"{HASH_COLUMN} holds a null block id",
+                   "Every block id must be an integer.")
+    lens = s.list.len().fill_null(0).to_numpy().astype(np.int64)
+    block = _block_tokens(lens, prompt, path, first_line)
+    rows = pl.DataFrame({"h": s.gather(order)}).filter(pl.col("h").list.len() > 0).explode("h")["h"]
+    if rows.dtype == pl.String:
+        rows = rows.rank("dense")  # equal strings, equal ids
+    vals = rows.cast(pl.Int64).to_numpy()
+    off = np.concatenate([[0], np.cumsum(lens[order])]).astype(np.int64)
+    return off, vals, block
+
+
+def _block_tokens(lens: np.ndarray, prompt: np.ndarray, path: Path, first_line: int) -> int:
+    """Tokens per hash id: the block size b with ``ceil(prompt / b) == ids`` on every row with ids."""
+    m = lens > 0
+    if not m.any():
+        return MOONCAKE_BLOCK_TOKENS
+    n, L = lens[m], prompt[m]
+    lo = (L + n - 1) // n  # b >= L / n: n blocks hold the prompt
+    hi = np.where(n > 1, (L - 1) // np.maximum(n - 1, 1), np.iinfo(np.int64).max)  # (n - 1) * b < L
+    b_lo, b_hi = int(lo.max()), int(hi.min())
+    if b_lo <= MOONCAKE_BLOCK_TOKENS <= b_hi:
+        return MOONCAKE_BLOCK_TOKENS
+    if b_lo > b_hi:
+        rows = np.flatnonzero(m)
+        i, j = rows[int(np.argmax(lo))], rows[int(np.argmin(hi))]
+        raise _bad(path, first_line + int(min(i, j)),
+                   f"{HASH_COLUMN} counts fit no single block size: line {first_line + int(i)} has {int(lens[i])} "
+                   f"ids for {int(prompt[i])} tokens, line {first_line + int(j)} has {int(lens[j])} ids for "
+                   f"{int(prompt[j])} tokens", "Each row needs ceil(input_length / block size) ids (512 in Mooncake).")
+    pow2 = 1 << max(b_lo - 1, 0).bit_length()
+    return pow2 if pow2 <= b_hi else b_lo

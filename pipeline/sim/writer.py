@@ -91,6 +91,9 @@ def write_trace(
     import polars as pl
 
     path = Path(path)
+    if policy.prefix_caching and "cached_tokens" in result.requests:
+        # the prefix-cache hits, as vLLM's num_cached_tokens: a replay of this trace can reuse them
+        request_columns = {**(request_columns or {}), "cached_tokens": result.requests["cached_tokens"]}
     rec = run_record(run_id, policy=policy, model=model, noise=noise, workload_info=plain(workload_info),
                      model_name=model_name, gpu=gpu)
     rec["meta"].update(plain(meta_extra or {}))

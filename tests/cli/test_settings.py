@@ -251,4 +251,6 @@ def test_replay_field_lists_come_from_policy():
     rec.update(max_num_seqs=8, max_num_batched_tokens=64, kv_capacity_tokens=1000)
     policy, _, sources, notes = c.resolve_policy("r", rec, {}, {})
     assert {f: getattr(policy, f) for f in c.UNRECORDED} == c.UNRECORDED
-    assert len(notes) == len(c.UNRECORDED) and all(sources[f].startswith("default") for f in c.UNRECORDED)
+    # a note for each assumption, except those whose reason is None (decided from the requests elsewhere)
+    noted = [f for f in c.UNRECORDED if c.UNRECORDED_WHY.get(f, ("", "note"))[1] is not None]
+    assert len(notes) == len(noted) and all(sources[f].startswith("default") for f in c.UNRECORDED)

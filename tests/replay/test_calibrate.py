@@ -19,7 +19,8 @@ def test_recorded_policy_reads_vllm_and_simulator_keys():
                  "enable_chunked_prefill": "True"}
     values, sources = recorded_policy(vllm_meta)
     assert values == {"max_num_seqs": 8, "max_num_batched_tokens": 256, "kv_capacity_tokens": 2048,
-                      "chunked_prefill": True, "kv_block_size": None, "admit_full_prompt": None}
+                      "chunked_prefill": True, "kv_block_size": None, "admit_full_prompt": None,
+                      "prefix_caching": None}
     assert sources["kv_capacity_tokens"] == "runs.meta.kv_cache_tokens"
     # the vLLM log ingestor's block facts: usable capacity wins over the reported cache size
     values, sources = recorded_policy({**vllm_meta, "kv_capacity_tokens": 1920, "block_size": "128",
@@ -47,7 +48,8 @@ def test_options_fill_gaps_into_the_baseline_and_change_recorded_fields():
     assert (policy.max_num_seqs, policy.max_num_batched_tokens, policy.kv_capacity_tokens) == (16, 256, 10_000)
     # kv capacity was not recorded: the option completes the baseline; the token budget is a change
     assert baseline == {"max_num_seqs": 16, "max_num_batched_tokens": 512, "kv_capacity_tokens": 10_000,
-                        "chunked_prefill": True, "kv_block_size": 1, "admit_full_prompt": True}
+                        "chunked_prefill": True, "kv_block_size": 1, "admit_full_prompt": True,
+                        "prefix_caching": False}
     assert src["kv_capacity_tokens"] == "option" and "chunked" in notes[0]
     assert "whole prompt" in notes[1] and "--kv-block-size" in notes[2]
     # a block size given for a run that does not record one completes the baseline, as kv capacity does

@@ -30,10 +30,13 @@ def db(tmp_path_factory):
 
 def _mooncake(path: Path, arrivals_s, prompts, outputs) -> Path:
     t0 = arrivals_s.min()
+    nxt = 0
     with open(path, "w") as fh:
         for t, p, o in zip(arrivals_s, prompts, outputs):  # a test fixture writer
+            n = -(-int(p) // 512)  # Mooncake: one id per 512 prompt tokens; new ids, so no shared prefix
             fh.write(json.dumps({"timestamp": int(round((t - t0) * 1000)), "input_length": int(p),
-                                 "output_length": int(o), "hash_ids": [1, 2]}) + "\n")
+                                 "output_length": int(o), "hash_ids": list(range(nxt, nxt + n))}) + "\n")
+            nxt += n
     return path
 
 
