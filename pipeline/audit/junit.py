@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
 
 from .. import __version__
-from ..report.escape import xml_clean
+from ..escape import xml_clean
 from .check import AuditResult
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..report.escape import md_text
+from ..escape import md_text
 from .check import AuditResult
 
 BADGE = {"pass": "PASS", "fail": "FAIL", "error": "ERROR"}

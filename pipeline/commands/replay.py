@@ -173,7 +173,7 @@ def remove_stale_temp_dirs(root: Path | None = None) -> list[Path]:
 def _sweep(cal, spec: str, seeds: list[int], slo_path: str | None, chart: str | None, as_json: bool) -> None:
     from ..slo import load_slo
     from ..replay import parse_sweep, run_sweep
-    from ..replay.chart import save_chart
+    from ..report.sweep_chart import save_chart
 
     param, values = parse_sweep(spec)
     slo = load_slo(slo_path) if slo_path else None

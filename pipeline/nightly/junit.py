@@ -8,7 +8,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from ..report.escape import xml_clean
+from ..escape import xml_clean
 from .stats import direction, label
 
 

@@ -1,7 +1,7 @@
 """The Markdown summary of a night: verdict, what changed, when, by how much, and
 which tail cause moved with it ("TPOT p99 +18% from night 2026-11-13; prefill
 interference share (TPOT tail) 41% -> 63%").  Labels and ids are escaped
-(:func:`pipeline.report.escape.md_text`)."""
+(:func:`pipeline.escape.md_text`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import polars as pl
 
-from ..report.escape import md_text
+from ..escape import md_text
 from . import analysis
 from .history import Night
 from .stats import label

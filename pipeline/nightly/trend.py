@@ -17,7 +17,7 @@ import polars as pl
 
 from ..metrics import LATENCY
 from ..report import charts
-from ..report.escape import html_text
+from ..escape import html_text
 from ..report.page import Section, card, missing, page, table
 from . import analysis
 from .history import Night

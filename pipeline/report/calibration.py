@@ -16,7 +16,7 @@ from typing import Any
 import polars as pl
 
 from ..errors import InputError, StoreError
-from .escape import html_text
+from ..escape import html_text
 from .page import Section, table
 
 DEFAULT_SEEDS = 3

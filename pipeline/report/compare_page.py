@@ -12,7 +12,7 @@ import polars as pl
 from .. import metrics
 from ..compare import Comparison, Delta
 from . import charts, frames
-from .escape import html_text, md_text
+from ..escape import html_text, md_text
 from .render import name_digest, safe_name
 from .page import Section, card, page, table
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import metrics
-from .escape import md_text
+from ..escape import md_text
 
 STATS = ("count", "p50", "p90", "p99", "p999", "mean", "max")
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import polars as pl
 
-from .escape import html_text, script_json
+from ..escape import html_text, script_json
 
 # The Content-Security-Policy: nothing may be fetched (default-src 'none').  Scripts:
 # only the page's two inline scripts run, each allowed by its SHA-256 hash (no

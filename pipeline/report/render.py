@@ -20,7 +20,7 @@ import polars as pl
 from .. import __version__, metrics
 from ..summary import summary as run_summary
 from . import charts, frames
-from .escape import html_text
+from ..escape import html_text
 from .markdown import summary_markdown
 from .page import Section, card, fmt, kv_table, missing, page, table
 

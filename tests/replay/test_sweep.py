@@ -14,7 +14,7 @@ from pipeline import store
 from pipeline.audit import load_slo
 from pipeline.errors import InputError
 from pipeline.replay import calibrate, compare, parse_sweep, replay_once, run_sweep
-from pipeline.replay.chart import chart_rows, save_chart
+from pipeline.report.sweep_chart import chart_rows, save_chart
 from pipeline.sim import Policy, WorkloadSpec
 
 from .conftest import simulated_store

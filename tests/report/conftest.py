@@ -105,6 +105,6 @@ def script_store(tmp_path_factory):
 def script_sweep_page(con, out):
     """The sweep chart page of a small sweep of the hostile run."""
     from pipeline.replay import calibrate, run_sweep
-    from pipeline.replay.chart import save_chart
+    from pipeline.report.sweep_chart import save_chart
 
     return save_chart(run_sweep(calibrate(con, SCRIPT_RUN), "max_num_batched_tokens", [256, 512], [0], None), out)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .sweep import Sweep
+from ..replay.sweep import Sweep
 
 PANELS = (("ttft_ms", "p99", "p99 TTFT (ms)"), ("tpot_ms", "p99", "p99 TPOT (ms)"))
 
@@ -76,9 +76,9 @@ def _slo_limits(sweep: Sweep) -> list:
 def save_chart(sweep: Sweep, path) -> Path:
     """Write the sweep chart as self-contained HTML (inline Vega JS, the report's CSP)."""
     from .. import __version__
-    from ..report.charts import spec
-    from ..report.escape import html_text
-    from ..report.page import Section, page
+    from .charts import spec
+    from ..escape import html_text
+    from .page import Section, page
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
