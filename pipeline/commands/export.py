@@ -14,7 +14,8 @@ from .options import db_option, dumps, json_option
 @click.argument("run_ids", nargs=-1, required=True, metavar="RUN...")
 @db_option
 @click.option("--lake", type=click.Path(file_okay=False, path_type=Path),
-              help="Copy the runs into this Parquet lake (DIR/<table>/run_id=<id>/), for `tracelat fleet`.")
+              help="Copy the runs into this Parquet lake (DIR/<table>/run_id=<id>/), for `tracelat fleet`; "
+                   "with --perfetto, read the run from this lake instead of --db.")
 @click.option("--perfetto", "perfetto", type=click.Path(path_type=Path), metavar="FILE.json[.gz]",
               help="Write the run as a Chrome/Perfetto trace (Trace Event Format): steps, requests with their "
                    "queue/prefill/decode phases, stalls, KV and queue counters. Open it at ui.perfetto.dev.")
@@ -27,13 +28,18 @@ def export(run_ids: tuple[str, ...], db: str, lake: Path | None, perfetto: Path 
     from .. import store
     from ..errors import InputError
 
-    if (lake is None) == (perfetto is None):
+    if lake is None and perfetto is None:
         raise InputError("say where to: --perfetto FILE (one run) or --lake DIR")
-    con = store.connect(db, must_exist=True)
-    store.build_derived(con)
+    if perfetto is not None and lake is not None:  # the lake is the source
+        from .options import open_source
+
+        con = open_source(db, lake, list(run_ids))
+    else:
+        con = store.connect(db, must_exist=True)
+        store.build_derived(con)
     for r in run_ids:
         store.require_run(con, r)
-    if lake is not None:
+    if perfetto is None:
         from ..lake import export_runs
 
         rows = export_runs(con, list(run_ids), lake)

@@ -10,7 +10,7 @@ import click
 
 from ..errors import InputError, writing
 from ..terminal import echo
-from .options import db_option, dumps, json_option
+from .options import db_option, lake_option, open_source, dumps, json_option
 
 
 def _seed_path(out: Path, seed: int, n_seeds: int) -> Path:
@@ -26,6 +26,7 @@ def _seed_path(out: Path, seed: int, n_seeds: int) -> Path:
 @click.command()
 @click.argument("run_id", metavar="RUN")
 @db_option
+@lake_option
 @click.option("--max-num-seqs", type=click.IntRange(min=1), help="Most requests running at once (default: recorded).")
 @click.option("--max-num-batched-tokens", type=click.IntRange(min=1),
               help="Token budget per step, i.e. the prefill chunk size (default: recorded).")
@@ -63,7 +64,7 @@ def _seed_path(out: Path, seed: int, n_seeds: int) -> Path:
                    "simulate --lengths-file` reads (CSV, JSONL, Parquet; Azure and Splitwise traces).")
 @click.option("--no-token-times", is_flag=True, help="Leave per-token times out of written traces (smaller).")
 @json_option
-def replay(run_id: str, db: str, max_num_seqs, max_num_batched_tokens, kv_capacity_tokens, kv_block_size,
+def replay(run_id: str, db: str, lake: Path | None, max_num_seqs, max_num_batched_tokens, kv_capacity_tokens, kv_block_size,
            chunked_prefill, admit_full_prompt, noise: str, seeds: int, first_seed: int, ok_only: bool,
            sweep_spec: str | None, slo: str | None, chart: str | None, out: Path | None, do_ingest: bool,
            workload_file: Path | None, no_token_times: bool, as_json: bool) -> None:
@@ -88,13 +89,16 @@ def replay(run_id: str, db: str, max_num_seqs, max_num_batched_tokens, kv_capaci
 
     if sweep_spec and (out or do_ingest):
         raise InputError("--sweep does not write traces; replay one setting with --out (and --ingest) instead")
+    if do_ingest and lake is not None:
+        raise InputError("--ingest writes the replay into a store; with --lake, write it with --out and ingest "
+                         "that file with `tracelat ingest FILE --lake DIR`")
     if (slo or chart) and not sweep_spec:
         raise InputError("--slo and --chart go with --sweep; for a single replay use --out --ingest and "
                          "tracelat audit on the replay run")
     overrides = {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
                  "kv_capacity_tokens": kv_capacity_tokens, "chunked_prefill": chunked_prefill,
                  "kv_block_size": kv_block_size, "admit_full_prompt": admit_full_prompt}
-    con = store.open_for_reading(db, read_only_if=None if do_ingest else fit_ready(run_id))
+    con = open_source(db, lake, [run_id], None if do_ingest else fit_ready(run_id))
     tmp = None  # the scratch folder, once made; removed however the replay ends
     try:
         cal = calibrate(con, run_id, overrides, noise=noise, ok_only=ok_only)
