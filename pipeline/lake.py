@@ -1,4 +1,4 @@
-"""A Parquet lake of the store's tables: ``DIR/<table>/run_id=<id>/*.parquet`` (hive layout).
+"""A Parquet lake of the store's tables: ``DIR/<table>/run_id=<id>/data_0.parquet`` (hive layout).
 
 ``export_runs`` copies runs from a store (``tracelat export RUN... --lake``, and lake
 ingest, :mod:`pipeline.lake_ingest`, which ingests into a temporary store first);
@@ -16,21 +16,28 @@ and the partitions are renamed into place.  A writer killed before the journal l
 only the staging folder (ignored, removed by the next writer); killed after it, the next
 writer rolls the journal forward, so a run is never left half old, half new once any
 writer has run.  One writer at a time (``DIR/.lock``, an advisory lock); a reader during
-a commit may see one table of a run already new and another still old.  Folder names
-percent-encode the run id (DuckDB's hive encoding); paths reach SQL as bound parameters.
+a commit may see one table of a run already new and another still old.
+
+Folder names percent-encode the run id (the hive encoding DuckDB and Spark read); an id
+whose encoding passes ``MAX_NAME`` characters (a file name has at most 255 bytes) is cut,
+with ``%~`` and a hash of the whole id after it (``%~`` never occurs in an encoding, so no
+short id can take that name).  The files carry the ``run_id`` column too, and it is what
+tracelat reads (``hive_partitioning = false``); folders only say where a run's files are.
+Paths reach SQL as bound parameters.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 import duckdb
 
@@ -56,24 +63,33 @@ TABLES: dict[str, str] = {
 SHARED = {"ingests": "ingest_id", "rejects": "ingest_id", "clock_overrides": "path"}
 
 
+MAX_NAME = 120
+
+
 def part_name(run_id: str) -> str:
-    """The partition folder of a run: ``run_id=`` and the id percent-encoded (as DuckDB writes it)."""
-    return "run_id=" + quote(run_id, safe="")
+    """The partition folder of a run: ``run_id=`` and the id percent-encoded (cut and hashed when long)."""
+    enc = quote(run_id, safe="")
+    if len(enc) > MAX_NAME:
+        enc = enc[:80] + "%~" + hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).hexdigest()[:20]
+    return "run_id=" + enc
 
 
-def _glob(lake: Path, table: str) -> str:
-    return str(Path(lake) / table / "*" / "*.parquet")
+def _globs(lake: Path, table: str, run_ids: list[str] | None) -> list[str]:
+    """The files of ``run_ids`` (None: all runs) in a table, as globs of existing folders."""
+    d = Path(lake) / table
+    if not d.is_dir():
+        return []
+    if run_ids is None:
+        return [str(d / "*" / "*.parquet")] if any(p.name.startswith("run_id=") for p in d.iterdir()) else []
+    return [str(d / n / "*.parquet") for n in sorted({part_name(r) for r in run_ids}) if (d / n).is_dir()]
 
 
 def _has(lake: Path, table: str) -> bool:
-    d = Path(lake) / table
-    return d.is_dir() and any(p.name.startswith("run_id=") for p in d.iterdir())
+    return bool(_globs(lake, table, None))
 
 
-def _read(lake: Path, table: str) -> str:
-    # run ids are text even when they look like numbers: no type guessing from folder names
-    return ("read_parquet($g, hive_partitioning = true, union_by_name = true, "
-            "hive_types = {'run_id': varchar})")
+# the run_id column of the files, not the folder names (cut when long); columns by name across versions
+READ = "read_parquet($g, hive_partitioning = false, union_by_name = true)"
 
 
 @contextlib.contextmanager
@@ -129,7 +145,7 @@ def _existing_parts(lake: Path, table: str, run_ids: set[str]) -> list[str]:
     d = lake / table
     if not d.is_dir():
         return []
-    return [p.name for p in d.iterdir() if p.name.startswith("run_id=") and unquote(p.name[7:]) in run_ids]
+    return [n for n in sorted({part_name(r) for r in run_ids}) if (d / n).is_dir()]
 
 
 def export_runs(con: duckdb.DuckDBPyConnection, run_ids: list[str], lake: Path, _fail_after: str | None = None
@@ -153,16 +169,17 @@ def _export(con, run_ids: list[str], lake: Path, fail_after: str | None) -> dict
         con.execute(f"create or replace temp table _lake_out as select * from ({sql}) where run_id = any($r)",
                     {"r": run_ids})
         n = int(store.scalar(con, "select count(*) from temp.main._lake_out"))
+        present = [r[0] for r in con.execute("select distinct run_id from temp.main._lake_out").fetchall()]
+        for run in present:  # one COPY per run and table: the folder names are ours (see part_name)
+            folder = staging / table / part_name(run)
+            folder.mkdir(parents=True)
+            con.execute("create or replace temp table _lake_run as select * from temp.main._lake_out "
+                        "where run_id = $r", {"r": run})
+            # COPY takes its target as text: the path is ours (a uuid folder, an encoded name), quotes doubled
+            target = str(folder / "data_0.parquet").replace("'", "''")
+            con.execute(f"copy temp.main._lake_run to '{target}' (format parquet)")
+        con.execute("drop table if exists temp.main._lake_run")
         if n:
-            tmp = staging / table
-            tmp.parent.mkdir(parents=True, exist_ok=True)
-            # COPY takes its target as text: the path is ours (a fresh uuid folder), quotes doubled anyway
-            target = str(tmp).replace("'", "''")
-            con.execute(f"copy temp.main._lake_out to '{target}' (format parquet, partition_by (run_id))")
-            for p in tmp.iterdir():  # DuckDB's encoding; normalised to ours so that lookups find it
-                want = part_name(unquote(p.name[7:]))
-                if p.name != want:
-                    p.rename(tmp / want)
             written[table] = n
         con.execute("drop table temp.main._lake_out")
         if fail_after == table:
@@ -221,8 +238,8 @@ def lake_runs(lake: Path) -> list[str]:
         return []
     con = store.scratch()
     try:
-        rows = con.execute(f"select distinct run_id from {_read(lake, 'runs')} order by 1",
-                           {"g": _glob(lake, "runs")}).fetchall()
+        rows = con.execute(f"select distinct run_id from {READ} order by 1",
+                           {"g": _globs(lake, "runs", None)}).fetchall()
         return [r[0] for r in rows]
     finally:
         con.close()
@@ -237,20 +254,21 @@ def load_into(con: duckdb.DuckDBPyConnection, lake: Path, run_ids: list[str] | N
     """
     lake = Path(lake)
     for table in tables or tuple(TABLES):
-        if not _has(lake, table):
+        globs = _globs(lake, table, run_ids)
+        if not globs:
             continue
         cols = [r[0] for r in con.execute(f"describe main.{table}").fetchall()]
         sel = ", ".join(f'"{c}"' for c in cols)
         where = ["true" if run_ids is None else "run_id = any($r)"]
         if only_known_ingests and "ingest_id" in cols and table != "ingests":
             where.append("(ingest_id is null or ingest_id in (select ingest_id from main.ingests))")
-        src = f"select * from {_read(lake, table)} where {' and '.join(where)}"
+        src = f"select * from {READ} where {' and '.join(where)}"
         if table in SHARED:  # one copy of a file's rows: those in the first partition holding them
             key = SHARED[table]
             src = f"select * from ({src}) qualify run_id = min(run_id) over (partition by {key})"
             if table in ("ingests", "clock_overrides"):
                 src = f"select * from ({src}) where {key} not in (select {key} from main.{table})"
-        params = {"g": _glob(lake, table)} | ({} if run_ids is None else {"r": run_ids})
+        params = {"g": globs} | ({} if run_ids is None else {"r": run_ids})
         con.execute(f"insert into main.{table} select {sel} from ({src})", params)
 
 

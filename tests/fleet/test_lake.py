@@ -142,8 +142,10 @@ def test_hostile_run_ids_round_trip(tmp_path):
     assert sorted(p.name for p in (tmp_path / "lake" / "iterations").iterdir()) == sorted(map(part_name, names))
     assert not any(p.name.startswith(".") for p in (tmp_path / "lake").iterdir() if p.name != ".lock")
     for name in names:
-        assert run_captured("summary", name, "--json", "--lake", tmp_path / "lake") == \
-            run_captured("summary", name, "--json", "--db", tmp_path / "s.duckdb")
+        a = run_captured("summary", name, "--json", "--lake", tmp_path / "lake")
+        b = run_captured("summary", name, "--json", "--db", tmp_path / "s.duckdb")
+        import difflib
+        assert a == b, "".join(difflib.unified_diff(b[1].splitlines(1), a[1].splitlines(1)))
 
 
 # A child that ingests bench.json into the lake and kills itself at a chosen point of the write.

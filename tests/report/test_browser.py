@@ -86,3 +86,22 @@ def test_hostile_sweep_page_renders_without_injection(script_store, tmp_path):
     assert "alert(1)" not in re.sub(r"&lt;script&gt;alert\(1\)", "", body)  # only ever as escaped text
     assert "&lt;/script&gt;&lt;script&gt;alert(1)" in body and SCRIPT_PAYLOAD not in body
     assert console == []
+
+
+def test_hostile_fleet_page_renders_without_injection(hostile_run, tmp_path):
+    """The fleet page of a lake holding a run whose id and model try to inject markup: drawn under the
+    CSP, the strings shown as text, nothing run."""
+    from pipeline.fleet import fleet
+    from pipeline.lake import export_runs
+    from pipeline.report.fleet_page import write_fleet_page
+
+    con, rid, bad = hostile_run
+    export_runs(con, [rid], tmp_path / "lake")
+    result = fleet(tmp_path / "lake", workers=1, out=tmp_path / "fleet")
+    index = write_fleet_page(result, tmp_path / "fleet")
+    check_page(index, tmp_path, expected_charts=1)
+    dom, console = render(index, tmp_path)
+    body = re.sub(r"<script\b.*?</script>", "", dom, flags=re.S)
+    assert "<img" not in body and not re.search(r"<[^>]+\son\w+=", body)
+    assert "&lt;/script&gt;&lt;img src=x" in body and "&lt;script&gt;alert(" in body  # model and run id as text
+    assert console == []
