@@ -124,7 +124,7 @@ def run_record(lake: str, run_id: str, alpha: float = ALPHA, slo: Any = None, re
     from .errors import TracelatError
 
     t0 = time.perf_counter()
-    con = open_run(Path(lake), run_id)
+    con = open_run(Path(lake), run_id, threads=1)  # one task per CPU: DuckDB's threads would only compete
     try:
         try:
             get_or_fit(con, run_id)

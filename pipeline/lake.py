@@ -272,11 +272,12 @@ def load_into(con: duckdb.DuckDBPyConnection, lake: Path, run_ids: list[str] | N
         con.execute(f"insert into main.{table} select {sel} from ({src})", params)
 
 
-def open_runs(lake: Path, run_ids: list[str] | None = None, tables: tuple[str, ...] | None = None
-              ) -> duckdb.DuckDBPyConnection:
+def open_runs(lake: Path, run_ids: list[str] | None = None, tables: tuple[str, ...] | None = None,
+              threads: int | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory store holding ``run_ids`` of the lake (None: every run), derived tables built.
 
-    ``tables``: load only these (``rejects`` needs no steps or tokens)."""
+    ``tables``: load only these (``rejects`` needs no steps or tokens).  ``threads``: DuckDB's threads
+    for this connection (a fleet task holds one CPU)."""
     lake = Path(lake)
     if not any(_has(lake, t) for t in TABLES):
         from .errors import StoreError
@@ -285,12 +286,14 @@ def open_runs(lake: Path, run_ids: list[str] | None = None, tables: tuple[str, .
                          "or `tracelat export RUN --lake DIR`")
     settle(lake)
     con = store.connect(":memory:")
+    if threads:
+        con.execute(f"set threads = {int(threads)}")
     load_into(con, lake, None if run_ids is None else sorted(set(run_ids)), tables)
     store.bump_generation(con, None)
     store.build_derived(con)
     return con
 
 
-def open_run(lake: Path, run_id: str) -> duckdb.DuckDBPyConnection:
+def open_run(lake: Path, run_id: str, threads: int | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory store holding one run of the lake, derived tables built."""
-    return open_runs(lake, [run_id])
+    return open_runs(lake, [run_id], threads=threads)
