@@ -142,7 +142,7 @@ def run_record(lake: str, run_id: str, alpha: float = ALPHA, slo: Any = None, re
             "t0_ms": fit.get("t0_ms"), "effective_bandwidth_gbps": fit.get("effective_bandwidth_gbps"),
             "stall_rate": (spikes.get("unexplained", 0) / steps) if steps and spikes else None,
             "tail_shares": tail,
-            "tail_top": {m: max(p, key=p.get) if p else None for m, p in tail.items()},
+            "tail_top": {m: _top(p) for m, p in tail.items()},
             "sketches": {m: sketch(con, run_id, m, alpha) for m in METRICS},
         }
         if slo is not None:
@@ -165,6 +165,12 @@ def run_record(lake: str, run_id: str, alpha: float = ALPHA, slo: Any = None, re
     rec["cost"] = {"wall_s": time.perf_counter() - t0,
                    "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     return rec
+
+
+def _top(parts: dict[str, float | None] | None) -> str | None:
+    """The cause with the largest share of a tail (parts without a share, e.g. too few requests, skipped)."""
+    known = {k: v for k, v in (parts or {}).items() if v is not None}
+    return max(known, key=known.get) if known else None
 
 
 def _robust_z(values: list[float | None], sign: int) -> list[float | None]:

@@ -144,3 +144,48 @@ def test_sketch_quantile_is_within_alpha():
     for q in (0.01, 0.5, 0.9, 0.99, 0.999):
         exact = np.quantile(x, q, method="lower")
         assert abs(sketch_quantile(counts, q) - exact) <= ALPHA * exact * 1.0001
+
+
+@pytest.fixture(scope="module")
+def tiny_lake(tmp_path_factory):
+    """Three small runs (the canonical fixture under three names), ingested into a lake."""
+    from pipeline.cli import run_captured
+
+    d = tmp_path_factory.mktemp("tiny")
+    first, rest = (Path(__file__).resolve().parents[2] / "fixtures" / "canonical" / "tiny.jsonl").read_text().split(
+        "\n", 1)
+    for name in ("a", "b", "c"):
+        (d / f"{name}.jsonl").write_text(json.dumps({**json.loads(first), "run_id": name}) + "\n" + rest)
+    code, out = run_captured("ingest", d / "a.jsonl", d / "b.jsonl", d / "c.jsonl", "--lake", d / "lake")
+    assert code == 0, out
+    return d / "lake"
+
+
+def _comparable(out: dict) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "cost"} for r in out["runs"]]
+
+
+def test_fleet_on_ray_equals_in_process(tiny_lake):
+    """On Ray (a local instance of 2 CPUs, or $TRACELAT_TEST_RAY's address) every run's record is the one
+    computed in this process; skipped where Ray is not installed (pip install 'tracelat[ray]')."""
+    import os
+
+    pytest.importorskip("ray")
+    mode = os.environ.get("TRACELAT_TEST_RAY", "local")
+    on_ray = fleet(tiny_lake, ray=mode, workers=2)
+    here = fleet(tiny_lake, workers=1)
+    assert "Ray" in on_ray["executor"] and here["executor"] == "in process"
+    assert _comparable(on_ray) == _comparable(here) and on_ray["fleet"] == here["fleet"]
+
+
+def test_without_ray_local_falls_back_and_an_address_is_an_error(tiny_lake):
+    import importlib.util
+
+    from pipeline.cli import run_captured
+
+    if importlib.util.find_spec("ray") is not None:
+        pytest.skip("Ray is installed here; the fallback is for machines without it")
+    out = fleet(tiny_lake, ray="local", workers=2)
+    assert "Ray is not installed" in out["executor"] and len(out["runs"]) == 3
+    code, text = run_captured("fleet", tiny_lake, "--ray", "ray://head:10001")
+    assert code == 2 and "Ray is not installed" in text
