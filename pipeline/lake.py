@@ -60,7 +60,8 @@ TABLES: dict[str, str] = {
     "clock_overrides": f"select o.*, i.run_id from clock_overrides o join {_INGEST_RUNS} i using (path)",
 }
 # tables whose rows are per ingest (or path): one copy per key when read back
-SHARED = {"ingests": "ingest_id", "rejects": "ingest_id", "clock_overrides": "path"}
+# (with the path: runs exported from two stores may bring the same ingest id for different files)
+SHARED = {"ingests": ("ingest_id", "path"), "rejects": ("ingest_id", "path"), "clock_overrides": ("path",)}
 
 
 MAX_NAME = 120
@@ -264,10 +265,11 @@ def load_into(con: duckdb.DuckDBPyConnection, lake: Path, run_ids: list[str] | N
             where.append("(ingest_id is null or ingest_id in (select ingest_id from main.ingests))")
         src = f"select * from {READ} where {' and '.join(where)}"
         if table in SHARED:  # one copy of a file's rows: those in the first partition holding them
-            key = SHARED[table]
-            src = f"select * from ({src}) qualify run_id = min(run_id) over (partition by {key})"
-            if table in ("ingests", "clock_overrides"):
-                src = f"select * from ({src}) where {key} not in (select {key} from main.{table})"
+            keys = SHARED[table]
+            src = f"select * from ({src}) qualify run_id = min(run_id) over (partition by {', '.join(keys)})"
+            if table in ("ingests", "clock_overrides"):  # what the store holds already stays as it is
+                same = " and ".join(f"m.{k} is not distinct from x.{k}" for k in keys)
+                src = f"select * from ({src}) x where not exists (select 1 from main.{table} m where {same})"
         params = {"g": globs} | ({} if run_ids is None else {"r": run_ids})
         con.execute(f"insert into main.{table} select {sel} from ({src})", params)
 

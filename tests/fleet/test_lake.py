@@ -193,3 +193,19 @@ def test_killed_ingest_leaves_no_partial_run(pair, tmp_path, where):
     # either way the run now reads whole: the same as both files ingested into a store
     assert json.loads(_ok("summary", "v", "--json", "--lake", lake)) == json.loads(_ok("summary", "v", "--json", "--db", db))
     assert not list(lake.glob(".commit-*.json"))
+
+
+def test_runs_from_two_stores_keep_both_ingest_records(tmp_path):
+    """Two stores number their ingests from 1 alike: both files' records (and rejects) stay in the lake."""
+    first, rest = (REPO / "fixtures" / "canonical" / "tiny.jsonl").read_text().split("\n", 1)
+    for name in ("x", "y"):
+        lines = (json.dumps({**json.loads(first), "run_id": name}) + "\n" + rest).splitlines()
+        lines[2] = "{broken " + name
+        (tmp_path / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
+        _ok("ingest", tmp_path / f"{name}.jsonl", "--db", tmp_path / f"{name}.duckdb")
+        _ok("export", name, "--db", tmp_path / f"{name}.duckdb", "--lake", tmp_path / "lake")
+    con = open_runs(tmp_path / "lake")
+    assert con.execute("select ingest_id, path from ingests order by path").fetchall() == \
+        [(1, str(tmp_path / "x.jsonl")), (1, str(tmp_path / "y.jsonl"))]
+    got = json.loads(_ok("rejects", "--json", "--lake", tmp_path / "lake"))
+    assert got["total"] == 2 and {r["line_no"] for r in got["rejects"]} == {3}
