@@ -44,7 +44,7 @@ import duckdb
 from . import store
 
 # ingests with the run(s) whose partition holds them: every run it touched, else its default run
-_INGEST_RUNS = ("(select *, unnest(case when len(coalesce(run_ids, [])) > 0 then run_ids "
+INGEST_RUNS = ("(select *, unnest(case when len(coalesce(run_ids, [])) > 0 then run_ids "
                 "else [default_run_id] end) as run_id from ingests)")
 # table -> the rows to write, each with its partition's run_id
 TABLES: dict[str, str] = {
@@ -55,9 +55,9 @@ TABLES: dict[str, str] = {
     "tokens": "select * from tokens",
     "metric_samples": "select * from metric_samples",
     "clock_alignments": "select * from clock_alignments",
-    "ingests": f"select * from {_INGEST_RUNS}",
-    "rejects": f"select j.*, i.run_id from rejects j join {_INGEST_RUNS} i using (ingest_id)",
-    "clock_overrides": f"select o.*, i.run_id from clock_overrides o join {_INGEST_RUNS} i using (path)",
+    "ingests": f"select * from {INGEST_RUNS}",
+    "rejects": f"select j.*, i.run_id from rejects j join {INGEST_RUNS} i using (ingest_id)",
+    "clock_overrides": f"select o.*, i.run_id from clock_overrides o join {INGEST_RUNS} i using (path)",
 }
 # tables whose rows are per ingest (or path): one copy per key when read back
 # (with the path: runs exported from two stores may bring the same ingest id for different files)
@@ -120,15 +120,18 @@ def recover(lake: Path) -> None:
         j.unlink()
     for st in lake.glob(".staging-*"):
         shutil.rmtree(st, ignore_errors=True)
+    for t in lake.glob(".journal-*.tmp"):  # a journal that never became a commit
+        t.unlink(missing_ok=True)
 
 
 def _apply(lake: Path, journal: dict) -> None:
     """Swap each named partition in (or out): idempotent, so a second pass after a kill is safe."""
     staging = lake / journal["staging"]
     trash = staging / ".old"
+    deletes = {tuple(d) for d in journal.get("delete") or []}
     for table, part in journal["parts"]:
         new, final = staging / table / part, lake / table / part
-        if journal.get("delete") and [table, part] in journal["delete"]:
+        if (table, part) in deletes:
             if final.exists():
                 (trash / table).mkdir(parents=True, exist_ok=True)
                 final.rename(trash / table / f"{part}-{uuid.uuid4().hex}")
@@ -149,19 +152,19 @@ def _existing_parts(lake: Path, table: str, run_ids: set[str]) -> list[str]:
     return [n for n in sorted({part_name(r) for r in run_ids}) if (d / n).is_dir()]
 
 
-def export_runs(con: duckdb.DuckDBPyConnection, run_ids: list[str], lake: Path, _fail_after: str | None = None
-                ) -> dict[str, int]:
+def export_runs(con: duckdb.DuckDBPyConnection, run_ids: list[str], lake: Path) -> dict[str, int]:
     """Write ``run_ids`` (all their rows) into ``lake``, replacing what it held of them.
 
     A run with no rows left in a table loses that table's partition.  Returns rows written
-    per table.  ``_fail_after``: a table name after which to raise (tests of a killed writer).
+    per table.
     """
     lake = Path(lake)
     with writer(lake):
-        return _export(con, sorted(set(run_ids)), lake, _fail_after)
+        return export_locked(con, sorted(set(run_ids)), lake)
 
 
-def _export(con, run_ids: list[str], lake: Path, fail_after: str | None) -> dict[str, int]:
+def export_locked(con, run_ids: list[str], lake: Path) -> dict[str, int]:
+    """:func:`export_runs` for a caller that holds the writer lock."""
     name = f".staging-{uuid.uuid4().hex}"
     staging = lake / name
     written: dict[str, int] = {}
@@ -183,8 +186,6 @@ def _export(con, run_ids: list[str], lake: Path, fail_after: str | None) -> dict
         if n:
             written[table] = n
         con.execute("drop table temp.main._lake_out")
-        if fail_after == table:
-            raise RuntimeError(f"injected failure after writing {table}")
     deletes: list[list[str]] = []
     for table in TABLES:
         new = {p.name for p in (staging / table).iterdir()} if (staging / table).is_dir() else set()
@@ -202,13 +203,9 @@ def _export(con, run_ids: list[str], lake: Path, fail_after: str | None) -> dict
         os.fsync(fh.fileno())
     final_j = lake / f".commit-{name[9:]}.json"
     tmp_j.rename(final_j)  # the commit point: from here on the next writer finishes the swap
-    if fail_after == "journal":
-        raise RuntimeError("injected failure after the commit journal")
     _apply(lake, journal)
     final_j.unlink()
     shutil.rmtree(staging, ignore_errors=True)
-    for t in lake.glob(".journal-*.tmp"):
-        t.unlink(missing_ok=True)
     return written
 
 

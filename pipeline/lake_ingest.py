@@ -44,14 +44,14 @@ def ingest_to_lake(lake: Path, paths, **kwargs) -> tuple[list, list[str], object
         except Exception as exc:  # what was ingested before the failing file is kept, as in the store
             error = exc
         new = [r[0] for r in con.execute(
-            f"select distinct run_id from {lk._INGEST_RUNS} where ingest_id > $t", {"t": top}).fetchall()]
+            f"select distinct run_id from {lk.INGEST_RUNS} where ingest_id > $t", {"t": top}).fetchall()]
         changed = [r for r in done if r.status not in ("unchanged", "skipped")]
         touched = sorted({x for r in changed for x in (*r.run_ids, *r.removed_runs)} | set(new))
         if error is not None and not touched:
             raise error
         if touched:
             _merge_lake_rows(con, lake, touched)
-            lk._export(con, touched, lake, None)
+            lk.export_locked(con, touched, lake)
         if error is not None:
             raise error
     store.build_derived(con)
