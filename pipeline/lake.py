@@ -1,82 +1,298 @@
-"""A Parquet lake of the canonical tables: ``DIR/<table>/run_id=<id>/*.parquet`` (hive layout).
+"""A Parquet lake of the store's tables: ``DIR/<table>/run_id=<id>/data_0.parquet`` (hive layout).
 
-``export_runs`` copies runs from a store; ``open_run`` builds an in-memory store of one run
-from the lake, on which every existing query, fit and summary runs unchanged.  A run's
-partitions are written to a temporary folder and renamed into place, so a reader never
-sees half a run; exporting a run again replaces it.  Folder names are DuckDB's hive
-encoding of the run id (``/``, ``?`` and quotes percent-encoded); paths reach SQL only as
-bound parameters.
+``export_runs`` copies runs from a store (``tracelat export RUN... --lake``, and lake
+ingest, :mod:`pipeline.lake_ingest`, which ingests into a temporary store first);
+``open_runs`` builds an in-memory store of some runs of the lake, on which every existing
+query, fit and summary runs unchanged.
+
+Every table is partitioned by run.  Tables without a run column are partitioned by the
+runs of their ingest: an ``ingests`` row (and the file's ``rejects`` and
+``clock_overrides``) sits in the partition of every run the file touched, or of its
+default run when it loaded nothing; readers keep one copy per ingest.
+
+Writes: the new partitions of a run are written under ``DIR/.staging-<uuid>/`` (never
+read), then a commit journal ``DIR/.commit-<uuid>.json`` names every partition to swap,
+and the partitions are renamed into place.  A writer killed before the journal leaves
+only the staging folder (ignored, removed by the next writer); killed after it, the next
+writer rolls the journal forward, so a run is never left half old, half new once any
+writer has run.  One writer at a time (``DIR/.lock``, an advisory lock); a reader during
+a commit may see one table of a run already new and another still old.
+
+Folder names percent-encode the run id (the hive encoding DuckDB and Spark read); an id
+whose encoding passes ``MAX_NAME`` characters (a file name has at most 255 bytes) is cut,
+with ``%~`` and a hash of the whole id after it (``%~`` never occurs in an encoding, so no
+short id can take that name).  The files carry the ``run_id`` column too, and it is what
+tracelat reads (``hive_partitioning = false``); folders only say where a run's files are.
+Paths reach SQL as bound parameters.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
 import shutil
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import duckdb
 
 from . import store
 
-TABLES = ("runs", "run_records", "iterations", "requests", "token_lists", "metric_samples")
+# ingests with the run(s) whose partition holds them: every run it touched, else its default run
+INGEST_RUNS = ("(select *, unnest(case when len(coalesce(run_ids, [])) > 0 then run_ids "
+                "else [default_run_id] end) as run_id from ingests)")
+# table -> the rows to write, each with its partition's run_id
+TABLES: dict[str, str] = {
+    "runs": "select * from runs",
+    "run_records": "select * from run_records",
+    "iterations": "select * from iterations",
+    "requests": "select * from requests",
+    "token_lists": "select * from token_lists",
+    "metric_samples": "select * from metric_samples",
+    "clock_alignments": "select * from clock_alignments",
+    "ingests": f"select * from {INGEST_RUNS}",
+    "rejects": f"select j.*, i.run_id from rejects j join {INGEST_RUNS} i using (ingest_id)",
+    "clock_overrides": f"select o.*, i.run_id from clock_overrides o join {INGEST_RUNS} i using (path)",
+}
+# tables whose rows are per ingest (or path): one copy per key when read back
+# (with the path: runs exported from two stores may bring the same ingest id for different files)
+SHARED = {"ingests": ("ingest_id", "path"), "rejects": ("ingest_id", "path"), "clock_overrides": ("path",)}
 
 
-def _glob(lake: Path, table: str) -> str:
-    return str(lake / table / "**" / "*.parquet")
+MAX_NAME = 120
+
+
+def part_name(run_id: str) -> str:
+    """The partition folder of a run: ``run_id=`` and the id percent-encoded (cut and hashed when long)."""
+    enc = quote(run_id, safe="")
+    if len(enc) > MAX_NAME:
+        enc = enc[:80] + "%~" + hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).hexdigest()[:20]
+    return "run_id=" + enc
+
+
+def _globs(lake: Path, table: str, run_ids: list[str] | None) -> list[str]:
+    """The files of ``run_ids`` (None: all runs) in a table, as globs of existing folders."""
+    d = Path(lake) / table
+    if not d.is_dir():
+        return []
+    if run_ids is None:
+        return [str(d / "*" / "*.parquet")] if any(p.name.startswith("run_id=") for p in d.iterdir()) else []
+    return [str(d / n / "*.parquet") for n in sorted({part_name(r) for r in run_ids}) if (d / n).is_dir()]
+
+
+def _has(lake: Path, table: str) -> bool:
+    return bool(_globs(lake, table, None))
+
+
+# the run_id column of the files, not the folder names (cut when long); columns by name across versions
+READ = "read_parquet($g, hive_partitioning = false, union_by_name = true)"
+
+
+@contextlib.contextmanager
+def writer(lake: Path) -> Iterator[Path]:
+    """Hold the lake's writer lock, after rolling forward what a killed writer left."""
+    lake = Path(lake)
+    lake.mkdir(parents=True, exist_ok=True)
+    with open(lake / ".lock", "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            from .errors import StoreError
+
+            raise StoreError(f"lake {lake} is being written by another process; wait for it to finish") from None
+        try:
+            recover(lake)
+            yield lake
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def recover(lake: Path) -> None:
+    """Finish commits whose journal was written; drop staging folders that have none."""
+    journals = sorted(lake.glob(".commit-*.json"))
+    for j in journals:
+        _apply(lake, json.loads(j.read_text()))
+        j.unlink()
+    for st in lake.glob(".staging-*"):
+        shutil.rmtree(st, ignore_errors=True)
+    for t in lake.glob(".journal-*.tmp"):  # a journal that never became a commit
+        t.unlink(missing_ok=True)
+
+
+def _apply(lake: Path, journal: dict) -> None:
+    """Swap each named partition in (or out): idempotent, so a second pass after a kill is safe."""
+    staging = lake / journal["staging"]
+    trash = staging / ".old"
+    deletes = {tuple(d) for d in journal.get("delete") or []}
+    for table, part in journal["parts"]:
+        new, final = staging / table / part, lake / table / part
+        if (table, part) in deletes:
+            if final.exists():
+                (trash / table).mkdir(parents=True, exist_ok=True)
+                final.rename(trash / table / f"{part}-{uuid.uuid4().hex}")
+            continue
+        if not new.exists():
+            continue  # moved in before the kill
+        if final.exists():
+            (trash / table).mkdir(parents=True, exist_ok=True)
+            final.rename(trash / table / f"{part}-{uuid.uuid4().hex}")
+        final.parent.mkdir(parents=True, exist_ok=True)
+        new.rename(final)
+
+
+def _existing_parts(lake: Path, table: str, run_ids: set[str]) -> list[str]:
+    d = lake / table
+    if not d.is_dir():
+        return []
+    return [n for n in sorted({part_name(r) for r in run_ids}) if (d / n).is_dir()]
 
 
 def export_runs(con: duckdb.DuckDBPyConnection, run_ids: list[str], lake: Path) -> dict[str, int]:
-    """Write ``run_ids`` (all their base-table rows) into ``lake``; returns rows written per table."""
+    """Write ``run_ids`` (all their rows) into ``lake``, replacing what it held of them.
+
+    A run with no rows left in a table loses that table's partition.  Returns rows written
+    per table.
+    """
     lake = Path(lake)
+    with writer(lake):
+        return export_locked(con, sorted(set(run_ids)), lake)
+
+
+def export_locked(con, run_ids: list[str], lake: Path) -> dict[str, int]:
+    """:func:`export_runs` for a caller that holds the writer lock."""
+    name = f".staging-{uuid.uuid4().hex}"
+    staging = lake / name
     written: dict[str, int] = {}
-    for table in TABLES:
-        n = con.execute(f"select count(*) from {table} where run_id = any($r)", {"r": run_ids}).fetchall()[0][0]
-        if not n:
-            continue
-        tmp = lake / f".tmp-{uuid.uuid4().hex}" / table
-        tmp.mkdir(parents=True)
-        con.execute(f"create or replace temp table _lake_out as select * from {table} where run_id = any($r)",
+    parts: list[list[str]] = []
+    for table, sql in TABLES.items():
+        con.execute(f"create or replace temp table _lake_out as select * from ({sql}) where run_id = any($r)",
                     {"r": run_ids})
-        # COPY takes its target as text: the path is ours (a fresh uuid folder), quotes doubled anyway
-        target = str(tmp).replace("'", "''")
-        con.execute(f"copy temp.main._lake_out to '{target}' (format parquet, partition_by (run_id))")
+        n = int(store.scalar(con, "select count(*) from temp.main._lake_out"))
+        present = [r[0] for r in con.execute("select distinct run_id from temp.main._lake_out").fetchall()]
+        for run in present:  # one COPY per run and table: the folder names are ours (see part_name)
+            folder = staging / table / part_name(run)
+            folder.mkdir(parents=True)
+            con.execute("create or replace temp table _lake_run as select * from temp.main._lake_out "
+                        "where run_id = $r", {"r": run})
+            # COPY takes its target as text: the path is ours (a uuid folder, an encoded name), quotes doubled
+            target = str(folder / "data_0.parquet").replace("'", "''")
+            con.execute(f"copy temp.main._lake_run to '{target}' (format parquet)")
+        con.execute("drop table if exists temp.main._lake_run")
+        if n:
+            written[table] = n
         con.execute("drop table temp.main._lake_out")
-        for part in tmp.iterdir():  # one folder per run: swap it in whole
-            final = lake / table / part.name
-            final.parent.mkdir(parents=True, exist_ok=True)
-            old = final.with_name(f".old-{uuid.uuid4().hex}")
-            if final.exists():
-                final.rename(old)
-            part.rename(final)
-            shutil.rmtree(old, ignore_errors=True)
-        shutil.rmtree(tmp.parent, ignore_errors=True)
-        written[table] = int(n)
+    deletes: list[list[str]] = []
+    for table in TABLES:
+        new = {p.name for p in (staging / table).iterdir()} if (staging / table).is_dir() else set()
+        for p in sorted(new):
+            parts.append([table, p])
+        for p in _existing_parts(lake, table, set(run_ids)):
+            if p not in new:
+                parts.append([table, p])
+                deletes.append([table, p])
+    journal = {"staging": name, "parts": parts, "delete": deletes}
+    tmp_j = lake / f".journal-{uuid.uuid4().hex}.tmp"
+    with open(tmp_j, "w") as fh:
+        json.dump(journal, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    final_j = lake / f".commit-{name[9:]}.json"
+    tmp_j.rename(final_j)  # the commit point: from here on the next writer finishes the swap
+    _apply(lake, journal)
+    final_j.unlink()
+    shutil.rmtree(staging, ignore_errors=True)
     return written
+
+
+def settle(lake: Path) -> None:
+    """For readers: finish a killed writer's commit when no writer is at work (and the lake is writable)."""
+    lake = Path(lake)
+    if not any(lake.glob(".commit-*.json")):
+        return
+    try:
+        with open(lake / ".lock", "a") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return  # a writer is at work; it finishes its own commit
+            try:
+                recover(lake)
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+    except OSError:
+        return  # a read-only lake: read it as it is
 
 
 def lake_runs(lake: Path) -> list[str]:
     """Run ids in the lake (from its ``runs`` partitions)."""
+    lake = Path(lake)
+    settle(lake)
+    if not _has(lake, "runs"):
+        return []
     con = store.scratch()
     try:
-        if not list((Path(lake) / "runs").glob("run_id=*")):
-            return []
-        rows = con.execute("select distinct run_id from read_parquet($g, hive_partitioning = true) order by 1",
-                           {"g": _glob(Path(lake), "runs")}).fetchall()
+        rows = con.execute(f"select distinct run_id from {READ} order by 1",
+                           {"g": _globs(lake, "runs", None)}).fetchall()
         return [r[0] for r in rows]
     finally:
         con.close()
 
 
-def open_run(lake: Path, run_id: str) -> duckdb.DuckDBPyConnection:
-    """An in-memory store holding one run of the lake, derived tables built."""
-    con = store.connect(":memory:")
-    for table in TABLES:
-        if not list((Path(lake) / table).glob("run_id=*")):
+def load_into(con: duckdb.DuckDBPyConnection, lake: Path, run_ids: list[str] | None,
+              tables: tuple[str, ...] | None = None, only_known_ingests: bool = False) -> None:
+    """Insert the lake's rows of ``run_ids`` (None: all runs) into a store's tables.
+
+    ``only_known_ingests``: skip rows of ingests the store does not hold (lake ingest: the
+    ones a --replace removed); rows no ingest made (derived run records) are kept.
+    """
+    lake = Path(lake)
+    for table in tables or tuple(TABLES):
+        globs = _globs(lake, table, run_ids)
+        if not globs:
             continue
-        cols = [r[0] for r in con.execute(f"describe {table}").fetchall()]
+        cols = [r[0] for r in con.execute(f"describe main.{table}").fetchall()]
         sel = ", ".join(f'"{c}"' for c in cols)
-        con.execute(f"insert into {table} select {sel} from read_parquet($g, hive_partitioning = true, "
-                    "union_by_name = true) where run_id = $r", {"g": _glob(Path(lake), table), "r": run_id})
+        where = ["true" if run_ids is None else "run_id = any($r)"]
+        if only_known_ingests and "ingest_id" in cols and table != "ingests":
+            where.append("(ingest_id is null or ingest_id in (select ingest_id from main.ingests))")
+        src = f"select * from {READ} where {' and '.join(where)}"
+        if table in SHARED:  # one copy of a file's rows: those in the first partition holding them
+            keys = SHARED[table]
+            src = f"select * from ({src}) qualify run_id = min(run_id) over (partition by {', '.join(keys)})"
+            if table in ("ingests", "clock_overrides"):  # what the store holds already stays as it is
+                same = " and ".join(f"m.{k} is not distinct from x.{k}" for k in keys)
+                src = f"select * from ({src}) x where not exists (select 1 from main.{table} m where {same})"
+        params = {"g": globs} | ({} if run_ids is None else {"r": run_ids})
+        con.execute(f"insert into main.{table} select {sel} from ({src})", params)
+
+
+def open_runs(lake: Path, run_ids: list[str] | None = None, tables: tuple[str, ...] | None = None,
+              threads: int | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory store holding ``run_ids`` of the lake (None: every run), derived tables built.
+
+    ``tables``: load only these (``rejects`` needs no steps or tokens).  ``threads``: DuckDB's threads
+    for this connection (a fleet task holds one CPU)."""
+    lake = Path(lake)
+    if not any(_has(lake, t) for t in TABLES):
+        from .errors import StoreError
+
+        raise StoreError(f"lake {lake} has no runs; write some with `tracelat ingest FILE --lake {lake}` "
+                         "or `tracelat export RUN --lake DIR`")
+    settle(lake)
+    con = store.connect(":memory:")
+    if threads:
+        con.execute(f"set threads = {int(threads)}")
+    load_into(con, lake, None if run_ids is None else sorted(set(run_ids)), tables)
     store.bump_generation(con, None)
     store.build_derived(con)
     return con
+
+
+def open_run(lake: Path, run_id: str, threads: int | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory store holding one run of the lake, derived tables built."""
+    return open_runs(lake, [run_id], threads=threads)

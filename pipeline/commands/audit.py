@@ -8,7 +8,7 @@ import click
 
 from ..errors import writing
 from ..terminal import echo
-from .options import db_option, dumps, json_option
+from .options import db_option, lake_option, open_source, dumps, json_option
 
 
 @click.command()
@@ -21,8 +21,9 @@ from .options import db_option, dumps, json_option
               help="Also write the Markdown verdict here.")
 @click.option("--nightly", is_flag=True, help="Print the Markdown verdict (for a nightly job's log or comment).")
 @db_option
+@lake_option
 @json_option
-def audit(run_id: str, slo_path: Path, junit_path: Path | None, md_path: Path | None, nightly: bool, db: str,
+def audit(run_id: str, slo_path: Path, junit_path: Path | None, md_path: Path | None, nightly: bool, db: str, lake: Path | None,
           as_json: bool) -> None:
     """Check RUN_ID against the SLOs in --slo: percentile limits, goodput, fluidity index.
 
@@ -37,7 +38,7 @@ def audit(run_id: str, slo_path: Path, junit_path: Path | None, md_path: Path | 
     from .. import store
 
     spec = aud.load_slo(slo_path)
-    con = store.open_for_reading(db, read_only_if=store.always)
+    con = open_source(db, lake, [run_id], store.always)
     result = aud.audit(con, run_id, spec)
     if junit_path:
         with writing("--junit", junit_path):

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from ..terminal import echo
-from .options import db_option, dumps, json_option
+from .options import db_option, lake_option, open_source, dumps, json_option
 
 
 @click.command()
 @click.argument("run_id", metavar="RUN")
 @db_option
+@lake_option
 @json_option
-def check(run_id: str, db: str, as_json: bool) -> None:
+def check(run_id: str, db: str, lake: Path | None, as_json: bool) -> None:
     """Check RUN against tracelat's invariants; exit 1 when any is broken.
 
     Each rule is a query in queries/checks/ that returns the rows breaking it: TTFT =
@@ -24,8 +27,16 @@ def check(run_id: str, db: str, as_json: bool) -> None:
     from .. import store
     from ..check import run_checks
 
-    con = store.open_for_reading(db, read_only_if=store.always)
+    con = open_source(db, lake, [run_id], store.always)
     store.require_run(con, run_id)
+    if lake is not None:  # a lake keeps no fit between commands: fit here, so attribution is checked too
+        from ..errors import TracelatError
+        from ..fit import get_or_fit
+
+        try:
+            get_or_fit(con, run_id)
+        except TracelatError:
+            pass  # a run that cannot be fitted: its attribution check says it was skipped
     results = run_checks(con, run_id)
     bad = [r for r in results if r.violations]
     if as_json:

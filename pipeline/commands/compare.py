@@ -8,13 +8,14 @@ import click
 
 from ..errors import writing
 from ..terminal import echo
-from .options import db_option, dumps, json_option
+from .options import db_option, lake_option, open_source, dumps, json_option
 
 
 @click.command()
 @click.argument("base_run")
 @click.argument("cand_run")
 @db_option
+@lake_option
 @click.option("--base-db", type=click.Path(dir_okay=False),
               help="Store holding BASE_RUN, when it is not --db (e.g. a kept baseline store).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
@@ -27,7 +28,7 @@ from .options import db_option, dumps, json_option
               help="Bootstrap resamples per statistic.")
 @click.option("--seed", default=0, show_default=True, help="Random seed (bootstrap, test subsampling).")
 @json_option
-def compare(base_run: str, cand_run: str, db: str, base_db: str | None, out_dir: Path | None, threshold: float,
+def compare(base_run: str, cand_run: str, db: str, lake: Path | None, base_db: str | None, out_dir: Path | None, threshold: float,
             confidence: float, resamples: int, seed: int, as_json: bool) -> None:
     """Compare CAND_RUN against BASE_RUN: every headline statistic with its delta,
     a bootstrap CI of the difference, a Mann-Whitney test per metric.
@@ -43,8 +44,11 @@ def compare(base_run: str, cand_run: str, db: str, base_db: str | None, out_dir:
     from ..compare import compare as run_compare
     from ..report.compare_page import comparison_markdown, write_comparison
 
-    cand_con = store.open_for_reading(db, read_only_if=store.always)
-    base_con = store.open_for_reading(base_db, read_only_if=store.always) if base_db and store.db_path(base_db) != store.db_path(db) else cand_con
+    if lake is not None:  # both runs from the lake, unless --base-db names the baseline's store
+        cand_con = open_source(db, lake, [cand_run] if base_db else [base_run, cand_run])
+    else:
+        cand_con = store.open_for_reading(db, read_only_if=store.always)
+    base_con = store.open_for_reading(base_db, read_only_if=store.always) if base_db and (lake is not None or store.db_path(base_db) != store.db_path(db)) else cand_con
     comp = run_compare(base_con, base_run, cand_con, cand_run, threshold, confidence, resamples, seed)
     with writing("--out", out_dir or "the comparison folder"):
         html = write_comparison(comp, base_con, cand_con, out_dir)

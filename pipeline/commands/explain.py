@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from ..terminal import echo
-from .options import db_option, dumps, json_option
+from .options import db_option, lake_option, open_source, dumps, json_option
 
 
 @click.command()
@@ -17,8 +19,9 @@ from .options import db_option, dumps, json_option
 @click.option("--to", "t_to", help="Only requests arriving at or before this time (same forms as --from).")
 @click.option("--limit", type=click.IntRange(min=1), default=10, show_default=True, help="Top steps and requests to list.")
 @db_option
+@lake_option
 @json_option
-def explain(run_id: str, metric: str, t_from, t_to, limit: int, db: str, as_json: bool) -> None:
+def explain(run_id: str, metric: str, t_from, t_to, limit: int, db: str, lake: Path | None, as_json: bool) -> None:
     """Attribute the tail of METRIC in RUN_ID to causes (SPEC §7).
 
     Each request's latency is split into waiting (head-of-line vs capacity), own
@@ -29,13 +32,12 @@ def explain(run_id: str, metric: str, t_from, t_to, limit: int, db: str, as_json
     """
     import math
 
-    from .. import store
     from ..fit import explain as run_explain
     from ..fit import fit_ready, get_or_fit, parse_time
     from ..fit.attribution import check_window
     from ..fit.text import format_explain
 
-    con = store.open_for_reading(db, read_only_if=fit_ready(run_id))
+    con = open_source(db, lake, [run_id], fit_ready(run_id))
     get_or_fit(con, run_id)
     lo = parse_time(t_from, con, run_id, -math.inf)
     hi = parse_time(t_to, con, run_id, math.inf)

@@ -14,7 +14,8 @@ from .options import db_option, dumps, json_option
 @click.argument("run_ids", nargs=-1, required=True, metavar="RUN...")
 @db_option
 @click.option("--lake", type=click.Path(file_okay=False, path_type=Path),
-              help="Copy the runs into this Parquet lake (DIR/<table>/run_id=<id>/), for `tracelat fleet`.")
+              help="Copy the runs into this Parquet lake (DIR/<table>/run_id=<id>/), for `tracelat fleet`; "
+                   "with --perfetto or --llm-d, read the run from this lake instead of --db.")
 @click.option("--perfetto", "perfetto", type=click.Path(path_type=Path), metavar="FILE.json[.gz]",
               help="Write the run as a Chrome/Perfetto trace (Trace Event Format): steps, requests with their "
                    "queue/prefill/decode phases, stalls, KV and queue counters. Open it at ui.perfetto.dev.")
@@ -31,13 +32,20 @@ def export(run_ids: tuple[str, ...], db: str, lake: Path | None, perfetto: Path 
     from .. import store
     from ..errors import InputError
 
-    if sum(x is not None for x in (lake, perfetto, llmd)) != 1:
-        raise InputError("say where to, once: --perfetto FILE or --llm-d FILE (one run), or --lake DIR")
-    con = store.connect(db, must_exist=True)
-    store.build_derived(con)
+    targets = [x for x in (perfetto, llmd) if x is not None]
+    if len(targets) > 1 or (not targets and lake is None):
+        raise InputError("say where to, once: --perfetto FILE or --llm-d FILE (one run), or --lake DIR "
+                         "(with --perfetto or --llm-d, --lake is where the run is read from)")
+    if targets and lake is not None:  # the lake is the source
+        from .options import open_source
+
+        con = open_source(db, lake, list(run_ids))
+    else:
+        con = store.connect(db, must_exist=True)
+        store.build_derived(con)
     for r in run_ids:
         store.require_run(con, r)
-    if lake is not None:
+    if not targets:
         from ..lake import export_runs
 
         rows = export_runs(con, list(run_ids), lake)

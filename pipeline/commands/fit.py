@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from ..catalog import HardwareSpec
 from ..defaults import STALL_FDR  # not pipeline.fit.stalls: that imports the fit stack
 from ..settings import build, options
 from ..terminal import echo
-from .options import db_option, dumps, json_option
+from .options import db_option, dumps, json_option, lake_option, open_source
 
 
 @click.command()
@@ -23,8 +25,9 @@ from .options import db_option, dumps, json_option
                    "stalls grow with the run's length).")
 @click.option("--bootstrap", type=click.IntRange(min=10), default=200, show_default=True, help="Bootstrap replicates for the CIs.")
 @db_option
+@lake_option
 @json_option
-def fit(run_id: str, fdr, k, bootstrap, db: str, as_json: bool, **hardware) -> None:
+def fit(run_id: str, fdr, k, bootstrap, db: str, lake: Path | None, as_json: bool, **hardware) -> None:
     """Fit iteration_ms ~ t0 + a*context + b*prefill + c*decode to RUN_ID.
 
     Robust (outliers are the stalls being hunted), with bootstrap confidence
@@ -33,7 +36,6 @@ def fit(run_id: str, fdr, k, bootstrap, db: str, as_json: bool, **hardware) -> N
     data; spikes labelled prefill / preemption / unexplained. Stores the fit and
     the per-step and per-request parts for `tracelat explain` and reports.
     """
-    from .. import store
     from ..errors import InputError
     from ..fit import fit_run
     from ..fit.text import format_fit
@@ -43,6 +45,6 @@ def fit(run_id: str, fdr, k, bootstrap, db: str, as_json: bool, **hardware) -> N
     hw = build(HardwareSpec, hardware)
     if hw.model and hw.config:
         raise InputError("give --model or --config, not both")
-    con = store.open_for_reading(db)  # read-write: the fit is stored
+    con = open_source(db, lake, [run_id])  # read-write: the fit is stored (in memory for a lake)
     result = fit_run(con, run_id, hw, k=k, fdr=fdr, n_boot=bootstrap)
     echo(dumps(result.to_dict()) if as_json else format_fit(result))

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
 
+from ..errors import writing
 from ..terminal import echo
 from .options import dumps, json_option
 
@@ -14,33 +16,87 @@ from .options import dumps, json_option
 @click.argument("lake", type=click.Path(file_okay=False, exists=True, path_type=Path))
 @click.option("--runs", "runs_glob", metavar="GLOB", help="Only runs whose id matches this shell pattern.")
 @click.option("--ray", type=str, default=None, metavar="local|auto|ADDRESS",
-              help="Run the per-run tasks on Ray (local: start one here; auto: $RAY_ADDRESS, else local). "
-                   "Without it, or without Ray installed, a local process pool does the work.")
-@click.option("--workers", type=click.IntRange(min=1), help="Processes of the local pool (default: CPUs).")
+              help="Run the per-run tasks on Ray: local starts a Ray instance here; auto joins $RAY_ADDRESS when "
+                   "set, else starts one; ADDRESS joins that cluster. Without --ray, or with local/auto where Ray "
+                   "is not installed, a local process pool does the work (the output says which).")
+@click.option("--workers", type=click.IntRange(min=1), help="Processes of the local pool, or CPUs of a local Ray "
+              "instance (default: all CPUs).")
+@click.option("--slo", "slo_path", type=click.Path(path_type=Path),
+              help="SLO file (as `audit`): checked on every run and over the whole fleet; exit 1 on a violation.")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="With --slo: also write JUnit XML here (one testsuite per run, one for the fleet).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Write the fleet page here (index.html), with every run's report under runs/.")
 @json_option
-def fleet(lake: Path, runs_glob: str | None, ray: str | None, workers: int | None, as_json: bool) -> None:
-    """Analyse every run of a Parquet LAKE at once: fleet percentiles and outliers.
+def fleet(lake: Path, runs_glob: str | None, ray: str | None, workers: int | None, slo_path: Path | None,
+          junit_path: Path | None, out_dir: Path | None, as_json: bool) -> None:
+    """Analyse every run of a Parquet LAKE at once: fleet percentiles, outliers, SLOs.
 
     Each run is one task (its summary, model fit, stall rate and tail causes); fleet-wide
-    TTFT/TPOT/E2E/ITL percentiles come from merged sketches (relative error 1%); runs
-    whose p99s, t0, bandwidth or stall rate stand apart (robust z-scores) are flagged.
-    Write a lake with `tracelat export RUN... --lake DIR`.
+    statistics come from merged sketches (percentiles within 1% of exact; mean, std, min,
+    max exact); runs whose p99s, t0, bandwidth, stall rate or unexplained tail share stand
+    apart (robust z-scores) are flagged and ranked first.  Write a lake with
+    `tracelat ingest FILE... --lake DIR` or `tracelat export RUN... --lake DIR`.
+
+    \b
+    Exit codes: 0 done (and with --slo, every SLO holds on every run and the
+    fleet), 1 an SLO is violated, 2 usage or data error (or an SLO that some run
+    cannot evaluate).
     """
+    from ..errors import InputError
     from ..fleet import fleet as run_fleet
 
-    out = run_fleet(lake, runs_glob, ray, workers)
+    if junit_path is not None and slo_path is None:
+        raise InputError("--junit writes the SLO verdicts: pass --slo FILE too")
+    spec = None
+    if slo_path is not None:
+        from ..audit import load_slo
+
+        spec = load_slo(slo_path)
+    out = run_fleet(lake, runs_glob, ray, workers, slo=spec, out=out_dir)
+    if junit_path is not None:
+        from ..fleet_slo import fleet_junit
+
+        with writing("--junit", junit_path):
+            junit_path.parent.mkdir(parents=True, exist_ok=True)
+            junit_path.write_bytes(fleet_junit(out["slo"], out["runs"]))
+    if out_dir is not None:
+        from ..report.fleet_page import write_fleet_page
+
+        with writing("--out", out_dir):
+            out["html"] = str(write_fleet_page(out, out_dir))
+    code = out["slo"]["exit_code"] if spec is not None else 0
     if as_json:
         echo(dumps(out))
-        return
+    else:
+        _text(out)
+    if code:
+        sys.exit(code)
+
+
+def _text(out: dict) -> None:
     f = out["fleet"]
     echo(f"fleet of {len(out['runs'])} runs ({out['executor']}); percentiles within "
          f"{out['sketch_relative_error']:.0%} of exact")
     for m, q in f.items():  # the registry's client latencies (pipeline.metrics.LATENCY)
         if q["count"]:
             echo(f"  {m:<8} p50 {q['p50']:.4g}  p90 {q['p90']:.4g}  p99 {q['p99']:.4g}  ({q['count']} values)")
-    echo(f"\n{'run':<32}{'p99 TTFT':>10}{'p99 TPOT':>10}{'t0 ms':>8}{'GB/s':>8}{'worst z':>9}  flagged")
+
+    def n(v, d=4):
+        return "-" if v is None else f"{v:.{d}g}"
+
+    slo = out.get("slo")
+    echo(f"\n{'run':<32}{'p99 TTFT':>10}{'p99 TPOT':>10}{'t0 ms':>8}{'GB/s':>8}{'worst z':>9}"
+         + ("  SLO  " if slo else "  ") + "flagged")
     for r in out["runs"]:
-        def n(v, d=4):
-            return "-" if v is None else f"{v:.{d}g}"
+        verdict = f"  {(r.get('slo') or {}).get('verdict', '-'):<5}" if slo else ""
         echo(f"{r['run_id'][:31]:<32}{n(r['ttft_ms']['p99']):>10}{n(r['tpot_ms']['p99']):>10}{n(r['t0_ms']):>8}"
-             f"{n(r['effective_bandwidth_gbps']):>8}{n(r['worst_z'], 3):>9}  {', '.join(r['outlier']) or '-'}")
+             f"{n(r['effective_bandwidth_gbps']):>8}{n(r['worst_z'], 3):>9}{verdict}  {', '.join(r['outlier']) or '-'}")
+    if slo:
+        echo(f"\nSLO over the whole fleet: {slo['fleet']['verdict']}; overall: {slo['verdict']}")
+        for c in slo["fleet"]["checks"]:
+            echo(f"  {c['status']:<5} {c['message']}")
+        for note in slo["fleet"]["not_fleet_wide"]:
+            echo(f"  not fleet-wide: {note}")
+    if out.get("html"):
+        echo(f"\nfleet page: {out['html']}")

@@ -27,9 +27,12 @@ BIG_FILE = 8 << 20
 @click.option("--tz", default=None, metavar="ZONE",
               help="Time zone of local wall-clock stamps in server logs (e.g. Europe/Berlin; default: this "
                    "machine's zone, stated in the run's metadata).")
+@click.option("--lake", type=click.Path(file_okay=False, path_type=Path),
+              help="Write into this Parquet lake (DIR/<table>/run_id=<id>/) instead of the store: the same "
+                   "rules, through a temporary store; see docs/scale.md.")
 @json_option
 def ingest(paths: tuple[Path, ...], db: str, run_id: str | None, fmt: str | None, replace: bool,
-           clock_offsets: tuple[str, ...], tz: str | None, as_json: bool) -> None:
+           clock_offsets: tuple[str, ...], tz: str | None, lake: Path | None, as_json: bool) -> None:
     """Load trace files into the store, one transaction per file.
 
     PATHS are files or directories (every file below a directory is ingested,
@@ -46,7 +49,10 @@ def ingest(paths: tuple[Path, ...], db: str, run_id: str | None, fmt: str | None
     from .. import ingest as ing
     from .. import store
 
-    con = store.connect(db)
+    from .options import reject_both
+
+    reject_both(lake)
+    where = f"--lake {lake}" if lake is not None else f"--db {db}"
 
     @contextlib.contextmanager
     def progress_for(path: Path):
@@ -57,9 +63,16 @@ def ingest(paths: tuple[Path, ...], db: str, run_id: str | None, fmt: str | None
         with click.progressbar(length=size, label=clean(f"ingest {path.name}"), file=click.get_text_stream("stderr")) as bar:
             yield bar.update
 
-    results = ing.ingest_paths(con, paths, fmt=fmt, run_id=run_id, replace=replace, progress_for=progress_for,
-                               clock_offsets=clock_offsets, tz=tz)
-    store.build_derived(con)
+    kwargs = dict(fmt=fmt, run_id=run_id, replace=replace, progress_for=progress_for, clock_offsets=clock_offsets,
+                  tz=tz)
+    if lake is not None:
+        from ..lake_ingest import ingest_to_lake
+
+        results, _, con = ingest_to_lake(lake, paths, **kwargs)
+    else:
+        con = store.connect(db)
+        results = ing.ingest_paths(con, paths, **kwargs)
+        store.build_derived(con)
     from ..ingest.align import describe
 
     touched = sorted({r for res in results for r in res.run_ids})
@@ -69,7 +82,7 @@ def ingest(paths: tuple[Path, ...], db: str, run_id: str | None, fmt: str | None
         for problem, text in aligned:
             if problem:
                 echo(f"warning: {text}", err=True)
-        _fail_if_nothing_loaded(results, db)
+        _fail_if_nothing_loaded(results, where)
         return
     for r in results:
         echo(r.line())
@@ -77,11 +90,11 @@ def ingest(paths: tuple[Path, ...], db: str, run_id: str | None, fmt: str | None
         echo(f"warning: {text}" if problem else text, err=problem)
     rejected = sum(r.rejected for r in results)
     if rejected:
-        echo(f"{rejected} lines rejected; see them with: tracelat rejects [FILE] --db {db}", err=True)
-    _fail_if_nothing_loaded(results, db)
+        echo(f"{rejected} lines rejected; see them with: tracelat rejects [FILE] {where}", err=True)
+    _fail_if_nothing_loaded(results, where)
 
 
-def _fail_if_nothing_loaded(results, db: str) -> None:
+def _fail_if_nothing_loaded(results, where: str) -> None:
     """Exit 2 (a data error) when a file loaded nothing: skipped, every line rejected, or
     no records in it.  The files that did load stay loaded; the last line says which did not,
     so a directory ingest that silently dropped a file cannot pass a script's `&&`."""
@@ -95,7 +108,7 @@ def _fail_if_nothing_loaded(results, db: str) -> None:
         if r.status == "skipped":
             return f"skipped: {r.note}; name its format with --format NAME"
         if r.rejected:
-            return f"all {r.rejected} records rejected; see them with: tracelat rejects {r.path} --db {db}"
+            return f"all {r.rejected} records rejected; see them with: tracelat rejects {r.path} {where}"
         return "no records in it" if not r.lines_read else f"no {r.format} records in it"
 
     shown = "; ".join(f"{clean(r.path)} ({why(r)})" for r in empty[:5]) + (" ..." if len(empty) > 5 else "")

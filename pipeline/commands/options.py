@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from ..jsonplain import dumps  # noqa: F401  (re-exported for the commands)
@@ -16,3 +18,34 @@ db_option = click.option(
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
 
+
+lake_option = click.option(
+    "--lake",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    help="Read the run(s) from this Parquet lake instead of --db (derived tables and fits computed in memory).",
+)
+
+
+def reject_both(lake: Path | None) -> None:
+    """--lake replaces --db: naming both on the command line is a mistake, not a choice."""
+    if lake is None:
+        return
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.get_parameter_source("db") == click.core.ParameterSource.COMMANDLINE:
+        from ..errors import InputError
+
+        raise InputError("--db and --lake name two sources; pass one")
+
+
+def open_source(db: str, lake: Path | None, run_ids: list[str] | None, read_only_if=None,
+                tables: tuple[str, ...] | None = None):
+    """The store to read: ``--db`` (as :func:`pipeline.store.open_for_reading`), or an in-memory
+    store of ``run_ids`` (None: every run) built from ``--lake`` (only ``tables`` of it, when given)."""
+    from .. import store
+
+    if lake is None:
+        return store.open_for_reading(db, read_only_if=read_only_if)
+    from ..lake import open_runs
+
+    reject_both(lake)
+    return open_runs(lake, run_ids, tables)

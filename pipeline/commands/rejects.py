@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from ..terminal import echo
-from .options import db_option, dumps, json_option
+from .options import db_option, lake_option, open_source, dumps, json_option
 
 
 @click.command()
 @click.argument("path", required=False)
 @db_option
+@lake_option
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="Most lines to show.")
 @json_option
-def rejects(path: str | None, db: str, limit: int, as_json: bool) -> None:
+def rejects(path: str | None, db: str, lake: Path | None, limit: int, as_json: bool) -> None:
     """Lines that ingest rejected: file, line number, reason and the line itself.
 
     PATH limits the list to one ingested file (as it was named at ingest).
@@ -23,7 +26,7 @@ def rejects(path: str | None, db: str, limit: int, as_json: bool) -> None:
     """
     from .. import store
 
-    con = store.open_for_reading(db, read_only_if=store.always)
+    con = open_source(db, lake, None, store.always, tables=("ingests", "rejects"))
     where, params = ("where path = ?", [path]) if path else ("", [])
     total = store.scalar(con, f"select count(*) from rejects {where}", params)
     rows = con.execute(

@@ -12,7 +12,7 @@ from ..errors import InputError, writing
 from ..settings import given, options
 from ..sim.config import Policy
 from ..terminal import echo
-from .options import db_option, dumps, json_option
+from .options import db_option, lake_option, open_source, dumps, json_option
 
 
 def _unset(f) -> str:
@@ -40,6 +40,7 @@ def _seed_path(out: Path, seed: int, n_seeds: int) -> Path:
 @click.command()
 @click.argument("run_id", metavar="RUN")
 @db_option
+@lake_option
 @options(Policy, unset=_unset)
 @click.option("--noise", type=click.Choice(["fitted", "none"]), default="fitted", show_default=True,
               help="fitted: the fit's residual spread and stalls; none: the model's mean step time only.")
@@ -63,7 +64,7 @@ def _seed_path(out: Path, seed: int, n_seeds: int) -> Path:
                    "simulate --lengths-file` reads (CSV, JSONL, Parquet; Azure and Splitwise traces).")
 @click.option("--no-token-times", is_flag=True, help="Leave per-token times out of written traces (smaller).")
 @json_option
-def replay(run_id: str, db: str, noise: str, seeds: int, first_seed: int, ok_only: bool,
+def replay(run_id: str, db: str, lake: Path | None, noise: str, seeds: int, first_seed: int, ok_only: bool,
            sweep_spec: str | None, slo: str | None, chart: str | None, out: Path | None, do_ingest: bool,
            workload_file: Path | None, no_token_times: bool, as_json: bool, **policy_options) -> None:
     """Replay RUN's arrivals and sizes through the simulator with RUN's fitted iteration model.
@@ -87,11 +88,14 @@ def replay(run_id: str, db: str, noise: str, seeds: int, first_seed: int, ok_onl
 
     if sweep_spec and (out or do_ingest):
         raise InputError("--sweep does not write traces; replay one setting with --out (and --ingest) instead")
+    if do_ingest and lake is not None:
+        raise InputError("--ingest writes the replay into a store; with --lake, write it with --out and ingest "
+                         "that file with `tracelat ingest FILE --lake DIR`")
     if (slo or chart) and not sweep_spec:
         raise InputError("--slo and --chart go with --sweep; for a single replay use --out --ingest and "
                          "tracelat audit on the replay run")
     overrides = given(Policy, policy_options)  # None: not given (recorded)
-    con = store.open_for_reading(db, read_only_if=None if do_ingest else fit_ready(run_id))
+    con = open_source(db, lake, [run_id], None if do_ingest else fit_ready(run_id))
     tmp = None  # the scratch folder, once made; removed however the replay ends
     try:
         cal = calibrate(con, run_id, overrides, noise=noise, ok_only=ok_only)

@@ -8,7 +8,7 @@ import click
 
 from ..errors import writing
 from ..terminal import echo
-from .options import db_option, dumps, json_option
+from .options import db_option, lake_option, open_source, dumps, json_option
 
 
 @click.command()
@@ -23,9 +23,10 @@ from .options import db_option, dumps, json_option
                    "not given), observed vs replayed TTFT/TPOT/ITL/E2E/queueing with bias and a verdict. Costs a "
                    "fit and the replays, so it is off by default.")
 @db_option
+@lake_option
 @json_option
 def report(run_id: str, out_dir: Path | None, slo_path: Path | None, calibrate_seeds: int | None, db: str,
-           as_json: bool) -> None:
+           lake: Path | None, as_json: bool) -> None:
     """Write DIR/index.html (offline, self-contained), summary.json and summary.md for RUN_ID.
 
     The HTML has the headline numbers, iteration time over the run with spikes,
@@ -33,12 +34,11 @@ def report(run_id: str, out_dir: Path | None, slo_path: Path | None, calibrate_s
     attribution, queue depth and KV usage, and the top offending iterations and
     requests.  Large runs are aggregated for plotting; each chart says how.
     """
-    from .. import store
     from ..report import write_report
 
     from ..fit import fit_ready
 
-    con = store.open_for_reading(db, read_only_if=fit_ready(run_id))
+    con = open_source(db, lake, [run_id], fit_ready(run_id))
     with writing("--out", out_dir or "the report folder"):
         html = write_report(con, run_id, out_dir, slo=slo_path, calibrate_seeds=calibrate_seeds)
     files = {"html": str(html), "summary_json": str(html.with_name("summary.json")),

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from ..terminal import clean, echo
-from .options import db_option, dumps, json_option
+from .options import db_option, lake_option, open_source, dumps, json_option
 
 
 @click.command()
 @db_option
+@lake_option
 @json_option
-def runs(db: str, as_json: bool) -> None:
+def runs(db: str, lake: Path | None, as_json: bool) -> None:
     """List runs: engine, model, request and iteration counts, duration."""
     from .. import store
 
-    con = store.open_for_reading(db, read_only_if=store.always)
+    con = open_source(db, lake, None, store.always)
     rows = con.execute(
         "select r.run_id, r.engine, r.model, s.requests, s.iterations, s.duration_s "
         "from runs r left join run_summary s using (run_id) order by r.run_id"

@@ -4,6 +4,7 @@ requests, and the odd replicas (a head-of-line incident, a slower GPU) ranked fi
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -66,6 +67,14 @@ def test_fleet_numbers(lake):
             exact = np.quantile(allv, q, method="lower")
             got = out["fleet"][m][f"p{int(round(q * 100))}"]
             assert abs(got - exact) <= ALPHA * exact * 1.0001 + 1e-9, (m, q, got, exact)
+    for m in ("ttft_ms", "itl_ms", "queue_ms", "iteration_ms"):  # merged moments: exact, not sketched
+        from pipeline.audit.measure import SOURCES
+
+        table, where = SOURCES[m]
+        allv = con.execute(f"select {m} from {table} where {m} is not null and {where}").fetchnumpy()[m]
+        f = out["fleet"][m]
+        assert f["count"] == len(allv) and f["min"] == allv.min() and f["max"] == allv.max()
+        assert f["mean"] == pytest.approx(allv.mean(), rel=1e-12) and f["std"] == pytest.approx(allv.std(ddof=1), rel=1e-9)
     ranked = [r["run_id"] for r in out["runs"]]
     assert ranked[0] in ("hol", "slowgpu") and set(ranked[:2]) == {"hol", "slowgpu"}
     assert "ttft_p99_ms" in by["hol"]["outlier"]
@@ -80,7 +89,52 @@ def test_fleet_cli_json_and_glob(lake):
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert {r["run_id"] for r in out["runs"]} == {f"r{i}" for i in range(6)}
-    assert set(out["fleet"]) == {"ttft_ms", "tpot_ms", "e2e_ms", "itl_ms"}
+    from pipeline.metrics import METRICS
+
+    assert set(out["fleet"]) == set(METRICS) and out["executor"] == "in process"
+    assert {"p50", "p90", "p99", "p999", "count", "mean", "std", "min", "max"} == set(out["fleet"]["ttft_ms"])
+    for r in out["runs"]:
+        assert {"run_id", "ttft_ms", "tpot_ms", "e2e_ms", "itl_ms", "outlier", "z", "t0_ms"} <= set(r)
+
+
+def test_fleet_slo_junit_and_page(lake, tmp_path):
+    """--slo: each run's verdict is `audit`'s; the fleet-wide p99 is the merged sketch's, checked against the
+    limit; exit 1 on a violation; --junit holds a testsuite per run and one for the fleet; --out links reports."""
+    import xml.etree.ElementTree as ET
+
+    from pipeline.cli import run_captured
+
+    con = store.connect(lake / "s.duckdb")
+    hol, slow = summary(con, "hol")["ttft_ms"]["p99"], summary(con, "slowgpu")["ttft_ms"]["p99"]
+    assert hol > 2 * slow
+    limit = (hol + slow) / 2
+    slo = tmp_path / "slo.toml"
+    slo.write_text(f"[slo]\nttft_ms.p99 = {limit}\ntpot_ms.mean = 1e6\n[goodput]\nttft_ms = {limit}\n")
+    code, text = run_captured("fleet", lake / "lake", "--runs", "*o*", "--workers", "1", "--slo", slo, "--json",
+                              "--junit", tmp_path / "j.xml", "--out", tmp_path / "page")
+    assert code == 1, text
+    out = json.loads(text)
+    verdicts = {r["run_id"]: r["slo"]["verdict"] for r in out["runs"]}
+    assert verdicts == {"hol": "fail", "slowgpu": "pass"}
+    for run in ("hol", "slowgpu"):  # the same verdict and checks as `audit`
+        a = run_captured("audit", run, "--slo", slo, "--json", "--db", lake / "s.duckdb")[1]
+        assert json.loads(a)["checks"] == next(r for r in out["runs"] if r["run_id"] == run)["slo"]["checks"]
+    allv = con.execute("select ttft_ms from request_latency where run_id in ('hol', 'slowgpu') and status = 'ok' "
+                       "and ttft_ms is not null").fetchnumpy()["ttft_ms"]
+    fl = next(c for c in out["slo"]["fleet"]["checks"] if c["name"].startswith("ttft_ms.p99"))
+    exact = np.quantile(allv, 0.99, method="lower")
+    assert abs(fl["observed"] - exact) <= ALPHA * exact * 1.0001
+    assert fl["status"] == ("pass" if fl["observed"] <= limit else "fail")
+    good = con.execute("select count(*) filter (where status = 'ok' and ttft_ms <= ?) / count(*) from request_latency "
+                       "where run_id in ('hol', 'slowgpu')", [limit]).fetchone()[0]
+    assert out["slo"]["fleet"]["goodput"]["attainment"] == pytest.approx(good, rel=1e-12)
+    root = ET.parse(tmp_path / "j.xml").getroot()
+    suites = root.findall("testsuite")
+    assert len(suites) == 3 and int(root.get("failures")) == sum(int(s.get("failures")) for s in suites) >= 1
+    page = (tmp_path / "page" / "index.html").read_text()
+    for r in out["runs"]:
+        rel = Path(r["report"]).relative_to(tmp_path / "page").as_posix() + "/index.html"
+        assert f'href="{rel}"' in page and (tmp_path / "page" / rel).is_file()
 
 
 def test_sketch_quantile_is_within_alpha():
@@ -92,3 +146,48 @@ def test_sketch_quantile_is_within_alpha():
     for q in (0.01, 0.5, 0.9, 0.99, 0.999):
         exact = np.quantile(x, q, method="lower")
         assert abs(sketch_quantile(counts, q) - exact) <= ALPHA * exact * 1.0001
+
+
+@pytest.fixture(scope="module")
+def tiny_lake(tmp_path_factory):
+    """Three small runs (the canonical fixture under three names), ingested into a lake."""
+    from pipeline.cli import run_captured
+
+    d = tmp_path_factory.mktemp("tiny")
+    first, rest = (Path(__file__).resolve().parents[2] / "fixtures" / "canonical" / "tiny.jsonl").read_text().split(
+        "\n", 1)
+    for name in ("a", "b", "c"):
+        (d / f"{name}.jsonl").write_text(json.dumps({**json.loads(first), "run_id": name}) + "\n" + rest)
+    code, out = run_captured("ingest", d / "a.jsonl", d / "b.jsonl", d / "c.jsonl", "--lake", d / "lake")
+    assert code == 0, out
+    return d / "lake"
+
+
+def _comparable(out: dict) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "cost"} for r in out["runs"]]
+
+
+def test_fleet_on_ray_equals_in_process(tiny_lake):
+    """On Ray (a local instance of 2 CPUs, or $TRACELAT_TEST_RAY's address) every run's record is the one
+    computed in this process; skipped where Ray is not installed (pip install 'tracelat[ray]')."""
+    import os
+
+    pytest.importorskip("ray")
+    mode = os.environ.get("TRACELAT_TEST_RAY", "local")
+    on_ray = fleet(tiny_lake, ray=mode, workers=2)
+    here = fleet(tiny_lake, workers=1)
+    assert "Ray" in on_ray["executor"] and here["executor"] == "in process"
+    assert _comparable(on_ray) == _comparable(here) and on_ray["fleet"] == here["fleet"]
+
+
+def test_without_ray_local_falls_back_and_an_address_is_an_error(tiny_lake):
+    import importlib.util
+
+    from pipeline.cli import run_captured
+
+    if importlib.util.find_spec("ray") is not None:
+        pytest.skip("Ray is installed here; the fallback is for machines without it")
+    out = fleet(tiny_lake, ray="local", workers=2)
+    assert "Ray is not installed" in out["executor"] and len(out["runs"]) == 3
+    code, text = run_captured("fleet", tiny_lake, "--ray", "ray://head:10001")
+    assert code == 2 and "Ray is not installed" in text

@@ -81,3 +81,20 @@ def test_hostile_compare_page_renders_without_injection(chromium, script_store, 
     assert "evil&lt;/script&gt;" in body  # the run id is shown, as text
     assert console == [], f"console messages: {console}"
     assert 'data-failed="0"' in dom and 'data-done="1"' in dom
+def test_hostile_fleet_page_renders_without_injection(chromium, hostile_run, tmp_path):
+    """The fleet page of a lake holding a run whose id and model try to inject markup: drawn under the
+    CSP, the strings shown as text, nothing run."""
+    from pipeline.fleet import fleet
+    from pipeline.lake import export_runs
+    from pipeline.report.fleet_page import write_fleet_page
+
+    con, rid, bad = hostile_run
+    export_runs(con, [rid], tmp_path / "lake")
+    result = fleet(tmp_path / "lake", workers=1, out=tmp_path / "fleet")
+    index = write_fleet_page(result, tmp_path / "fleet")
+    check_page(chromium, index, tmp_path, expected_charts=1)
+    dom, console = render(chromium, index)
+    body = re.sub(r"<script\b.*?</script>", "", dom, flags=re.S)
+    assert "<img" not in body and not re.search(r"<[^>]+\son\w+=", body)
+    assert "&lt;/script&gt;&lt;img src=x" in body and "&lt;script&gt;alert(" in body  # model and run id as text
+    assert console == []

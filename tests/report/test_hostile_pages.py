@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from .conftest import SCRIPT_PAYLOAD as PAYLOAD
 from .conftest import SCRIPT_RUN as RUN
 from .conftest import script_sweep_page
@@ -46,3 +48,19 @@ def test_csp_allows_only_the_pages_own_scripts(script_store, tmp_path):
     scripts = re.findall(r"<script>(.*?)</script>", html, flags=re.S)
     hashes = {"'sha256-" + base64.b64encode(hashlib.sha256(s.encode()).digest()).decode() + "'" for s in scripts}
     assert len(scripts) == 2 and set(script_src.split()) == hashes
+
+
+def test_payload_never_raw_in_the_fleet_page(script_store, tmp_path):
+    """The fleet page and the run reports it writes, from a lake holding the hostile run."""
+    from pipeline.fleet import fleet
+    from pipeline.lake import export_runs
+    from pipeline.report.fleet_page import write_fleet_page
+
+    con, _ = script_store
+    export_runs(con, [RUN, "base"], tmp_path / "lake")
+    result = fleet(tmp_path / "lake", workers=1, out=tmp_path / "fleet")
+    html = write_fleet_page(result, tmp_path / "fleet").read_text(encoding="utf-8")
+    assert_no_raw_payload(html)
+    assert "evil&lt;/script&gt;" in html and "evil\\u003c/script\\u003e" in html  # in the table and the chart data
+    report = next(r["report"] for r in result["runs"] if r["run_id"] == RUN)
+    assert_no_raw_payload((Path(report) / "index.html").read_text(encoding="utf-8"))

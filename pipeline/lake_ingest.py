@@ -1,0 +1,96 @@
+"""``tracelat ingest PATH... --lake DIR``: ingest into a temporary store, then export the touched runs.
+
+Every ingest rule of the store holds because the store's own code does the work:
+
+1. a temporary in-memory store is seeded with the lake's ingest records (so identical
+   content is recognised: idempotence by content hash, and ``--replace`` finds what to
+   remove) and its ``--clock-offset`` overrides; its ingest id sequence starts above the
+   lake's, so ids stay unique across the lake;
+2. the files are ingested there (rejects with line numbers, engine formats, run names);
+3. the lake's rows of every run the files touched (or a --replace removed) are loaded,
+   less the rows of ingests a --replace removed, and the post-ingest steps run again
+   over the whole run (clock alignment of a multi-file run whose files came in separate
+   ingests, context estimation);
+4. those runs are exported to the lake (:func:`pipeline.lake.export_runs`: staged,
+   journaled, renamed into place), the ingest records and rejects with them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import lake as lk
+from . import store
+
+
+def ingest_to_lake(lake: Path, paths, **kwargs) -> tuple[list, list[str], object]:
+    """Ingest ``paths`` into ``lake``; ``kwargs`` as :func:`pipeline.ingest.ingest_paths`.
+
+    Returns (results, runs written, the temporary store, derived tables built) for reporting.
+    """
+    from . import ingest as ing
+
+    lake = Path(lake)
+    con = store.connect(":memory:")
+    with lk.writer(lake):
+        lk.load_into(con, lake, None, tables=("ingests", "clock_overrides"))
+        top = int(store.scalar(con, "select coalesce(max(ingest_id), 0) from ingests"))
+        con.execute("drop sequence ingest_seq")
+        con.execute(f"create sequence ingest_seq start {top + 1}")  # an int we computed, not input
+        done: list = []
+        error = None
+        try:
+            done = ing.ingest_paths(con, paths, **kwargs)
+        except Exception as exc:  # what was ingested before the failing file is kept, as in the store
+            error = exc
+        new = [r[0] for r in con.execute(
+            f"select distinct run_id from {lk.INGEST_RUNS} where ingest_id > $t", {"t": top}).fetchall()]
+        changed = [r for r in done if r.status not in ("unchanged", "skipped")]
+        touched = sorted({x for r in changed for x in (*r.run_ids, *r.removed_runs)} | set(new))
+        if error is not None and not touched:
+            raise error
+        if touched:
+            _merge_lake_rows(con, lake, touched)
+            lk.export_locked(con, touched, lake)
+        if error is not None:
+            raise error
+    store.build_derived(con)
+    return done, touched, con
+
+
+def _merge_lake_rows(con, lake: Path, touched: list[str]) -> None:
+    """Bring in the lake's rows of the touched runs and redo the post-ingest steps over whole runs."""
+    from .ingest import POST_INGEST, align
+    from .ingest.load import remerge_runs
+
+    present = set(lk.lake_runs(lake)) & set(touched)
+    con.execute("begin transaction")
+    try:
+        if present:
+            runs = sorted(present)
+            # what the post-ingest steps derived from the new files alone is derived again below
+            con.execute("delete from run_records where ingest_id is null and run_id = any($r)", {"r": runs})
+            lk.load_into(con, lake, runs, tables=tuple(t for t in lk.TABLES if t not in ("runs", "ingests")),
+                         only_known_ingests=True)
+            # run rows come from their records; a bare row (data, no record) is made again below
+            remerge_runs(con, runs)
+            con.execute("insert into runs (run_id, ingest_id) select distinct run_id, min(ingest_id) over "
+                        "(partition by run_id) from (select run_id, ingest_id from iterations union all "
+                        "select run_id, ingest_id from requests union all select run_id, ingest_id from "
+                        "metric_samples) where run_id = any($r) and run_id not in (select run_id from runs)",
+                        {"r": runs})
+        store.commit(con)
+    except BaseException:
+        store.rollback(con)
+        raise
+    if not present:
+        return  # the ingest's own post-ingest steps saw every row of these runs already
+    for step in (align.align_clocks, *POST_INGEST):
+        con.execute("begin transaction")
+        try:
+            step(con, sorted(present))
+            store.bump_generation(con, sorted(present))
+            store.commit(con)
+        except BaseException:
+            store.rollback(con)
+            raise

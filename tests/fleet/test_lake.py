@@ -1,0 +1,211 @@
+"""The Parquet lake keeps the store's rules: a run ingested into a lake (even file by file, in separate
+ingests, with clock alignment between them) reads back with the same numbers as the same files
+ingested into a store, every read command gives the same answer from --lake as from --db, ingest is
+idempotent by content, --replace replaces, rejects keep their line numbers, and a killed writer leaves
+no half-written run visible."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline import store
+from pipeline.cli import run_captured
+from pipeline.lake import lake_runs, open_runs, part_name
+
+REPO = Path(__file__).resolve().parents[2]
+VLLM = REPO / "fixtures" / "vllm"
+QUEUE = REPO / "fixtures" / "vllm_queue"
+
+
+def _ok(*args) -> str:
+    code, out = run_captured(*args)
+    assert code == 0, out
+    return out
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """Two multi-file vLLM runs: in a store (one ingest each), and in a lake one file per ingest."""
+    d = tmp_path_factory.mktemp("lake")
+    db, lake = d / "s.duckdb", d / "lake"
+    for run, src in (("v", VLLM), ("q", QUEUE)):
+        _ok("ingest", src / "server.log", src / "bench.json", "--run-id", run, "--db", db)
+        _ok("ingest", src / "server.log", "--run-id", run, "--lake", lake)
+        out = _ok("ingest", src / "bench.json", "--run-id", run, "--lake", lake)
+        assert "aligned with server.log" in out  # aligned across the two ingests
+    return db, lake, d
+
+
+@pytest.mark.parametrize("args", [
+    ("summary", "v", "--json"), ("summary", "q"), ("runs", "--json"), ("fit", "v", "--json"),
+    ("explain", "q", "--json"), ("rejects", "--json"),
+    ("audit", "v", "--slo", REPO / "examples" / "slo.toml", "--json"),
+])
+def test_read_commands_same_from_lake_and_store(pair, args):
+    db, lake, _ = pair
+    code_db, out_db = run_captured(*args, "--db", db)
+    code_lake, out_lake = run_captured(*args, "--lake", lake)
+    assert code_db in (0, 1), out_db
+    if "--json" in args:  # parsed: key order inside the tail section follows row order (not a number)
+        out_db, out_lake = json.loads(out_db), json.loads(out_lake)
+    assert (code_lake, out_lake) == (code_db, out_db)
+
+
+def test_check_from_lake_checks_a_fitted_run(pair):
+    db, lake, _ = pair
+    _ok("fit", "q", "--db", db)  # a lake fits in memory; the store's stored fit makes the two alike
+    out = json.loads(_ok("check", "q", "--json", "--lake", lake))
+    assert out == json.loads(_ok("check", "q", "--json", "--db", db))
+    assert not any(r["skipped"] for r in out if r["name"] == "attribution_sums")
+
+
+def test_compare_report_and_perfetto_from_lake(pair):
+    db, lake, d = pair
+    code1, o1 = run_captured("compare", "v", "q", "--db", db, "--out", d / "c1", "--json", "--resamples", "200")
+    code2, o2 = run_captured("compare", "v", "q", "--lake", lake, "--out", d / "c2", "--json", "--resamples", "200")
+    j1, j2 = json.loads(o1), json.loads(o2)
+    j1.pop("html"), j2.pop("html")
+    assert (code1, j1) == (code2, j2)
+    _ok("report", "q", "--db", db, "--out", d / "r1")
+    _ok("report", "q", "--lake", lake, "--out", d / "r2")
+    assert json.loads((d / "r1" / "summary.json").read_text()) == json.loads((d / "r2" / "summary.json").read_text())
+    _ok("export", "v", "--db", db, "--perfetto", d / "p1.json")
+    _ok("export", "v", "--lake", lake, "--perfetto", d / "p2.json")
+    assert json.loads((d / "p1.json").read_text()) == json.loads((d / "p2.json").read_text())
+
+
+def test_db_and_lake_together_is_a_usage_error(pair):
+    db, lake, _ = pair
+    code, out = run_captured("summary", "v", "--db", db, "--lake", lake)
+    assert code == 2 and "--db and --lake" in out
+
+
+def _counts(lake: Path) -> dict[str, int]:
+    con = open_runs(lake)
+    return {t: store.scalar(con, f"select count(*) from {t}") for t in ("ingests", "iterations", "requests", "tokens")}
+
+
+def test_idempotent_and_replace(tmp_path):
+    lake = tmp_path / "lake"
+    src = tmp_path / "tiny.jsonl"
+    shutil.copy(REPO / "fixtures" / "canonical" / "tiny.jsonl", src)
+    _ok("ingest", src, "--lake", lake)
+    first = _counts(lake)
+    out = _ok("ingest", src, "--lake", lake)
+    assert "unchanged" in out and _counts(lake) == first
+    con = open_runs(lake)
+    old_id = store.scalar(con, "select ingest_id from ingests")
+    out = _ok("ingest", src, "--lake", lake, "--replace")
+    assert "replaced" in out
+    con = open_runs(lake)
+    assert _counts(lake) == first and store.scalar(con, "select ingest_id from ingests") != old_id
+    # same path, new content: the old rows go (a --replace by path), the new ones count
+    lines = src.read_text().splitlines(keepends=True)
+    reqs = [ln for ln in lines if '"req_id"' in ln and '"t_arrival"' in ln]
+    src.write_text("".join(ln for ln in lines if ln not in reqs[:1]))
+    _ok("ingest", src, "--lake", lake, "--replace")
+    assert _counts(lake)["requests"] == first["requests"] - 1
+    assert _counts(lake)["ingests"] == 1
+
+
+def test_rejects_keep_line_numbers(tmp_path):
+    src = tmp_path / "bad.jsonl"
+    lines = (REPO / "fixtures" / "canonical" / "tiny.jsonl").read_text().splitlines()
+    lines[3] = '{"type": "iteration", "iter": "not a number"'  # broken JSON on line 4
+    src.write_text("\n".join(lines) + "\n")
+    _ok("ingest", src, "--db", tmp_path / "s.duckdb")
+    _ok("ingest", src, "--lake", tmp_path / "lake")
+    a = json.loads(_ok("rejects", "--json", "--db", tmp_path / "s.duckdb"))
+    b = json.loads(_ok("rejects", "--json", "--lake", tmp_path / "lake"))
+    assert a == b and a["total"] == 1 and a["rejects"][0]["line_no"] == 4
+
+
+def test_hostile_run_ids_round_trip(tmp_path):
+    first, rest = (REPO / "fixtures" / "canonical" / "tiny.jsonl").read_text().split("\n", 1)
+    names = ["a/b", "..", "it's \"q\" %2F", "ü x=1", "123"]
+    for i, name in enumerate(names):
+        (tmp_path / f"f{i}.jsonl").write_text(json.dumps({**json.loads(first), "run_id": name}) + "\n" + rest)
+        _ok("ingest", tmp_path / f"f{i}.jsonl", "--db", tmp_path / "s.duckdb")
+    con = store.connect(tmp_path / "s.duckdb")
+    store.build_derived(con)
+    runs = store.known_runs(con)
+    assert sorted(runs) == sorted(names)
+    from pipeline.lake import export_runs
+
+    export_runs(con, runs, tmp_path / "lake")
+    assert lake_runs(tmp_path / "lake") == sorted(names)
+    assert sorted(p.name for p in (tmp_path / "lake" / "iterations").iterdir()) == sorted(map(part_name, names))
+    assert not any(p.name.startswith(".") for p in (tmp_path / "lake").iterdir() if p.name != ".lock")
+    for name in names:  # parsed: the order of a summary's tail parts follows row order, which may differ
+        assert json.loads(_ok("summary", name, "--json", "--lake", tmp_path / "lake")) == \
+            json.loads(_ok("summary", name, "--json", "--db", tmp_path / "s.duckdb"))
+
+
+# A child that ingests bench.json into the lake and kills itself at a chosen point of the write.
+KILLER = r"""
+import os, signal, sys
+from pathlib import Path
+import pipeline.lake as lk
+where = sys.argv[1]
+if where == "staged":      # the new partitions written, no commit journal yet
+    real = os.fsync
+    os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL)
+else:                      # the journal written, some partitions already swapped in
+    real_rename, n = Path.rename, [0]
+    def rename(self, target):
+        if ".staging-" in str(self) and "/.old" not in str(target):
+            n[0] += 1
+            if n[0] == 3:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return real_rename(self, target)
+    Path.rename = rename
+from pipeline.cli import main
+main(["ingest", sys.argv[2], "--run-id", "v", "--lake", sys.argv[3]])
+"""
+
+
+@pytest.mark.parametrize("where", ["staged", "swapping"])
+def test_killed_ingest_leaves_no_partial_run(pair, tmp_path, where):
+    db, _, _ = pair
+    lake = tmp_path / "lake"
+    _ok("ingest", VLLM / "server.log", "--run-id", "v", "--lake", lake)
+    before = {p.relative_to(lake): p.read_bytes() for p in lake.rglob("*.parquet")}
+    child = subprocess.run([sys.executable, "-c", KILLER, where, str(VLLM / "bench.json"), str(lake)],
+                           cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert child.returncode == -9, child.stderr
+    visible = {p.relative_to(lake): p.read_bytes() for p in lake.rglob("*.parquet") if not
+               any(s.startswith(".") for s in p.relative_to(lake).parts)}
+    if where == "staged":
+        # nothing of the killed ingest is visible: the lake holds exactly what it held
+        assert visible == before
+        assert lake_runs(lake) == ["v"] and not (lake / "requests").exists()
+        _ok("ingest", VLLM / "bench.json", "--run-id", "v", "--lake", lake)  # the next writer: clean, complete
+        assert not list(lake.glob(".staging-*"))
+    else:
+        assert list(lake.glob(".commit-*.json"))  # killed mid-swap: the journal says what to finish
+    # either way the run now reads whole: the same as both files ingested into a store
+    assert json.loads(_ok("summary", "v", "--json", "--lake", lake)) == json.loads(_ok("summary", "v", "--json", "--db", db))
+    assert not list(lake.glob(".commit-*.json"))
+
+
+def test_runs_from_two_stores_keep_both_ingest_records(tmp_path):
+    """Two stores number their ingests from 1 alike: both files' records (and rejects) stay in the lake."""
+    first, rest = (REPO / "fixtures" / "canonical" / "tiny.jsonl").read_text().split("\n", 1)
+    for name in ("x", "y"):
+        lines = (json.dumps({**json.loads(first), "run_id": name}) + "\n" + rest).splitlines()
+        lines[2] = "{broken " + name
+        (tmp_path / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
+        _ok("ingest", tmp_path / f"{name}.jsonl", "--db", tmp_path / f"{name}.duckdb")
+        _ok("export", name, "--db", tmp_path / f"{name}.duckdb", "--lake", tmp_path / "lake")
+    con = open_runs(tmp_path / "lake")
+    assert con.execute("select ingest_id, path from ingests order by path").fetchall() == \
+        [(1, str(tmp_path / "x.jsonl")), (1, str(tmp_path / "y.jsonl"))]
+    got = json.loads(_ok("rejects", "--json", "--lake", tmp_path / "lake"))
+    assert got["total"] == 2 and {r["line_no"] for r in got["rejects"]} == {3}
