@@ -4,7 +4,7 @@
 materialises ``iteration_fit`` and ``request_attribution`` and stores the numbers
 in the ``fits`` table (one row per run, with a fingerprint of the run's data).
 :func:`get_or_fit` returns the stored fit while the run's data is unchanged.
-The hardware figures and the seed claims depend on ``--model``/``--gpu`` and are
+The hardware figures and the iteration-time claims depend on ``--model``/``--gpu`` and are
 recomputed from the stored numbers on every call (cheap).
 """
 
@@ -168,8 +168,7 @@ def fit_run(
         ext = fit_extended(cols, extra, y, fit.terms, np.nan_to_num(lr, nan=np.inf) <= fit.log_center + k_eff * fit.log_scale)
     nums["extended"] = ext.to_dict() if ext else None
     lap("extended_model")
-    con.execute("begin transaction")
-    try:
+    with store.transaction(con):
         _materialise(con, run_id, nums, lap)
         nums.update(stalls.stats(con, run_id, stalls.limit_factor(nums["log_center"], k_eff, nums["log_scale"])))
         nums["top_spikes"] = stalls.top_spikes(con, run_id)
@@ -178,11 +177,7 @@ def fit_run(
         con.execute("delete from fits where run_id = ?", [run_id])
         con.execute("insert into fits values (?, ?, ?, ?, now())",
                     [run_id, FIT_VERSION, _fingerprint(con, run_id), json.dumps(_jsonable(nums))])
-        con.execute("commit")
-        lap("store_and_commit")
-    except BaseException:
-        store.rollback(con)  # never hide the error with "no transaction is active"
-        raise
+    lap("store_and_commit")
     return assemble(run_id, nums, hw)
 
 
@@ -208,10 +203,10 @@ def _materialise(con: duckdb.DuckDBPyConnection, run_id: str, nums: dict[str, An
         # NULL, not NaN: DuckDB orders NaN above every number, so a NaN prediction made
         # every step a "stall" with a NaN residual
         params["t0_ms"] = None
-    sql.materialise(con, "iteration_fit", params)
+    store.materialise(con, "fit/iteration_fit", params)
     lap("iteration_fit")
     with sql.step_sums(con, run_id):
-        sql.materialise(con, "request_attribution", params)
+        store.materialise(con, "fit/request_attribution", params)
     lap("request_attribution")
 
 
@@ -236,8 +231,7 @@ def assemble(run_id: str, nums: dict[str, Any], hw: hardware.Hardware) -> FitRes
 
 def stored_numbers(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any] | None:
     """The stored fit of a run if its data has not changed since, else None."""
-    if not sql.table_exists(con, "fits") or not sql.table_exists(con, "iteration_fit") \
-            or not sql.table_exists(con, "request_attribution"):
+    if not all(store.table_exists(con, t) for t in ("fits", "iteration_fit", "request_attribution")):
         return None
     rows = con.execute("select fingerprint, numbers from fits where run_id = ? and fit_version = ?",
                        [run_id, FIT_VERSION]).fetchall()
