@@ -309,10 +309,13 @@ def scalar(con: duckdb.DuckDBPyConnection, sql: str, params=None):
 # bound, never formatted into the text.
 
 
-@functools.lru_cache(maxsize=None)
 def query_text(name: str) -> str:
     """The SQL of ``queries/<name>.sql``; ``name`` is ``area/file`` without ``.sql``."""
-    path = QUERIES_DIR / f"{name}.sql"
+    return _read_query(QUERIES_DIR / f"{name}.sql")
+
+
+@functools.lru_cache(maxsize=None)
+def _read_query(path: Path) -> str:
     try:
         return path.read_text()
     except FileNotFoundError as exc:
