@@ -218,3 +218,16 @@ def test_step_sums_are_running_sums_of_the_step_parts(incident_run):
         assert got[f"n_{p}"][-1] is None
     parts_sum = sum(got[f"c_{p}"].to_numpy() for p in ("base", "pf", "ux", "ua"))
     np.testing.assert_allclose(got["c_span"].to_numpy(), parts_sum, rtol=1e-9)
+
+
+def test_invariant_checks_hold_on_simulated_runs(incident_run, kv_run_no_tokens):
+    """`tracelat check`'s queries on runs that are right by construction: TTFT = queue + prefill and
+    the attribution's parts summing to each latency hold on every request, none is skipped."""
+    from pipeline.check import run_checks
+
+    for run in (incident_run, kv_run_no_tokens):
+        res = {r.name: r for r in run_checks(run.con, run.run_id)}
+        assert {"ttft_is_queue_plus_prefill", "attribution_sums"} <= set(res)
+        assert all(r.skipped is None and r.violations == 0 for r in res.values()), res
+        n = run.con.execute("select count(*) from request_attribution where run_id = ?", [run.run_id]).fetchone()[0]
+        assert n > 100  # the sums were checked on many requests, not on none
