@@ -413,8 +413,8 @@ def ingest_file(
 
 def _ingest_transaction(con, path, fmt, convert, result, digest, shown, default_run, replace, progress, tz, staged
                         ) -> IngestResult:
-    con.execute("begin transaction")
-    try:
+    # a failed commit has rolled back already: the error keeps its cause (store.transaction)
+    with store.transaction(con, lambda exc, state: InputError(f"{path}: ingest failed: {exc}; {state}")):
         n_removed, removed = _delete_ingests(con, digest, shown, default_run) if replace else (0, [])
         if n_removed:  # same path with new content counts as a replacement too
             result.status = "replaced"
@@ -452,12 +452,6 @@ def _ingest_transaction(con, path, fmt, convert, result, digest, shown, default_
              result.skipped, path.stat().st_size, dt.datetime.now(), result.run_ids, default_run],
         )
         store.bump_generation(con, [*result.run_ids, *removed])
-        store.commit(con)
-    except BaseException as exc:
-        state = store.rollback(con)  # a failed commit has rolled back already: keep its error
-        if isinstance(exc, duckdb.Error):
-            raise InputError(f"{path}: ingest failed: {exc}; {state}") from exc
-        raise
     return result
 
 

@@ -96,16 +96,11 @@ def drop_replay(con, run_id: str) -> int:
         return 0
     runs = [r[0] for r in con.execute("select distinct unnest(run_ids) from ingests where ingest_id = any($ids)",
                                       {"ids": ids}).fetchall()]
-    con.execute("begin transaction")
-    try:
+    with store.transaction(con):
         for table in (t for t in store.BASE_TABLES if t != "ingests"):
             con.execute(f"delete from {store.quote_ident(table)} where ingest_id = any($ids)", {"ids": ids})
         con.execute("delete from ingests where ingest_id = any($ids)", {"ids": ids})
         store.bump_generation(con, runs)
-        con.execute("commit")
-    except BaseException:
-        store.rollback(con)  # never hide the error with "no transaction is active"
-        raise
     return len(ids)
 
 
