@@ -24,7 +24,7 @@ Throughput: ``output_tokens_per_s = sum(N of ok requests) / duration_s`` and
 ``requests_per_s = ok requests / duration_s``, where ``duration_s`` spans the first
 arrival (or step start) to the last finish (or step end).
 
-Other tools' names for these (notes/anchors.md §10): AIPerf's and guidellm's "ITL"
+Other tools' names for these (docs/metrics.md, "Other tools' names"): AIPerf's and guidellm's "ITL"
 is our ``tpot_ms``; guidellm's "TPOT" includes the first token
 (``(c - a) * 1000 / N``); LLMPerf's "ITL" includes TTFT; Etalon's "TBT" is our
 ``itl_ms``; vLLM ``bench serve`` uses exactly our names and formulas.
@@ -119,7 +119,7 @@ def run_metadata(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
 
 
 def summary(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
-    """The SPEC §9 ``summary.json`` structure for one run (derived tables must be built)."""
+    """The ``summary.json`` structure (docs/reports-and-audit.md) for one run (derived tables must be built)."""
     store.require_run(con, run_id)
     info = run_info(con, run_id)
     stats = metric_stats(con, run_id)

@@ -1,6 +1,6 @@
 """The DuckDB store: schema, opening with clear errors, and the derived-table runner.
 
-Base tables (SPEC §4) are written only by ingest; derived tables are rebuilt from
+Base tables (docs/canonical-format.md, "Store tables") are written only by ingest; derived tables are rebuilt from
 ``queries/*.sql`` by :func:`build_derived` whenever an ingest changed the store.
 """
 

@@ -1,7 +1,7 @@
 -- table:  metric_stats
 -- grain:  one row per (run_id, metric); metric in ttft_ms, tpot_ms, e2e_ms, queue_ms, prefill_ms, itl_ms, iteration_ms
 -- inputs: request_latency, token_gaps, iteration_metrics
--- purpose: distribution statistics of each metric (SPEC §5): linear-interpolation
+-- purpose: distribution statistics of each metric (docs/metrics.md): linear-interpolation
 --   percentiles (quantile_cont = numpy's default), sample std (ddof=1), cv = std / mean.
 --   Request metrics use ok requests only.
 --   mean and std add their values in sorted order (ORDER BY inside the aggregate):

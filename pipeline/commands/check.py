@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..errors import CheckFailed
 from ..terminal import echo
 from .options import db_option, dumps, json_option
 
@@ -37,6 +38,4 @@ def check(run_id: str, db: str, as_json: bool) -> None:
             for ex in r.examples:
                 echo(f"    {ex.get('problem')}: " + ", ".join(f"{k}={v}" for k, v in ex.items() if k != "problem"))
     if bad:
-        from ..errors import CheckFailed
-
         raise CheckFailed(f"run {run_id}: {len(bad)} invariant(s) broken: " + ", ".join(r.name for r in bad))

@@ -19,7 +19,7 @@ from .options import db_option, dumps, json_option
 @db_option
 @json_option
 def explain(run_id: str, metric: str, t_from, t_to, limit: int, db: str, as_json: bool) -> None:
-    """Attribute the tail of METRIC in RUN_ID to causes (SPEC §7).
+    """Attribute the tail of METRIC in RUN_ID to causes (docs/model-and-attribution.md).
 
     Each request's latency is split into waiting (head-of-line vs capacity), own
     prefill, decode baseline, prefill interference, preemption and unexplained

@@ -40,8 +40,8 @@ def register(ing: Ingestor) -> Ingestor:
     return ing
 
 
-register(Ingestor("parquet", "canonical records in Parquet (SPEC §2 columns)", canonical.sniff_parquet, canonical.convert_parquet))
-register(Ingestor("jsonl", "canonical JSON Lines, plain/.gz/.zst (SPEC §2)", canonical.sniff_jsonl, canonical.convert_jsonl))
+register(Ingestor("parquet", "canonical records in Parquet (docs/canonical-format.md columns)", canonical.sniff_parquet, canonical.convert_parquet))
+register(Ingestor("jsonl", "canonical JSON Lines, plain/.gz/.zst (docs/canonical-format.md)", canonical.sniff_jsonl, canonical.convert_jsonl))
 
 
 def _load_plugins() -> None:

@@ -1,4 +1,4 @@
-"""Loading batches of canonical records into the store, with every rule of SPEC §4.
+"""Loading batches of canonical records into the store, with every ingest rule of docs/canonical-format.md.
 
 Every ingestor, canonical or engine-specific, produces :class:`Batch` objects of
 canonical JSON text; this module is the only writer of the base tables.  One file

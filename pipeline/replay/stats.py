@@ -1,6 +1,6 @@
 """Latency statistics of a replay, straight from the simulator's arrays (no store round trip).
 
-The formulas are those of :mod:`pipeline.metrics` (SPEC §5), on the same
+The formulas are those of :mod:`pipeline.metrics` (docs/metrics.md), on the same
 population as the observed statistics: requests whose recorded status is ``ok``
 (and that finished in the replay). Percentiles are linear (numpy's default,
 DuckDB's ``quantile_cont``). ``tests/replay`` checks these numbers against the

@@ -1,6 +1,6 @@
 """Replay runs as canonical traces: their run id, their run record, and writing/ingesting them.
 
-A replay trace is an ordinary canonical trace (SPEC §2) written by the
+A replay trace is an ordinary canonical trace (docs/canonical-format.md) written by the
 simulator's conventions (one ``run`` record, the steps, the requests with token
 times), so ``tracelat ingest`` loads it like any other run. Its run id says what
 it is: ``RUN~replay~<policy>-seed<k>`` where ``<policy>`` is ``recorded`` or the
