@@ -63,13 +63,7 @@ def _load(con: duckdb.DuckDBPyConnection, run_id: str
     Also the extended model's inputs on the same rows (None where not recorded): requests per
     step and the exact prefill attention pairs, an extra field of simulated traces.
     """
-    df = con.sql(
-        "select m.iteration_ms, m.context_tokens, m.prefill_tokens, m.decode_tokens, m.batch_reqs, m.prefill_reqs, "
-        "m.decode_reqs, try_cast(i.extra->>'prefill_attn' as double) as prefill_attn "
-        "from iteration_metrics m left join iterations i on i.run_id = m.run_id and i.iter = m.iter "
-        "where m.run_id = ? and m.iteration_ms is not null order by m.t_end, m.iter",
-        params=[run_id],
-    ).pl()
+    df = store.select(con, "fit/fit_inputs", {"run_id": run_id})
     n_all = df.height
     present = [c for _, c in TERMS if df[c].null_count() < df.height]
     notes = []
