@@ -1,7 +1,10 @@
 """The DuckDB store: schema, opening with clear errors, and the derived-table runner.
 
-Base tables (docs/canonical-format.md, "Store tables") are written only by ingest; derived tables are rebuilt from
-``queries/*.sql`` by :func:`build_derived` whenever an ingest changed the store.
+Base tables (docs/canonical-format.md, "Store tables") are written only by ingest;
+derived tables are rebuilt from ``queries/*.sql`` by :func:`build_derived` whenever an
+ingest changed the store. Every other query file, ``queries/<area>/<name>.sql``, is run
+on demand by the query runner (:func:`select`, :func:`rows`, :func:`materialise`), and
+writes go through :func:`transaction`.
 """
 
 from __future__ import annotations
@@ -305,7 +308,7 @@ def scalar(con: duckdb.DuckDBPyConnection, sql: str, params=None):
 # --- the query runner: queries/<area>/<name>.sql, run with their $parameters bound ---------
 #
 # The derived tables (queries/*.sql) are built by build_derived; every other query file is
-# run on demand through these four functions: by name (``fit/tail_parts``), its parameters
+# run on demand through these functions: by name (``fit/tail_parts``), its parameters
 # bound, never formatted into the text.
 
 
@@ -359,11 +362,12 @@ def materialise(con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any
     """
     sql = query_text(name)
     p = bind(sql, params)
-    t = quote_ident(table or name.rsplit("/", 1)[-1])
+    table = table or name.rsplit("/", 1)[-1]
+    t = quote_ident(table)
     if temp:
         con.execute(f"create or replace temp table {t} as {sql}", p)
         return
-    if table_exists(con, table or name.rsplit("/", 1)[-1]):
+    if table_exists(con, table):
         if _columns(con, f"select * from {t} where false", {}) != _columns(con, f"select * from ({sql}) where false", p):
             con.execute(f"drop table {t}")
     con.execute(f"create table if not exists {t} as select * from ({sql}) where false", p)
