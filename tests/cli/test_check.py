@@ -58,7 +58,7 @@ def test_attribution_parts_that_do_not_add_up_are_named(tmp_path):
     _, con = _store(tmp_path)
     req, ttft, parts = con.execute(
         "select req_id, ttft_ms, waiting_hol_ms + waiting_capacity_ms + own_prefill_ms + unexplained_ttft_ms "
-        "+ unattributed_ttft_ms from request_attribution where run_id = 'cpu' order by req_id limit 1").fetchone()
+        "+ unattributed_ttft_ms from request_attribution where run_id = 'cpu' order by req_id limit 1").fetchall()[0]
     assert abs(parts - ttft) <= 1e-6 * max(abs(ttft), 1)  # holds before (independently summed here)
     con.execute("update request_attribution set own_prefill_ms = own_prefill_ms + 1 where run_id = 'cpu' "
                 "and req_id = ?", [req])

@@ -230,7 +230,7 @@ def test_invariant_checks_hold_on_simulated_runs(incident_run, kv_run_no_tokens)
         res = {r.name: r for r in run_checks(run.con, run.run_id)}
         assert {"ttft_is_queue_plus_prefill", "attribution_sums"} <= set(res)
         assert all(r.skipped is None and r.violations == 0 for r in res.values()), res
-        n = run.con.execute("select count(*) from request_attribution where run_id = ?", [run.run_id]).fetchone()[0]
+        n = run.con.execute("select count(*) from request_attribution where run_id = ?", [run.run_id]).fetchall()[0][0]
         assert n > 100  # the sums were checked on many requests, not on none
 
 

@@ -122,10 +122,10 @@ def test_transaction_commits_rolls_back_and_keeps_a_failed_commits_cause(tmp_pat
             con.execute("insert into t values (4)")
     assert "No space left on device" in str(err.value) and "no transaction is active" not in str(err.value)
     monkeypatch.undo()
-    assert con.execute("select list(x order by x) from t").fetchone()[0] == [1]
+    assert con.execute("select list(x order by x) from t").fetchall()[0][0] == [1]
     with store.transaction(con):  # usable again: no transaction left open
         con.execute("insert into t values (5)")
-    assert con.execute("select count(*) from t").fetchone()[0] == 2
+    assert con.execute("select count(*) from t").fetchall()[0][0] == 2
 
 
 def test_nightly_record_reports_a_failed_commits_cause(tmp_path, monkeypatch):
@@ -139,6 +139,6 @@ def test_nightly_record_reports_a_failed_commits_cause(tmp_path, monkeypatch):
     with pytest.raises(duckdb.IOException, match="No space left on device"):
         hist.record(Night(0, "r1", "2026-11-01"), [Stat("ttft_ms.p50", 1.0)])
     monkeypatch.undo()
-    assert hist.con.execute("select count(*) from nightly_runs").fetchone()[0] == 0
+    assert hist.con.execute("select count(*) from nightly_runs").fetchall()[0][0] == 0
     assert hist.record(Night(0, "r1", "2026-11-01"), [Stat("ttft_ms.p50", 1.0)]).seq == 1
     hist.close()
