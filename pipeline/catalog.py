@@ -1,4 +1,4 @@
-"""Hardware and model catalogue for the memory-bound model (SPEC §6).
+"""Hardware and model catalogue for the memory-bound model (docs/model-and-attribution.md, section 2).
 
 The figures live in ``pipeline/data/gpus.toml`` and ``pipeline/data/models.toml``,
 each with the source it was taken from. A model can also come from a Hugging Face

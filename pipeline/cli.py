@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "report": ("pipeline.commands.report", "report", "Offline HTML report, summary.json and summary.md of a run."),
     "audit": ("pipeline.commands.audit", "audit", "Check a run against SLOs (percentiles, goodput, fluidity); JUnit XML."),
     "compare": ("pipeline.commands.compare", "compare", "Compare two runs: deltas with bootstrap CIs; flag regressions."),
-    "fit": ("pipeline.commands.fit", "fit", "Fit the memory-bound iteration-time model; stalls; seed claims checked."),
+    "fit": ("pipeline.commands.fit", "fit", "Fit the memory-bound iteration-time model; stalls; iteration-time claims checked."),
     "check": ("pipeline.commands.check", "check", "Check a run against the invariants (TTFT = queue + prefill, sums, order)."),
     "explain": ("pipeline.commands.explain", "explain", "Why is the TTFT/TPOT/E2E tail slow? p99 attribution to causes."),
     "replay": ("pipeline.commands.replay", "replay", "Replay a run through the simulator: validation, what-if, sweeps."),
@@ -58,10 +58,10 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+# read by main() from the arguments, not here: its error handler runs after click has returned
 @click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
 @click.version_option(__version__, prog_name="tracelat")
-@click.pass_context
-def cli(ctx: click.Context, debug: bool) -> None:
+def cli(debug: bool) -> None:
     """tracelat: why is my LLM serving latency what it is?
 
     Ingest per-iteration and per-request logs of a serving run (vLLM, SGLang,
@@ -74,10 +74,10 @@ def cli(ctx: click.Context, debug: bool) -> None:
       tracelat demo --open          # bundled incident: ingest, summary, HTML report
       tracelat ingest logs/         # ingest every file under logs/
       tracelat runs                 # list runs
-      tracelat summary RUN --json   # SPEC summary.json on stdout
+      tracelat summary RUN --json   # summary.json on stdout
+
+    Documentation: docs/ in the repository (docs/cli.md lists every command).
     """
-    ctx.ensure_object(dict)
-    ctx.obj["debug"] = debug
 
 
 MAX_MESSAGE = 1000

@@ -38,6 +38,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from . import store
 from .metrics import COMPARED, SOURCES, percentile_of
 
 METRICS = COMPARED  # from the registry (pipeline/metrics.py)
@@ -188,15 +189,7 @@ def _throughput(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, tuple[
     records) divided by the duration: its SE treats the units as resampled
     (``sqrt(n) * sd / duration``).  Requests/s counts events: Poisson SE ``sqrt(n) / duration``.
     """
-    rows = con.execute("""
-        select s.duration_s, s.throughput_source, s.requests_ok,
-               (select count(*) from requests where run_id = $r and status = 'ok'),
-               (select var_samp(output_tokens) from requests where run_id = $r and status = 'ok'),
-               (select count(*) from iterations where run_id = $r),
-               (select var_samp(decode_tokens) from iterations where run_id = $r),
-               s.output_tokens_per_s, s.requests_per_s,
-               (select count(*) from requests where run_id = $r)
-        from run_summary s where s.run_id = $r""", {"r": run_id}).fetchall()
+    rows = store.rows(con, "compare/throughput_inputs", {"r": run_id})
     if not rows or not rows[0][0]:
         return {"output_tokens_per_s": None, "requests_per_s": None}
     dur, source, n_ok, n_req, var_req, n_it, var_it, tok_s, req_s, n_all = rows[0]

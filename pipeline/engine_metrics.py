@@ -17,7 +17,8 @@ others a cross-check:
   a read bandwidth (GB/s over the scraped span), to set beside the fitted effective
   bandwidth of ``tracelat fit``.
 
-The aggregation runs in DuckDB; only the few buckets of a histogram reach numpy.
+The aggregation runs in DuckDB (``queries/engine_metrics/*.sql``); only the few buckets of a
+histogram reach numpy.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from typing import Any
 
 import duckdb
 import numpy as np
+
+from . import store
 
 HISTOGRAMS = {  # our metric -> engine families (seconds), first present wins
     "ttft_ms": ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds",
@@ -44,29 +47,6 @@ GAUGES = {
 COUNTERS = {"preemptions": ("vllm:num_preemptions_total",)}
 READ_BYTES = "vllm:estimated_read_bytes_per_gpu_total"
 QUANTILES = (0.5, 0.9, 0.99)
-
-BUCKETS = """
-with s as (
-  select labels::varchar as lab, le, t, value,
-         value - lag(value) over (partition by labels::varchar, le order by t) as d
-  from metric_samples where run_id = $run and family = $family and kind = 'bucket'
-)
--- a drop is a counter reset (the engine restarted): it counted from 0 again, as Prometheus' increase()
-select le, sum(case when d < 0 then value else coalesce(d, 0) end order by t) as n from s group by le order by le
-"""
-
-GAUGE = """
-with per_t as (select t, sum(value) as v from metric_samples
-               where run_id = $run and family = $family and kind <> 'bucket' group by t)
-select avg(v order by t), max(v), count(*) from per_t
-"""
-
-COUNTER = """
-with s as (select t, value, value - lag(value) over (partition by labels::varchar order by t) as d
-           from metric_samples where run_id = $run and family = $family and kind = 'counter')
-select sum(case when d < 0 then value else coalesce(d, 0) end order by t), max(t) - min(t) from s
-"""
-
 
 def histogram_quantiles(les: np.ndarray, counts: np.ndarray, qs=QUANTILES) -> dict[str, dict[str, Any]] | None:
     """Quantiles (seconds) from per-bucket increases of a cumulative histogram (``le`` sorted, +Inf last)."""
@@ -108,23 +88,23 @@ def section(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
         fam = _first_family(con, run_id, fams, "and kind = 'bucket'")
         if fam is None:
             continue
-        b = con.execute(BUCKETS, {"run": run_id, "family": fam}).fetchnumpy()
-        les, n = np.asarray(b["le"], float), np.asarray(b["n"], float)
+        b = store.select(con, "engine_metrics/histogram_increase", {"run": run_id, "family": fam})
+        les, n = b["le"].to_numpy().astype(float), b["n"].to_numpy().astype(float)
         qs = histogram_quantiles(les, n)
         if qs:
             out["latency_from_histograms"][metric] = {"family": fam, "count": float(n[-1]), **qs}
     for name, fams in GAUGES.items():
         fam = _first_family(con, run_id, fams, "and kind = 'gauge'")
         if fam is not None:
-            mean, mx, n = con.execute(GAUGE, {"run": run_id, "family": fam}).fetchall()[0]
+            mean, mx, n = store.rows(con, "engine_metrics/gauge_stats", {"run": run_id, "family": fam})[0]
             out["gauges"][name] = {"family": fam, "mean": mean, "max": mx, "scrapes": n}
     for name, fams in COUNTERS.items():
         fam = _first_family(con, run_id, fams, "and kind = 'counter'")
         if fam is not None:
-            inc, _ = con.execute(COUNTER, {"run": run_id, "family": fam}).fetchall()[0]
+            inc, _ = store.rows(con, "engine_metrics/counter_increase", {"run": run_id, "family": fam})[0]
             out["counters"][name] = {"family": fam, "increase": inc}
     if _first_family(con, run_id, (READ_BYTES,), "and kind = 'counter'"):
-        inc, span = con.execute(COUNTER, {"run": run_id, "family": READ_BYTES}).fetchall()[0]
+        inc, span = store.rows(con, "engine_metrics/counter_increase", {"run": run_id, "family": READ_BYTES})[0]
         if span:
             out["vllm_estimated_read_gb_per_s"] = inc / span / 1e9
     out["note"] = ("percentiles from engine histograms: linear inside the bucket holding the rank; the true value "
@@ -156,15 +136,6 @@ def format_lines(s: dict[str, Any]) -> list[str]:
     return lines
 
 
-GAUGE_SERIES = """
-with per_t as (
-  select family, t, sum(value) as v from metric_samples
-  where run_id = $run and family = any($fams) and kind = 'gauge' group by family, t
-)
-select t, family, v from per_t order by family, t
-"""
-
-
 def gauge_series(con: duckdb.DuckDBPyConnection, run_id: str, t0: float | None):
     """Running/waiting requests and KV usage (%) over time as a long frame ``t_s, series, value``
     (the report's queue chart), or None when the run has none of them."""
@@ -174,7 +145,7 @@ def gauge_series(con: duckdb.DuckDBPyConnection, run_id: str, t0: float | None):
     fams = {f: names[k] for k, fs in GAUGES.items() for f in fs}
     if not con.execute("select count(*) from duckdb_tables() where table_name = 'metric_samples'").fetchall()[0][0]:
         return None
-    df = con.sql(GAUGE_SERIES, params={"run": run_id, "fams": list(fams)}).pl()
+    df = store.select(con, "engine_metrics/gauge_series", {"run": run_id, "fams": list(fams)})
     if not df.height:
         return None
     origin = t0 if t0 is not None else float(df.get_column("t").min())

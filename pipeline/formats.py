@@ -10,8 +10,8 @@ formats, in the same order, with the same descriptions.
 from __future__ import annotations
 
 FORMATS: tuple[tuple[str, str], ...] = (
-    ("parquet", "canonical records in Parquet (SPEC §2 columns)"),
-    ("jsonl", "canonical JSON Lines, plain/.gz/.zst (SPEC §2)"),
+    ("parquet", "canonical records in Parquet (docs/canonical-format.md columns)"),
+    ("jsonl", "canonical JSON Lines, plain/.gz/.zst (docs/canonical-format.md)"),
     ("vllm-log", "vLLM server log with --enable-logging-iteration-details (Iteration(N) lines)"),
     ("vllm-bench", "vllm bench serve --save-result --save-detailed JSON (ttfts, itls, ...)"),
     ("vllm-requests", "vLLM per-request stats JSONL (arrival_time, queued_ts, first_token_ts, ...)"),

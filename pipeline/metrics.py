@@ -83,7 +83,7 @@ REGISTRY: tuple[Metric, ...] = (
 )
 
 # Names other tools use for something that is NOT the metric of ours it sounds like
-# (notes/anchors.md §10): (tool, their name, their formula, what it is to us).
+# (docs/metrics.md, "Other tools' names"): (tool, their name, their formula, what it is to us).
 FALSE_FRIENDS: tuple[tuple[str, str, str, str], ...] = (
     ("guidellm", "TPOT", "(c - a) * 1000 / N", "includes the first token: not tpot_ms"),
     ("inference-perf", "NTPOT", "e2e_ms / N", "normalised latency: not reported"),

@@ -1,17 +1,23 @@
 """The DuckDB store: schema, opening with clear errors, and the derived-table runner.
 
-Base tables (SPEC §4) are written only by ingest; derived tables are rebuilt from
-``queries/*.sql`` by :func:`build_derived` whenever an ingest changed the store.
+Base tables (docs/canonical-format.md, "Store tables") are written only by ingest;
+derived tables are rebuilt from ``queries/*.sql`` by :func:`build_derived` whenever an
+ingest changed the store. Every other query file, ``queries/<area>/<name>.sql``, is run
+on demand by the query runner (:func:`select`, :func:`rows`, :func:`materialise`), and
+writes go through :func:`transaction`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -146,6 +152,27 @@ def scratch() -> duckdb.DuckDBPyConnection:
 
 def commit(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("commit")
+
+
+@contextlib.contextmanager
+def transaction(con: duckdb.DuckDBPyConnection,
+                failed: Callable[[duckdb.Error, str], BaseException] | None = None) -> Iterator[None]:
+    """Run the block in one transaction: committed when it ends, rolled back when it raises.
+
+    The rollback goes through :func:`rollback`, so a failed COMMIT reports its own cause
+    (disk full) rather than "cannot rollback - no transaction is active". ``failed(exc,
+    state)`` turns a database error into ours; ``state`` says in words what the store
+    now holds. Other exceptions (an interrupt too) propagate unchanged after the rollback.
+    """
+    con.execute("begin transaction")
+    try:
+        yield
+        commit(con)
+    except BaseException as exc:
+        state = rollback(con)
+        if failed is not None and isinstance(exc, duckdb.Error):
+            raise failed(exc, state) from exc
+        raise
 
 
 def rollback(con: duckdb.DuckDBPyConnection) -> str:
@@ -305,6 +332,83 @@ def scalar(con: duckdb.DuckDBPyConnection, sql: str, params=None):
     return rows[0][0] if rows else None
 
 
+# --- the query runner: queries/<area>/<name>.sql, run with their $parameters bound ---------
+#
+# The derived tables (queries/*.sql) are built by build_derived; every other query file is
+# run on demand through these functions: by name (``fit/tail_parts``), its parameters
+# bound, never formatted into the text.
+
+
+def query_text(name: str) -> str:
+    """The SQL of ``queries/<name>.sql``; ``name`` is ``area/file`` without ``.sql``."""
+    return _read_query(QUERIES_DIR / f"{name}.sql")
+
+
+@functools.lru_cache(maxsize=None)
+def _read_query(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError as exc:
+        raise StoreError(f"query file {path} is missing: the installation is incomplete; reinstall tracelat") from exc
+
+
+def bind(sql: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The subset of ``params`` the SQL uses (DuckDB rejects unused ones); raises if one it uses is missing."""
+    used = set(re.findall(r"\$([A-Za-z_]\w*)", re.sub(r"--[^\n]*", "", sql)))
+    missing = used - params.keys()
+    if missing:
+        raise StoreError(f"query needs parameters {sorted(missing)} (bug)")
+    return {k: params[k] for k in used}
+
+
+def select(con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any]):
+    """Run query file ``name`` and return its result as a Polars frame."""
+    sql = query_text(name)
+    return con.sql(sql, params=bind(sql, params)).pl()
+
+
+def rows(con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any]) -> list[tuple]:
+    """Run query file ``name`` and return its rows as tuples (for a few scalars)."""
+    sql = query_text(name)
+    return con.execute(sql, bind(sql, params)).fetchall()
+
+
+def table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    """Whether a table of that name exists in the main schema."""
+    return bool(scalar(con, "select count(*) from duckdb_tables() where table_name = ?", [name]))
+
+
+def materialise(con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any], table: str | None = None,
+                temp: bool = False) -> None:
+    """Store the result of query file ``name`` in ``table`` (default: the file's name).
+
+    A stored table keeps the rows of other runs: those of ``params['run_id']`` are
+    replaced. It is created on first use; if an older version of the query left one
+    with other columns, it is rebuilt (its rows are derived, so nothing is lost that the
+    command writing it cannot recompute). ``temp``: a temporary table, replaced whole.
+    """
+    sql = query_text(name)
+    p = bind(sql, params)
+    table = table or name.rsplit("/", 1)[-1]
+    t = quote_ident(table)
+    if temp:
+        con.execute(f"create or replace temp table {t} as {sql}", p)
+        return
+    if table_exists(con, table):
+        if _columns(con, f"select * from {t} where false", {}) != _columns(con, f"select * from ({sql}) where false", p):
+            con.execute(f"drop table {t}")
+    con.execute(f"create table if not exists {t} as select * from ({sql}) where false", p)
+    con.execute(f"delete from {t} where run_id = ?", [params["run_id"]])
+    con.execute(f"insert into {t} {sql}", p)
+
+
+def _columns(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> list[str]:
+    cur = con.execute(sql, params or None)
+    names = [d[0] for d in cur.description]
+    cur.fetchall()  # drain: an unfinished result blocks the next statement
+    return names
+
+
 def bump_generation(con: duckdb.DuckDBPyConnection, run_ids: Iterable[str] | None = None) -> None:
     """Mark the base tables as changed; call inside the transaction that changed them.
 
@@ -367,28 +471,23 @@ def build_derived(con: duckdb.DuckDBPyConnection, force: bool = False) -> bool:
     shadowed = [*RUN_TABLES, *(q.table for q in files)]
     per_run = all(i in shadowed for q in files for i in q.inputs)  # no query reads ingests/rejects
     runs = None if force or not per_run or state.get("derived_sql") != digest else pending_runs(con, files)
-    con.execute("begin transaction")
     try:
-        if runs is None:
-            for q in files:
-                # a view is never stale; a query that changed from one to the other replaces it
-                other = "table" if q.view else "view"
-                if scalar(con, f"select count(*) from duckdb_{other}s() where {other}_name = ? and schema_name = 'main' "
-                          "and database_name = current_database()", [q.table]):
-                    con.execute(f"drop {other} main.{quote_ident(q.table)}")
-                con.execute(f"create or replace {'view' if q.view else 'table'} {quote_ident(q.table)} as {q.sql}")
-        elif runs:
-            _rebuild_runs(con, runs, files, shadowed)
-        con.execute("delete from _dirty_runs")
-        con.execute("delete from _state where key in ('derived_generation', 'derived_sql')")
-        con.execute("insert into _state values ('derived_generation', ?), ('derived_sql', ?)",
-                    [state.get("generation", 0), digest])
-        commit(con)
-    except BaseException as exc:  # an interrupt too: never leave half-deleted derived rows
-        state = rollback(con)
-        if isinstance(exc, duckdb.Error):
-            raise StoreError(f"building derived tables failed: {exc} ({state})") from exc
-        raise
+        with transaction(con, lambda exc, state: StoreError(f"building derived tables failed: {exc} ({state})")):
+            if runs is None:
+                for q in files:
+                    # a view is never stale; a query that changed from one to the other replaces it
+                    other = "table" if q.view else "view"
+                    if scalar(con, f"select count(*) from duckdb_{other}s() where {other}_name = ? "
+                              "and schema_name = 'main' and database_name = current_database()", [q.table]):
+                        con.execute(f"drop {other} main.{quote_ident(q.table)}")
+                    con.execute(f"create or replace {'view' if q.view else 'table'} {quote_ident(q.table)} as {q.sql}")
+            elif runs:
+                _rebuild_runs(con, runs, files, shadowed)
+            con.execute("delete from _dirty_runs")
+            con.execute("delete from _state where key in ('derived_generation', 'derived_sql')")
+            con.execute("insert into _state values ('derived_generation', ?), ('derived_sql', ?)",
+                        [state.get("generation", 0), digest])
+        # (an interrupt too is rolled back: never leave half-deleted derived rows)
     finally:
         for name in shadowed:
             con.execute(f"drop view if exists temp.main.{quote_ident(name)}")

@@ -39,7 +39,7 @@ SECTION_PROVIDERS.append(_engine_metric_sections)
 
 
 def summary(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
-    """The SPEC §9 ``summary.json`` structure for one run (derived tables must be built)."""
+    """The ``summary.json`` structure (docs/reports-and-audit.md) for one run (derived tables must be built)."""
     store.require_run(con, run_id)
     info = run_info(con, run_id)
     stats = metric_stats(con, run_id)

@@ -2,7 +2,7 @@
 -- grain:  one row per (run_id, metric); metric: every *_ms column of request_latency (ok requests),
 --         itl_ms, iteration_ms (pipeline/metrics.py REGISTRY; tests/test_metric_registry.py checks they agree)
 -- inputs: request_latency, token_gaps, iteration_metrics
--- purpose: distribution statistics of each metric (SPEC §5): linear-interpolation
+-- purpose: distribution statistics of each metric (docs/metrics.md): linear-interpolation
 --   percentiles (quantile_cont = numpy's default), sample std (ddof=1), cv = std / mean.
 --   Request metrics use ok requests only.
 --   mean and std add their values in sorted order (one sorted list per run and metric):

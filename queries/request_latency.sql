@@ -1,7 +1,7 @@
 -- table:  request_latency
 -- grain:  one row per (run_id, req_id)
 -- inputs: requests
--- purpose: per-request latency in ms, formulas of SPEC §5 (pipeline/metrics.py documents them).
+-- purpose: per-request latency in ms, formulas of docs/metrics.md (pipeline/metrics.py documents them).
 --   ttft_ms    = (t_first_token - t_arrival) * 1000
 --   queue_ms   = (t_scheduled - t_arrival) * 1000
 --   prefill_ms = (t_first_token - t_scheduled) * 1000

@@ -21,6 +21,7 @@ from typing import Any
 
 import duckdb
 
+from .. import store
 from ..errors import InputError
 from ..metrics import SOURCES, percentile_name, percentile_of
 from ..slo import FluiditySpec, GoodputSpec
@@ -62,60 +63,10 @@ def goodput(con: duckdb.DuckDBPyConnection, run_id: str, spec: GoodputSpec) -> d
     return judge_goodput(con, run_id, spec, _duration_s(con, run_id))
 
 
-FLUIDITY_SQL = """
-with req as (
-    select r.req_id, r.ttft_ms
-    from request_latency r
-    left join (select req_id, count(*) as gaps from token_gaps where run_id = $run_id group by req_id) g
-        using (req_id)
-    where r.run_id = $run_id and r.status = 'ok' and r.ttft_ms is not null
-        and (g.gaps > 0 or r.output_tokens = 1)
-),
-seq as (
-    select req_id, 0 as idx, ttft_ms as s_ms, $ttft_d as d_ms from req
-    union all
-    select g.req_id, g.idx, g.itl_ms, $tbt_d
-    from token_gaps g semi join req on req.req_id = g.req_id
-    where g.run_id = $run_id
-),
-cum as (
-    select *, sum(d_ms - s_ms) over (partition by req_id order by idx) as s_cum from seq
-),
-slack as (
-    select
-        req_id, idx, s_ms, d_ms,
-        -- slack before this token: S_{i-1} - min(0, min_{k<i} S_k)
-        coalesce(lag(s_cum) over w, 0)
-            - least(0, coalesce(min(s_cum) over (w rows between unbounded preceding and 1 preceding), 0))
-            as slack_ms
-    from cum
-    window w as (partition by req_id order by idx)
-),
-tok as (
-    select
-        req_id,
-        s_ms <= d_ms + slack_ms as on_time,
-        case
-            when s_ms <= d_ms + slack_ms then 0
-            when idx = 0 then 1 + floor((s_ms - d_ms) / $tbt_d)
-            else floor((s_ms - slack_ms) / $tbt_d)
-        end as missed
-    from slack
-)
-select
-    req_id,
-    count(*) filter (where on_time) + sum(missed) as deadlines,
-    sum(missed) as missed,
-    1 - sum(missed) / (count(*) filter (where on_time) + sum(missed)) as fluidity_index
-from tok
-group by req_id
-"""
-
-
 def fluidity_table(con: duckdb.DuckDBPyConnection, run_id: str, spec: FluiditySpec):
     """Polars frame, one row per evaluated request: ``req_id, deadlines, missed, fluidity_index``."""
     params = {"run_id": run_id, "ttft_d": spec.ttft_deadline_ms, "tbt_d": spec.tbt_deadline_ms}
-    return con.sql(FLUIDITY_SQL, params=params).pl()
+    return store.select(con, "audit/fluidity", params)
 
 
 def fluidity(con: duckdb.DuckDBPyConnection, run_id: str, spec: FluiditySpec) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import writing
+from ..errors import CheckFailed, InputError, writing
 from ..terminal import echo
 from .options import db_option, lake_option, open_source, dumps, json_option
 
@@ -32,8 +32,6 @@ def audit(run_id: str, slo_path: Path, junit_path: Path | None, md_path: Path | 
     2 usage or data error (bad SLO file, unknown run, an SLO that the run's
     data cannot evaluate, such as itl_ms without token times).
     """
-    import sys
-
     from .. import audit as aud
     from .. import store
 
@@ -53,5 +51,9 @@ def audit(run_id: str, slo_path: Path, junit_path: Path | None, md_path: Path | 
         echo(dumps(result.to_dict()))
     else:
         echo(md if nightly else aud.text_report(result))
+    if result.exit_code == 2:
+        raise InputError(f"run {run_id}: the run's data cannot evaluate {result.errors} SLO(s): "
+                         + ", ".join(c.name for c in result.checks if c.status == "error"))
     if result.exit_code:
-        sys.exit(result.exit_code)
+        raise CheckFailed(f"run {run_id}: {result.failures} SLO(s) violated: "
+                          + ", ".join(c.name for c in result.checks if c.status == "fail"))

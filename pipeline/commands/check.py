@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from ..errors import CheckFailed
 from ..terminal import echo
 from .options import db_option, lake_option, open_source, dumps, json_option
 
@@ -48,6 +49,4 @@ def check(run_id: str, db: str, lake: Path | None, as_json: bool) -> None:
             for ex in r.examples:
                 echo(f"    {ex.get('problem')}: " + ", ".join(f"{k}={v}" for k, v in ex.items() if k != "problem"))
     if bad:
-        from ..errors import CheckFailed
-
         raise CheckFailed(f"run {run_id}: {len(bad)} invariant(s) broken: " + ", ".join(r.name for r in bad))

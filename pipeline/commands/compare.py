@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import writing
+from ..errors import CheckFailed, writing
 from ..terminal import echo
 from .options import db_option, lake_option, open_source, dumps, json_option
 
@@ -38,8 +38,6 @@ def compare(base_run: str, cand_run: str, db: str, lake: Path | None, base_db: s
     (grew by more than --threshold with its CI above zero, or throughput
     fell by more than --threshold), 2 usage or data error.
     """
-    import sys
-
     from .. import store
     from ..compare import compare as run_compare
     from ..report.compare_page import comparison_markdown, write_comparison
@@ -60,4 +58,5 @@ def compare(base_run: str, cand_run: str, db: str, lake: Path | None, base_db: s
         echo(comparison_markdown(comp, only_changes=True).rstrip())
         echo(f"\n{len(comp.deltas)} statistics compared; full table and overlaid CDFs: {html}")
     if comp.exit_code:
-        sys.exit(comp.exit_code)
+        raise CheckFailed(f"{cand_run} regressed against {base_run} in {len(comp.regressions)} statistic(s): "
+                          + ", ".join(f"{d.metric} {d.stat}" for d in comp.regressions))

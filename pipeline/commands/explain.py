@@ -22,7 +22,7 @@ from .options import db_option, lake_option, open_source, dumps, json_option
 @lake_option
 @json_option
 def explain(run_id: str, metric: str, t_from, t_to, limit: int, db: str, lake: Path | None, as_json: bool) -> None:
-    """Attribute the tail of METRIC in RUN_ID to causes (SPEC §7).
+    """Attribute the tail of METRIC in RUN_ID to causes (docs/model-and-attribution.md).
 
     Each request's latency is split into waiting (head-of-line vs capacity), own
     prefill, decode baseline, prefill interference, preemption and unexplained

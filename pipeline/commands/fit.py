@@ -32,7 +32,7 @@ def fit(run_id: str, fdr, k, bootstrap, db: str, lake: Path | None, as_json: boo
 
     Robust (outliers are the stalls being hunted), with bootstrap confidence
     intervals, R² and MAPE; the effective KV bandwidth, weight-read floor and
-    prefill roofline against the GPU; the seed document's claims checked on the
+    prefill roofline against the GPU; the iteration-time claims checked on the
     data; spikes labelled prefill / preemption / unexplained. Stores the fit and
     the per-step and per-request parts for `tracelat explain` and reports.
     """

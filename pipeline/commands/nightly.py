@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from ..errors import CheckFailed
 from ..terminal import echo
 
 from .options import dumps, json_option
@@ -58,8 +59,6 @@ def nightly(paths: tuple[Path, ...], history: Path, labels: tuple[tuple[str, str
       tracelat nightly logs/ --history /data/nightly --slo slo.toml \\
           --label commit=$GIT_SHA --junit nightly.xml
     """
-    import sys
-
     from ..nightly.job import Options, run
 
     outcome = run(Options(paths, history, labels, slo_path, baseline, out_dir, junit_path, run_id, fmt, min_change))
@@ -69,4 +68,6 @@ def nightly(paths: tuple[Path, ...], history: Path, labels: tuple[tuple[str, str
         echo(outcome.markdown.rstrip())
         echo(f"\ntrend: {outcome.files['trend']}\nreport: {outcome.files['report']}")
     if outcome.exit_code:
-        sys.exit(outcome.exit_code)
+        why = [f"SLO {outcome.slo['verdict']}"] if outcome.slo is not None and outcome.slo["verdict"] != "pass" else []
+        why += [f"a new change point for the worse in {c.metric}" for c in outcome.failing_changes]
+        raise CheckFailed(f"night {outcome.night.run_id}: " + "; ".join(why))

@@ -18,7 +18,7 @@ from .options import db_option, lake_option, open_source, dumps, json_option
 def summary(run_id: str, db: str, lake: Path | None, as_json: bool) -> None:
     """Latency summary of RUN_ID: TTFT, TPOT, ITL, E2E, queueing, iteration time.
 
-    --json prints the summary.json structure of the spec (all times in ms).
+    --json prints the summary.json structure (docs/reports-and-audit.md; all times in ms).
     """
     from .. import summary as run_summary
 

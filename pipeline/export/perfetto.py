@@ -26,23 +26,9 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from .. import store
+
 MAX_STEPS = 200_000
-
-STEPS = """
-select i.iter, i.t_start, i.t_end, i.iteration_ms, i.prefill_tokens, i.prefill_reqs, i.decode_tokens,
-       i.decode_reqs, i.context_tokens, i.kv_usage, i.running_reqs, i.waiting_reqs, i.preempted_reqs
-from iteration_metrics i where i.run_id = $run and i.t_start is not null and i.t_end is not null
-order by i.t_end, i.iter
-"""
-
-FIT = """
-select iter, predicted_ms, residual_ms, spike_cause, is_stall from iteration_fit where run_id = $run
-"""
-
-REQUESTS = """
-select req_id, t_arrival, t_scheduled, t_first_token, t_finish, prompt_tokens, output_tokens, preemptions, status
-from request_latency where run_id = $run and t_arrival is not null order by t_arrival, req_id
-"""
 
 
 def _us(col: str, origin: float) -> pl.Expr:
@@ -58,12 +44,11 @@ def _meta_events() -> list[dict]:
 
 def export(con: duckdb.DuckDBPyConnection, run_id: str, out: Path, max_steps: int = MAX_STEPS) -> dict:
     """Write the trace; returns what was written (event counts, sampling rule)."""
-    steps = con.sql(STEPS, params={"run": run_id}).pl()
-    reqs = con.sql(REQUESTS, params={"run": run_id}).pl()
-    has_fit = bool(con.execute("select count(*) from duckdb_tables() where table_name = 'iteration_fit'"
-                               ).fetchall()[0][0])
+    steps = store.select(con, "export/perfetto_steps", {"run": run_id})
+    reqs = store.select(con, "export/perfetto_requests", {"run": run_id})
+    has_fit = store.table_exists(con, "iteration_fit")
     if has_fit and steps.height:
-        steps = steps.join(con.sql(FIT, params={"run": run_id}).pl(), on="iter", how="left")
+        steps = steps.join(store.select(con, "export/perfetto_fit", {"run": run_id}), on="iter", how="left")
     else:
         steps = steps.with_columns(predicted_ms=pl.lit(None, pl.Float64), residual_ms=pl.lit(None, pl.Float64),
                                    spike_cause=pl.lit(None, pl.String), is_stall=pl.lit(None, pl.Boolean))

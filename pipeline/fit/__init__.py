@@ -1,4 +1,4 @@
-"""Memory-bound model fit, stall detection and tail attribution (SPEC §6, §7).
+"""Memory-bound model fit, stall detection and tail attribution (docs/model-and-attribution.md).
 
 Public API (what reports and replay build on)::
 

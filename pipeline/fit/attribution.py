@@ -1,4 +1,4 @@
-"""Tail attribution (SPEC §7): which parts of a latency grow in the tail, and who caused it.
+"""Tail attribution (docs/model-and-attribution.md, sections 5 and 6): which parts of a latency grow in the tail, and who caused it.
 
 The per-request split is ``request_attribution`` (``queries/fit/request_attribution.sql``,
 materialised with the fit); this module compares the >= p99 group with the
@@ -16,8 +16,8 @@ from typing import Any
 
 import duckdb
 
+from .. import store
 from ..errors import InputError
-from . import sql
 
 METRICS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2e": "e2e_ms"}
 PART_TEXT = {
@@ -34,10 +34,7 @@ PART_TEXT = {
 
 def run_start(con: duckdb.DuckDBPyConnection, run_id: str) -> float | None:
     """The run's first time: earliest arrival or step start."""
-    rows = con.execute(
-        "select least((select min(t_arrival) from requests where run_id = $r), "
-        "(select min(coalesce(t_start, t_end)) from iterations where run_id = $r))", {"r": run_id}).fetchall()
-    return rows[0][0]
+    return store.rows(con, "fit/run_span", {"run_id": run_id})[0][0]
 
 
 # Clock values from here on are unix seconds (after 1973); smaller ones are a monotonic clock.
@@ -46,10 +43,7 @@ UNIX_CLOCK_MIN = 1e8
 
 def run_end(con: duckdb.DuckDBPyConnection, run_id: str) -> float | None:
     """The run's last arrival or step end: the latest a --to window bound can matter."""
-    rows = con.execute(
-        "select greatest((select max(t_arrival) from requests where run_id = $r), "
-        "(select max(coalesce(t_end, t_start)) from iterations where run_id = $r))", {"r": run_id}).fetchall()
-    return rows[0][0]
+    return store.rows(con, "fit/run_span", {"run_id": run_id})[0][1]
 
 
 def check_window(con: duckdb.DuckDBPyConnection, run_id: str, lo: float, hi: float,
@@ -115,38 +109,13 @@ def parse_time(text: str | None, con: duckdb.DuckDBPyConnection, run_id: str, de
 
 
 def _top_requests(con, run_id: str, metric: str, t_from: float, t_to: float, limit: int) -> list[dict]:
-    col = METRICS[metric]
-    df = con.sql(
-        f"""
-        select req_id, t_arrival, t_first_token, t_finish, prompt_tokens, output_tokens, preemptions,
-               {col} as value, queue_ms, ttft_ms, tpot_ms, e2e_ms,
-               waiting_hol_ms, waiting_capacity_ms, own_prefill_ms, decode_baseline_ms,
-               prefill_interference_ms, preemption_ms,
-               unexplained_ttft_ms + unexplained_decode_ms as unexplained_ms
-        from request_attribution
-        where run_id = ? and t_arrival between ? and ? and {col} is not null
-        order by {col} desc, req_id
-        limit ?
-        """,
-        params=[run_id, t_from, t_to, limit],
-    ).pl()
-    return df.to_dicts()
+    params = {"run_id": run_id, "metric": metric, "t_from": t_from, "t_to": t_to, "limit": limit}
+    return store.select(con, "fit/tail_top_requests", params).to_dicts()
 
 
 def _coverage(con, run_id: str, t_from: float, t_to: float) -> list[str]:
     """Sentences on what could not be attributed."""
-    row = con.execute(
-        """
-        select count(*),
-               count(*) filter (where t_scheduled is null),
-               sum(unattributed_ttft_ms + unattributed_decode_ms order by req_id)
-                   / nullif(sum(e2e_ms order by req_id), 0),  -- fixed order: reproducible bits
-               count(*) filter (where preemption_method = 'step_counts'),
-               count(*) filter (where preemptions > 0 and preemption_method = 'none')
-        from request_attribution where run_id = ? and t_arrival between ? and ?
-        """,
-        [run_id, t_from, t_to],
-    ).fetchall()[0]
+    row = store.rows(con, "fit/tail_coverage", {"run_id": run_id, "t_from": t_from, "t_to": t_to})[0]
     n, no_sched, ua, counted, unknown = row
     notes = []
     if n and no_sched:
@@ -184,7 +153,7 @@ def explain(
         raise InputError(f"{problem}; tail attribution needs steps and requests on one clock: pass "
                          "--clock-offset SOURCE=SECONDS at ingest, or check that the files belong to one run")
     params = {"run_id": run_id, "metric": metric, "t_from": t_from, "t_to": t_to, "limit": limit}
-    parts = sql.select(con, "tail_parts", params)
+    parts = store.select(con, "fit/tail_parts", params)
     start = run_start(con, run_id)
     out: dict[str, Any] = {"run_id": run_id, "metric": metric, "unit": "ms per output token" if metric == "tpot" else "ms",
                            "window": {"from": t_from if math.isfinite(t_from) else None,
@@ -203,7 +172,7 @@ def explain(
         r["meaning"] = PART_TEXT.get(r["part"], "")
     out["parts"] = rows
     out["largest"] = rows[0]["part"] if rows and (rows[0]["growth_ms"] or 0) > 0 else None
-    out["top_iterations"] = sql.select(con, "tail_iterations", params).to_dicts()
+    out["top_iterations"] = store.select(con, "fit/tail_iterations", params).to_dicts()
     out["top_requests"] = _top_requests(con, run_id, metric, t_from, t_to, limit)
     notes = _coverage(con, run_id, t_from, t_to)
     if first["n_tail"] < 5:
@@ -221,7 +190,7 @@ def tail_section(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, dict[
     if cross_clock_problem(con, run_id):
         return out
     for metric in METRICS:
-        df = sql.select(con, "tail_parts", {"run_id": run_id, "metric": metric,
-                                            "t_from": -math.inf, "t_to": math.inf})
+        df = store.select(con, "fit/tail_parts", {"run_id": run_id, "metric": metric,
+                                                  "t_from": -math.inf, "t_to": math.inf})
         out[metric] = {r["part"]: r["share"] for r in df.to_dicts()} if df.height and df["n"][0] else {}
     return out

@@ -1,4 +1,4 @@
-"""The seed document's four claims about iteration time, each checked on the run's data.
+"""The four iteration-time claims (docs/model-and-attribution.md, section 3), each checked on the run's data.
 
 Every check returns ``{"claim", "holds", "evidence"}`` where ``holds`` is True,
 False, or None when the data (or a missing model/GPU) cannot decide it, and

@@ -1,6 +1,6 @@
 """Fitted coefficients against the hardware: bandwidth, weight floor, compute roofline.
 
-All byte and time conversions of SPEC §6 live here:
+All byte and time conversions of the model (docs/model-and-attribution.md, section 2) live here:
 
 - effective bandwidth ``= kv_bytes_per_token / a`` (a in ms per context token, so
   GB/s = bytes / (a * 1e-3) / 1e9), compared with the peak of all tensor-parallel

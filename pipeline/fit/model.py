@@ -1,4 +1,4 @@
-"""Robust fit of the memory-bound iteration-time model (SPEC §6), on numpy arrays.
+"""Robust fit of the memory-bound iteration-time model (docs/model-and-attribution.md, section 1), on numpy arrays.
 
     iteration_ms ~ t0 + a * context_tokens + b * prefill_tokens + c * decode_tokens
 

@@ -14,7 +14,7 @@ def _finite(v: Any) -> float | None:
 
 @dataclass(frozen=True)
 class FitResult:
-    """Memory-bound model of one run (SPEC §6), its stalls, hardware figures and claim checks.
+    """Memory-bound model of one run (docs/model-and-attribution.md), its stalls, hardware figures and claim checks.
 
     Coefficients are in ms (per token for a, b, c); a coefficient the data could not
     separate is None, and ``statements`` says why. ``ci`` holds 95%
@@ -117,7 +117,7 @@ class FitResult:
                           stall_ms_mean=self.stall_ms.get("mean") or 0.0)
 
     def summary_section(self) -> dict[str, Any]:
-        """The SPEC §9 ``fit`` section of summary.json."""
+        """The ``fit`` section of summary.json (``tracelat summary RUN --json``)."""
         hw = self.hardware or {}
         per_1k = lambda v: v * 1000 if v is not None else None  # noqa: E731
         return {

@@ -4,7 +4,7 @@
 materialises ``iteration_fit`` and ``request_attribution`` and stores the numbers
 in the ``fits`` table (one row per run, with a fingerprint of the run's data).
 :func:`get_or_fit` returns the stored fit while the run's data is unchanged.
-The hardware figures and the seed claims depend on ``--model``/``--gpu`` and are
+The hardware figures and the iteration-time claims depend on ``--model``/``--gpu`` and are
 recomputed from the stored numbers on every call (cheap).
 """
 
@@ -67,14 +67,7 @@ def _load(con: duckdb.DuckDBPyConnection, run_id: str
     step and the exact prefill attention pairs, an extra field of simulated traces. The last
     value is the number of data-parallel dummy steps left out.
     """
-    df = con.sql(
-        "select m.iteration_ms, m.context_tokens, m.prefill_tokens, m.decode_tokens, m.batch_reqs, m.prefill_reqs, "
-        "m.decode_reqs, try_cast(i.extra->>'prefill_attn' as double) as prefill_attn, "
-        "coalesce(try_cast(i.extra->>'is_dummy' as boolean), false) as is_dummy "
-        "from iteration_metrics m left join iterations i on i.run_id = m.run_id and i.iter = m.iter "
-        "where m.run_id = ? and m.iteration_ms is not null order by m.t_end, m.iter",
-        params=[run_id],
-    ).pl()
+    df = store.select(con, "fit/fit_inputs", {"run_id": run_id})
     n_all = df.height
     notes = []
     # A data-parallel engine with nothing scheduled runs a dummy step to stay in lockstep with
@@ -179,8 +172,7 @@ def fit_run(
         ext = fit_extended(cols, extra, y, fit.terms, np.nan_to_num(lr, nan=np.inf) <= fit.log_center + k_eff * fit.log_scale)
     nums["extended"] = ext.to_dict() if ext else None
     lap("extended_model")
-    con.execute("begin transaction")
-    try:
+    with store.transaction(con):
         _materialise(con, run_id, nums, lap)
         nums.update(stalls.stats(con, run_id, stalls.limit_factor(nums["log_center"], k_eff, nums["log_scale"])))
         nums["top_spikes"] = stalls.top_spikes(con, run_id)
@@ -189,11 +181,7 @@ def fit_run(
         con.execute("delete from fits where run_id = ?", [run_id])
         con.execute("insert into fits values (?, ?, ?, ?, now())",
                     [run_id, FIT_VERSION, _fingerprint(con, run_id), json.dumps(_jsonable(nums))])
-        con.execute("commit")
-        lap("store_and_commit")
-    except BaseException:
-        store.rollback(con)  # never hide the error with "no transaction is active"
-        raise
+    lap("store_and_commit")
     return assemble(run_id, nums, resolved)
 
 
@@ -219,10 +207,10 @@ def _materialise(con: duckdb.DuckDBPyConnection, run_id: str, nums: dict[str, An
         # NULL, not NaN: DuckDB orders NaN above every number, so a NaN prediction made
         # every step a "stall" with a NaN residual
         params["t0_ms"] = None
-    sql.materialise(con, "iteration_fit", params)
+    store.materialise(con, "fit/iteration_fit", params)
     lap("iteration_fit")
     with sql.step_sums(con, run_id):
-        sql.materialise(con, "request_attribution", params)
+        store.materialise(con, "fit/request_attribution", params)
     lap("request_attribution")
 
 
@@ -247,8 +235,7 @@ def assemble(run_id: str, nums: dict[str, Any], hw: hardware.Hardware) -> FitRes
 
 def stored_numbers(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any] | None:
     """The stored fit of a run if its data has not changed since, else None."""
-    if not sql.table_exists(con, "fits") or not sql.table_exists(con, "iteration_fit") \
-            or not sql.table_exists(con, "request_attribution"):
+    if not all(store.table_exists(con, t) for t in ("fits", "iteration_fit", "request_attribution")):
         return None
     rows = con.execute("select fingerprint, numbers from fits where run_id = ? and fit_version = ?",
                        [run_id, FIT_VERSION]).fetchall()

@@ -1,4 +1,4 @@
-"""Spikes and stalls: iterations that break the memory-bound model (SPEC §7).
+"""Spikes and stalls: iterations that break the memory-bound model (docs/model-and-attribution.md, section 4).
 
 Rule (applied in ``queries/fit/iteration_fit.sql`` as ``r > m + k*s``): with
 ``r = ln(measured / predicted)``, its robust centre ``m`` (median) and scale ``s``
@@ -37,6 +37,8 @@ import duckdb
 import numpy as np
 from scipy import optimize, special
 
+from .. import store
+
 # re-exported (noqa): defined where `tracelat fit --help` can read them cheaply
 from ..defaults import STALL_FDR as DEFAULT_FDR  # noqa: F401
 from ..defaults import STALL_K as DEFAULT_K  # noqa: F401
@@ -64,28 +66,7 @@ def stats(con: duckdb.DuckDBPyConnection, run_id: str, factor: float) -> dict[st
     ``factor`` is :func:`limit_factor` of the fit: the smallest stall found on a step
     is that times the step's predicted time.
     """
-    row = con.execute(
-        """
-        select
-            count(*) filter (where predicted_ms is not null) as n,
-            count(*) filter (where is_spike) as spikes,
-            count(*) filter (where spike_cause = 'prefill') as prefill,
-            count(*) filter (where spike_cause = 'preemption') as preemption,
-            count(*) filter (where spike_cause = 'unexplained') as unexplained,
-            count(*) filter (where is_stall) as stalls,
-            -- sums in a fixed order, so the same steps give the same bits (threads combine in any order)
-            avg(residual_ms order by residual_ms) filter (where is_stall) as mean_ms,
-            quantile_cont(residual_ms, 0.5) filter (where is_stall) as p50_ms,
-            quantile_cont(residual_ms, 0.9) filter (where is_stall) as p90_ms,
-            quantile_cont(residual_ms, 0.99) filter (where is_stall) as p99_ms,
-            max(residual_ms) filter (where is_stall) as max_ms,
-            sum(residual_ms order by residual_ms) filter (where is_stall) as total_ms,
-            quantile_cont(predicted_ms, [0.5, 0.9]) as step_ms
-        from iteration_fit
-        where run_id = ?
-        """,
-        [run_id],
-    ).fetchall()[0]
+    row = store.rows(con, "fit/stall_stats", {"run_id": run_id})[0]
     n, spikes, prefill, preempt, unexpl, stalls, *sizes, step_ms = row
     limit = [v * factor if v is not None and math.isfinite(factor) else None for v in (step_ms or [None, None])]
     return {
@@ -98,21 +79,7 @@ def stats(con: duckdb.DuckDBPyConnection, run_id: str, factor: float) -> dict[st
 
 def top_spikes(con: duckdb.DuckDBPyConnection, run_id: str, limit: int = 10) -> list[dict[str, Any]]:
     """The largest spikes (time above the decode baseline), with timestamps."""
-    df = con.sql(
-        """
-        select
-            iter, t_start, t_end, t_end - min(t_end) over () + 0.0 as t_offset_s,
-            iteration_ms, predicted_ms, decode_baseline_ms, prefill_ms_part, residual_ms,
-            iteration_ms - decode_baseline_ms as excess_ms,
-            context_tokens, prefill_tokens, preempted_reqs, spike_cause, is_spike
-        from iteration_fit
-        where run_id = ?
-        qualify is_spike
-        order by excess_ms desc, iter
-        limit ?
-        """,
-        params=[run_id, limit],
-    ).pl()
+    df = store.select(con, "fit/top_spikes", {"run_id": run_id, "limit": limit})
     return df.drop("is_spike").to_dicts()
 
 

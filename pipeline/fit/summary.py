@@ -1,4 +1,4 @@
-"""The ``fit``, ``spikes`` and ``tail`` sections of ``tracelat summary --json`` (SPEC §9)."""
+"""The ``fit``, ``spikes`` and ``tail`` sections of ``tracelat summary --json`` (docs/reports-and-audit.md)."""
 
 from __future__ import annotations
 

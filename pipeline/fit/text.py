@@ -78,7 +78,7 @@ def format_fit(f: FitResult) -> str:
             lines.append(f"  prefill compute roofline {hw['prefill_roofline_ms_per_token'] * 1000:.4g} ms per 1k tokens"
                          + (f"; measured b is {hw['prefill_fraction_of_peak_compute']:.0%} of peak compute"
                             if hw.get("prefill_fraction_of_peak_compute") else ""))
-    lines += ["", "seed claims, checked on this run:"]
+    lines += ["", "iteration-time claims, checked on this run:"]
     for c in f.claims:
         verdict = {True: "HOLDS", False: "DOES NOT HOLD", None: "CANNOT CHECK"}[c["holds"]]
         lines.append(f"  [{verdict}] {c['claim']}: {c['evidence']}")

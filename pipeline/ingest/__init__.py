@@ -40,8 +40,8 @@ def register(ing: Ingestor) -> Ingestor:
     return ing
 
 
-register(Ingestor("parquet", "canonical records in Parquet (SPEC §2 columns)", canonical.sniff_parquet, canonical.convert_parquet))
-register(Ingestor("jsonl", "canonical JSON Lines, plain/.gz/.zst (SPEC §2)", canonical.sniff_jsonl, canonical.convert_jsonl))
+register(Ingestor("parquet", "canonical records in Parquet (docs/canonical-format.md columns)", canonical.sniff_parquet, canonical.convert_parquet))
+register(Ingestor("jsonl", "canonical JSON Lines, plain/.gz/.zst (docs/canonical-format.md)", canonical.sniff_jsonl, canonical.convert_jsonl))
 
 
 def _load_plugins() -> None:
@@ -165,9 +165,8 @@ def ingest_paths(con, paths, fmt=None, run_id=None, replace=False, progress_for=
     files = expand(Path(p) for p in paths)
     if clock_offsets:
         overrides = align.parse_offsets(tuple(clock_offsets), [str(f) for f, _ in files])
-        con.execute("begin transaction")
-        align.set_overrides(con, overrides)
-        con.execute("commit")
+        with store.transaction(con):
+            align.set_overrides(con, overrides)
     run_names = _distinct_run_names([f for f, _ in files]) if run_id is None else {}
     try:
         for path, in_dir in files:
@@ -203,14 +202,9 @@ def _post_ingest(con, results: list[IngestResult]) -> None:
         return
     # clocks first: every later step (context estimation) needs one clock per run
     for step in (align.align_clocks, *POST_INGEST):
-        con.execute("begin transaction")
-        try:
+        with store.transaction(con):
             step(con, touched)
             store.bump_generation(con, touched)
-            con.execute("commit")
-        except BaseException:
-            store.rollback(con)  # never hide the error with "no transaction is active"
-            raise
 
 
 __all__ = ["POST_INGEST", "INGESTORS", "Ingestor", "register", "detect", "get", "ingest_paths", "Batch", "IngestResult"]

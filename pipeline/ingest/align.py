@@ -30,6 +30,7 @@ import duckdb
 import numpy as np
 
 from ..errors import InputError
+from .. import store
 from ..store import scalar
 from . import clocks, retime
 
@@ -306,31 +307,9 @@ def _infer_scheduled(con, run_id: str, ing: int, steps: clocks.Steps) -> np.ndar
     return hi - lo
 
 
-PREEMPTION_GAPS = """
-with s as (
-  select t_end, row_number() over (order by t_end, iter) as k from iterations where run_id = $run
-), tk as (
-  select req_id, idx, t from tokens where run_id = $run and ingest_id = $ing
-), prev as (
-  select tk.req_id, tk.idx, tk.t, s.k as k0, s.t_end as e0 from tk asof left join s on tk.t >= s.t_end
-), j as (
-  -- each token belongs to the step whose end is nearest: a step's tokens reach the client
-  -- in a burst around its end, some just before the time it was given
-  select p.req_id, p.idx, case when n.t_end is not null and (p.e0 is null or n.t_end - p.t < p.t - p.e0)
-                               then n.k else p.k0 end as k
-  from prev p asof left join (select t_end, k from s) n on n.t_end >= p.t
-), g as (
-  select req_id, k - lag(k) over (partition by req_id order by idx) as dk from j
-)
-select req_id, count(*) filter (where dk > 1) as gaps, count(*) filter (where dk = 1) as ones,
-       count(dk) as n
-from g group by req_id
-"""
-
-
 def _infer_preemptions(con, run_id: str, ing: int) -> int | None:
     """Preemptions per request from token gaps spanning more than one step, when tokens come one per step."""
-    con.execute(f"create or replace temp table _gaps as {PREEMPTION_GAPS}", {"run": run_id, "ing": ing})
+    store.materialise(con, "ingest/preemption_gaps", {"run": run_id, "ing": ing}, table="_gaps", temp=True)
     ones, total = con.execute("select sum(ones), sum(n) from _gaps").fetchone()
     if not total or ones < 0.8 * total:  # tokens arrive in chunks: one gap per step cannot be assumed
         con.execute("drop table _gaps")

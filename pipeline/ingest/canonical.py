@@ -1,4 +1,4 @@
-"""Canonical trace files (SPEC §2): JSON Lines (plain, gzip, zstd) and Parquet."""
+"""Canonical trace files (docs/canonical-format.md): JSON Lines (plain, gzip, zstd) and Parquet."""
 
 from __future__ import annotations
 

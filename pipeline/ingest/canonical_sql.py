@@ -1,4 +1,4 @@
-"""SQL that validates canonical records (SPEC §2) line by line, inside DuckDB.
+"""SQL that validates canonical records (docs/canonical-format.md) line by line, inside DuckDB.
 
 The field lists below are the single description of the canonical format: the SQL
 that extracts typed columns, names every problem of a line, and keeps unknown

@@ -1,4 +1,4 @@
-"""Loading batches of canonical records into the store, with every rule of SPEC §4.
+"""Loading batches of canonical records into the store, with every ingest rule of docs/canonical-format.md.
 
 Every ingestor, canonical or engine-specific, produces :class:`Batch` objects of
 canonical JSON text; this module is the only writer of the base tables.  One file
@@ -409,8 +409,8 @@ def ingest_file(
 
 def _ingest_transaction(con, path, fmt, convert, result, digest, shown, default_run, replace, progress, tz, staged
                         ) -> IngestResult:
-    con.execute("begin transaction")
-    try:
+    # a failed commit has rolled back already: the error keeps its cause (store.transaction)
+    with store.transaction(con, lambda exc, state: InputError(f"{path}: ingest failed: {exc}; {state}")):
         n_removed, removed = _delete_ingests(con, digest, shown, default_run) if replace else (0, [])
         if n_removed:  # same path with new content counts as a replacement too
             result.status = "replaced"
@@ -448,12 +448,6 @@ def _ingest_transaction(con, path, fmt, convert, result, digest, shown, default_
              result.skipped, path.stat().st_size, dt.datetime.now(), result.run_ids, default_run],
         )
         store.bump_generation(con, [*result.run_ids, *removed])
-        store.commit(con)
-    except BaseException as exc:
-        state = store.rollback(con)  # a failed commit has rolled back already: keep its error
-        if isinstance(exc, duckdb.Error):
-            raise InputError(f"{path}: ingest failed: {exc}; {state}") from exc
-        raise
     return result
 
 

@@ -32,6 +32,7 @@ import duckdb
 import polars as pl
 
 from ..errors import InputError, StoreError
+from ..store import transaction
 from .stats import Stat
 
 SCHEMA = """
@@ -158,8 +159,7 @@ class History:
 
     def record(self, night: Night, stats: list[Stat]) -> Night:
         """Add a night and its statistics in one transaction; returns it with its sequence number."""
-        self.con.execute("begin transaction")
-        try:
+        with transaction(self.con):  # a failed commit reports its cause, not "no transaction is active"
             seq = int(self.con.execute("select coalesce(max(seq), 0) + 1 from nightly_runs").fetchone()[0])
             self.con.execute(
                 "insert into nightly_runs values ($seq, $id, $night::date, $labels, $digest, $src, $store, $verdict, "
@@ -176,10 +176,6 @@ class History:
                 self.con.execute("insert into nightly_history select $id, $seq, $night::date, metric, value, ci_low, "
                                  "ci_high from _night_stats", {"id": night.run_id, "seq": seq, "night": night.night})
                 self.con.unregister("_night_stats")
-            self.con.execute("commit")
-        except BaseException:
-            self.con.execute("rollback")
-            raise
         return Night(seq, night.run_id, night.night, night.labels, night.digest, night.source_run, night.store,
                      night.slo_verdict, night.slo_failed, night.report)
 

@@ -1,4 +1,4 @@
-"""Trace replay: a recorded run's arrivals and sizes through the simulator (SPEC §8).
+"""Trace replay: a recorded run's arrivals and sizes through the simulator (docs/replay.md).
 
 Public API::
 

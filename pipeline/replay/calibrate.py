@@ -307,20 +307,9 @@ def load_workload(con: duckdb.DuckDBPyConnection, run_id: str, ok_only: bool = F
     return w, keep["status"].to_numpy().astype(str), origin, delay, counts, notes
 
 
-CORRECTIONS_SQL = """
-select
-    avg(iteration_ms) filter (where not is_stall and predicted_ms is not null)
-        / nullif(avg(predicted_ms) filter (where not is_stall and predicted_ms is not null), 0) as mean_scale,
-    avg(span_ms - iteration_ms) filter (where decode_tokens > 0 and span_ms is not null) as host_gap_ms,
-    count(*) filter (where decode_tokens > 0 and span_ms is not null) as busy_steps
-from iteration_fit
-where run_id = $run_id
-"""
-
-
 def corrections(con: duckdb.DuckDBPyConnection, run_id: str, meta: dict[str, Any]) -> tuple[float, float, list[str]]:
     """``mean_scale`` and ``host_gap_ms`` (see the module docstring), with notes."""
-    rows = con.execute(CORRECTIONS_SQL, {"run_id": run_id}).fetchall()
+    rows = store.rows(con, "replay/corrections", {"run_id": run_id})
     scale, gap, busy = rows[0] if rows else (None, None, 0)
     notes = []
     if scale is None or not math.isfinite(scale) or scale <= 0:

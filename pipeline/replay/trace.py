@@ -1,6 +1,6 @@
 """Replay runs as canonical traces: their run id, their run record, and writing/ingesting them.
 
-A replay trace is an ordinary canonical trace (SPEC §2) written by the
+A replay trace is an ordinary canonical trace (docs/canonical-format.md) written by the
 simulator's conventions (one ``run`` record, the steps, the requests with token
 times), so ``tracelat ingest`` loads it like any other run. Its run id says what
 it is: ``RUN~replay~<policy>-seed<k>`` where ``<policy>`` is ``recorded`` or the
@@ -97,16 +97,11 @@ def drop_replay(con, run_id: str) -> int:
         return 0
     runs = [r[0] for r in con.execute("select distinct unnest(run_ids) from ingests where ingest_id = any($ids)",
                                       {"ids": ids}).fetchall()]
-    con.execute("begin transaction")
-    try:
+    with store.transaction(con):
         for table in (t for t in store.INGEST_TABLES if t != "ingests"):
             con.execute(f"delete from {store.quote_ident(table)} where ingest_id = any($ids)", {"ids": ids})
         con.execute("delete from ingests where ingest_id = any($ids)", {"ids": ids})
         store.bump_generation(con, runs)
-        con.execute("commit")
-    except BaseException:
-        store.rollback(con)  # never hide the error with "no transaction is active"
-        raise
     return len(ids)
 
 

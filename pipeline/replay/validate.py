@@ -1,4 +1,4 @@
-"""Replay a run over several seeds and compare with what was observed (SPEC §8).
+"""Replay a run over several seeds and compare with what was observed (docs/replay.md).
 
 With the recorded policy this is the model's validation: how well do the fitted
 iteration model, its noise and the scheduler explain the run's TTFT, TPOT, ITL

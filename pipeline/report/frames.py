@@ -20,13 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import re
-
 import duckdb
 import numpy as np
 import polars as pl
 
 from ..metrics import REQUEST_METRICS
+from .. import store
 
 MAX_POINTS = 3000
 CDF_POINTS = 500
@@ -45,18 +44,12 @@ class Frame:
     raw_rows: int
 
 
-def _used(sql: str, params: dict[str, Any]) -> dict[str, Any]:
-    """The parameters ``sql`` names (DuckDB rejects unused ones)."""
-    names = set(re.findall(r"\$(\w+)", sql))
-    return {k: v for k, v in params.items() if k in names}
-
-
 def _pl(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> pl.DataFrame:
-    return con.sql(sql, params=_used(sql, params)).pl()
+    return con.sql(sql, params=store.bind(sql, params)).pl()
 
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> list[tuple]:
-    return con.execute(sql, _used(sql, params)).fetchall()
+    return con.execute(sql, store.bind(sql, params)).fetchall()
 
 
 def _one(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> Any:

@@ -131,7 +131,7 @@ def _fit_line(fit: dict[str, Any] | None, ctx_max: float, decode: float) -> tupl
 
 
 def _fit_numbers(fit: dict[str, Any]) -> str:
-    """The fit's numbers, its CIs, the seed document's claims and the fit's notes (strings escaped)."""
+    """The fit's numbers, its CIs, the iteration-time claims and the fit's notes (strings escaped)."""
     ci = fit.get("ci") if isinstance(fit.get("ci"), dict) else {}
     rows = [(k, v) for k, v in fit.items() if isinstance(v, (int, float, str)) or v is None]
     rows += [(f"95% CI of {k}", " .. ".join(fmt(x, 6) for x in v)) for k, v in ci.items() if isinstance(v, list)]
@@ -139,9 +139,9 @@ def _fit_numbers(fit: dict[str, Any]) -> str:
     claims = [c for c in fit.get("claims") or [] if isinstance(c, dict)]
     if claims:
         verdict = {True: "holds", False: "does not hold", None: "not testable here"}
-        out += table(pl.DataFrame([{"claim (seed document)": str(c.get("claim")),
+        out += table(pl.DataFrame([{"iteration-time claim": str(c.get("claim")),
                                     "on this run": verdict.get(c.get("holds"), str(c.get("holds")))}
-                                   for c in claims]), left=("claim (seed document)", "on this run"))
+                                   for c in claims]), left=("iteration-time claim", "on this run"))
     notes = [n for n in fit.get("statements") or [] if isinstance(n, str)]
     if notes:
         out += "<ul>" + "".join(f"<li>{html_text(n)}</li>" for n in notes) + "</ul>"

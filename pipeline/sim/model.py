@@ -1,6 +1,6 @@
 """Iteration-time and noise models used by the simulator.
 
-The iteration-time model is the memory-bound model of the seed document (SPEC §6)::
+The iteration-time model is the memory-bound model (docs/model-and-attribution.md)::
 
     base_ms      = t0_ms + a_ms_per_ctx * context_tokens
                          + b_ms_per_prefill * prefill_tokens

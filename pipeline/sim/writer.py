@@ -1,4 +1,4 @@
-"""Write a :class:`SimResult` as a canonical trace (SPEC §2) and a ground-truth file.
+"""Write a :class:`SimResult` as a canonical trace (docs/canonical-format.md) and a ground-truth file.
 
 The trace is JSON Lines: one ``run`` record, then one ``iteration`` record per
 step, then one ``request`` record per request. Rows are serialised by Polars

@@ -2,7 +2,7 @@
 -- grain:   one row per (run_id, req_id) of an ok request of the fitted run
 -- inputs:  request_latency, fit_step_sums, tokens
 -- params:  $run_id, $tol_s
--- purpose: each request's latency split over its life into the model's parts (SPEC §7),
+-- purpose: each request's latency split over its life into the model's parts (docs/model-and-attribution.md, section 5),
 --   materialised by pipeline/fit after iteration_fit. No per-request loop: every
 --   interval is priced with as-of joins against running sums over the steps.
 --   fit_step_sums (registered by pipeline/fit/sql.py from queries/fit/step_parts.sql):

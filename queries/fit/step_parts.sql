@@ -2,7 +2,7 @@
 -- grain:   one row per (run_id, iter) of the fitted run with an end time and a span
 -- inputs:  iteration_fit
 -- params:  $run_id
--- purpose: every step's span split into the parts request attribution prices (SPEC §7):
+-- purpose: every step's span split into the parts request attribution prices (docs/model-and-attribution.md, section 5):
 --   base_ms = decode_baseline_ms, pf_ms = prefill_ms_part,
 --   ux_ms   = residual_ms + host_gap_ms (unexplained), ua_ms = span_ms when the step has
 --   no prediction (unattributed); base + pf + ux + ua = span_ms.

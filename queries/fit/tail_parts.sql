@@ -2,7 +2,7 @@
 -- grain:   one row per part of the chosen metric
 -- inputs:  request_attribution
 -- params:  $run_id, $metric, $t_from, $t_to
--- purpose: which parts grow in the tail (SPEC §7), over requests arriving in [$t_from, $t_to]:
+-- purpose: which parts grow in the tail (docs/model-and-attribution.md, section 6), over requests arriving in [$t_from, $t_to]:
 --   growth_ms = mean part in the >= p99 group - mean part in the p40..p60 group
 --   share     = growth_ms / sum(growth_ms)  (shares sum to 1; a part that shrinks is negative)
 --   metric ttft: waiting_hol, waiting_capacity, own_prefill, unexplained, unattributed (ms)

@@ -61,8 +61,10 @@ def test_pass_and_fail_files_exit_codes_and_junit(tiny_run, tmp_path, capsys):
     code, out, _ = cli(capsys, "audit", "aud", "--slo", str(ok_file), "--db", str(db), "--junit", str(tmp_path / "ok.xml"))
     assert code == 0, out
     assert junit_counts(tmp_path / "ok.xml") == (4, 0, 0, [])
-    code, out, _ = cli(capsys, "audit", "aud", "--slo", str(bad_file), "--db", str(db), "--junit", str(tmp_path / "bad.xml"))
+    code, out, err = cli(capsys, "audit", "aud", "--slo", str(bad_file), "--db", str(db), "--junit", str(tmp_path / "bad.xml"))
     assert code == 1
+    # the one error path (CheckFailed), not a bare exit: stderr names what failed
+    assert err == "Error: run aud: 2 SLO(s) violated: ttft_ms.p99 <= 100, goodput attainment >= 0.9\n"
     n, failed, errors, names = junit_counts(tmp_path / "bad.xml")
     assert (n, failed, errors) == (4, 2, 0)
     assert names == ["ttft_ms.p99 <= 100", "goodput attainment >= 0.9"]
@@ -89,9 +91,10 @@ def test_unevaluable_slo_is_exit_2(make_store, db_path, tmp_path, capsys):
     make_store("notokens", reqs).close()
     f = tmp_path / "itl.toml"
     f.write_text("[slo]\nitl_ms.p99 = 50\nttft_ms.p50 = 1000\n")
-    code, out, _ = cli(capsys, "audit", "notokens", "--slo", str(f), "--db", str(db_path), "--junit",
-                       str(tmp_path / "j.xml"))
+    code, out, err = cli(capsys, "audit", "notokens", "--slo", str(f), "--db", str(db_path), "--junit",
+                         str(tmp_path / "j.xml"))
     assert code == 2 and "no token times" in out
+    assert err == "Error: run notokens: the run's data cannot evaluate 1 SLO(s): itl_ms.p99 <= 50\n"
     assert junit_counts(tmp_path / "j.xml")[:3] == (2, 0, 1)
 
 

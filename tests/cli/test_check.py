@@ -53,3 +53,20 @@ def test_a_broken_store_is_named_and_exits_1(tmp_path):
     assert out.exit_code == 1
     broken = {r["name"] for r in json.loads(out.output.split("\nError:")[0]) if r["violations"]}
     assert broken == {"ttft_is_queue_plus_prefill", "token_times_in_order"}
+
+
+def test_attribution_parts_that_do_not_add_up_are_named(tmp_path):
+    """attribution_sums: one part of one request moved by 1 ms breaks its TTFT sum (and so its E2E sum)."""
+    _, con = _store(tmp_path)
+    req, ttft, parts = con.execute(
+        "select req_id, ttft_ms, waiting_hol_ms + waiting_capacity_ms + own_prefill_ms + unexplained_ttft_ms "
+        "+ unattributed_ttft_ms from request_attribution where run_id = 'cpu' order by req_id limit 1").fetchall()[0]
+    assert abs(parts - ttft) <= 1e-6 * max(abs(ttft), 1)  # holds before (independently summed here)
+    con.execute("update request_attribution set own_prefill_ms = own_prefill_ms + 1 where run_id = 'cpu' "
+                "and req_id = ?", [req])
+    res = {r.name: r for r in run_checks(con, "cpu")}
+    assert res["attribution_sums"].violations == 1
+    (ex,) = res["attribution_sums"].examples
+    assert ex["req_id"] == req and ex["problem"] == "attribution parts do not add up to ttft_ms"
+    assert all(r.violations == 0 for n, r in res.items() if n != "attribution_sums")
+

@@ -6,6 +6,8 @@ import importlib
 import re
 from pathlib import Path
 
+import click
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -47,3 +49,26 @@ def test_every_format_has_a_fixture_and_a_docs_row():
         assert f"`{name}`" in formats_doc, f"docs/formats.md has no row for {name}"
         if name != "parquet":  # made on the fly by tests/ingest (a binary fixture would only duplicate jsonl's)
             assert found.get(name), f"no fixture under fixtures/ is detected as {name}"
+
+
+def test_no_reference_to_a_spec_outside_the_repository():
+    """Code, queries and docs point readers to docs/, not to a specification the repository
+    does not hold (``SPEC §4``), and user-facing text says "iteration-time claims", not "the seed
+    document" nobody can open."""
+    from pipeline.cli import cli
+
+    pattern = re.compile(r"SPEC\s*§|\bSPEC\b (?:summary|section)|notes/anchors|seed (?:document|claims)", re.I)
+    offenders = []
+    for folder, globs in (("pipeline", ("*.py", "*.toml")), ("docs", ("*.md",)), ("queries", ("*.sql",))):
+        for g in globs:
+            for path in sorted((ROOT / folder).rglob(g)):
+                for no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                    if pattern.search(line):
+                        offenders.append(f"{path.relative_to(ROOT)}:{no}: {line.strip()}")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    offenders += [f"README.md: {m.group(0)}" for m in pattern.finditer(readme)]
+    with click.Context(cli, info_name="tracelat") as ctx:
+        offenders += [f"tracelat --help: {m.group(0)}" for m in pattern.finditer(cli.get_help(ctx))]
+    assert not offenders, "\n".join(offenders)
+    # the test can fail: the pattern finds what it must
+    assert pattern.search("the store rules of SPEC §4") and pattern.search("seed claims, checked")

@@ -6,6 +6,7 @@ import json
 import math
 
 import numpy as np
+import polars as pl
 import pytest
 
 from pipeline import store
@@ -218,3 +219,45 @@ def test_step_sums_are_running_sums_of_the_step_parts(incident_run):
         assert got[f"n_{p}"][-1] is None
     parts_sum = sum(got[f"c_{p}"].to_numpy() for p in ("base", "pf", "ux", "ua"))
     np.testing.assert_allclose(got["c_span"].to_numpy(), parts_sum, rtol=1e-9)
+
+
+def test_invariant_checks_hold_on_simulated_runs(incident_run, kv_run_no_tokens):
+    """`tracelat check`'s queries on runs that are right by construction: TTFT = queue + prefill and
+    the attribution's parts summing to each latency hold on every request, none is skipped."""
+    from pipeline.check import run_checks
+
+    for run in (incident_run, kv_run_no_tokens):
+        res = {r.name: r for r in run_checks(run.con, run.run_id)}
+        assert {"ttft_is_queue_plus_prefill", "attribution_sums"} <= set(res)
+        assert all(r.skipped is None and r.violations == 0 for r in res.values()), res
+        n = run.con.execute("select count(*) from request_attribution where run_id = ?", [run.run_id]).fetchall()[0][0]
+        assert n > 100  # the sums were checked on many requests, not on none
+
+
+def test_stall_stats_and_top_spikes_against_numpy(incident_run):
+    """queries/fit/stall_stats.sql and top_spikes.sql recomputed from iteration_fit's rows with numpy."""
+    from pipeline.fit import stalls
+
+    con, run = incident_run.con, incident_run.run_id
+    it = con.sql("select iter, iteration_ms, predicted_ms, decode_baseline_ms, residual_ms, is_spike, is_stall, "
+                 "spike_cause, t_end from iteration_fit where run_id = ?", params=[run]).pl()
+    stall = it["is_stall"].fill_null(False).to_numpy()
+    r = it["residual_ms"].to_numpy()[stall].astype(float)
+    got = stalls.stats(con, run, 2.0)
+    assert stall.sum() > 5 and got["stall_ms"]["count"] == stall.sum()
+    assert got["stall_rate"] == pytest.approx(stall.sum() / it["predicted_ms"].is_not_null().sum())
+    for key, q in (("p50", 50), ("p90", 90), ("p99", 99)):
+        assert got["stall_ms"][key] == pytest.approx(np.percentile(r, q), rel=1e-12)
+    assert got["stall_ms"]["max"] == r.max() and got["stall_ms"]["total"] == pytest.approx(r.sum(), rel=1e-12)
+    pred = it["predicted_ms"].drop_nulls().to_numpy()
+    assert got["detection_limit_ms"]["median_step"] == pytest.approx(2.0 * np.percentile(pred, 50), rel=1e-12)
+    causes = it.filter(pl.col("is_spike").fill_null(False))["spike_cause"].value_counts()
+    assert got["spikes"]["count"] == int(causes["count"].sum())
+    for cause, n in causes.iter_rows():
+        assert got["spikes"][cause] == n
+    top = stalls.top_spikes(con, run, limit=5)
+    spikes = it.filter(pl.col("is_spike").fill_null(False)).with_columns(
+        excess_ms=pl.col("iteration_ms") - pl.col("decode_baseline_ms")).sort(["excess_ms", "iter"],
+                                                                             descending=[True, False])
+    assert [t["iter"] for t in top] == spikes["iter"].head(5).to_list()
+    assert top[0]["t_offset_s"] == pytest.approx(spikes["t_end"][0] - it["t_end"].min())

@@ -49,7 +49,7 @@ def test_fit_json_and_text(small_db):
     assert [c["holds"] for c in d["claims"]][0] is True
     r = run("fit", "small", "--db", db, "--gpu", "cpu:50", "--bootstrap", "20")
     assert r.returncode == 0, r.stderr
-    assert "GPU cpu x1" in r.stdout and "of peak 50 GB/s" in r.stdout and "seed claims" in r.stdout
+    assert "GPU cpu x1" in r.stdout and "of peak 50 GB/s" in r.stdout and "iteration-time claims" in r.stdout
     lim = d["stall_detection_limit_ms"]
     assert f"stalls shorter than {lim['median_step']:.3g} ms on a median step" in r.stdout
 

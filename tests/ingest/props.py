@@ -33,7 +33,7 @@ def non_finite(con) -> dict[str, int]:
                 out[f"{table}.{column}"] = n
             continue
         col = quote_ident(column)
-        cond = f"list_bool_or(list_transform({col}, x -> not isfinite(x)))" if is_list else f"not isfinite({col})"
+        cond = f"list_bool_or(list_transform({col}, lambda x: not isfinite(x)))" if is_list else f"not isfinite({col})"
         n = con.execute(f"select count(*) from {quote_ident(table)} where {cond}").fetchall()[0][0]
         if n:
             out[f"{table}.{column}"] = n

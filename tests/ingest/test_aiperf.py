@@ -40,7 +40,7 @@ def test_realdata_latencies(con, realdata, run):
     (res,) = load(con, path)
     assert (res.format, res.accepted, res.rejected) == ("aiperf", 10, 0)
     want = independent(path)
-    # our TPOT is AIPerf's "inter_token_latency" (notes/anchors.md §10)
+    # our TPOT is AIPerf's "inter_token_latency" (docs/metrics.md, "Other tools' names")
     np.testing.assert_allclose(want["tpot_ms"], want["aiperf_itl"], rtol=1e-9)
     for metric in ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms"):
         v = want[metric]

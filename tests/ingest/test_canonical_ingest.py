@@ -1,4 +1,4 @@
-"""Canonical ingest: the store rules of SPEC §4 and every bad input of the foundation issue."""
+"""Canonical ingest: the ingest rules of docs/canonical-format.md and every bad input of the foundation issue."""
 
 from __future__ import annotations
 

@@ -87,10 +87,11 @@ def test_nights_history_json_rerun_and_failures(nights, tmp_path, capsys):
     tight = tmp_path / "tight.toml"
     tight.write_text(FAIL_SLO)
     junit = tmp_path / "junit.xml"
-    code, stdout, _ = cli(capsys, *base[:-3], "--slo", str(tight), "--json", "--junit", str(junit), str(nights[3]),
-                          "--label", "date=2026-11-04")
+    code, stdout, err = cli(capsys, *base[:-3], "--slo", str(tight), "--json", "--junit", str(junit), str(nights[3]),
+                            "--label", "date=2026-11-04")
     res = json.loads(stdout)
     assert code == 1 and res["slo"]["passed"] is False and res["slo"]["failed"] == ["tpot_ms.p50 <= 0.001"]
+    assert err.startswith(f"Error: night {res['run_id']}: SLO fail")
     root = ET.parse(junit).getroot()
     audit_suite, cp_suite = root.findall("testsuite")
     assert int(audit_suite.get("failures")) == 1 and int(root.get("failures")) == 1

@@ -32,7 +32,7 @@ def validation(steady_db):
 @pytest.mark.parametrize("metric", ["ttft_ms", "tpot_ms"])
 @pytest.mark.parametrize("stat,tolerance", [("p50", 0.05), ("p99", 0.10)])
 def test_replay_with_true_policy_reproduces_the_run(validation, metric, stat, tolerance):
-    """SPEC §8 acceptance: p50 within 5 %, p99 within 10 %, in the mean and in every seed."""
+    """Replay acceptance (docs/replay.md, "How well it works"): p50 within 5 %, p99 within 10 %, in the mean and in every seed."""
     row = next(r for r in validation.rows() if r["metric"] == metric and r["stat"] == stat)
     per_seed = np.array([s[metric][stat] for s in validation.replays])
     errors = per_seed / row["observed"] - 1
@@ -136,7 +136,7 @@ def test_calibration_report(validation):
         expect = "over" if (per_seed > 0).all() else "under" if (per_seed < 0).all() else "mixed"
         assert r["bias"] == expect
         assert r["within_tol"] == (abs(per_seed.mean()) <= 0.10)
-    # the simulated run replayed with its true model and policy: TPOT and E2E are trusted (SPEC §8 holds)
+    # the simulated run replayed with its true model and policy: TPOT and E2E are trusted (the acceptance of docs/replay.md holds)
     assert {"tpot_ms", "e2e_ms"} <= set(rep["trusted"])
     for m in rep["trusted"]:
         assert all(abs(r["rel_error"]) <= 0.10 for r in rep["rows"] if r["metric"] == m)

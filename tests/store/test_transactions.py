@@ -11,6 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from pipeline import ingest, store
@@ -95,3 +96,49 @@ def test_locked_database_is_a_clear_error(tmp_path):
     con = store.connect(db)  # intact and usable once the writer is gone
     assert con.execute("select count(*) from ingests").fetchall() == [(0,)]
     con.close()
+
+
+def _disk_full(c):  # what DuckDB does when the disk is full: the failed commit ends the transaction
+    c.execute("rollback")
+    raise duckdb.IOException('IO Error: Could not write file "x.wal": No space left on device')
+
+
+def test_transaction_commits_rolls_back_and_keeps_a_failed_commits_cause(tmp_path, monkeypatch):
+    con = store.connect(tmp_path / "t.duckdb")
+    con.execute("create table t (x int)")
+    with store.transaction(con):
+        con.execute("insert into t values (1)")
+    with pytest.raises(KeyError):  # not a database error: propagates unchanged, the rows go
+        with store.transaction(con, lambda exc, state: StoreError("unused")):
+            con.execute("insert into t values (2)")
+            raise KeyError("x")
+    with pytest.raises(StoreError, match=r"(?s)^wrapped: .*syntax error.*; nothing of it was stored"):
+        with store.transaction(con, lambda exc, state: StoreError(f"wrapped: {exc}; {state}")):
+            con.execute("insert into t values (3)")
+            con.execute("selec 1")
+    monkeypatch.setattr(store, "commit", _disk_full)
+    with pytest.raises(StoreError) as err:
+        with store.transaction(con, lambda exc, state: StoreError(f"{exc}; {state}")):
+            con.execute("insert into t values (4)")
+    assert "No space left on device" in str(err.value) and "no transaction is active" not in str(err.value)
+    monkeypatch.undo()
+    assert con.execute("select list(x order by x) from t").fetchall()[0][0] == [1]
+    with store.transaction(con):  # usable again: no transaction left open
+        con.execute("insert into t values (5)")
+    assert con.execute("select count(*) from t").fetchall()[0][0] == 2
+
+
+def test_nightly_record_reports_a_failed_commits_cause(tmp_path, monkeypatch):
+    """The nightly history's transaction used a bare ROLLBACK that hid the cause behind
+    "no transaction is active"; it now goes through store.transaction."""
+    from pipeline.nightly.history import History, Night
+    from pipeline.nightly.stats import Stat
+
+    hist = History(tmp_path / "h")
+    monkeypatch.setattr(store, "commit", _disk_full)
+    with pytest.raises(duckdb.IOException, match="No space left on device"):
+        hist.record(Night(0, "r1", "2026-11-01"), [Stat("ttft_ms.p50", 1.0)])
+    monkeypatch.undo()
+    assert hist.con.execute("select count(*) from nightly_runs").fetchall()[0][0] == 0
+    assert hist.record(Night(0, "r1", "2026-11-01"), [Stat("ttft_ms.p50", 1.0)]).seq == 1
+    hist.close()

@@ -21,6 +21,9 @@ estimated) and ``meta.context_estimate`` says how; a run whose clocks do not ove
 gets ``context_estimate.skipped`` instead.  This metadata is the run's derived record
 (``load.derive_run_meta``), so it survives a ``--replace`` of any of the run's files;
 when a replace leaves the run without requests, the estimates are removed too.
+
+The SQL is ``queries/ingest/context_candidates.sql`` (which runs qualify) and
+``queries/ingest/context_estimate.sql`` (the estimate per step).
 """
 
 from __future__ import annotations
@@ -29,65 +32,13 @@ import json
 
 import duckdb
 
+from ... import store
 from ...store import scalar
-
-CANDIDATES = """
-select i.run_id,
-  count(*) as n_iter,
-  count(*) filter (i.context_tokens is null) as n_null,
-  count(*) filter (i.t_start >= r.t0 and i.t_end <= r.t1) as n_inside,
-  any_value(r.n_req) as n_req,
-  coalesce(list_contains(try_cast(json_extract(any_value(ru.meta), '$.estimated') as varchar[]), 'context_tokens'), false)
-    as was_estimated
-from iterations i
-join (select run_id, min(t_arrival) as t0, max(t_finish) as t1, count(*) as n_req
-      from requests where t_first_token is not null and t_finish is not null and prompt_tokens is not null
-      group by run_id) r using (run_id)
-left join runs ru using (run_id)
-where i.run_id = any($runs) and i.t_start is not null and i.t_end is not null
-group by i.run_id
-"""
-
-# One row per (step, running request); context held before the step, then summed.
-ESTIMATE = """
-create or replace temp table ctx_est as
-with steps as (
-  select run_id, iter, t_start, (t_start + t_end) / 2 as t_mid
-  from iterations where run_id = $run
-), reqs as (
-  select run_id, req_id, coalesce(t_scheduled, t_arrival) as t_sched, t_first_token, t_finish,
-    prompt_tokens, output_tokens
-  from requests where run_id = $run and t_first_token is not null and t_finish is not null
-    and prompt_tokens is not null
-), active as (
-  select s.iter, s.t_start, s.t_mid, r.*
-  from steps s join reqs r on r.run_id = s.run_id and s.t_mid >= r.t_sched and s.t_mid < r.t_finish
-), emitted as (
-  -- tokens emitted before the step's midpoint: the last token at or before it
-  select a.iter, a.req_id, t.idx + 1 as n_out
-  from active a asof left join tokens t
-    on t.run_id = a.run_id and t.req_id = a.req_id and t.t <= a.t_mid
-  where a.t_mid >= a.t_first_token
-), per_req as (
-  select a.iter,
-    case when a.t_mid < a.t_first_token then
-      a.prompt_tokens * greatest(0.0, least(1.0,
-        (a.t_start - a.t_sched) / nullif(a.t_first_token - a.t_sched, 0)))
-    else a.prompt_tokens + coalesce(e.n_out,
-      1 + greatest(coalesce(a.output_tokens, 1) - 1, 0)
-          * least(1.0, (a.t_mid - a.t_first_token) / nullif(a.t_finish - a.t_first_token, 0)))
-    end as ctx
-  from active a left join emitted e on e.iter = a.iter and e.req_id = a.req_id
-)
-select s.iter, round(coalesce(sum(p.ctx), 0))::bigint as context_tokens, count(p.ctx) as active_reqs
-from steps s left join per_req p on p.iter = s.iter
-group by s.iter
-"""
 
 
 def estimate_context(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
     """POST_INGEST step: fill missing ``context_tokens`` of the touched runs (see module doc)."""
-    rows = con.execute(CANDIDATES, {"runs": run_ids}).fetchall()
+    rows = store.rows(con, "ingest/context_candidates", {"runs": run_ids})
     for run_id, n_iter, n_null, n_inside, n_req, was_estimated in rows:
         if not (n_null or was_estimated):
             continue
@@ -96,7 +47,7 @@ def estimate_context(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None
                 "skipped": f"only {n_inside} of {n_iter} steps lie inside the requests' time span; "
                            "iteration and request clocks differ, so context_tokens stays unknown"})
             continue
-        con.execute(ESTIMATE, {"run": run_id})
+        store.materialise(con, "ingest/context_estimate", {"run": run_id}, table="ctx_est", temp=True)
         cond = "" if was_estimated else "and i.context_tokens is null"
         con.execute(
             f"update iterations i set context_tokens = e.context_tokens from ctx_est e "

@@ -1,0 +1,28 @@
+-- table:   _gaps (a temporary table of the post-ingest alignment)
+-- grain:   one row per request of source $ing in run $run with token times
+-- inputs:  iterations, tokens
+-- params:  $run, $ing
+-- purpose: preemptions inferred from token gaps (pipeline/ingest/align.py): each token
+--   belongs to the step whose end is nearest its time (k = the step's rank by t_end);
+--   dk = k - k of the previous token of the request.
+--   gaps = tokens with dk > 1 (the request sat out a step: preempted), ones = tokens with
+--   dk = 1, n = tokens with a previous one. The caller trusts gaps only when tokens come
+--   one per step (ones >= 0.8 n over the source).
+with s as (
+  select t_end, row_number() over (order by t_end, iter) as k from iterations where run_id = $run
+), tk as (
+  select req_id, idx, t from tokens where run_id = $run and ingest_id = $ing
+), prev as (
+  select tk.req_id, tk.idx, tk.t, s.k as k0, s.t_end as e0 from tk asof left join s on tk.t >= s.t_end
+), j as (
+  -- each token belongs to the step whose end is nearest: a step's tokens reach the client
+  -- in a burst around its end, some just before the time it was given
+  select p.req_id, p.idx, case when n.t_end is not null and (p.e0 is null or n.t_end - p.t < p.t - p.e0)
+                               then n.k else p.k0 end as k
+  from prev p asof left join (select t_end, k from s) n on n.t_end >= p.t
+), g as (
+  select req_id, k - lag(k) over (partition by req_id order by idx) as dk from j
+)
+select req_id, count(*) filter (where dk > 1) as gaps, count(*) filter (where dk = 1) as ones,
+       count(dk) as n
+from g group by req_id
