@@ -94,4 +94,4 @@ select
     q.p99,
     q.n
 from per_part, q
-order by growth_ms desc
+order by growth_ms desc, part  -- part breaks ties: the same input gives the same order (and summary bytes)

@@ -261,3 +261,19 @@ def test_stall_stats_and_top_spikes_against_numpy(incident_run):
                                                                              descending=[True, False])
     assert [t["iter"] for t in top] == spikes["iter"].head(5).to_list()
     assert top[0]["t_offset_s"] == pytest.approx(spikes["t_end"][0] - it["t_end"].min())
+
+
+def test_tail_parts_order_is_total(incident_run):
+    """Parts come ordered by growth, ties by name: several parts often grow by exactly 0 ms, and an
+    order left to the engine made the summary's tail keys change order between identical runs."""
+    from pipeline.fit.attribution import tail_section
+
+    con, run = incident_run.con, incident_run.run_id
+    explain(con, run, "ttft")  # fitted and attributed
+    section = tail_section(con, run)
+    for metric in ("ttft", "tpot", "e2e"):
+        df = store.select(con, "fit/tail_parts", {"run_id": run, "metric": metric, "t_from": -math.inf,
+                                                  "t_to": math.inf})
+        rows = list(zip((-g for g in df["growth_ms"].to_list()), df["part"].to_list()))
+        assert len(rows) > 2 and rows == sorted(rows), metric
+        assert list(section[metric]) == df["part"].to_list()
