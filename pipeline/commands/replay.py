@@ -50,8 +50,9 @@ def _seed_path(out: Path, seed: int, n_seeds: int) -> Path:
 @click.option("--ok-only", is_flag=True, help="Replay only requests that were ok in the recording "
               "(default: failed/aborted ones are replayed as load, not compared).")
 @click.option("--sweep", "sweep_spec", metavar="NAME=V1,V2,...", help=SWEEP_HELP)
-@click.option("--slo", type=click.Path(dir_okay=False), help="SLO file (as for tracelat audit): mark which swept "
-              "settings meet it.")
+@click.option("--slo", type=click.Path(dir_okay=False), help="SLO file (as for tracelat audit): with --sweep, mark "
+              "which swept settings meet it; in a validation replay, set the run's goodput beside the replay's "
+              "(needs [goodput]).")
 @click.option("--chart", type=click.Path(dir_okay=False),
               help="Sweep chart (self-contained HTML). Default: reports/<RUN>/replay-sweep-<NAME>.html.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
@@ -91,9 +92,17 @@ def replay(run_id: str, db: str, lake: Path | None, noise: str, seeds: int, firs
     if do_ingest and lake is not None:
         raise InputError("--ingest writes the replay into a store; with --lake, write it with --out and ingest "
                          "that file with `tracelat ingest FILE --lake DIR`")
-    if (slo or chart) and not sweep_spec:
-        raise InputError("--slo and --chart go with --sweep; for a single replay use --out --ingest and "
-                         "tracelat audit on the replay run")
+    if chart and not sweep_spec:
+        raise InputError("--chart goes with --sweep; for a single replay use --out --ingest and "
+                         "tracelat report on the replay run")
+    goodput_spec = None
+    if slo and not sweep_spec:  # a single replay: goodput observed vs replayed in the calibration
+        from ..slo import load_slo
+
+        goodput_spec = load_slo(slo).goodput
+        if goodput_spec is None:
+            raise InputError(f"{slo}: without --sweep, --slo compares goodput observed vs replayed and needs a "
+                             "[goodput] section")
     overrides = given(Policy, policy_options)  # None: not given (recorded)
     con = open_source(db, lake, [run_id], None if do_ingest else fit_ready(run_id))
     tmp = None  # the scratch folder, once made; removed however the replay ends
@@ -119,7 +128,10 @@ def replay(run_id: str, db: str, lake: Path | None, noise: str, seeds: int, firs
                     written.append(write_replay(result, _seed_path(target, seed, len(seed_list)),
                                                 replay_run_id(cal, seed), cal, seed, con, not no_token_times))
 
-        cmp = compare(con, cal, seed_list, write)
+        cmp = compare(con, cal, seed_list, write, goodput_spec=goodput_spec)
+        if goodput_spec is not None and cmp.goodput_observed is None:
+            cal.notes.append("--slo: goodput is compared in a validation replay of the run's own requests "
+                             "(recorded policy); for what-ifs use --sweep NAME=... --slo")
         cmp.run_ids = [replay_run_id(cal, s) for s in seed_list]
         if do_ingest:
             for p, rid in zip(written, cmp.run_ids):

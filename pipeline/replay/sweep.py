@@ -70,7 +70,7 @@ def parse_sweep(text: str) -> tuple[str, list[Any]]:
     return name, list(dict.fromkeys(values))
 
 
-def _goodput(result: SimResult, ok_rows: np.ndarray, spec, duration_s: float) -> dict[str, Any]:
+def replay_goodput(result: SimResult, ok_rows: np.ndarray, spec, duration_s: float) -> dict[str, Any]:
     """Goodput of one replay over the comparison population (see the module docstring)."""
     pop = np.asarray(ok_rows, bool)[:result.n_requests]
     con = request_latency(result, pop)  # the replay's requests as the store would hold them
@@ -197,7 +197,7 @@ def run_sweep(cal: Calibration, param: str, values: list[Any], seeds: list[int],
 
         def add_goodput(seed: int, result: SimResult, stats: dict[str, Any], c=c) -> None:
             if slo is not None and slo.goodput is not None:
-                stats["goodput"] = _goodput(result, c.recorded_ok, slo.goodput, stats["throughput"]["duration_s"])
+                stats["goodput"] = replay_goodput(result, c.recorded_ok, slo.goodput, stats["throughput"]["duration_s"])
             if progress is not None:
                 progress(v, seed)
 

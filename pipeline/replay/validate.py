@@ -25,6 +25,7 @@ from .stats import replay_stats
 COMPARED_METRICS = LATENCY  # what a client sees: TTFT, TPOT, ITL, E2E
 COMPARED_STATS = ("p50", "p90", "p99")
 THROUGHPUT = ("output_tokens_per_s", "requests_per_s")
+GOODPUT_STATS = ("attainment", "request_goodput_rps", "token_goodput_tps")
 # the calibration report (validation replays): what-ifs move these, so their fidelity is what matters
 CALIBRATION_METRICS = tuple(m for m in COMPARED if BY_NAME[m].kind != "step")  # TTFT, TPOT, ITL, E2E, queueing
 CALIBRATION_STATS = ("mean", "p50", "p90", "p99")
@@ -86,6 +87,9 @@ class Comparison:
     observed: dict[str, Any]
     replays: list[dict[str, Any]]
     run_ids: list[str] = field(default_factory=list)
+    # with an SLO file's [goodput]: the recorded run's goodput over the same population as
+    # the replays' (requests recorded ok), and each replay's under "goodput"
+    goodput_observed: dict[str, Any] | None = None
 
     @property
     def mode(self) -> str:
@@ -93,7 +97,8 @@ class Comparison:
         return "what-if" if cal.policy_changes() or cal.workload_source else "validation"
 
     def _row(self, section: str, stat: str) -> dict[str, Any]:
-        obs = (self.observed.get(section) or {}).get(stat)
+        observed = self.observed if section != "goodput" else {"goodput": self.goodput_observed}
+        obs = (observed.get(section) or {}).get(stat)
         vals = np.array([r[section][stat] for r in self.replays], dtype=float)
         fin = vals[np.isfinite(vals)]
         mean = float(fin.mean()) if len(fin) else None
@@ -152,8 +157,13 @@ class Comparison:
         from .per_request import summarise
 
         per_request = summarise([r["per_request"] for r in self.replays if "per_request" in r])
+        goodput = None
+        if self.goodput_observed is not None and all("goodput" in r for r in self.replays):
+            goodput = [self._row("goodput", st) for st in GOODPUT_STATS]
+            for r in goodput:
+                r["within_tol"] = None if r["rel_error"] is None else abs(r["rel_error"]) <= TRUST_TOL
         return {"tolerance": TRUST_TOL, "rows": rows, "trusted": trusted, "not_trusted": not_trusted,
-                "not_observed": missing, "verdict": verdict, "per_request": per_request}
+                "not_observed": missing, "verdict": verdict, "per_request": per_request, "goodput": goodput}
 
     def to_dict(self) -> dict[str, Any]:
         cal = self.calibration
@@ -233,6 +243,10 @@ class Comparison:
 
             if (pr := format_line(rep["per_request"])) is not None:
                 lines.append(pr)
+            if rep["goodput"]:
+                lines.append("goodput (SLO file, requests recorded ok): " + ", ".join(
+                    f"{r['stat']} {_num(r['observed'])} observed, {_num(r['replay'])} replayed ({_pct(r['rel_error'])})"
+                    for r in rep["goodput"]))
             lines.append(rep["verdict"])
         if self.run_ids:
             lines += ["", "replay runs: " + ", ".join(self.run_ids)]
@@ -252,19 +266,46 @@ def _pct(v: float | None) -> str:
 
 
 def compare(con: duckdb.DuckDBPyConnection, cal: Calibration, seeds: list[int],
-            on_result: OnResult | None = None) -> Comparison:
+            on_result: OnResult | None = None, goodput_spec: Any = None) -> Comparison:
     """Replay ``cal`` once per seed and set the results beside the observed run.
 
     A replay of the run's own requests also compares them one to one (:mod:`.per_request`).
+    With ``goodput_spec`` (an SLO file's ``[goodput]``) a validation replay also sets the
+    recorded run's goodput beside each replay's, both by :func:`pipeline.slo.goodput` over
+    the requests recorded ok (the replays' comparison population), each over its own duration.
     """
     from .per_request import observed_per_request, per_request_errors
 
     obs_req = observed_per_request(con, cal)
+    own_requests = goodput_spec is not None and not cal.policy_changes() and not cal.workload_source
 
     def hook(seed: int, result: SimResult, stats: dict[str, Any]) -> None:
         if obs_req is not None:
             stats["per_request"] = per_request_errors(result, cal, obs_req)
+        if own_requests:
+            from .sweep import replay_goodput
+
+            stats["goodput"] = replay_goodput(result, cal.recorded_ok, goodput_spec, stats["throughput"]["duration_s"])
         if on_result is not None:
             on_result(seed, result, stats)
 
-    return Comparison(cal, list(seeds), observed_stats(con, cal.run_id), replay_seeds(cal, seeds, hook))
+    observed = observed_stats(con, cal.run_id)
+    out = Comparison(cal, list(seeds), observed, replay_seeds(cal, seeds, hook))
+    if own_requests:
+        out.goodput_observed = observed_goodput(con, cal.run_id, goodput_spec, observed["throughput"]["duration_s"])
+    return out
+
+
+def observed_goodput(con: duckdb.DuckDBPyConnection, run_id: str, spec: Any, duration_s: float | None
+                     ) -> dict[str, Any]:
+    """The recorded run's goodput over its ok requests (a replay's population), by the one implementation."""
+    from ..slo import goodput
+
+    scratch = duckdb.connect()
+    try:
+        ok = con.sql("select * from request_latency where run_id = ? and status = 'ok'", params=[run_id]).pl()
+        scratch.register("ok_requests", ok)
+        scratch.execute("create table request_latency as select * from ok_requests")
+        return goodput(scratch, run_id, spec, duration_s)
+    finally:
+        scratch.close()

@@ -22,8 +22,9 @@ from .page import Section, table
 DEFAULT_SEEDS = 3
 
 
-def replay_calibration(con, run_id: str, seeds: int = DEFAULT_SEEDS) -> dict[str, Any]:
-    """Replay ``run_id`` under its recorded policy ``seeds`` times; the calibration report as plain data.
+def replay_calibration(con, run_id: str, seeds: int = DEFAULT_SEEDS, goodput_spec: Any = None) -> dict[str, Any]:
+    """Replay ``run_id`` under its recorded policy ``seeds`` times; the calibration report as plain data
+    (with goodput observed vs replayed when ``goodput_spec``, an SLO file's ``[goodput]``, is given).
 
     ``{"available": False, "reason": ...}`` when the run cannot be replayed (no
     request records, no fittable steps, a policy setting it does not record).
@@ -32,7 +33,7 @@ def replay_calibration(con, run_id: str, seeds: int = DEFAULT_SEEDS) -> dict[str
 
     try:
         cal = calibrate(con, run_id)
-        cmp = compare(con, cal, list(range(seeds)))
+        cmp = compare(con, cal, list(range(seeds)), goodput_spec=goodput_spec)
     except (InputError, StoreError) as exc:
         return {"available": False, "reason": str(exc)}
     rep = cmp.calibration_report()
@@ -73,6 +74,12 @@ def calibration_section(cal: dict[str, Any] | None) -> Section | None:
               for m, v in cal["per_request"].items()]
         body += ("<h3>Request by request (each replayed request against the same recorded one)</h3>"
                  + table(pl.DataFrame(pr, infer_schema_length=None), left=("metric",)))
+    if cal.get("goodput"):
+        gp = [{"goodput": r["stat"], "observed": r["observed"], "replayed": r["replay"], "error": _pct(r["rel_error"]),
+               "within tolerance": r["within_tol"]} for r in cal["goodput"]]
+        body += ("<h3>Goodput under the SLO file (requests recorded ok)</h3>"
+                 + table(pl.DataFrame(gp, schema_overrides={"observed": pl.Float64, "replayed": pl.Float64},
+                                      infer_schema_length=None), left=("goodput",)))
     body += f'<p class="verdict"><strong>{html_text(cal["verdict"])}</strong></p>'
     if cal.get("notes"):
         body += "<ul>" + "".join(f"<li>{html_text(n)}</li>" for n in cal["notes"]) + "</ul>"

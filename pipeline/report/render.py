@@ -284,7 +284,7 @@ def write_report(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: str | Pat
     from ..jsonplain import dumps
 
     s = dict(summary) if summary is not None else run_summary(con, run_id)
-    audit = None
+    audit = spec = None
     if slo is not None:
         from .. import audit as aud
 
@@ -294,7 +294,8 @@ def write_report(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: str | Pat
     if calibrate_seeds:
         from .calibration import replay_calibration
 
-        s["replay_calibration"] = replay_calibration(con, run_id, calibrate_seeds)
+        s["replay_calibration"] = replay_calibration(con, run_id, calibrate_seeds,
+                                                     spec.goodput if spec is not None else None)
     out = Path(out_dir) if out_dir is not None else default_out_dir(run_id)
     out.mkdir(parents=True, exist_ok=True)
     run = s.get("run") or {}

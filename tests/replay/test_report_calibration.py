@@ -58,3 +58,18 @@ def test_a_run_that_cannot_be_replayed_says_why(tmp_path):
     cal = json.loads((tmp_path / "r" / "summary.json").read_text())["replay_calibration"]
     assert cal["available"] is False and "request" in cal["reason"]
     assert "replay calibration not available" in (tmp_path / "r" / "index.html").read_text()
+
+
+def test_report_calibration_with_slo_shows_goodput_as_replay(steady_db, tmp_path):
+    slo = tmp_path / "slo.toml"
+    slo.write_text("[goodput]\nttft_ms = 60\n[slo]\nttft_ms.p99 = 1000\n")
+    code, text = run_captured("report", "steady", "--db", steady_db, "--out", tmp_path / "rep", "--calibrate", "1",
+                              "--slo", slo)
+    assert code == 0, text
+    cal = json.loads((tmp_path / "rep" / "summary.json").read_text())["replay_calibration"]
+    code, text = run_captured("replay", "steady", "--db", steady_db, "--json", "--seeds", "1", "--slo", slo)
+    assert code == 0, text
+    want = json.loads(text)["calibration_report"]["goodput"]
+    assert want and cal["goodput"] == want
+    page = (tmp_path / "rep" / "index.html").read_text()
+    assert "Goodput under the SLO file" in page
