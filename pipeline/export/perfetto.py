@@ -65,7 +65,7 @@ def export(con: duckdb.DuckDBPyConnection, run_id: str, out: Path, max_steps: in
         sampling = f"{max_steps:,}+ steps: every spike and stall, and every {k}th other step"
     step_ev = steps.select(
         ph=pl.lit("X"), pid=pl.lit(1), tid=pl.lit(1), name=pl.lit("step"),
-        ts=_us("t_start", origin), dur=((pl.col("t_end") - pl.col("t_start")) * 1e6).round(3).clip(0),
+        ts=_us("t_start", origin), dur=(pl.col("iteration_ms") * 1e3).round(3).clip(0),  # the registry's step time
         args=pl.struct("iter", "prefill_tokens", "prefill_reqs", "decode_tokens", "decode_reqs", "context_tokens",
                        "predicted_ms", "residual_ms", "spike_cause"))
     stall_ev = steps.filter(pl.col("is_stall").fill_null(False)).select(
