@@ -79,11 +79,11 @@ def test_audit_and_replay_sweep_agree_on_goodput(tmp_path):
     """The same simulated run judged by the audit (ingested) and by a sweep (simulator arrays)."""
     from pipeline import ingest
     from pipeline.audit.measure import goodput as audit_goodput
-    from pipeline.replay.sweep import _goodput as sweep_goodput
+    from pipeline.replay.sweep import replay_goodput as sweep_goodput
     from pipeline.sim import IterationModel, NoiseModel, Policy, poisson_workload, simulate
     from pipeline.sim.writer import write_trace
 
-    policy, model, noise = Policy(16, 256, 4000, True), IterationModel(), NoiseModel(0.05, 0.01, 20.0)
+    policy, model, noise = Policy(max_num_seqs=16, max_num_batched_tokens=256, kv_capacity_tokens=4000, chunked_prefill=True), IterationModel(), NoiseModel(sigma=0.05, stall_rate=0.01, stall_ms_mean=20.0)
     w = poisson_workload(200, 30.0, 200, 0.6, 4, 1.0, seed=7)  # short outputs: many of one token
     res = simulate(w, policy, model, noise, seed=3, t_end_s=5.0)  # cut: some requests never finish
     rq = res.requests

@@ -151,7 +151,8 @@ def test_metric_layer_imports_nothing_above_it(module, allowed):
     assert _internal_imports(REPO / module) <= allowed
 
 
-@pytest.mark.parametrize("module", ["pipeline/compare.py", "pipeline/fleet.py", *sorted(
+# (the fleet runs `audit` itself on each run for --slo: the audit's verdict per run is its contract)
+@pytest.mark.parametrize("module", ["pipeline/compare.py", *sorted(
     p.relative_to(REPO).as_posix() for p in (REPO / "pipeline" / "replay").glob("*.py"))])
-def test_replay_compare_and_fleet_do_not_reach_into_the_audit(module):
+def test_replay_and_compare_do_not_reach_into_the_audit(module):
     assert not {m for m in _internal_imports(REPO / module) if m.startswith("pipeline.audit")}

@@ -15,13 +15,15 @@ from typing import Any
 
 import numpy as np
 
+from ..metrics import LATENCY, REQUEST_METRICS
 from ..sim import SimResult
 from .calibrate import Calibration
 
-PER_REQUEST_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
-
-OBSERVED_SQL = """
-select cast(req_id as varchar) as req_id, ttft_ms, tpot_ms, e2e_ms
+# the client latencies a request has on its own (ITL is per token gap): TTFT, TPOT, E2E
+PER_REQUEST_METRICS = tuple(m for m in LATENCY if m in REQUEST_METRICS)
+# names from the registry only, so safe in the SQL text
+OBSERVED_SQL = f"""
+select cast(req_id as varchar) as req_id, {', '.join(PER_REQUEST_METRICS)}
 from request_latency
 where run_id = $run_id
 """
@@ -41,13 +43,20 @@ def observed_per_request(con, cal: Calibration) -> dict[str, np.ndarray] | None:
 
 
 def replayed_per_request(result: SimResult) -> dict[str, np.ndarray]:
-    """Replayed TTFT/TPOT/E2E (ms) per row (the formulas of ``request_latency``; NaN where not reached)."""
-    rq = result.requests
-    a, f, c = rq["t_arrival"], rq["t_first_token"], rq["t_finish"]
-    out = rq["output_tokens"]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(out > 1, (c - f) * 1000.0 / np.maximum(out - 1, 1), np.nan)
-    return {"ttft_ms": (f - a) * 1000.0, "tpot_ms": tpot, "e2e_ms": (c - a) * 1000.0}
+    """Replayed TTFT/TPOT/E2E (ms) per row, by ``queries/request_latency.sql`` itself; NaN where not reached."""
+    import polars as pl
+
+    from .stats import request_latency
+
+    n = result.n_requests
+    con = request_latency(result, np.ones(n, bool))
+    try:
+        got = con.sql(OBSERVED_SQL, params={"run_id": "replay"}).pl()
+    finally:
+        con.close()
+    rows = pl.DataFrame({"req_id": np.asarray(result.requests["req_id"][:n]).astype(str), "row": np.arange(n)})
+    joined = rows.join(got, on="req_id", how="left").sort("row")
+    return {m: joined[m].cast(pl.Float64).fill_null(float("nan")).to_numpy() for m in PER_REQUEST_METRICS}
 
 
 def per_request_errors(result: SimResult, cal: Calibration, observed: dict[str, np.ndarray]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ import polars as pl
 from .. import __version__
 from .charts import LABELS, spec
 from ..escape import html_text
+from ..metrics import LATENCY
 from .page import Section, card, fmt, page
 
 STATS = ("count", "p50", "p90", "p99", "p999", "mean", "std", "max")
@@ -35,7 +36,7 @@ def _fleet_table(fleet: dict[str, Any]) -> str:
 def _p99_chart(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     rows = [{"run": r["run_id"], "metric": LABELS[m], "p99_ms": r[m]["p99"],
              "flagged": "flagged" if r["outlier"] else "ordinary"}
-            for r in runs for m in ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms") if r[m].get("p99") is not None]
+            for r in runs for m in LATENCY if r[m].get("p99") is not None]
     if not rows:
         return None
     chart = alt.Chart(pl.DataFrame(rows)).mark_tick(thickness=2, size=18).encode(

@@ -1,9 +1,10 @@
 -- table:   iteration_fit
 -- grain:   one row per (run_id, iter) of the fitted run
--- inputs:  iteration_metrics, iterations (extra.is_dummy)
+-- inputs:  iteration_metrics, iterations
 -- params:  $run_id, $t0_ms, $a_ms_per_ctx, $b_ms_per_prefill, $c_ms_per_decode, $log_center, $log_scale, $k
 -- purpose: the memory-bound model's parts of every step (docs/model-and-attribution.md, section 4), materialised by
---   pipeline/fit (not by the derived-table runner: it needs the fitted coefficients).
+--   pipeline/fit (not by the derived-table runner: it needs the fitted coefficients). Data-parallel
+--   dummy steps (iterations.extra.is_dummy) get no prediction: they are not fitted.
 --   decode_baseline_ms = t0 + a*context_tokens + c*decode_tokens   (memory-bound decode)
 --   prefill_ms_part    = b*prefill_tokens
 --   predicted_ms       = decode_baseline_ms + prefill_ms_part

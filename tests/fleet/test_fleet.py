@@ -113,12 +113,12 @@ def test_fleet_slo_junit_and_page(lake, tmp_path):
     code, text = run_captured("fleet", lake / "lake", "--runs", "*o*", "--workers", "1", "--slo", slo, "--json",
                               "--junit", tmp_path / "j.xml", "--out", tmp_path / "page")
     assert code == 1, text
-    out = json.loads(text)
+    out = json.JSONDecoder().raw_decode(text)[0]  # stdout's JSON; the `Error:` line of the failed check follows
     verdicts = {r["run_id"]: r["slo"]["verdict"] for r in out["runs"]}
     assert verdicts == {"hol": "fail", "slowgpu": "pass"}
     for run in ("hol", "slowgpu"):  # the same verdict and checks as `audit`
         a = run_captured("audit", run, "--slo", slo, "--json", "--db", lake / "s.duckdb")[1]
-        assert json.loads(a)["checks"] == next(r for r in out["runs"] if r["run_id"] == run)["slo"]["checks"]
+        assert json.JSONDecoder().raw_decode(a)[0]["checks"] == next(r for r in out["runs"] if r["run_id"] == run)["slo"]["checks"]
     allv = con.execute("select ttft_ms from request_latency where run_id in ('hol', 'slowgpu') and status = 'ok' "
                        "and ttft_ms is not null").fetchnumpy()["ttft_ms"]
     fl = next(c for c in out["slo"]["fleet"]["checks"] if c["name"].startswith("ttft_ms.p99"))

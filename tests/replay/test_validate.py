@@ -116,8 +116,10 @@ def test_cli_errors(tmp_path, steady_db):
                                 "pass --kv-capacity-tokens N to say what the engine used")
     r = run("replay", "nope", "--db", db)
     assert r.returncode == 2 and "run 'nope' is not in the store" in r.stderr
-    r = run("replay", "steady", "--db", str(steady_db), "--slo", "x.toml")
-    assert r.returncode == 2 and "--slo and --chart go with --sweep" in r.stderr
+    r = run("replay", "steady", "--db", str(steady_db), "--chart", "x.html")
+    assert r.returncode == 2 and "--chart goes with --sweep" in r.stderr
+    r = run("replay", "steady", "--db", str(steady_db), "--slo", "x.toml")  # a single replay reads it for goodput
+    assert r.returncode == 2 and "SLO file x.toml does not exist" in r.stderr
     r = run("replay", "steady", "--db", str(steady_db), "--sweep", "max_num_batched_tokens=256", "--out", "x.jsonl")
     assert r.returncode == 2 and "--sweep does not write traces" in r.stderr
     r = run("replay", "steady", "--db", str(steady_db), "--sweep", "block_size=16")
