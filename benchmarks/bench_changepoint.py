@@ -46,19 +46,24 @@ def main() -> None:
     anywhere = 0
     for h in range(n):
         rng = np.random.default_rng(50_000 + h)
-        anywhere += any([bool(detect(100 * np.exp(rng.normal(0, 0.04, NIGHTS)), Settings(seed=s)))
-                         for s in range(stats)])
-    print(f"noise only, {stats} independent statistics: {anywhere} of {n} histories raised one "
-          f"({time.time() - t:.0f} s)")
+        anywhere += any(
+            [bool(detect(100 * np.exp(rng.normal(0, 0.04, NIGHTS)), Settings(seed=s))) for s in range(stats)]
+        )
+    print(
+        f"noise only, {stats} independent statistics: {anywhere} of {n} histories raised one ({time.time() - t:.0f} s)"
+    )
     step = np.where(np.arange(NIGHTS) >= STEP_AT, 1.15, 1.0)
     drift = 1.01 ** np.arange(NIGHTS)
     for sigma in (0.02, 0.04, 0.06, 0.08):
         n = 200 // k
-        hit = sum(any(abs(c.index - STEP_AT) <= 1 for c in detect(noise(i, sigma) * step, Settings(seed=i)))
-                  for i in range(n))
+        hit = sum(
+            any(abs(c.index - STEP_AT) <= 1 for c in detect(noise(i, sigma) * step, Settings(seed=i))) for i in range(n)
+        )
         found = sum(bool(detect(noise(i, sigma) * drift, Settings(seed=i))) for i in range(n))
-        print(f"sigma {sigma:.0%}: 15% step at night 20 found at 20 +/- 1 in {hit} of {n}; "
-              f"1%/night drift found in {found} of {n} ({time.time() - t:.0f} s)")
+        print(
+            f"sigma {sigma:.0%}: 15% step at night 20 found at 20 +/- 1 in {hit} of {n}; "
+            f"1%/night drift found in {found} of {n} ({time.time() - t:.0f} s)"
+        )
     for nights in (30, 90, 180, 365):
         x = noise(nights, 0.04, nights)
         t0 = time.time()
@@ -66,8 +71,10 @@ def main() -> None:
         quiet = time.time() - t0
         t0 = time.time()
         cps = detect(x * np.where(np.arange(nights) >= nights * 2 // 3, 1.15, 1.0))
-        print(f"{nights} nights: one search {quiet:.2f} s quiet, {time.time() - t0:.2f} s with a 15% step "
-              f"(found at {[c.index for c in cps]})")
+        print(
+            f"{nights} nights: one search {quiet:.2f} s quiet, {time.time() - t0:.2f} s with a 15% step "
+            f"(found at {[c.index for c in cps]})"
+        )
 
 
 if __name__ == "__main__":

@@ -39,8 +39,24 @@ def big(iterations: int, work: Path) -> None:
     cli = [sys.executable, "-m", "pipeline"]
     if not pristine.exists():
         t = time.perf_counter()
-        subprocess.run(cli + ["simulate", "--out", str(trace), "--run-id", "bench", "--iterations", str(iterations),
-                              "--seed", "1", "--stall-rate", "0.005"], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            cli
+            + [
+                "simulate",
+                "--out",
+                str(trace),
+                "--run-id",
+                "bench",
+                "--iterations",
+                str(iterations),
+                "--seed",
+                "1",
+                "--stall-rate",
+                "0.005",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         subprocess.run(cli + ["ingest", str(trace), "--db", str(pristine)], check=True, stdout=subprocess.DEVNULL)
         print(f"simulate + ingest (child processes): {time.perf_counter() - t:.1f} s")
     shutil.copyfile(pristine, db)  # every run starts without a stored fit
@@ -74,14 +90,21 @@ def big(iterations: int, work: Path) -> None:
     tr = json.loads(truth.read_text()) if truth.exists() else None
     if tr:
         m = tr["model"]
-        print("truth vs fit: " + ", ".join(
-            f"{k} {getattr(f, k):.6g} [{f.ci[k][0]:.6g} .. {f.ci[k][1]:.6g}] (truth {m[k]:g})"
-            for k in ("t0_ms", "a_ms_per_ctx", "b_ms_per_prefill", "c_ms_per_decode") if getattr(f, k) is not None))
+        print(
+            "truth vs fit: "
+            + ", ".join(
+                f"{k} {getattr(f, k):.6g} [{f.ci[k][0]:.6g} .. {f.ci[k][1]:.6g}] (truth {m[k]:g})"
+                for k in ("t0_ms", "a_ms_per_ctx", "b_ms_per_prefill", "c_ms_per_decode")
+                if getattr(f, k) is not None
+            )
+        )
         injected = {int(s["iter"]) for s in tr.get("stalls", [])} if tr.get("stalls") else set()
         found = stall_iters(con, "bench")
         if injected:
-            print(f"stalls: {len(injected)} injected, {len(found)} found, recall "
-                  f"{len(injected & found) / len(injected):.3f}, false positives {len(found - injected)}")
+            print(
+                f"stalls: {len(injected)} injected, {len(found)} found, recall "
+                f"{len(injected & found) / len(injected):.3f}, false positives {len(found - injected)}"
+            )
     del np
 
 
@@ -103,8 +126,17 @@ def small(o: argparse.Namespace) -> None:
     policy = Policy(max_num_seqs=256, max_num_batched_tokens=4096)
     t = time.perf_counter()
     res = simulate(poisson_workload(o.requests, 40, 800, 0.8, 200, 0.8, seed=1), policy, model, noise, seed=2)
-    trace = write_trace(res, work / "big.jsonl", "big", policy, model, noise, model_name="llama-3.1-8b",
-                        gpu="h100-sxm", with_token_times=not o.no_token_times)
+    trace = write_trace(
+        res,
+        work / "big.jsonl",
+        "big",
+        policy,
+        model,
+        noise,
+        model_name="llama-3.1-8b",
+        gpu="h100-sxm",
+        with_token_times=not o.no_token_times,
+    )
     print(f"simulate + write: {time.perf_counter() - t:.1f} s, {res.n_iterations} steps, {res.n_requests} requests")
     con = store.connect(work / "big.duckdb")
     t = time.perf_counter()
@@ -131,8 +163,10 @@ def small(o: argparse.Namespace) -> None:
     truth = set(np.flatnonzero(it["stall_ms"] > 0).tolist())
     found = {r[0] for r in con.execute("select iter from iteration_fit where is_stall").fetchall()}
     print("relative errors: " + ", ".join(f"{k} {v:+.4f}" for k, v in err.items()))
-    print(f"stalls: {len(truth)} injected, {len(found)} found, recall {len(truth & found) / max(len(truth), 1):.3f}, "
-          f"false positives {len(found - truth)}")
+    print(
+        f"stalls: {len(truth)} injected, {len(found)} found, recall {len(truth & found) / max(len(truth), 1):.3f}, "
+        f"false positives {len(found - truth)}"
+    )
 
 
 def main() -> None:

@@ -42,21 +42,39 @@ def simulate_one(args: tuple[str, int, int]) -> str:
     out, i, steps = args
     slow = i == 1  # half the bandwidth: the KV read costs twice as much
     burst = i == 2
-    spec = WorkloadSpec(rate_rps=6.0, prompt_mean=400, output_mean=120,
-                        burst_at_s=60.0 if burst else None, burst_count=12 if burst else 0,
-                        burst_prompt_tokens=16000, burst_output_tokens=16)
-    run_simulation(out, truth=False, run_id=f"replica-{i:03d}", spec=spec,
-                   policy=Policy(max_num_seqs=16, max_num_batched_tokens=2048, kv_capacity_tokens=200_000),
-                   model=IterationModel(6.8, 0.00025 * (2.0 if slow else 1.0), 0.032, 0.0),
-                   noise=NoiseModel(0.03, 0.0005, 40.0), seed=100 + i, iterations=steps,
-                   model_name="meta-llama/Llama-3.1-8B", gpu="H100-SXM")
+    spec = WorkloadSpec(
+        rate_rps=6.0,
+        prompt_mean=400,
+        output_mean=120,
+        burst_at_s=60.0 if burst else None,
+        burst_count=12 if burst else 0,
+        burst_prompt_tokens=16000,
+        burst_output_tokens=16,
+    )
+    run_simulation(
+        out,
+        truth=False,
+        run_id=f"replica-{i:03d}",
+        spec=spec,
+        policy=Policy(max_num_seqs=16, max_num_batched_tokens=2048, kv_capacity_tokens=200_000),
+        model=IterationModel(6.8, 0.00025 * (2.0 if slow else 1.0), 0.032, 0.0),
+        noise=NoiseModel(0.03, 0.0005, 40.0),
+        seed=100 + i,
+        iterations=steps,
+        model_name="meta-llama/Llama-3.1-8B",
+        gpu="H100-SXM",
+    )
     return out
 
 
 def cli(*args: object) -> float:
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "pipeline", *map(str, args)], check=True, stdout=subprocess.DEVNULL,
-                   cwd=Path(__file__).resolve().parent.parent)
+    subprocess.run(
+        [sys.executable, "-m", "pipeline", *map(str, args)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     return time.perf_counter() - t
 
 
@@ -89,8 +107,11 @@ def main() -> None:
     traces.mkdir(parents=True, exist_ok=True)
 
     t = time.perf_counter()
-    todo = [(str(traces / f"replica-{i:03d}.jsonl"), i, a.steps) for i in range(a.runs)
-            if not (traces / f"replica-{i:03d}.jsonl").exists()]
+    todo = [
+        (str(traces / f"replica-{i:03d}.jsonl"), i, a.steps)
+        for i in range(a.runs)
+        if not (traces / f"replica-{i:03d}.jsonl").exists()
+    ]
     with ProcessPoolExecutor(a.workers) as pool:
         list(pool.map(simulate_one, todo))
     size = sum(p.stat().st_size for p in traces.iterdir()) / 2**20
@@ -100,8 +121,10 @@ def main() -> None:
     db.unlink(missing_ok=True)
     t_lake = cli("ingest", traces, "--lake", lake)
     lake_mib = sum(p.stat().st_size for p in lake.rglob("*.parquet")) / 2**20
-    print(f"ingest --lake: {t_lake:.1f} s ({t_lake / a.runs:.2f} s per run; lake {lake_mib:,.0f} MiB, "
-          f"{lake_mib / a.runs:.1f} MiB per run)")
+    print(
+        f"ingest --lake: {t_lake:.1f} s ({t_lake / a.runs:.2f} s per run; lake {lake_mib:,.0f} MiB, "
+        f"{lake_mib / a.runs:.1f} MiB per run)"
+    )
     t_db = cli("ingest", traces, "--db", db)
     print(f"ingest --db:   {t_db:.1f} s")
 
@@ -124,9 +147,11 @@ def main() -> None:
         wall = time.perf_counter() - t
         results[label] = (wall, out)
         tasks = out["cost"]["task_wall_s_sum"]
-        print(f"fleet on {label} ({out['executor']}): {wall:.1f} s; tasks {tasks:.1f} s in all, "
-              f"{tasks / a.runs:.2f} s mean; task peak RSS {out['cost']['task_peak_rss_mib_max']:,.0f} MiB; "
-              f"speed-up over the sequential loop {t_seq / wall:.2f}x")
+        print(
+            f"fleet on {label} ({out['executor']}): {wall:.1f} s; tasks {tasks:.1f} s in all, "
+            f"{tasks / a.runs:.2f} s mean; task peak RSS {out['cost']['task_peak_rss_mib_max']:,.0f} MiB; "
+            f"speed-up over the sequential loop {t_seq / wall:.2f}x"
+        )
         flagged = {r["run_id"]: r["outlier"] for r in out["runs"] if r["outlier"]}
         print(f"  flagged: {flagged}")
     driver = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -136,8 +161,10 @@ def main() -> None:
     fixed = max(wall - out["cost"]["task_wall_s_sum"] / a.workers, 0.0)
     for cpus in (a.workers, 64):
         waves = math.ceil(a.runs / cpus)
-        print(f"projected on {cpus} CPUs: {waves} wave(s) x {mean_task:.2f} s + {fixed:.1f} s fixed = "
-              f"{waves * mean_task + fixed:.1f} s")
+        print(
+            f"projected on {cpus} CPUs: {waves} wave(s) x {mean_task:.2f} s + {fixed:.1f} s fixed = "
+            f"{waves * mean_task + fixed:.1f} s"
+        )
     if not a.keep and a.work is None:
         shutil.rmtree(work, ignore_errors=True)
 

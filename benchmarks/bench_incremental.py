@@ -49,8 +49,10 @@ def main() -> None:
     t = time.perf_counter()
     store.build_derived(con, force=True)
     t_full = time.perf_counter() - t
-    print(f"small run: ingest {t_ingest:.2f} s; derived tables for the new run {t_inc:.3f} s; "
-          f"full rebuild {t_full:.2f} s ({t_full / t_inc:.0f}x)")
+    print(
+        f"small run: ingest {t_ingest:.2f} s; derived tables for the new run {t_inc:.3f} s; "
+        f"full rebuild {t_full:.2f} s ({t_full / t_inc:.0f}x)"
+    )
 
 
 if __name__ == "__main__":

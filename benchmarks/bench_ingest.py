@@ -131,12 +131,28 @@ def trace_for(work: Path, iterations: int) -> Path:
     if not trace.exists():
         t = time.perf_counter()
         subprocess.run(
-            [sys.executable, "-m", "pipeline", "simulate", "--out", str(trace), "--run-id", "bench",
-             "--iterations", str(iterations), "--seed", "1"],
-            check=True, cwd=REPO, stdout=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "pipeline",
+                "simulate",
+                "--out",
+                str(trace),
+                "--run-id",
+                "bench",
+                "--iterations",
+                str(iterations),
+                "--seed",
+                "1",
+            ],
+            check=True,
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
         )
-        print(f"generated {trace.name} ({trace.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - t:.0f} s",
-              file=sys.stderr)
+        print(
+            f"generated {trace.name} ({trace.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - t:.0f} s",
+            file=sys.stderr,
+        )
     return trace
 
 
@@ -158,19 +174,27 @@ def bench(work: Path, iterations: int) -> dict:
     floor = phases["floor"][0]
     total = sum(phases[p][0] for p in ("ingest", "derived", "summary_core"))
     return {
-        "iterations": summary["iterations"], "requests": summary["requests"], "itl_gaps": summary["itl_ms"]["count"],
+        "iterations": summary["iterations"],
+        "requests": summary["requests"],
+        "itl_gaps": summary["itl_ms"]["count"],
         "file_mib": round(trace.stat().st_size / 2**20, 1),
-        "phases": {name: {"wall_s": round(sec, 2), "peak_rss_mib": round(rss), "ratio_to_floor": round(sec / floor, 2)}
-                   for name, (sec, rss) in phases.items()},
-        "ingest_derived_summary_core": {"wall_s": round(total, 2), "ratio_to_floor": round(total / floor, 2),
-                                        "peak_rss_mib": round(max(phases[p][1] for p in ("ingest", "derived", "summary_core")))},
+        "phases": {
+            name: {"wall_s": round(sec, 2), "peak_rss_mib": round(rss), "ratio_to_floor": round(sec / floor, 2)}
+            for name, (sec, rss) in phases.items()
+        },
+        "ingest_derived_summary_core": {
+            "wall_s": round(total, 2),
+            "ratio_to_floor": round(total / floor, 2),
+            "peak_rss_mib": round(max(phases[p][1] for p in ("ingest", "derived", "summary_core"))),
+        },
     }
 
 
 def table(r: dict) -> str:
-    lines = [f"{r['iterations']:,} iterations, {r['requests']:,} requests, {r['itl_gaps']:,} ITL gaps, "
-             f"{r['file_mib']} MiB",
-             f"  {'phase':<30}{'wall s':>8}{'peak RSS MiB':>14}{'x floor':>9}"]
+    lines = [
+        f"{r['iterations']:,} iterations, {r['requests']:,} requests, {r['itl_gaps']:,} ITL gaps, {r['file_mib']} MiB",
+        f"  {'phase':<30}{'wall s':>8}{'peak RSS MiB':>14}{'x floor':>9}",
+    ]
     rows = [*r["phases"].items(), ("ingest+derived+summary_core", r["ingest_derived_summary_core"])]
     for name, p in rows:
         lines.append(f"  {name:<30}{p['wall_s']:>8.2f}{p['peak_rss_mib']:>14}{p['ratio_to_floor']:>9.2f}")
@@ -179,9 +203,15 @@ def table(r: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--iterations", type=int, default=1_000_000,
-                    help="iterations of the first trace (default 1000000; 100000 runs in a few minutes)")
-    ap.add_argument("--scale", type=int, default=4, help="the second trace is this many times bigger (1: one trace only)")
+    ap.add_argument(
+        "--iterations",
+        type=int,
+        default=1_000_000,
+        help="iterations of the first trace (default 1000000; 100000 runs in a few minutes)",
+    )
+    ap.add_argument(
+        "--scale", type=int, default=4, help="the second trace is this many times bigger (1: one trace only)"
+    )
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--keep", action="store_true", help="keep the generated traces and stores")
     ap.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")

@@ -45,9 +45,17 @@ def main() -> None:
     times: dict[str, float] = {}
 
     t = time.perf_counter()
-    run = run_simulation(trace, truth=False, run_id="recorded", spec=WorkloadSpec(rate_rps=a.rate),
-                         policy=Policy(kv_capacity_tokens=200_000), model=IterationModel(),
-                         noise=NoiseModel(stall_rate=0.001), iterations=a.iterations, with_token_times=False)
+    run = run_simulation(
+        trace,
+        truth=False,
+        run_id="recorded",
+        spec=WorkloadSpec(rate_rps=a.rate),
+        policy=Policy(kv_capacity_tokens=200_000),
+        model=IterationModel(),
+        noise=NoiseModel(stall_rate=0.001),
+        iterations=a.iterations,
+        with_token_times=False,
+    )
     times["simulate + write recorded run"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -82,10 +90,12 @@ def main() -> None:
     replay_s = times["calibrate (fit included)"] + times[f"replay, {a.seeds} seed(s): simulate + stats"]
     print(f"{'calibrate + replay':<36}{replay_s:8.2f} s")
     print(f"peak RSS          {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB")
-    rows = {(r['metric'], r['stat']): r for r in cmp.rows()}
+    rows = {(r["metric"], r["stat"]): r for r in cmp.rows()}
     for key in (("ttft_ms", "p50"), ("ttft_ms", "p99"), ("tpot_ms", "p50"), ("tpot_ms", "p99")):
         r = rows[key]
-        print(f"{key[0]} {key[1]}: observed {r['observed']:.4g}, replay {r['replay']:.4g} ({r['rel_error'] * 100:+.2f}%)")
+        print(
+            f"{key[0]} {key[1]}: observed {r['observed']:.4g}, replay {r['replay']:.4g} ({r['rel_error'] * 100:+.2f}%)"
+        )
     con.close()
     if prof:
         pstats.Stats(prof).sort_stats("cumulative").print_stats(25)

@@ -36,8 +36,15 @@ def main() -> None:
     work = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="bench_report_"))
     work.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
-    sim = run_simulation(work / "big.jsonl", truth=False, run_id="big", iterations=a.iterations,
-                         noise=NoiseModel(stall_rate=0.001), with_token_times=not a.no_token_times, seed=1)
+    sim = run_simulation(
+        work / "big.jsonl",
+        truth=False,
+        run_id="big",
+        iterations=a.iterations,
+        noise=NoiseModel(stall_rate=0.001),
+        with_token_times=not a.no_token_times,
+        seed=1,
+    )
     t_sim = time.perf_counter() - t
     t = time.perf_counter()
     con = store.connect(work / "big.duckdb")

@@ -39,8 +39,9 @@ def main() -> None:
     a = ap.parse_args()
 
     spec = WorkloadSpec(rate_rps=a.rate)
-    policy = Policy(kv_capacity_tokens=a.kv_capacity_tokens, kv_block_size=a.kv_block_size,
-                    admit_full_prompt=a.admit_full_prompt)
+    policy = Policy(
+        kv_capacity_tokens=a.kv_capacity_tokens, kv_block_size=a.kv_block_size, admit_full_prompt=a.admit_full_prompt
+    )
     model, noise = IterationModel(), NoiseModel(stall_rate=a.stall_rate)
     tmp = None
     if a.out is None:
@@ -62,11 +63,15 @@ def main() -> None:
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     ntok = int(r.requests["output_tokens"].sum())
     print(f"iterations        {r.n_iterations:,} (stop: {r.info['stop']})")
-    print(f"requests          {r.n_requests:,} arrived of {len(w):,} generated; "
-          f"{int((r.requests['status'] == 'ok').sum()):,} finished; "
-          f"{int(r.iterations['preempted_reqs'].sum()):,} preemptions; ~{ntok:,} output tokens")
-    print(f"simulated time    {r.iterations['t_end'][-1]:,.1f} s; mean batch "
-          f"{r.iterations['decode_reqs'].mean():.1f} decodes/step")
+    print(
+        f"requests          {r.n_requests:,} arrived of {len(w):,} generated; "
+        f"{int((r.requests['status'] == 'ok').sum()):,} finished; "
+        f"{int(r.iterations['preempted_reqs'].sum()):,} preemptions; ~{ntok:,} output tokens"
+    )
+    print(
+        f"simulated time    {r.iterations['t_end'][-1]:,.1f} s; mean batch "
+        f"{r.iterations['decode_reqs'].mean():.1f} decodes/step"
+    )
     print(f"workload          {t1 - t0:7.2f} s")
     print(f"simulate          {t2 - t1:7.2f} s  ({r.n_iterations / (t2 - t1):,.0f} iterations/s)")
     print(f"write trace       {t3 - t2:7.2f} s  ({size_mb:,.1f} MB, token times {'off' if a.no_token_times else 'on'})")

@@ -33,8 +33,9 @@ from pipeline.ingest import ingest_paths  # noqa: E402
 
 
 def pct(con, run: str, col: str) -> np.ndarray:
-    v = con.execute(f"select {col} from request_latency where run_id = ? and status = 'ok' and {col} is not null",
-                    [run]).fetchnumpy()[col]
+    v = con.execute(
+        f"select {col} from request_latency where run_id = ? and status = 'ok' and {col} is not null", [run]
+    ).fetchnumpy()[col]
     return np.percentile(v, [50, 90, 99])
 
 
@@ -59,8 +60,16 @@ def one(kind: str, seed: int, engine: bool) -> dict:
             truth = write_engine_pair(result, tmp / "server.log", tmp / "profile_export.jsonl")
             files = [tmp / "server.log", tmp / "profile_export.jsonl"]
         else:
-            truth = write_split(result, tmp / "server.jsonl", tmp / "client.jsonl", "split", pol, model, noise,
-                                client_origin_s=600.0 + 7919.0 * seed)
+            truth = write_split(
+                result,
+                tmp / "server.jsonl",
+                tmp / "client.jsonl",
+                "split",
+                pol,
+                model,
+                noise,
+                client_origin_s=600.0 + 7919.0 * seed,
+            )
             files = [tmp / "server.jsonl", tmp / "client.jsonl"]
         con = store.connect(tmp / "b.duckdb")
         ingest_paths(con, [single])
@@ -68,11 +77,16 @@ def one(kind: str, seed: int, engine: bool) -> dict:
         ingest_paths(con, files, run_id="split")
         t_ingest = time.perf_counter() - t0
         store.build_derived(con)
-        src = json.loads(con.execute("select json_extract(meta, '$.clock_alignment.sources[0]') from runs "
-                                     "where run_id = 'split'").fetchone()[0])
+        src = json.loads(
+            con.execute(
+                "select json_extract(meta, '$.clock_alignment.sources[0]') from runs where run_id = 'split'"
+            ).fetchone()[0]
+        )
         med = float(np.median(result.iterations["t_end"] - result.iterations["t_start"]))
-        lat = max(float(np.max(np.abs(pct(con, "split", m) - pct(con, "single", m))))
-                  for m in ("ttft_ms", "tpot_ms", "e2e_ms"))
+        lat = max(
+            float(np.max(np.abs(pct(con, "split", m) - pct(con, "single", m))))
+            for m in ("ttft_ms", "tpot_ms", "e2e_ms")
+        )
         dur = dict(con.execute("select run_id, duration_s from run_summary").fetchall())
         qa, qb = pct(con, "single", "queue_ms"), pct(con, "split", "queue_ms")
         share_diff, top_ok = 0.0, True
@@ -82,11 +96,19 @@ def one(kind: str, seed: int, engine: bool) -> dict:
             top_ok &= ta == tb
             share_diff = max(share_diff, max(abs(sa.get(k, 0.0) - sb.get(k, 0.0)) for k in set(sa) | set(sb)))
         con.close()
-    return {"kind": kind, "seed": seed, "status": src["status"],
-            "offset_err_steps": (src["offset_s"] - truth) / med, "lat_diff_ms": lat,
-            "dur_rel": dur["split"] / dur["single"] - 1, "q50_rel": qb[0] / qa[0] - 1 if qa[0] else float("nan"),
-            "q99_rel": qb[2] / qa[2] - 1 if qa[2] else float("nan"), "share_diff_pts": 100 * share_diff,
-            "top_cause_same": top_ok, "ingest_s": t_ingest}
+    return {
+        "kind": kind,
+        "seed": seed,
+        "status": src["status"],
+        "offset_err_steps": (src["offset_s"] - truth) / med,
+        "lat_diff_ms": lat,
+        "dur_rel": dur["split"] / dur["single"] - 1,
+        "q50_rel": qb[0] / qa[0] - 1 if qa[0] else float("nan"),
+        "q99_rel": qb[2] / qa[2] - 1 if qa[2] else float("nan"),
+        "share_diff_pts": 100 * share_diff,
+        "top_cause_same": top_ok,
+        "ingest_s": t_ingest,
+    }
 
 
 def main() -> None:
@@ -95,14 +117,26 @@ def main() -> None:
     ap.add_argument("--engine", action="store_true", help="vLLM default log + AIPerf export instead of canonical files")
     ap.add_argument("--kinds", default="light,incident,kv")
     args = ap.parse_args()
-    cols = ("kind", "seed", "status", "offset_err_steps", "lat_diff_ms", "dur_rel", "q50_rel", "q99_rel",
-            "share_diff_pts", "top_cause_same", "ingest_s")
+    cols = (
+        "kind",
+        "seed",
+        "status",
+        "offset_err_steps",
+        "lat_diff_ms",
+        "dur_rel",
+        "q50_rel",
+        "q99_rel",
+        "share_diff_pts",
+        "top_cause_same",
+        "ingest_s",
+    )
     print(" ".join(f"{c:>16}" for c in cols))
     for kind in args.kinds.split(","):
         for seed in range(args.seeds):
             r = one(kind, seed + 2, args.engine)
-            print(" ".join(f"{r[c]:>16.4f}" if isinstance(r[c], float) else f"{str(r[c]):>16}" for c in cols),
-                  flush=True)
+            print(
+                " ".join(f"{r[c]:>16.4f}" if isinstance(r[c], float) else f"{str(r[c]):>16}" for c in cols), flush=True
+            )
 
 
 if __name__ == "__main__":

@@ -56,8 +56,12 @@ def one(workload: str, seed: int, k: float, work: Path) -> dict[str, float]:
     prompt, output = WORKLOADS[workload]
     # Llama-3.1-8B on an H100 SXM (3350 GB/s): t0 = weight read at peak + 2 ms, a = KV read at 80% of peak
     kv_bytes, peak = 2 * 32 * 8 * 128 * 2, 3350e9
-    model = IterationModel(t0_ms=8.03e9 * 2 / peak * 1e3 + 2.0, a_ms_per_ctx=kv_bytes / (0.8 * peak) * 1e3,
-                           b_ms_per_prefill=0.032, c_ms_per_decode=0.0)
+    model = IterationModel(
+        t0_ms=8.03e9 * 2 / peak * 1e3 + 2.0,
+        a_ms_per_ctx=kv_bytes / (0.8 * peak) * 1e3,
+        b_ms_per_prefill=0.032,
+        c_ms_per_decode=0.0,
+    )
     noise = NoiseModel(sigma=SIGMA, stall_rate=STALL_RATE, stall_ms_mean=STALL_MEAN_MS)
     policy = Policy(max_num_seqs=128, max_num_batched_tokens=2048)
     res = simulate(poisson_workload(3000, 20, prompt, 0.8, output, 0.8, seed=seed), policy, model, noise, seed=seed + 1)
@@ -67,16 +71,20 @@ def one(workload: str, seed: int, k: float, work: Path) -> dict[str, float]:
     ingest_paths(con, [trace])
     store.build_derived(con)
     f = fit_run(con, run, k=k, n_boot=20)
-    rows = con.execute("select iter, is_stall, predicted_ms from iteration_fit where run_id = ? order by iter",
-                       [run]).fetchnumpy()
+    rows = con.execute(
+        "select iter, is_stall, predicted_ms from iteration_fit where run_id = ? order by iter", [run]
+    ).fetchnumpy()
     con.close()
     it = res.iterations
     assert np.array_equal(rows["iter"], np.arange(len(it["stall_ms"])))
     limit = f.detection_limit_ms(rows["predicted_ms"])
     out = score_stalls(rows["is_stall"], it["stall_ms"], limit)
     y = (it["t_end"] - it["t_start"]) * 1000
-    out.update(steps=len(y), oracle=oracle_recall(y, it["base_ms"], it["stall_ms"] > 0, noise),
-               limit_p50_ms=float(np.median(limit)))
+    out.update(
+        steps=len(y),
+        oracle=oracle_recall(y, it["base_ms"], it["stall_ms"] > 0, noise),
+        limit_p50_ms=float(np.median(limit)),
+    )
     return out
 
 
@@ -89,21 +97,32 @@ def by_size(sizes: list[int], seeds: int, q: float) -> None:
     from pipeline.sim.workload import poisson_workload
 
     kv_bytes, peak = 2 * 32 * 8 * 128 * 2, 3350e9
-    model = IterationModel(t0_ms=8.03e9 * 2 / peak * 1e3 + 2.0, a_ms_per_ctx=kv_bytes / (0.8 * peak) * 1e3,
-                           b_ms_per_prefill=0.032, c_ms_per_decode=0.0)
-    tpl = simulate(poisson_workload(3000, 20, 300, 0.8, 400, 0.8, seed=1),
-                   Policy(max_num_seqs=128, max_num_batched_tokens=2048), model,
-                   NoiseModel(sigma=0.0), seed=1).iterations
-    print(f"{'law':<10}{'steps':>9}{'rate':>7}{'rule':>7}{'stalls':>8}{'flagged':>9}{'false':>7}{'fdr':>7}"
-          f"{'recall':>8}{'rec>lim':>8}{'lim p50 ms':>11}{'df':>6}{'s/fit':>7}")
+    model = IterationModel(
+        t0_ms=8.03e9 * 2 / peak * 1e3 + 2.0,
+        a_ms_per_ctx=kv_bytes / (0.8 * peak) * 1e3,
+        b_ms_per_prefill=0.032,
+        c_ms_per_decode=0.0,
+    )
+    tpl = simulate(
+        poisson_workload(3000, 20, 300, 0.8, 400, 0.8, seed=1),
+        Policy(max_num_seqs=128, max_num_batched_tokens=2048),
+        model,
+        NoiseModel(sigma=0.0),
+        seed=1,
+    ).iterations
+    print(
+        f"{'law':<10}{'steps':>9}{'rate':>7}{'rule':>7}{'stalls':>8}{'flagged':>9}{'false':>7}{'fdr':>7}"
+        f"{'recall':>8}{'rec>lim':>8}{'lim p50 ms':>11}{'df':>6}{'s/fit':>7}"
+    )
     for law in ("lognormal", "t"):
         for n in sizes:
             for rate in (0.0005, 0.005, 0.02):
                 acc = {"fdr": np.zeros(6), "k3.5": np.zeros(6)}
                 dfs, secs = [], 0.0
                 for seed in range(seeds):
-                    st = resampled_steps(tpl, n, model,
-                                         NoiseModel(sigma=SIGMA, stall_rate=rate, stall_ms_mean=60.0, law=law), seed)
+                    st = resampled_steps(
+                        tpl, n, model, NoiseModel(sigma=SIGMA, stall_rate=rate, stall_ms_mean=60.0, law=law), seed
+                    )
                     cols = {c: st[c].astype(float) for c in ("context_tokens", "prefill_tokens", "decode_tokens")}
                     for rule, k in (("fdr", None), ("k3.5", 3.5)):
                         t = time.perf_counter()
@@ -115,15 +134,24 @@ def by_size(sizes: list[int], seeds: int, q: float) -> None:
                         flagged = log_ratio(st["iteration_ms"], yhat) > f.log_center + f.stall_k * f.log_scale
                         limit = yhat * limit_factor(f.log_center, f.stall_k, f.log_scale)
                         big = st["stall_ms"] > limit
-                        acc[rule] += [(st["stall_ms"] > 0).sum(), flagged.sum(), (flagged & (st["stall_ms"] == 0)).sum(),
-                                      (flagged & (st["stall_ms"] > 0)).sum(), big.sum(), (flagged & big).sum()]
+                        acc[rule] += [
+                            (st["stall_ms"] > 0).sum(),
+                            flagged.sum(),
+                            (flagged & (st["stall_ms"] == 0)).sum(),
+                            (flagged & (st["stall_ms"] > 0)).sum(),
+                            big.sum(),
+                            (flagged & big).sum(),
+                        ]
                         acc[rule + "_lim"] = float(np.median(limit))
                 for rule in ("fdr", "k3.5"):
                     stalls, flg, false, found, big, found_big = acc[rule]
-                    print(f"{law:<10}{n:>9}{rate:>7.2%}{rule:>7}{stalls:>8.0f}{flg:>9.0f}{false:>7.0f}"
-                          f"{false / max(flg, 1):>7.1%}{found / stalls:>8.1%}{found_big / max(big, 1):>8.1%}"
-                          f"{acc[rule + '_lim']:>11.3g}"
-                          + (f"{np.median(dfs):>6.3g}{secs / seeds:>7.2f}" if rule == "fdr" else ""), flush=True)
+                    print(
+                        f"{law:<10}{n:>9}{rate:>7.2%}{rule:>7}{stalls:>8.0f}{flg:>9.0f}{false:>7.0f}"
+                        f"{false / max(flg, 1):>7.1%}{found / stalls:>8.1%}{found_big / max(big, 1):>8.1%}"
+                        f"{acc[rule + '_lim']:>11.3g}"
+                        + (f"{np.median(dfs):>6.3g}{secs / seeds:>7.2f}" if rule == "fdr" else ""),
+                        flush=True,
+                    )
 
 
 def main() -> None:

@@ -64,13 +64,33 @@ def write_log(path: Path, steps: int) -> None:
     t = 1796014047.0 + np.cumsum(dur + 1.2) / 1000.0
     prefill = np.where(rng.random(steps) < 0.15, rng.integers(1, 2048, steps), 0)
     dec = rng.integers(1, 64, steps)
-    df = pl.DataFrame({"t": t, "i": np.arange(steps), "pr": (prefill > 0).astype(int), "pt": prefill,
-                       "dr": dec, "dt": dec, "ms": dur.round(2), "kv": rng.uniform(0, 90, steps).round(1)})
+    df = pl.DataFrame(
+        {
+            "t": t,
+            "i": np.arange(steps),
+            "pr": (prefill > 0).astype(int),
+            "pt": prefill,
+            "dr": dec,
+            "dt": dec,
+            "ms": dur.round(2),
+            "kv": rng.uniform(0, 90, steps).round(1),
+        }
+    )
     stamp = pl.from_epoch((pl.col("t") * 1e6).cast(pl.Int64), time_unit="us").dt.strftime("%m-%d %H:%M:%S")
-    text = df.select(pl.format(
-        "INFO {} [loggers.py:199] Engine 000: Iteration({}): {} context requests, {} context tokens, "
-        "{} generation requests, {} generation tokens, iteration elapsed time: {} ms, GPU KV cache usage: {}%",
-        stamp, "i", "pr", "pt", "dr", "dt", "ms", "kv"))
+    text = df.select(
+        pl.format(
+            "INFO {} [loggers.py:199] Engine 000: Iteration({}): {} context requests, {} context tokens, "
+            "{} generation requests, {} generation tokens, iteration elapsed time: {} ms, GPU KV cache usage: {}%",
+            stamp,
+            "i",
+            "pr",
+            "pt",
+            "dr",
+            "dt",
+            "ms",
+            "kv",
+        )
+    )
     head = (ROOT / "fixtures" / "vllm" / "server.log").read_text().split("Iteration(0)")[0].rsplit("\n", 1)[0]
     with open(path, "w") as fh:
         fh.write(head + "\n")

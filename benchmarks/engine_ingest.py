@@ -47,7 +47,9 @@ def main() -> None:
         (res,) = ingest.ingest_paths(con, [log])
         dt = time.perf_counter() - t0
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(f"{n} steps, {size / 1e6:.0f} MB: {dt:.1f} s ({n / dt:,.0f} steps/s), peak RSS {peak:.0f} MiB; {res.line()}")
+        print(
+            f"{n} steps, {size / 1e6:.0f} MB: {dt:.1f} s ({n / dt:,.0f} steps/s), peak RSS {peak:.0f} MiB; {res.line()}"
+        )
 
 
 if __name__ == "__main__":

@@ -35,10 +35,24 @@ DATA = Path(__file__).resolve().parent / "data"
 
 # bytes per element of the dtype names engines log (vLLM, HF torch_dtype, TRT-LLM)
 DTYPE_BYTES = {
-    "float32": 4, "fp32": 4, "float": 4,
-    "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2, "auto": 2,
-    "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "float8_e4m3fn": 1, "float8": 1, "int8": 1,
-    "int4": 0.5, "fp4": 0.5, "nvfp4": 0.5,
+    "float32": 4,
+    "fp32": 4,
+    "float": 4,
+    "bfloat16": 2,
+    "bf16": 2,
+    "float16": 2,
+    "fp16": 2,
+    "half": 2,
+    "auto": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "float8_e4m3fn": 1,
+    "float8": 1,
+    "int8": 1,
+    "int4": 0.5,
+    "fp4": 0.5,
+    "nvfp4": 0.5,
 }
 
 
@@ -112,13 +126,16 @@ class HardwareSpec:
     """
 
     model: str | None = setting(None, "Model name from the catalogue or a HF id (default: the run's model).")
-    config: str | None = setting(None, "A Hugging Face config.json (or its folder) instead of --model.",
-                                 existing="path")
-    gpu: str | None = setting(None, "GPU from the catalogue (h100-sxm, a100-80gb, ..., cpu:GBPS); default: the "
-                                    "run's GPU.")
+    config: str | None = setting(
+        None, "A Hugging Face config.json (or its folder) instead of --model.", existing="path"
+    )
+    gpu: str | None = setting(
+        None, "GPU from the catalogue (h100-sxm, a100-80gb, ..., cpu:GBPS); default: the run's GPU."
+    )
     bandwidth_gbps: float | None = setting(None, "Peak memory bandwidth in GB/s (required for --gpu cpu).")
-    tflops: float | None = setting(None, "Dense peak TFLOP/s, overriding the catalogue (prefill roofline).",
-                                   flag="--peak-tflops")
+    tflops: float | None = setting(
+        None, "Dense peak TFLOP/s, overriding the catalogue (prefill roofline).", flag="--peak-tflops"
+    )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form (all fields, None included)."""
@@ -198,8 +215,18 @@ def find_model(name: str | None) -> ModelSpec | None:
     if hit is None:
         return None
     key, e = hit
-    return ModelSpec(key, e["layers"], e["kv_heads"], e["head_dim"], e["params_b"], e.get("active_params_b"),
-                     e.get("hidden"), e.get("heads"), None, e["source"])
+    return ModelSpec(
+        key,
+        e["layers"],
+        e["kv_heads"],
+        e["head_dim"],
+        e["params_b"],
+        e.get("active_params_b"),
+        e.get("hidden"),
+        e.get("heads"),
+        None,
+        e["source"],
+    )
 
 
 def get_model(name: str) -> ModelSpec:
@@ -252,6 +279,15 @@ def model_from_hf_config(path: str | Path) -> ModelSpec:
     head_dim = int(c.get("head_dim") or hidden // heads)
     total, active = _count_params(c, hidden, heads, kv_heads, head_dim, layers)
     name = c.get("_name_or_path") or p.parent.name or "config"
-    return ModelSpec(str(name), layers, kv_heads, head_dim, round(total, 4),
-                     round(active, 4) if active < total else None, hidden, heads,
-                     c.get("torch_dtype") or c.get("dtype"), f"{p} (parameters computed from shapes)")
+    return ModelSpec(
+        str(name),
+        layers,
+        kv_heads,
+        head_dim,
+        round(total, 4),
+        round(active, 4) if active < total else None,
+        hidden,
+        heads,
+        c.get("torch_dtype") or c.get("dtype"),
+        f"{p} (parameters computed from shapes)",
+    )

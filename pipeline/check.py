@@ -41,22 +41,35 @@ def check_files() -> list[CheckFile]:
     for path in sorted((QUERIES_DIR / "checks").glob("*.sql")):
         text = path.read_text()
         head = dict(re.findall(r"^--\s*(\w+):\s*(.*)$", text, re.M))
-        out.append(CheckFile(head.get("check", path.stem), head.get("purpose", ""),
-                             tuple(x.strip() for x in head.get("inputs", "").split(",") if x.strip()), text))
+        out.append(
+            CheckFile(
+                head.get("check", path.stem),
+                head.get("purpose", ""),
+                tuple(x.strip() for x in head.get("inputs", "").split(",") if x.strip()),
+                text,
+            )
+        )
     return out
 
 
 def run_checks(con: duckdb.DuckDBPyConnection, run_id: str) -> list[CheckResult]:
     # views count: tokens is one (over token_lists), and some derived tables are
-    tables = {r[0] for r in con.execute("select table_name from duckdb_tables() union all "
-                                        "select view_name from duckdb_views() where not internal").fetchall()}
+    tables = {
+        r[0]
+        for r in con.execute(
+            "select table_name from duckdb_tables() union all select view_name from duckdb_views() where not internal"
+        ).fetchall()
+    }
     out = []
     for head in check_files():
         res = CheckResult(head.name, head.purpose)
         missing = [t for t in head.inputs if t not in tables]
         if missing:
-            res.skipped = f"needs {', '.join(missing)} (run `tracelat fit {run_id}` first)" \
-                if "request_attribution" in missing else f"needs {', '.join(missing)}"
+            res.skipped = (
+                f"needs {', '.join(missing)} (run `tracelat fit {run_id}` first)"
+                if "request_attribution" in missing
+                else f"needs {', '.join(missing)}"
+            )
             out.append(res)
             continue
         rel = con.sql(head.sql, params={"run_id": run_id})

@@ -23,21 +23,61 @@ from .terminal import echo
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "ingest": ("pipeline.commands.ingest", "ingest", "Load trace files (any known format) into the store."),
     "runs": ("pipeline.commands.runs", "runs", "List the runs in the store."),
-    "rejects": ("pipeline.commands.rejects", "rejects", "Show the lines ingest rejected, with line numbers and reasons."),
+    "rejects": (
+        "pipeline.commands.rejects",
+        "rejects",
+        "Show the lines ingest rejected, with line numbers and reasons.",
+    ),
     "summary": ("pipeline.commands.summary", "summary", "Latency summary of a run (TTFT, TPOT, ITL, ...)."),
     "simulate": ("pipeline.commands.simulate", "simulate", "Generate a synthetic trace with known ground truth."),
-    "demo": ("pipeline.commands.demo", "demo", "The main job on the bundled incident trace: ingest, summary, HTML report."),
+    "demo": (
+        "pipeline.commands.demo",
+        "demo",
+        "The main job on the bundled incident trace: ingest, summary, HTML report.",
+    ),
     "report": ("pipeline.commands.report", "report", "Offline HTML report, summary.json and summary.md of a run."),
-    "audit": ("pipeline.commands.audit", "audit", "Check a run against SLOs (percentiles, goodput, fluidity); JUnit XML."),
-    "compare": ("pipeline.commands.compare", "compare", "Compare two runs: deltas with bootstrap CIs; flag regressions."),
-    "fit": ("pipeline.commands.fit", "fit", "Fit the memory-bound iteration-time model; stalls; iteration-time claims checked."),
-    "check": ("pipeline.commands.check", "check", "Check a run against the invariants (TTFT = queue + prefill, sums, order)."),
-    "explain": ("pipeline.commands.explain", "explain", "Why is the TTFT/TPOT/E2E tail slow? p99 attribution to causes."),
-    "replay": ("pipeline.commands.replay", "replay", "Replay a run through the simulator: validation, what-if, sweeps."),
+    "audit": (
+        "pipeline.commands.audit",
+        "audit",
+        "Check a run against SLOs (percentiles, goodput, fluidity); JUnit XML.",
+    ),
+    "compare": (
+        "pipeline.commands.compare",
+        "compare",
+        "Compare two runs: deltas with bootstrap CIs; flag regressions.",
+    ),
+    "fit": (
+        "pipeline.commands.fit",
+        "fit",
+        "Fit the memory-bound iteration-time model; stalls; iteration-time claims checked.",
+    ),
+    "check": (
+        "pipeline.commands.check",
+        "check",
+        "Check a run against the invariants (TTFT = queue + prefill, sums, order).",
+    ),
+    "explain": (
+        "pipeline.commands.explain",
+        "explain",
+        "Why is the TTFT/TPOT/E2E tail slow? p99 attribution to causes.",
+    ),
+    "replay": (
+        "pipeline.commands.replay",
+        "replay",
+        "Replay a run through the simulator: validation, what-if, sweeps.",
+    ),
     "export": ("pipeline.commands.export", "export", "Export a run for other tools: a Perfetto/Chrome timeline."),
     "fleet": ("pipeline.commands.fleet", "fleet", "Analyse every run of a Parquet lake: fleet percentiles, outliers."),
-    "record-fpm": ("pipeline.commands.record_fpm", "record_fpm", "Record an engine's ForwardPassMetrics ZMQ stream to JSONL."),
-    "nightly": ("pipeline.commands.nightly", "nightly", "One command per night: history, SLOs, baseline, change points, trend page."),
+    "record-fpm": (
+        "pipeline.commands.record_fpm",
+        "record_fpm",
+        "Record an engine's ForwardPassMetrics ZMQ stream to JSONL.",
+    ),
+    "nightly": (
+        "pipeline.commands.nightly",
+        "nightly",
+        "One command per night: history, SLOs, baseline, change points, trend page.",
+    ),
 }
 
 
@@ -100,8 +140,11 @@ def main(argv: list[str] | None = None) -> None:
         if isinstance(exc.__cause__, EOFError) and not debug:
             # click turns an EOFError into Abort; ours come from a truncated compressed file
             # that some reader did not catch, not from the user: an error, not an interrupt
-            echo(f"Error: unexpected end of data: {one_line(exc.__cause__) or 'a compressed file is truncated'} "
-                 "(run with --debug for the traceback)", err=True)
+            echo(
+                f"Error: unexpected end of data: {one_line(exc.__cause__) or 'a compressed file is truncated'} "
+                "(run with --debug for the traceback)",
+                err=True,
+            )
             sys.exit(2)
         echo("Aborted.", err=True)
         sys.exit(130)
@@ -119,8 +162,11 @@ def main(argv: list[str] | None = None) -> None:
         if debug:
             raise
         where = f" {exc.filename}" if exc.filename else ""
-        echo(f"Error: cannot read or write{where}: {one_line(exc) if exc.strerror is None else exc.strerror} "
-             "(run with --debug for the traceback)", err=True)
+        echo(
+            f"Error: cannot read or write{where}: {one_line(exc) if exc.strerror is None else exc.strerror} "
+            "(run with --debug for the traceback)",
+            err=True,
+        )
         sys.exit(2)
     except Exception as exc:  # an unexpected failure: say so plainly, keep the exit code distinct
         if debug:
@@ -130,8 +176,10 @@ def main(argv: list[str] | None = None) -> None:
         if isinstance(exc, duckdb.Error):
             echo(f"Error: database error: {one_line(exc)} (run with --debug for the traceback)", err=True)
             sys.exit(2)
-        echo(f"Error: internal error: {type(exc).__name__}: {one_line(exc)} (run with --debug for the traceback)",
-             err=True)
+        echo(
+            f"Error: internal error: {type(exc).__name__}: {one_line(exc)} (run with --debug for the traceback)",
+            err=True,
+        )
         sys.exit(3)
 
 

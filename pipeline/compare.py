@@ -87,18 +87,28 @@ class Comparison:
         return 1 if self.regressions else 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"base_run": self.base_run, "cand_run": self.cand_run, "threshold": self.threshold,
-                "confidence": self.confidence, "bootstrap_resamples": self.resamples,
-                "regressed": bool(self.regressions), "exit_code": self.exit_code,
-                "deltas": [asdict(d) for d in self.deltas], "tests": self.tests, "skipped": self.skipped,
-                "warnings": self.warnings}
+        return {
+            "base_run": self.base_run,
+            "cand_run": self.cand_run,
+            "threshold": self.threshold,
+            "confidence": self.confidence,
+            "bootstrap_resamples": self.resamples,
+            "regressed": bool(self.regressions),
+            "exit_code": self.exit_code,
+            "deltas": [asdict(d) for d in self.deltas],
+            "tests": self.tests,
+            "skipped": self.skipped,
+            "warnings": self.warnings,
+        }
 
 
 def values(con: duckdb.DuckDBPyConnection, run_id: str, metric: str) -> np.ndarray:
     """All values of a metric in a run (ok requests / token gaps / steps), sorted."""
     table, where = SOURCES[metric]
-    arr = con.sql(f"select {metric} as v from {table} where run_id = $r and {where} and {metric} is not null "
-                  f"order by {metric}", params={"r": run_id}).fetchnumpy()["v"]
+    arr = con.sql(
+        f"select {metric} as v from {table} where run_id = $r and {where} and {metric} is not null order by {metric}",
+        params={"r": run_id},
+    ).fetchnumpy()["v"]
     return np.asarray(arr, dtype=float)
 
 
@@ -150,8 +160,16 @@ def _verdict(rel: float | None, lo: float | None, hi: float | None, threshold: f
     return "no significant change"
 
 
-def compare_metric(base: np.ndarray, cand: np.ndarray, metric: str, stat: str, threshold: float,
-                   confidence: float, b: int, rng: np.random.Generator) -> Delta:
+def compare_metric(
+    base: np.ndarray,
+    cand: np.ndarray,
+    metric: str,
+    stat: str,
+    threshold: float,
+    confidence: float,
+    b: int,
+    rng: np.random.Generator,
+) -> Delta:
     """Delta, bootstrap CI and verdict of one statistic (arrays sorted)."""
     pb, pc = _point(base, stat), _point(cand, stat)
     rb, rc = _replicates(base, stat, b, rng), _replicates(cand, stat, b, rng)
@@ -177,9 +195,14 @@ def mann_whitney(base: np.ndarray, cand: np.ndarray, rng: np.random.Generator) -
     c = rng.choice(cand, MW_MAX, replace=False) if len(cand) > MW_MAX else cand
     res = mannwhitneyu(c, b, alternative="two-sided", method="asymptotic")
     p = float(res.pvalue)
-    return {"n_base": len(base), "n_cand": len(cand), "u": float(res.statistic),
-            "p_value": p if p == p else 1.0, "prob_cand_greater": float(res.statistic) / (len(b) * len(c)),
-            "subsampled_to": MW_MAX if sub else None}
+    return {
+        "n_base": len(base),
+        "n_cand": len(cand),
+        "u": float(res.statistic),
+        "p_value": p if p == p else 1.0,
+        "prob_cand_greater": float(res.statistic) / (len(b) * len(c)),
+        "subsampled_to": MW_MAX if sub else None,
+    }
 
 
 def _throughput(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, tuple[float, float] | None]:
@@ -200,8 +223,9 @@ def _throughput(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, tuple[
     return {"output_tokens_per_s": tok, "requests_per_s": req}
 
 
-def _throughput_delta(name: str, b: tuple[float, float, str], c: tuple[float, float, str], threshold: float,
-                      confidence: float) -> Delta:
+def _throughput_delta(
+    name: str, b: tuple[float, float, str], c: tuple[float, float, str], threshold: float, confidence: float
+) -> Delta:
     """Throughput: higher is better; normal-approximation CI of the difference."""
     from scipy.stats import norm
 
@@ -216,13 +240,31 @@ def _throughput_delta(name: str, b: tuple[float, float, str], c: tuple[float, fl
         verdict = "regression"
     elif rel is not None and rel > threshold and d - half > 0:
         verdict = "improvement"
-    return Delta("throughput", name, vb, vc, d, rel, d - half, d + half,
-                 None if rel is None else rel - rel_half, None if rel is None else rel + rel_half, verdict)
+    return Delta(
+        "throughput",
+        name,
+        vb,
+        vc,
+        d,
+        rel,
+        d - half,
+        d + half,
+        None if rel is None else rel - rel_half,
+        None if rel is None else rel + rel_half,
+        verdict,
+    )
 
 
-def compare(base_con: duckdb.DuckDBPyConnection, base_run: str, cand_con: duckdb.DuckDBPyConnection,
-            cand_run: str, threshold: float = 0.05, confidence: float = 0.99, resamples: int = 2000,
-            seed: int = 0) -> Comparison:
+def compare(
+    base_con: duckdb.DuckDBPyConnection,
+    base_run: str,
+    cand_con: duckdb.DuckDBPyConnection,
+    cand_run: str,
+    threshold: float = 0.05,
+    confidence: float = 0.99,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> Comparison:
     """Compare ``cand_run`` against ``base_run`` (each in its own store, or the same one)."""
     from . import store
 
@@ -243,7 +285,7 @@ def compare(base_con: duckdb.DuckDBPyConnection, base_run: str, cand_con: duckdb
     tb, tc = _throughput(base_con, base_run), _throughput(cand_con, cand_run)
     for key in tb:
         if tb[key] is not None and tc[key] is not None and tb[key][2] != tc[key][2]:
-            out.skipped[key] = (f"counted from {tb[key][2]} in the baseline and from {tc[key][2]} in the candidate")
+            out.skipped[key] = f"counted from {tb[key][2]} in the baseline and from {tc[key][2]} in the candidate"
             out.one_sided.append(key)
         elif tb[key] is not None and tc[key] is not None:
             out.deltas.append(_throughput_delta(key, tb[key], tc[key], threshold, confidence))
@@ -264,10 +306,14 @@ def _check_overlap(out: Comparison) -> None:
     compared = sorted({d.metric for d in out.deltas})
     if not compared:
         why = "; ".join(f"{m}: {w}" for m, w in out.skipped.items()) or "neither run has requests or steps"
-        raise InputError(f"runs {out.base_run} and {out.cand_run} share no statistic to compare ({why}); "
-                         "compare runs of the same kind (both with requests, or both with steps)")
+        raise InputError(
+            f"runs {out.base_run} and {out.cand_run} share no statistic to compare ({why}); "
+            "compare runs of the same kind (both with requests, or both with steps)"
+        )
     for m, why in one_sided.items():
         out.warnings.append(f"{m} not compared: {why}")
     if len(one_sided) >= len(compared):
-        out.warnings.append(f"only {len(compared)} of {len(compared) + len(one_sided)} metrics could be compared "
-                            f"({', '.join(compared)}): a pass says nothing about the others")
+        out.warnings.append(
+            f"only {len(compared)} of {len(compared) + len(one_sided)} metrics could be compared "
+            f"({', '.join(compared)}): a pass says nothing about the others"
+        )

@@ -31,12 +31,22 @@ import numpy as np
 from . import store
 
 HISTOGRAMS = {  # our metric -> engine families (seconds), first present wins
-    "ttft_ms": ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds",
-                "trtllm_time_to_first_token_seconds"),
-    "itl_ms": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
-               "sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
-    "e2e_ms": ("vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds",
-               "trtllm_e2e_request_latency_seconds"),
+    "ttft_ms": (
+        "vllm:time_to_first_token_seconds",
+        "sglang:time_to_first_token_seconds",
+        "trtllm_time_to_first_token_seconds",
+    ),
+    "itl_ms": (
+        "vllm:inter_token_latency_seconds",
+        "vllm:time_per_output_token_seconds",
+        "sglang:inter_token_latency_seconds",
+        "sglang:time_per_output_token_seconds",
+    ),
+    "e2e_ms": (
+        "vllm:e2e_request_latency_seconds",
+        "sglang:e2e_request_latency_seconds",
+        "trtllm_e2e_request_latency_seconds",
+    ),
     "queue_ms": ("vllm:request_queue_time_seconds", "sglang:queue_time_seconds"),
 }
 GAUGES = {
@@ -47,6 +57,7 @@ GAUGES = {
 COUNTERS = {"preemptions": ("vllm:num_preemptions_total",)}
 READ_BYTES = "vllm:estimated_read_bytes_per_gpu_total"
 QUANTILES = (0.5, 0.9, 0.99)
+
 
 def histogram_quantiles(les: np.ndarray, counts: np.ndarray, qs=QUANTILES) -> dict[str, dict[str, Any]] | None:
     """Quantiles (seconds) from per-bucket increases of a cumulative histogram (``le`` sorted, +Inf last)."""
@@ -62,8 +73,11 @@ def histogram_quantiles(les: np.ndarray, counts: np.ndarray, qs=QUANTILES) -> di
         hi, below = float(les[i]), (0.0 if i == 0 else float(counts[i - 1]))
         key = f"p{int(round(q * 100))}"
         if not np.isfinite(hi):  # in the +Inf bucket: only "more than the largest bound" is known
-            out[key] = {"value_ms": float(finite[-1]) * 1e3 if len(finite) else None, "above_largest_bucket": True,
-                        "bucket_ms": [lo * 1e3, None]}
+            out[key] = {
+                "value_ms": float(finite[-1]) * 1e3 if len(finite) else None,
+                "above_largest_bucket": True,
+                "bucket_ms": [lo * 1e3, None],
+            }
             continue
         frac = (rank - below) / (counts[i] - below) if counts[i] > below else 1.0
         out[key] = {"value_ms": (lo + (hi - lo) * frac) * 1e3, "bucket_ms": [lo * 1e3, hi * 1e3]}
@@ -71,8 +85,10 @@ def histogram_quantiles(les: np.ndarray, counts: np.ndarray, qs=QUANTILES) -> di
 
 
 def _first_family(con, run_id: str, families: tuple[str, ...], kind_filter: str) -> str | None:
-    rows = con.execute(f"select distinct family from metric_samples where run_id = ? and family = any(?) {kind_filter}",
-                       [run_id, list(families)]).fetchall()
+    rows = con.execute(
+        f"select distinct family from metric_samples where run_id = ? and family = any(?) {kind_filter}",
+        [run_id, list(families)],
+    ).fetchall()
     present = {r[0] for r in rows}
     return next((f for f in families if f in present), None)
 
@@ -107,8 +123,10 @@ def section(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
         inc, span = store.rows(con, "engine_metrics/counter_increase", {"run": run_id, "family": READ_BYTES})[0]
         if span:
             out["vllm_estimated_read_gb_per_s"] = inc / span / 1e9
-    out["note"] = ("percentiles from engine histograms: linear inside the bucket holding the rank; the true value "
-                   "can be anywhere in bucket_ms")
+    out["note"] = (
+        "percentiles from engine histograms: linear inside the bucket holding the rank; the true value "
+        "can be anywhere in bucket_ms"
+    )
     return {"engine_metrics": out}
 
 
@@ -124,8 +142,10 @@ def format_lines(s: dict[str, Any]) -> list[str]:
             if not q:
                 continue
             lo, hi = q["bucket_ms"]
-            parts.append(f"{k} {'>' if q.get('above_largest_bucket') else ''}{q['value_ms']:.4g}"
-                         f" (bucket {lo:.4g}..{'inf' if hi is None else f'{hi:.4g}'})")
+            parts.append(
+                f"{k} {'>' if q.get('above_largest_bucket') else ''}{q['value_ms']:.4g}"
+                f" (bucket {lo:.4g}..{'inf' if hi is None else f'{hi:.4g}'})"
+            )
         lines.append(f"  {metric} from {h['family']}: " + ", ".join(parts))
     for name, g in em.get("gauges", {}).items():
         lines.append(f"  {name}: mean {g['mean']:.4g}, max {g['max']:.4g} over {g['scrapes']} scrapes")
@@ -150,5 +170,4 @@ def gauge_series(con: duckdb.DuckDBPyConnection, run_id: str, t0: float | None):
         return None
     origin = t0 if t0 is not None else float(df.get_column("t").min())
     scale = pl.when(pl.col("family").is_in([f for f in fams if fams[f] == "KV usage %"])).then(100.0).otherwise(1.0)
-    return df.select(t_s=pl.col("t") - origin, series=pl.col("family").replace_strict(fams),
-                     value=pl.col("v") * scale)
+    return df.select(t_s=pl.col("t") - origin, series=pl.col("family").replace_strict(fams), value=pl.col("v") * scale)

@@ -48,8 +48,9 @@ SIGNALS = {  # name -> (how to read it from a run record, +1 when higher is wors
 }
 
 
-def run_record(lake: str, run_id: str, alpha: float = ALPHA, slo: Any = None, report_dir: str | None = None
-               ) -> dict[str, Any]:
+def run_record(
+    lake: str, run_id: str, alpha: float = ALPHA, slo: Any = None, report_dir: str | None = None
+) -> dict[str, Any]:
     """One task: a run's summary, fit, sketches, and its SLO audit and report when asked (small, picklable)."""
     from .fit import get_or_fit
     from .lake import open_run
@@ -71,10 +72,13 @@ def run_record(lake: str, run_id: str, alpha: float = ALPHA, slo: Any = None, re
         steps = s.get("iterations") or 0
         tail = s.get("tail") or {}
         rec = {
-            "run_id": run_id, "model": (s.get("run") or {}).get("model"), "requests": s.get("requests"),
+            "run_id": run_id,
+            "model": (s.get("run") or {}).get("model"),
+            "requests": s.get("requests"),
             "iterations": steps,
             **{m: {k: s[m].get(k) for k in ("count", "p50", "p90", "p99", "mean")} for m in HEADLINE},
-            "t0_ms": fit.get("t0_ms"), "effective_bandwidth_gbps": fit.get("effective_bandwidth_gbps"),
+            "t0_ms": fit.get("t0_ms"),
+            "effective_bandwidth_gbps": fit.get("effective_bandwidth_gbps"),
             "stall_rate": (spikes.get("unexplained", 0) / steps) if steps and spikes else None,
             "tail_shares": tail,
             "tail_top": {m: _top(p) for m, p in tail.items()},
@@ -86,10 +90,28 @@ def run_record(lake: str, run_id: str, alpha: float = ALPHA, slo: Any = None, re
             try:
                 rec["slo"] = audit(con, run_id, slo).to_dict()
             except TracelatError as exc:  # as `audit` would exit 2: this run cannot be evaluated
-                rec["slo"] = {"run_id": run_id, "slo_file": slo.path, "verdict": "error", "exit_code": 2,
-                              "checks": [{"section": "run", "name": "data", "observed": None, "op": "", "limit": 0.0,
-                                          "unit": "", "status": "error", "message": str(exc)}],
-                              "failures": 0, "errors": 1, "goodput": None, "fluidity": None}
+                rec["slo"] = {
+                    "run_id": run_id,
+                    "slo_file": slo.path,
+                    "verdict": "error",
+                    "exit_code": 2,
+                    "checks": [
+                        {
+                            "section": "run",
+                            "name": "data",
+                            "observed": None,
+                            "op": "",
+                            "limit": 0.0,
+                            "unit": "",
+                            "status": "error",
+                            "message": str(exc),
+                        }
+                    ],
+                    "failures": 0,
+                    "errors": 1,
+                    "goodput": None,
+                    "fluidity": None,
+                }
         if report_dir is not None:
             from .report import write_report
 
@@ -97,8 +119,10 @@ def run_record(lake: str, run_id: str, alpha: float = ALPHA, slo: Any = None, re
             rec["report"] = str(report_dir)
     finally:
         con.close()
-    rec["cost"] = {"wall_s": time.perf_counter() - t0,
-                   "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    rec["cost"] = {
+        "wall_s": time.perf_counter() - t0,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
     return rec
 
 
@@ -133,8 +157,10 @@ def _map(tasks: list[tuple], ray: str | None, workers: int | None) -> tuple[list
         if ray not in ("local", "auto"):
             from .errors import InputError
 
-            raise InputError(f"--ray {ray}: Ray is not installed here; pip install 'tracelat[ray]' "
-                             "(or --ray local / no --ray for a local process pool)")
+            raise InputError(
+                f"--ray {ray}: Ray is not installed here; pip install 'tracelat[ray]' "
+                "(or --ray local / no --ray for a local process pool)"
+            )
         how = "process pool (Ray is not installed: pip install 'tracelat[ray]')"
     else:
         how = "process pool"
@@ -175,8 +201,15 @@ def report_dir(out: Path, run_id: str) -> Path:
     return Path(out) / "runs" / f"{safe}-{hashlib.sha256(run_id.encode()).hexdigest()[:10]}"
 
 
-def fleet(lake: Path, runs_glob: str | None = None, ray: str | None = None, workers: int | None = None,
-          alpha: float = ALPHA, slo: Any = None, out: Path | None = None) -> dict[str, Any]:
+def fleet(
+    lake: Path,
+    runs_glob: str | None = None,
+    ray: str | None = None,
+    workers: int | None = None,
+    alpha: float = ALPHA,
+    slo: Any = None,
+    out: Path | None = None,
+) -> dict[str, Any]:
     """Per-run records, fleet statistics from merged sketches, the outlier table (and the SLO verdicts)."""
     from .errors import InputError
     from .lake import lake_runs
@@ -184,10 +217,11 @@ def fleet(lake: Path, runs_glob: str | None = None, ray: str | None = None, work
 
     runs = [r for r in lake_runs(lake) if runs_glob is None or fnmatch.fnmatchcase(r, runs_glob)]
     if not runs:
-        raise InputError(f"{lake}: no runs{' matching ' + runs_glob if runs_glob else ''}; "
-                         "write some with `tracelat ingest FILE --lake DIR` or `tracelat export RUN --lake DIR`")
-    tasks = [(str(Path(lake).resolve()), r, alpha, slo, None if out is None else str(report_dir(out, r)))
-             for r in runs]
+        raise InputError(
+            f"{lake}: no runs{' matching ' + runs_glob if runs_glob else ''}; "
+            "write some with `tracelat ingest FILE --lake DIR` or `tracelat export RUN --lake DIR`"
+        )
+    tasks = [(str(Path(lake).resolve()), r, alpha, slo, None if out is None else str(report_dir(out, r))) for r in runs]
     records, how = _map(tasks, ray, workers)
     sketches = [rec.pop("sketches") for rec in records]
     merged = {m: merge([s[m] for s in sketches]) for m in METRICS}
@@ -199,10 +233,17 @@ def fleet(lake: Path, runs_glob: str | None = None, ray: str | None = None, work
         rec["outlier"] = sorted(k for k, v in rz.items() if v > Z_FLAG)
         rec["worst_z"] = float(max(rz.values())) if rz else None
     ranked = sorted(records, key=lambda r: -(r["worst_z"] if r["worst_z"] is not None else -math.inf))
-    result = {"fleet": fleet_stats, "runs": ranked, "sketch_relative_error": alpha, "executor": how,
-              "outlier_rule": f"robust z > {Z_FLAG} in the bad direction (median, 1.4826 MAD over runs)",
-              "cost": {"task_wall_s_sum": sum(r["cost"]["wall_s"] for r in records),
-                       "task_peak_rss_mib_max": max(r["cost"]["peak_rss_mib"] for r in records)}}
+    result = {
+        "fleet": fleet_stats,
+        "runs": ranked,
+        "sketch_relative_error": alpha,
+        "executor": how,
+        "outlier_rule": f"robust z > {Z_FLAG} in the bad direction (median, 1.4826 MAD over runs)",
+        "cost": {
+            "task_wall_s_sum": sum(r["cost"]["wall_s"] for r in records),
+            "task_peak_rss_mib_max": max(r["cost"]["peak_rss_mib"] for r in records),
+        },
+    }
     if slo is not None:
         from .fleet_slo import fleet_audit
 

@@ -33,15 +33,23 @@ def _stat(sk: dict[str, Any], stat: str, alpha: float) -> float | None:
     return stats(sk, alpha).get(stat)
 
 
-def fleet_audit(spec: SloSpec, merged: dict[str, dict[str, Any]], records: list[dict[str, Any]],
-                alpha: float) -> dict[str, Any]:
+def fleet_audit(
+    spec: SloSpec, merged: dict[str, dict[str, Any]], records: list[dict[str, Any]], alpha: float
+) -> dict[str, Any]:
     """Fleet-wide checks, every run's verdict, and the combined exit code."""
     result = AuditResult(FLEET, spec.path)
     for lim in spec.limits:
         sk = merged[lim.metric]
         approx = f" (from the merged sketch, within {alpha:.0%})" if percentile_of(lim.stat) is not None else ""
-        c = _check("slo", f"{lim.name} <= {lim.limit:g}", _stat(sk, lim.stat, alpha) if sk["n"] else None, "<=",
-                   lim.limit, "ms", "no run has values of it")
+        c = _check(
+            "slo",
+            f"{lim.name} <= {lim.limit:g}",
+            _stat(sk, lim.stat, alpha) if sk["n"] else None,
+            "<=",
+            lim.limit,
+            "ms",
+            "no run has values of it",
+        )
         result.checks.append(Check(c.section, c.name, c.observed, c.op, c.limit, c.unit, c.status, c.message + approx))
     not_fleet_wide = []
     if spec.goodput is not None:
@@ -53,19 +61,35 @@ def fleet_audit(spec: SloSpec, merged: dict[str, dict[str, Any]], records: list[
             vals = [g.get(key) for g in per]
             return None if any(v is None for v in vals) or not vals else float(sum(vals))
 
-        result.goodput = {"limits_ms": dict(spec.goodput.limits), "requests": total, "good_requests": good,
-                          "attainment": good / total if total else None,
-                          "request_goodput_rps": total_rate("request_goodput_rps"),
-                          "token_goodput_tps": total_rate("token_goodput_tps"),
-                          "rates": "sums of the runs' rates (replicas serve side by side)"}
+        result.goodput = {
+            "limits_ms": dict(spec.goodput.limits),
+            "requests": total,
+            "good_requests": good,
+            "attainment": good / total if total else None,
+            "request_goodput_rps": total_rate("request_goodput_rps"),
+            "token_goodput_tps": total_rate("token_goodput_tps"),
+            "rates": "sums of the runs' rates (replicas serve side by side)",
+        }
         result.checks.extend(_goodput_checks(result.goodput, spec.goodput))
     if spec.fluidity is not None:
         not_fleet_wide.append("fluidity (a per-request index; checked per run)")
-    runs = [{"run_id": r["run_id"], "verdict": r["slo"]["verdict"], "exit_code": r["slo"]["exit_code"],
-             "failures": r["slo"]["failures"], "errors": r["slo"]["errors"]} for r in records]
+    runs = [
+        {
+            "run_id": r["run_id"],
+            "verdict": r["slo"]["verdict"],
+            "exit_code": r["slo"]["exit_code"],
+            "failures": r["slo"]["failures"],
+            "errors": r["slo"]["errors"],
+        }
+        for r in records
+    ]
     code = max([result.exit_code, *(r["exit_code"] for r in runs)])
-    return {"fleet": result.to_dict() | {"not_fleet_wide": not_fleet_wide}, "runs": runs, "exit_code": code,
-            "verdict": {0: "pass", 1: "fail", 2: "error"}[code]}
+    return {
+        "fleet": result.to_dict() | {"not_fleet_wide": not_fleet_wide},
+        "runs": runs,
+        "exit_code": code,
+        "verdict": {0: "pass", 1: "fail", 2: "error"}[code],
+    }
 
 
 def _result(d: dict[str, Any]) -> AuditResult:

@@ -44,8 +44,10 @@ import duckdb
 from . import store
 
 # ingests with the run(s) whose partition holds them: every run it touched, else its default run
-INGEST_RUNS = ("(select *, unnest(case when len(coalesce(run_ids, [])) > 0 then run_ids "
-                "else [default_run_id] end) as run_id from ingests)")
+INGEST_RUNS = (
+    "(select *, unnest(case when len(coalesce(run_ids, [])) > 0 then run_ids "
+    "else [default_run_id] end) as run_id from ingests)"
+)
 # table -> the rows to write, each with its partition's run_id
 TABLES: dict[str, str] = {
     "runs": "select * from runs",
@@ -170,15 +172,18 @@ def export_locked(con, run_ids: list[str], lake: Path) -> dict[str, int]:
     written: dict[str, int] = {}
     parts: list[list[str]] = []
     for table, sql in TABLES.items():
-        con.execute(f"create or replace temp table _lake_out as select * from ({sql}) where run_id = any($r)",
-                    {"r": run_ids})
+        con.execute(
+            f"create or replace temp table _lake_out as select * from ({sql}) where run_id = any($r)", {"r": run_ids}
+        )
         n = int(store.scalar(con, "select count(*) from temp.main._lake_out"))
         present = [r[0] for r in con.execute("select distinct run_id from temp.main._lake_out").fetchall()]
         for run in present:  # one COPY per run and table: the folder names are ours (see part_name)
             folder = staging / table / part_name(run)
             folder.mkdir(parents=True)
-            con.execute("create or replace temp table _lake_run as select * from temp.main._lake_out "
-                        "where run_id = $r", {"r": run})
+            con.execute(
+                "create or replace temp table _lake_run as select * from temp.main._lake_out where run_id = $r",
+                {"r": run},
+            )
             # COPY takes its target as text: the path is ours (a uuid folder, an encoded name), quotes doubled
             target = str(folder / "data_0.parquet").replace("'", "''")
             con.execute(f"copy temp.main._lake_run to '{target}' (format parquet)")
@@ -236,15 +241,21 @@ def lake_runs(lake: Path) -> list[str]:
         return []
     con = store.scratch()
     try:
-        rows = con.execute(f"select distinct run_id from {READ} order by 1",
-                           {"g": _globs(lake, "runs", None)}).fetchall()
+        rows = con.execute(
+            f"select distinct run_id from {READ} order by 1", {"g": _globs(lake, "runs", None)}
+        ).fetchall()
         return [r[0] for r in rows]
     finally:
         con.close()
 
 
-def load_into(con: duckdb.DuckDBPyConnection, lake: Path, run_ids: list[str] | None,
-              tables: tuple[str, ...] | None = None, only_known_ingests: bool = False) -> None:
+def load_into(
+    con: duckdb.DuckDBPyConnection,
+    lake: Path,
+    run_ids: list[str] | None,
+    tables: tuple[str, ...] | None = None,
+    only_known_ingests: bool = False,
+) -> None:
     """Insert the lake's rows of ``run_ids`` (None: all runs) into a store's tables.
 
     ``only_known_ingests``: skip rows of ingests the store does not hold (lake ingest: the
@@ -271,8 +282,9 @@ def load_into(con: duckdb.DuckDBPyConnection, lake: Path, run_ids: list[str] | N
         con.execute(f"insert into main.{table} select {sel} from ({src})", params)
 
 
-def open_runs(lake: Path, run_ids: list[str] | None = None, tables: tuple[str, ...] | None = None,
-              threads: int | None = None) -> duckdb.DuckDBPyConnection:
+def open_runs(
+    lake: Path, run_ids: list[str] | None = None, tables: tuple[str, ...] | None = None, threads: int | None = None
+) -> duckdb.DuckDBPyConnection:
     """An in-memory store holding ``run_ids`` of the lake (None: every run), derived tables built.
 
     ``tables``: load only these (``rejects`` needs no steps or tokens).  ``threads``: DuckDB's threads
@@ -281,8 +293,10 @@ def open_runs(lake: Path, run_ids: list[str] | None = None, tables: tuple[str, .
     if not any(_has(lake, t) for t in TABLES):
         from .errors import StoreError
 
-        raise StoreError(f"lake {lake} has no runs; write some with `tracelat ingest FILE --lake {lake}` "
-                         "or `tracelat export RUN --lake DIR`")
+        raise StoreError(
+            f"lake {lake} has no runs; write some with `tracelat ingest FILE --lake {lake}` "
+            "or `tracelat export RUN --lake DIR`"
+        )
     settle(lake)
     con = store.connect(":memory:")
     if threads:

@@ -43,8 +43,12 @@ def ingest_to_lake(lake: Path, paths, **kwargs) -> tuple[list, list[str], object
             done = ing.ingest_paths(con, paths, **kwargs)
         except Exception as exc:  # what was ingested before the failing file is kept, as in the store
             error = exc
-        new = [r[0] for r in con.execute(
-            f"select distinct run_id from {lk.INGEST_RUNS} where ingest_id > $t", {"t": top}).fetchall()]
+        new = [
+            r[0]
+            for r in con.execute(
+                f"select distinct run_id from {lk.INGEST_RUNS} where ingest_id > $t", {"t": top}
+            ).fetchall()
+        ]
         changed = [r for r in done if r.status not in ("unchanged", "skipped")]
         touched = sorted({x for r in changed for x in (*r.run_ids, *r.removed_runs)} | set(new))
         if error is not None and not touched:
@@ -70,15 +74,22 @@ def _merge_lake_rows(con, lake: Path, touched: list[str]) -> None:
             runs = sorted(present)
             # what the post-ingest steps derived from the new files alone is derived again below
             con.execute("delete from run_records where ingest_id is null and run_id = any($r)", {"r": runs})
-            lk.load_into(con, lake, runs, tables=tuple(t for t in lk.TABLES if t not in ("runs", "ingests")),
-                         only_known_ingests=True)
+            lk.load_into(
+                con,
+                lake,
+                runs,
+                tables=tuple(t for t in lk.TABLES if t not in ("runs", "ingests")),
+                only_known_ingests=True,
+            )
             # run rows come from their records; a bare row (data, no record) is made again below
             remerge_runs(con, runs)
-            con.execute("insert into runs (run_id, ingest_id) select distinct run_id, min(ingest_id) over "
-                        "(partition by run_id) from (select run_id, ingest_id from iterations union all "
-                        "select run_id, ingest_id from requests union all select run_id, ingest_id from "
-                        "metric_samples) where run_id = any($r) and run_id not in (select run_id from runs)",
-                        {"r": runs})
+            con.execute(
+                "insert into runs (run_id, ingest_id) select distinct run_id, min(ingest_id) over "
+                "(partition by run_id) from (select run_id, ingest_id from iterations union all "
+                "select run_id, ingest_id from requests union all select run_id, ingest_id from "
+                "metric_samples) where run_id = any($r) and run_id not in (select run_id from runs)",
+                {"r": runs},
+            )
         store.commit(con)
     except BaseException:
         store.rollback(con)

@@ -25,8 +25,13 @@ def tables() -> str:
     for m in REGISTRY:
         src = f"`{m.table}`" + (f" where `{m.where}`" if m.where != "true" else "")
         lines.append(f"| `{m.name}` | {m.unit} | `{m.formula}` | {m.per} | {src} |")
-    lines += ["", "Other tools' names for the same quantities, and names that look alike but are not:", "",
-              "| tool | their name | ours |", "|---|---|---|"]
+    lines += [
+        "",
+        "Other tools' names for the same quantities, and names that look alike but are not:",
+        "",
+        "| tool | their name | ours |",
+        "|---|---|---|",
+    ]
     for m in REGISTRY:
         lines += [f"| {tool} | `{their}` | `{m.name}` |" for tool, their in m.aliases]
     for tool, their, formula, ours in FALSE_FRIENDS:

@@ -54,32 +54,114 @@ class Metric:
 
 _OK = "status = 'ok'"
 REGISTRY: tuple[Metric, ...] = (
-    Metric("ttft_ms", "ms", "(f - a) * 1000", "ok request", REQUEST_TABLE, "latency", "TTFT", _OK,
-           aliases=(("vLLM bench serve", "TTFT (*_ttft_ms)"), ("AIPerf", "time_to_first_token"),
-                    ("GenAI-Perf", "time_to_first_token"))),
-    Metric("tpot_ms", "ms", "(c - f) * 1000 / (N - 1), only when N > 1", "ok request", REQUEST_TABLE, "latency",
-           "TPOT", _OK,
-           aliases=(("vLLM bench serve", "TPOT (*_tpot_ms)"), ("AIPerf", "inter_token_latency"),
-                    ("guidellm", "ITL"), ("inference-perf", "TPOT"))),
-    Metric("itl_ms", "ms", "(t_i - t_{i-1}) * 1000 for i >= 1", "token gap (token-weighted)", "token_gaps",
-           "latency", "ITL",
-           aliases=(("vLLM bench serve", "ITL (*_itl_ms)"), ("AIPerf", "inter_chunk_latency"),
-                    ("GenAI-Perf", "inter_token_latency"), ("inference-perf", "ITL"), ("Etalon", "TBT"))),
-    Metric("e2e_ms", "ms", "(c - a) * 1000", "ok request", REQUEST_TABLE, "latency", "E2E", _OK,
-           long_label="E2E latency",
-           aliases=(("vLLM bench serve", "E2EL (*_e2el_ms)"), ("AIPerf", "request_latency"),
-                    ("GenAI-Perf", "request_latency"))),
+    Metric(
+        "ttft_ms",
+        "ms",
+        "(f - a) * 1000",
+        "ok request",
+        REQUEST_TABLE,
+        "latency",
+        "TTFT",
+        _OK,
+        aliases=(
+            ("vLLM bench serve", "TTFT (*_ttft_ms)"),
+            ("AIPerf", "time_to_first_token"),
+            ("GenAI-Perf", "time_to_first_token"),
+        ),
+    ),
+    Metric(
+        "tpot_ms",
+        "ms",
+        "(c - f) * 1000 / (N - 1), only when N > 1",
+        "ok request",
+        REQUEST_TABLE,
+        "latency",
+        "TPOT",
+        _OK,
+        aliases=(
+            ("vLLM bench serve", "TPOT (*_tpot_ms)"),
+            ("AIPerf", "inter_token_latency"),
+            ("guidellm", "ITL"),
+            ("inference-perf", "TPOT"),
+        ),
+    ),
+    Metric(
+        "itl_ms",
+        "ms",
+        "(t_i - t_{i-1}) * 1000 for i >= 1",
+        "token gap (token-weighted)",
+        "token_gaps",
+        "latency",
+        "ITL",
+        aliases=(
+            ("vLLM bench serve", "ITL (*_itl_ms)"),
+            ("AIPerf", "inter_chunk_latency"),
+            ("GenAI-Perf", "inter_token_latency"),
+            ("inference-perf", "ITL"),
+            ("Etalon", "TBT"),
+        ),
+    ),
+    Metric(
+        "e2e_ms",
+        "ms",
+        "(c - a) * 1000",
+        "ok request",
+        REQUEST_TABLE,
+        "latency",
+        "E2E",
+        _OK,
+        long_label="E2E latency",
+        aliases=(
+            ("vLLM bench serve", "E2EL (*_e2el_ms)"),
+            ("AIPerf", "request_latency"),
+            ("GenAI-Perf", "request_latency"),
+        ),
+    ),
     Metric("queue_ms", "ms", "(s - a) * 1000", "ok request", REQUEST_TABLE, "phase", "queueing", _OK),
-    Metric("prefill_ms", "ms", "(f - s) * 1000", "ok request", REQUEST_TABLE, "phase", "prefill", _OK,
-           compared=False),
-    Metric("iteration_ms", "ms", "(t_end - t_start) * 1000, or dur_ms", "engine step", "iteration_metrics", "step",
-           "iteration", long_label="iteration time"),
-    Metric("gap_ms", "ms", "(t_start - previous t_end) * 1000", "engine step (host time between steps)",
-           "iteration_metrics", "step", "step gap", stats=False, compared=False),
-    Metric("output_tokens_per_s", "tokens/s", "sum(N of ok requests) / duration_s", "run", "run_summary",
-           "throughput", "output tokens/s", stats=False, compared=False),
-    Metric("requests_per_s", "requests/s", "ok requests / duration_s", "run", "run_summary", "throughput",
-           "requests/s", stats=False, compared=False),
+    Metric("prefill_ms", "ms", "(f - s) * 1000", "ok request", REQUEST_TABLE, "phase", "prefill", _OK, compared=False),
+    Metric(
+        "iteration_ms",
+        "ms",
+        "(t_end - t_start) * 1000, or dur_ms",
+        "engine step",
+        "iteration_metrics",
+        "step",
+        "iteration",
+        long_label="iteration time",
+    ),
+    Metric(
+        "gap_ms",
+        "ms",
+        "(t_start - previous t_end) * 1000",
+        "engine step (host time between steps)",
+        "iteration_metrics",
+        "step",
+        "step gap",
+        stats=False,
+        compared=False,
+    ),
+    Metric(
+        "output_tokens_per_s",
+        "tokens/s",
+        "sum(N of ok requests) / duration_s",
+        "run",
+        "run_summary",
+        "throughput",
+        "output tokens/s",
+        stats=False,
+        compared=False,
+    ),
+    Metric(
+        "requests_per_s",
+        "requests/s",
+        "ok requests / duration_s",
+        "run",
+        "run_summary",
+        "throughput",
+        "requests/s",
+        stats=False,
+        compared=False,
+    ),
 )
 
 # Names other tools use for something that is NOT the metric of ours it sounds like
@@ -137,9 +219,7 @@ def _clean(v: Any) -> Any:
 def metric_stats(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, dict[str, Any]]:
     """Statistics of every metric of a run, ``{metric: {stat: value}}``; empty metrics have count 0."""
     cols = STATS + ("min", "cv")
-    rows = con.execute(
-        f"select metric, {', '.join(cols)} from metric_stats where run_id = ?", [run_id]
-    ).fetchall()
+    rows = con.execute(f"select metric, {', '.join(cols)} from metric_stats where run_id = ?", [run_id]).fetchall()
     out: dict[str, dict[str, Any]] = {m: {s: None for s in STATS} | {"count": 0} for m in METRICS}
     for row in rows:
         out[row[0]] = {c: _clean(v) for c, v in zip(cols, row[1:])}

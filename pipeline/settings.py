@@ -39,8 +39,16 @@ class Setting:
     existing: str | None = None
 
 
-def setting(default: Any, help: str, *, flag: str | None = None, min: float | None = None,  # noqa: A002
-            choices: tuple[str, ...] | None = None, existing: str | None = None, **extra: Any) -> Any:
+def setting(
+    default: Any,
+    help: str,
+    *,
+    flag: str | None = None,
+    min: float | None = None,  # noqa: A002
+    choices: tuple[str, ...] | None = None,
+    existing: str | None = None,
+    **extra: Any,
+) -> Any:
     """A dataclass field with ``default`` and its CLI description; ``extra`` goes into the
     field's metadata as is (facts other modules read, e.g. what a replay assumes)."""
     if existing not in (None, "file", "path"):

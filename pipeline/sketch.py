@@ -31,12 +31,22 @@ def sketch(con, run_id: str, metric: str, alpha: float = ALPHA) -> dict[str, Any
     base = f"from {table} where run_id = $r and {metric} is not null and {where}"
     rows = con.execute(
         f"select case when {metric} > 0 then ceil(ln({metric}) / ln($g))::bigint else {ZERO_KEY} end as k, "
-        f"count(*) {base} group by k", {"g": _gamma(alpha), "r": run_id}).fetchall()
+        f"count(*) {base} group by k",
+        {"g": _gamma(alpha), "r": run_id},
+    ).fetchall()
     # mean and the sum of squared deviations (m2) merge exactly and stably (Chan et al.), unlike a sum of squares
-    n, mean, m2, lo, hi = con.execute(f"select count(*), avg({metric}), var_pop({metric}) * count(*), "
-                                      f"min({metric}), max({metric}) {base}", {"r": run_id}).fetchone()
-    return {"buckets": {int(k): int(c) for k, c in rows}, "n": int(n), "mean": mean or 0.0, "m2": m2 or 0.0,
-            "min": lo, "max": hi}
+    n, mean, m2, lo, hi = con.execute(
+        f"select count(*), avg({metric}), var_pop({metric}) * count(*), min({metric}), max({metric}) {base}",
+        {"r": run_id},
+    ).fetchone()
+    return {
+        "buckets": {int(k): int(c) for k, c in rows},
+        "n": int(n),
+        "mean": mean or 0.0,
+        "m2": m2 or 0.0,
+        "min": lo,
+        "max": hi,
+    }
 
 
 def merge(sketches: list[dict[str, Any]]) -> dict[str, Any]:
@@ -68,7 +78,7 @@ def sketch_quantile(counts: dict[int, int], q: float, alpha: float = ALPHA) -> f
     if k == ZERO_KEY:
         return 0.0
     g = _gamma(alpha)
-    return 2 * g ** k / (g + 1)
+    return 2 * g**k / (g + 1)
 
 
 def stats(sk: dict[str, Any], alpha: float = ALPHA) -> dict[str, Any]:
@@ -76,7 +86,14 @@ def stats(sk: dict[str, Any], alpha: float = ALPHA) -> dict[str, Any]:
     n = sk["n"]
     mean = sk["mean"] if n else None
     var = sk["m2"] / (n - 1) if n > 1 else None
-    out = {name: sketch_quantile(sk["buckets"], q, alpha)
-           for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999))}
-    return out | {"count": n, "mean": mean, "std": math.sqrt(max(var, 0.0)) if var is not None else None,
-                  "min": sk["min"], "max": sk["max"]}
+    out = {
+        name: sketch_quantile(sk["buckets"], q, alpha)
+        for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999))
+    }
+    return out | {
+        "count": n,
+        "mean": mean,
+        "std": math.sqrt(max(var, 0.0)) if var is not None else None,
+        "min": sk["min"],
+        "max": sk["max"],
+    }

@@ -124,8 +124,12 @@ def _stat_limits(path: str, table: object) -> tuple[StatLimit, ...]:
         if metric not in SLO_METRICS:
             raise _bad(path, where, f"unknown metric {metric!r}; known metrics: {', '.join(SLO_METRICS)}")
         if stat not in PLAIN_STATS and percentile_of(stat) is None:
-            raise _bad(path, where, f"unknown statistic {stat!r}; use p50, p90, p99, p999 (any pNN) or "
-                       f"{', '.join(PLAIN_STATS)}, as in {metric}.p99 = 2000")
+            raise _bad(
+                path,
+                where,
+                f"unknown statistic {stat!r}; use p50, p90, p99, p999 (any pNN) or "
+                f"{', '.join(PLAIN_STATS)}, as in {metric}.p99 = 2000",
+            )
         limits.append(StatLimit(metric, stat, _number(path, where, value)))
     return tuple(limits)
 
@@ -142,8 +146,11 @@ def _goodput(path: str, table: object) -> GoodputSpec:
         elif key in GOODPUT_MINIMA:
             minima[key] = _number(path, where, value)
         else:
-            raise _bad(path, where, f"unknown key; per-request limits: {', '.join(GOODPUT_METRICS)}; "
-                       f"minima: {', '.join(GOODPUT_MINIMA)}")
+            raise _bad(
+                path,
+                where,
+                f"unknown key; per-request limits: {', '.join(GOODPUT_METRICS)}; minima: {', '.join(GOODPUT_MINIMA)}",
+            )
     if not limits:
         raise _bad(path, "[goodput]", f"needs at least one per-request limit ({', '.join(GOODPUT_METRICS)})")
     att = minima.get("min_attainment")
@@ -169,8 +176,12 @@ def _fluidity(path: str, table: object) -> FluiditySpec:
         where = f"[fluidity] {key}"
         stat = key.removeprefix("min_index_")
         if not key.startswith("min_index_") or (stat not in ("mean", "min", "service") and percentile_of(stat) is None):
-            raise _bad(path, where, "unknown key; use ttft_deadline_ms, tbt_deadline_ms and lower limits "
-                       "min_index_p01 (any pNN), min_index_mean, min_index_min, min_index_service")
+            raise _bad(
+                path,
+                where,
+                "unknown key; use ttft_deadline_ms, tbt_deadline_ms and lower limits "
+                "min_index_p01 (any pNN), min_index_mean, min_index_min, min_index_service",
+            )
         minima[stat] = _number(path, where, value)
         if not 0 <= minima[stat] <= 1:
             raise _bad(path, where, f"the fluidity index is a fraction between 0 and 1, got {minima[stat]}")
@@ -207,8 +218,7 @@ def load_slo(path: str | Path) -> SloSpec:
     return parse_slo(data, str(p))
 
 
-def goodput(con: duckdb.DuckDBPyConnection, run_id: str, spec: GoodputSpec, duration_s: float | None
-            ) -> dict[str, Any]:
+def goodput(con: duckdb.DuckDBPyConnection, run_id: str, spec: GoodputSpec, duration_s: float | None) -> dict[str, Any]:
     """DistServe / vLLM goodput of one run's requests under per-request limits: the one implementation.
 
     It reads a relation named ``request_latency`` (the derived table, or a replay's
@@ -231,7 +241,7 @@ def goodput(con: duckdb.DuckDBPyConnection, run_id: str, spec: GoodputSpec, dura
     all_met = " and ".join(f"meets_{m}" for m in spec.limits)
     sql = f"""
         with judged as (
-            select status, output_tokens, {', '.join(meets)}
+            select status, output_tokens, {", ".join(meets)}
             from request_latency where run_id = $run_id
         )
         select
@@ -239,7 +249,7 @@ def goodput(con: duckdb.DuckDBPyConnection, run_id: str, spec: GoodputSpec, dura
             count(*) filter (where status = 'ok'),
             count(*) filter (where status = 'ok' and {all_met}),
             coalesce(sum(output_tokens) filter (where status = 'ok' and {all_met}), 0),
-            {', '.join(f"count(*) filter (where status = 'ok' and meets_{m})" for m in spec.limits)}
+            {", ".join(f"count(*) filter (where status = 'ok' and meets_{m})" for m in spec.limits)}
         from judged
     """
     total, ok, good, good_tokens, *per_limit = con.execute(sql, params).fetchall()[0]

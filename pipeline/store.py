@@ -122,12 +122,17 @@ def check_is_duckdb(path: str) -> None:
         return  # a new store (DuckDB creates it), or an empty file it initialises
     with open(p, "rb") as f:
         head = f.read(16)
-    if head[DUCKDB_MAGIC_AT:DUCKDB_MAGIC_AT + len(DUCKDB_MAGIC)] != DUCKDB_MAGIC:
-        kind = ("an SQLite database" if head.startswith(b"SQLite format 3") else
-                "a trace file (ingest it with `tracelat ingest FILE`)" if head.lstrip()[:1] in (b"{", b"[")
-                else "not a DuckDB database")
-        raise StoreError(f"database {path} is {kind}, not a tracelat store; pass a DuckDB file (or a new path) "
-                         "with --db")
+    if head[DUCKDB_MAGIC_AT : DUCKDB_MAGIC_AT + len(DUCKDB_MAGIC)] != DUCKDB_MAGIC:
+        kind = (
+            "an SQLite database"
+            if head.startswith(b"SQLite format 3")
+            else "a trace file (ingest it with `tracelat ingest FILE`)"
+            if head.lstrip()[:1] in (b"{", b"[")
+            else "not a DuckDB database"
+        )
+        raise StoreError(
+            f"database {path} is {kind}, not a tracelat store; pass a DuckDB file (or a new path) with --db"
+        )
 
 
 def memory_limit_sql() -> str | None:
@@ -155,8 +160,9 @@ def commit(con: duckdb.DuckDBPyConnection) -> None:
 
 
 @contextlib.contextmanager
-def transaction(con: duckdb.DuckDBPyConnection,
-                failed: Callable[[duckdb.Error, str], BaseException] | None = None) -> Iterator[None]:
+def transaction(
+    con: duckdb.DuckDBPyConnection, failed: Callable[[duckdb.Error, str], BaseException] | None = None
+) -> Iterator[None]:
     """Run the block in one transaction: committed when it ends, rolled back when it raises.
 
     The rollback goes through :func:`rollback`, so a failed COMMIT reports its own cause
@@ -189,13 +195,16 @@ def rollback(con: duckdb.DuckDBPyConnection) -> str:
     try:
         con.execute("select 1").fetchall()
     except duckdb.Error as exc:
-        return (f"the store cannot be used by this process any more ({str(exc).splitlines()[0]}); "
-                "its file holds what the last completed command wrote")
+        return (
+            f"the store cannot be used by this process any more ({str(exc).splitlines()[0]}); "
+            "its file holds what the last completed command wrote"
+        )
     return "nothing of it was stored; the store holds what it held before"
 
 
-def connect(db: str | os.PathLike | None = None, must_exist: bool = False, read_only: bool = False
-            ) -> duckdb.DuckDBPyConnection:
+def connect(
+    db: str | os.PathLike | None = None, must_exist: bool = False, read_only: bool = False
+) -> duckdb.DuckDBPyConnection:
     """Open (and unless ``must_exist``, create) the store, turning DuckDB's errors into ours.
 
     ``read_only``: several processes may read a store at once (no writer meanwhile);
@@ -203,9 +212,7 @@ def connect(db: str | os.PathLike | None = None, must_exist: bool = False, read_
     """
     path = db_path(db)
     if must_exist and not Path(path).exists():
-        raise StoreError(
-            f"database {path} does not exist; ingest a trace first (tracelat ingest FILE --db {path})"
-        )
+        raise StoreError(f"database {path} does not exist; ingest a trace first (tracelat ingest FILE --db {path})")
     if Path(path).is_dir():
         raise StoreError(f"database path {path} is a directory; pass a file path with --db")
     check_is_duckdb(path)
@@ -223,8 +230,9 @@ def connect(db: str | os.PathLike | None = None, must_exist: bool = False, read_
         raise StoreError(f"cannot open database {path}: {msg}") from exc
     except duckdb.ConnectionException as exc:
         mode = "read-write" if read_only else "read-only"
-        raise StoreError(f"cannot open database {path}: this process has it open {mode} already; "
-                         "close that connection first") from exc
+        raise StoreError(
+            f"cannot open database {path}: this process has it open {mode} already; close that connection first"
+        ) from exc
     except duckdb.Error as exc:
         raise StoreError(f"cannot open database {path}: {exc}; is it a DuckDB file?") from exc
     limit = memory_limit_sql()
@@ -236,21 +244,26 @@ def connect(db: str | os.PathLike | None = None, must_exist: bool = False, read_
     con.execute(SCHEMA)
     if "runs" in before and "run_records" not in before:
         # a store from before run_records: each run's merged row stands for the records that made it
-        con.execute("insert into run_records select ingest_id, 0, run_id, engine, engine_version, model, gpu, "
-                    "num_gpus, dtype, kv_dtype, clock, meta from runs")
+        con.execute(
+            "insert into run_records select ingest_id, 0, run_id, engine, engine_version, model, gpu, "
+            "num_gpus, dtype, kv_dtype, clock, meta from runs"
+        )
     if "tokens" in before:  # a store from before token_lists: one row per token becomes one list per request
         con.execute("begin transaction")
         try:
-            con.execute("insert into token_lists select run_id, req_id, list(t order by idx), ingest_id from tokens "
-                        "group by run_id, req_id, ingest_id")
+            con.execute(
+                "insert into token_lists select run_id, req_id, list(t order by idx), ingest_id from tokens "
+                "group by run_id, req_id, ingest_id"
+            )
             con.execute("drop table tokens")
             con.execute(TOKENS_VIEW)
             commit(con)
         except duckdb.Error as exc:
             state = rollback(con)
             con.close()
-            raise StoreError(f"cannot open database {path}: moving its tokens to token_lists failed: {exc} ({state})"
-                             ) from exc
+            raise StoreError(
+                f"cannot open database {path}: moving its tokens to token_lists failed: {exc} ({state})"
+            ) from exc
     con.execute(TOKENS_VIEW)
     return con
 
@@ -287,7 +300,9 @@ def _parse_header(path: Path) -> QueryFile:
     if missing:
         raise StoreError(f"{path}: header lacks {', '.join(sorted(missing))}")
     inputs = tuple(s.strip() for s in head["inputs"].split(",") if s.strip())
-    return QueryFile(path, head["table"], head["grain"], inputs, text, (head.get("materialize") or "table").split()[0] == "view")
+    return QueryFile(
+        path, head["table"], head["grain"], inputs, text, (head.get("materialize") or "table").split()[0] == "view"
+    )
 
 
 def query_files(directory: Path = QUERIES_DIR) -> list[QueryFile]:
@@ -295,8 +310,10 @@ def query_files(directory: Path = QUERIES_DIR) -> list[QueryFile]:
     files = {q.table: q for q in map(_parse_header, sorted(directory.glob("*.sql")))}
     if not files:
         # without this, every later query fails with "Table run_summary does not exist"
-        raise StoreError(f"no derived-table queries (*.sql) in {directory}: the installation is incomplete; "
-                         "reinstall tracelat (a wheel carries them as pipeline/_queries)")
+        raise StoreError(
+            f"no derived-table queries (*.sql) in {directory}: the installation is incomplete; "
+            "reinstall tracelat (a wheel carries them as pipeline/_queries)"
+        )
     order: list[QueryFile] = []
     state: dict[str, int] = {}
 
@@ -378,8 +395,9 @@ def table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
     return bool(scalar(con, "select count(*) from duckdb_tables() where table_name = ?", [name]))
 
 
-def materialise(con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any], table: str | None = None,
-                temp: bool = False) -> None:
+def materialise(
+    con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any], table: str | None = None, temp: bool = False
+) -> None:
     """Store the result of query file ``name`` in ``table`` (default: the file's name).
 
     A stored table keeps the rows of other runs: those of ``params['run_id']`` are
@@ -395,7 +413,9 @@ def materialise(con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any
         con.execute(f"create or replace temp table {t} as {sql}", p)
         return
     if table_exists(con, table):
-        if _columns(con, f"select * from {t} where false", {}) != _columns(con, f"select * from ({sql}) where false", p):
+        if _columns(con, f"select * from {t} where false", {}) != _columns(
+            con, f"select * from ({sql}) where false", p
+        ):
             con.execute(f"drop table {t}")
     con.execute(f"create table if not exists {t} as select * from ({sql}) where false", p)
     con.execute(f"delete from {t} where run_id = ?", [params["run_id"]])
@@ -417,8 +437,9 @@ def bump_generation(con: duckdb.DuckDBPyConnection, run_ids: Iterable[str] | Non
     tables are rebuilt when this counter differs from the one they were built at (a
     count of ingests would repeat after a --replace).
     """
-    con.execute("insert into _state select 'generation', 0 where not exists "
-                "(select 1 from _state where key = 'generation')")
+    con.execute(
+        "insert into _state select 'generation', 0 where not exists (select 1 from _state where key = 'generation')"
+    )
     con.execute("update _state set value = value + 1 where key = 'generation'")
     if run_ids is None:
         con.execute("insert into _dirty_runs values (NULL)")
@@ -444,8 +465,11 @@ def _state(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
 
 
 def _current(con: duckdb.DuckDBPyConnection, state: dict[str, int], files: list[QueryFile]) -> bool:
-    return (state.get("derived_generation") == state.get("generation", 0)
-            and state.get("derived_sql") == _sql_digest(files) and _derived_exist(con, files))
+    return (
+        state.get("derived_generation") == state.get("generation", 0)
+        and state.get("derived_sql") == _sql_digest(files)
+        and _derived_exist(con, files)
+    )
 
 
 def derived_current(con: duckdb.DuckDBPyConnection) -> bool:
@@ -477,16 +501,22 @@ def build_derived(con: duckdb.DuckDBPyConnection, force: bool = False) -> bool:
                 for q in files:
                     # a view is never stale; a query that changed from one to the other replaces it
                     other = "table" if q.view else "view"
-                    if scalar(con, f"select count(*) from duckdb_{other}s() where {other}_name = ? "
-                              "and schema_name = 'main' and database_name = current_database()", [q.table]):
+                    if scalar(
+                        con,
+                        f"select count(*) from duckdb_{other}s() where {other}_name = ? "
+                        "and schema_name = 'main' and database_name = current_database()",
+                        [q.table],
+                    ):
                         con.execute(f"drop {other} main.{quote_ident(q.table)}")
                     con.execute(f"create or replace {'view' if q.view else 'table'} {quote_ident(q.table)} as {q.sql}")
             elif runs:
                 _rebuild_runs(con, runs, files, shadowed)
             con.execute("delete from _dirty_runs")
             con.execute("delete from _state where key in ('derived_generation', 'derived_sql')")
-            con.execute("insert into _state values ('derived_generation', ?), ('derived_sql', ?)",
-                        [state.get("generation", 0), digest])
+            con.execute(
+                "insert into _state values ('derived_generation', ?), ('derived_sql', ?)",
+                [state.get("generation", 0), digest],
+            )
         # (an interrupt too is rolled back: never leave half-deleted derived rows)
     finally:
         for name in shadowed:
@@ -495,8 +525,7 @@ def build_derived(con: duckdb.DuckDBPyConnection, force: bool = False) -> bool:
     return True
 
 
-def _rebuild_runs(con: duckdb.DuckDBPyConnection, runs: list[str], files: list[QueryFile], shadowed: list[str]
-                  ) -> None:
+def _rebuild_runs(con: duckdb.DuckDBPyConnection, runs: list[str], files: list[QueryFile], shadowed: list[str]) -> None:
     """Recompute the derived rows of ``runs`` only.
 
     Each query runs unchanged against temporary views that shadow every table it
@@ -508,8 +537,10 @@ def _rebuild_runs(con: duckdb.DuckDBPyConnection, runs: list[str], files: list[Q
     db = quote_ident(scalar(con, "select current_database()"))
     con.execute("create or replace temp table _build_runs as select unnest($r::varchar[]) as run_id", {"r": runs})
     for t in shadowed:
-        con.execute(f"create or replace temp view {quote_ident(t)} as select * from {db}.main.{quote_ident(t)} "
-                    f"where run_id in (select run_id from temp.main._build_runs)")
+        con.execute(
+            f"create or replace temp view {quote_ident(t)} as select * from {db}.main.{quote_ident(t)} "
+            f"where run_id in (select run_id from temp.main._build_runs)"
+        )
     for q in files:
         if q.view:
             continue
@@ -532,9 +563,9 @@ def always(con: duckdb.DuckDBPyConnection) -> bool:
     return True
 
 
-def open_for_reading(db: str | os.PathLike | None,
-                     read_only_if: Callable[[duckdb.DuckDBPyConnection], bool] | None = None
-                     ) -> duckdb.DuckDBPyConnection:
+def open_for_reading(
+    db: str | os.PathLike | None, read_only_if: Callable[[duckdb.DuckDBPyConnection], bool] | None = None
+) -> duckdb.DuckDBPyConnection:
     """A connection whose derived tables are current (rebuilt if an ingest happened).
 
     With ``read_only_if``, the connection is read-only when nothing has to be written,

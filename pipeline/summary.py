@@ -87,7 +87,8 @@ def format_summary(s: dict[str, Any]) -> str:
         if not st.get("count"):
             continue
         lines.append(
-            f"{m:<14}{st['count']:>9}" + "".join(f"{num(st[k]):>10}" for k in ("p50", "p90", "p99", "p999", "mean", "max"))
+            f"{m:<14}{st['count']:>9}"
+            + "".join(f"{num(st[k]):>10}" for k in ("p50", "p90", "p99", "p999", "mean", "max"))
         )
     if s["iteration_ms"].get("cv") is not None:
         lines.append(f"iteration time coefficient of variation: {s['iteration_ms']['cv']:.3f}")

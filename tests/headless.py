@@ -25,11 +25,23 @@ from pathlib import Path
 import pytest
 
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome")
-FLAGS = ("--headless", "--disable-gpu", "--no-sandbox", "--no-first-run", "--disable-extensions",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         # no network: every request goes to a dead proxy, DNS is refused too
-         "--proxy-server=127.0.0.1:9", "--host-resolver-rules=MAP * ~NOTFOUND",
-         "--enable-logging=stderr", "--v=0", "--virtual-time-budget=30000", "--window-size=1280,4000")
+FLAGS = (
+    "--headless",
+    "--disable-gpu",
+    "--no-sandbox",
+    "--no-first-run",
+    "--disable-extensions",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    # no network: every request goes to a dead proxy, DNS is refused too
+    "--proxy-server=127.0.0.1:9",
+    "--host-resolver-rules=MAP * ~NOTFOUND",
+    "--enable-logging=stderr",
+    "--v=0",
+    "--virtual-time-budget=30000",
+    "--window-size=1280,4000",
+)
 TIMEOUT_S = 180
 CONSOLE = re.compile(r":CONSOLE[^\]]*\] (.*)")
 # what Chromium shows instead of a page it could not open (net error pages)
@@ -74,8 +86,13 @@ class Chromium:
         self.workdir.mkdir(parents=True, exist_ok=True)
         profile = tempfile.mkdtemp(prefix="profile-", dir=self.workdir)
         try:
-            return subprocess.run([self.binary, *FLAGS, f"--user-data-dir={profile}", *args],
-                                  capture_output=True, text=True, errors="replace", timeout=self.timeout_s)
+            return subprocess.run(
+                [self.binary, *FLAGS, f"--user-data-dir={profile}", *args],
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=self.timeout_s,
+            )
         finally:
             shutil.rmtree(profile, ignore_errors=True)
 
@@ -92,8 +109,10 @@ class Chromium:
         except subprocess.TimeoutExpired:
             pytest.fail(f"chromium did not finish {page.name} within {self.timeout_s:.0f} s")
         if r.returncode != 0 or not r.stdout.strip():
-            pytest.fail(f"chromium failed on {page.name} (exit {r.returncode}, {len(r.stdout)} bytes of DOM) "
-                        f"after its preflight passed: {_tail(r.stderr)}")
+            pytest.fail(
+                f"chromium failed on {page.name} (exit {r.returncode}, {len(r.stdout)} bytes of DOM) "
+                f"after its preflight passed: {_tail(r.stderr)}"
+            )
         error = ERROR_PAGE.search(r.stdout)
         if error:
             pytest.fail(f"chromium showed its error page for {page.name}: {error.group(1)}")
@@ -106,8 +125,9 @@ class Chromium:
         except subprocess.TimeoutExpired:
             pytest.fail(f"chromium did not take a screenshot of {Path(page).name} within {self.timeout_s:.0f} s")
         if r.returncode != 0 or not out.is_file():
-            pytest.fail(f"chromium could not take a screenshot of {Path(page).name} "
-                        f"(exit {r.returncode}): {_tail(r.stderr)}")
+            pytest.fail(
+                f"chromium could not take a screenshot of {Path(page).name} (exit {r.returncode}): {_tail(r.stderr)}"
+            )
         return out
 
 
@@ -136,12 +156,16 @@ def preflight(binary: str, workdir: Path) -> Chromium:
     except OSError as exc:
         raise BrowserUnavailable(f"{binary} cannot be started: {exc}") from None
     if r.returncode != 0 or PREFLIGHT_DOM not in r.stdout:
-        raise BrowserUnavailable(f"{binary} cannot draw a trivial page here (exit {r.returncode}, "
-                                 f"{len(r.stdout)} bytes of DOM): {_tail(r.stderr, 300)}")
+        raise BrowserUnavailable(
+            f"{binary} cannot draw a trivial page here (exit {r.returncode}, "
+            f"{len(r.stdout)} bytes of DOM): {_tail(r.stderr, 300)}"
+        )
     console = CONSOLE.findall(r.stderr)
     if not any(PREFLIGHT_CONSOLE in m for m in console):
-        raise BrowserUnavailable(f"{binary} drew a trivial page but its console messages are not on stderr "
-                                 "(console checks would pass vacuously)")
+        raise BrowserUnavailable(
+            f"{binary} drew a trivial page but its console messages are not on stderr "
+            "(console checks would pass vacuously)"
+        )
     return browser
 
 

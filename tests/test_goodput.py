@@ -21,10 +21,18 @@ def _requests(seed: int, n: int = 400) -> pl.DataFrame:
     e2e = ttft + np.nan_to_num(tpot) * (out - 1) + rng.exponential(5, n)
     e2e[rng.random(n) < 0.05] = np.nan  # no finish
     status = np.where(rng.random(n) < 0.1, "error", "ok")
-    return pl.DataFrame({"run_id": "r", "req_id": [f"q{i}" for i in range(n)], "status": status,
-                         "output_tokens": out, "ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": e2e,
-                         "queue_ms": rng.exponential(30, n)}).with_columns(
-        pl.col("ttft_ms", "tpot_ms", "e2e_ms").fill_nan(None))
+    return pl.DataFrame(
+        {
+            "run_id": "r",
+            "req_id": [f"q{i}" for i in range(n)],
+            "status": status,
+            "output_tokens": out,
+            "ttft_ms": ttft,
+            "tpot_ms": tpot,
+            "e2e_ms": e2e,
+            "queue_ms": rng.exponential(30, n),
+        }
+    ).with_columns(pl.col("ttft_ms", "tpot_ms", "e2e_ms").fill_nan(None))
 
 
 def _numpy_goodput(df: pl.DataFrame, limits: dict[str, float], duration_s: float) -> dict:
@@ -40,14 +48,21 @@ def _numpy_goodput(df: pl.DataFrame, limits: dict[str, float], duration_s: float
             meets |= np.isnan(v) & (out <= 1)  # a one-token output has no TPOT and meets the limit
         by_limit[metric] = (ok & meets).sum() / len(df)
         good &= meets
-    return {"good_requests": int(good.sum()), "attainment": good.sum() / len(df), "by_limit": by_limit,
-            "good_output_tokens": int(out[good].sum()), "request_goodput_rps": good.sum() / duration_s,
-            "token_goodput_tps": out[good].sum() / duration_s}
+    return {
+        "good_requests": int(good.sum()),
+        "attainment": good.sum() / len(df),
+        "by_limit": by_limit,
+        "good_output_tokens": int(out[good].sum()),
+        "request_goodput_rps": good.sum() / duration_s,
+        "token_goodput_tps": out[good].sum() / duration_s,
+    }
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("limits", [{"ttft_ms": 200.0}, {"ttft_ms": 300.0, "tpot_ms": 25.0},
-                                    {"tpot_ms": 20.0, "e2e_ms": 900.0, "queue_ms": 40.0}])
+@pytest.mark.parametrize(
+    "limits",
+    [{"ttft_ms": 200.0}, {"ttft_ms": 300.0, "tpot_ms": 25.0}, {"tpot_ms": 20.0, "e2e_ms": 900.0, "queue_ms": 40.0}],
+)
 def test_goodput_equals_numpy(seed, limits):
     df = _requests(seed)
     other = _requests(seed + 10).with_columns(run_id=pl.lit("other"))  # another run: must not count
@@ -83,7 +98,11 @@ def test_audit_and_replay_sweep_agree_on_goodput(tmp_path):
     from pipeline.sim import IterationModel, NoiseModel, Policy, poisson_workload, simulate
     from pipeline.sim.writer import write_trace
 
-    policy, model, noise = Policy(max_num_seqs=16, max_num_batched_tokens=256, kv_capacity_tokens=4000, chunked_prefill=True), IterationModel(), NoiseModel(sigma=0.05, stall_rate=0.01, stall_ms_mean=20.0)
+    policy, model, noise = (
+        Policy(max_num_seqs=16, max_num_batched_tokens=256, kv_capacity_tokens=4000, chunked_prefill=True),
+        IterationModel(),
+        NoiseModel(sigma=0.05, stall_rate=0.01, stall_ms_mean=20.0),
+    )
     w = poisson_workload(200, 30.0, 200, 0.6, 4, 1.0, seed=7)  # short outputs: many of one token
     res = simulate(w, policy, model, noise, seed=3, t_end_s=5.0)  # cut: some requests never finish
     rq = res.requests

@@ -16,15 +16,19 @@ import pytest
 
 from .headless import PREFLIGHT_CONSOLE, PREFLIGHT_DOM, browser_or_skip, preflight
 
-OK_PREFLIGHT = (f"print('<html><body>{PREFLIGHT_DOM}</body></html>'); "
-                f"print('[1:1:INFO:CONSOLE:1] \"{PREFLIGHT_CONSOLE}\", source: x (1)', file=sys.stderr)")
+OK_PREFLIGHT = (
+    f"print('<html><body>{PREFLIGHT_DOM}</body></html>'); "
+    f"print('[1:1:INFO:CONSOLE:1] \"{PREFLIGHT_CONSOLE}\", source: x (1)', file=sys.stderr)"
+)
 
 
 def fake_browser(tmp_path: Path, on_preflight: str, on_page: str = "sys.exit(0)") -> str:
     """An executable that runs ``on_preflight`` for the preflight page, ``on_page`` for any other."""
     exe = tmp_path / "fake-chromium"
-    exe.write_text(f"#!{sys.executable}\nimport sys\n"
-                   f"if 'preflight.html' in sys.argv[-1]:\n    {on_preflight}\nelse:\n    {on_page}\n")
+    exe.write_text(
+        f"#!{sys.executable}\nimport sys\n"
+        f"if 'preflight.html' in sys.argv[-1]:\n    {on_preflight}\nelse:\n    {on_page}\n"
+    )
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     return str(exe)
 
@@ -67,11 +71,14 @@ def test_required_browser_that_cannot_run_is_a_failure(tmp_path, monkeypatch):
         browser_or_skip(tmp_path / "w")
 
 
-@pytest.mark.parametrize("on_page, words", [
-    ("print('Segmentation fault', file=sys.stderr); sys.exit(139)", r"exit 139.*Segmentation fault"),
-    ("print('renderer crashed', file=sys.stderr); sys.exit(0)", r"0 bytes of DOM.*renderer crashed"),
-    ("print('<script>var d = {\"errorCode\":\"ERR_FILE_NOT_FOUND\"};</script>')", "ERR_FILE_NOT_FOUND"),
-])
+@pytest.mark.parametrize(
+    "on_page, words",
+    [
+        ("print('Segmentation fault', file=sys.stderr); sys.exit(139)", r"exit 139.*Segmentation fault"),
+        ("print('renderer crashed', file=sys.stderr); sys.exit(0)", r"0 bytes of DOM.*renderer crashed"),
+        ('print(\'<script>var d = {"errorCode":"ERR_FILE_NOT_FOUND"};</script>\')', "ERR_FILE_NOT_FOUND"),
+    ],
+)
 def test_crash_on_our_page_after_preflight_is_a_failure_not_a_skip(tmp_path, monkeypatch, on_page, words):
     exe = fake_browser(tmp_path, OK_PREFLIGHT, on_page)
     browser = preflight(exe, tmp_path / "w")  # the browser works ...
@@ -97,8 +104,10 @@ def test_screenshot_not_written_is_a_failure(tmp_path):
 @pytest.mark.browser
 def test_real_browser_reports_a_pages_script_error(chromium, tmp_path):
     p = tmp_path / "broken.html"
-    p.write_text("<html><body><p id='x'>a</p><script>document.getElementById('x').textContent = 'b';"
-                 "null.boom();</script></body></html>")
+    p.write_text(
+        "<html><body><p id='x'>a</p><script>document.getElementById('x').textContent = 'b';"
+        "null.boom();</script></body></html>"
+    )
     out = chromium.dump_dom(p)
-    assert "<p id=\"x\">b</p>" in out.dom  # the script ran up to its error
+    assert '<p id="x">b</p>' in out.dom  # the script ran up to its error
     assert any("boom" in m or "TypeError" in m for m in out.console), out.console

@@ -77,8 +77,15 @@ def test_registry_sources_give_the_values_metric_stats_summarises(tiny):
     sql = metrics.metric_stats(tiny, "tiny")
     for m in metrics.METRICS:
         table, where = metrics.SOURCES[m]
-        xs = np.array([r[0] for r in tiny.execute(
-            f"select {m} from {table} where run_id = 'tiny' and {where} and {m} is not null").fetchall()], float)
+        xs = np.array(
+            [
+                r[0]
+                for r in tiny.execute(
+                    f"select {m} from {table} where run_id = 'tiny' and {where} and {m} is not null"
+                ).fetchall()
+            ],
+            float,
+        )
         assert len(xs) > 0 and sql[m]["count"] == len(xs), m
         assert sql[m]["mean"] == pytest.approx(xs.mean(), rel=1e-12), m
         assert sql[m]["p99"] == pytest.approx(np.percentile(xs, 99), rel=1e-12), m
@@ -111,8 +118,10 @@ NOT_METRIC_LISTS = {
     "pipeline/sim/engine.py": "column names of the simulator's arrays",
 }
 CHOSEN = {  # (module, metrics named): why that choice is the module's own
-    ("pipeline/report/render.py", frozenset({"ttft_ms", "tpot_ms", "itl_ms"})):
-        "the report draws the CDFs of these three, each with its own reason when missing",
+    (
+        "pipeline/report/render.py",
+        frozenset({"ttft_ms", "tpot_ms", "itl_ms"}),
+    ): "the report draws the CDFs of these three, each with its own reason when missing",
 }
 
 
@@ -123,8 +132,11 @@ def test_no_hand_written_list_of_metrics_outside_the_registry():
         rel = path.relative_to(REPO).as_posix()
         if rel == "pipeline/metrics.py" or rel in NOT_METRIC_LISTS:
             continue
-        offenders += [f"{rel}:{line}: {hits}" for line, hits in _literal_metric_lists(path)
-                      if (rel, frozenset(hits)) not in CHOSEN]
+        offenders += [
+            f"{rel}:{line}: {hits}"
+            for line, hits in _literal_metric_lists(path)
+            if (rel, frozenset(hits)) not in CHOSEN
+        ]
     assert not offenders, "derive these from pipeline.metrics:\n" + "\n".join(offenders)
 
 
@@ -134,7 +146,7 @@ def _internal_imports(path: Path) -> set[str]:
     out = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom):
-            base = list(pkg[:len(pkg) - node.level + 1]) if node.level else []
+            base = list(pkg[: len(pkg) - node.level + 1]) if node.level else []
             mod = ".".join(base + ([node.module] if node.module else []))
             names = [mod] if node.module else [f"{mod}.{a.name}" for a in node.names]
             out |= {n for n in names if n.startswith("pipeline")}
@@ -143,16 +155,24 @@ def _internal_imports(path: Path) -> set[str]:
     return out
 
 
-@pytest.mark.parametrize("module, allowed", [
-    ("pipeline/metrics.py", set()),
-    ("pipeline/slo.py", {"pipeline.errors", "pipeline.metrics"}),
-])
+@pytest.mark.parametrize(
+    "module, allowed",
+    [
+        ("pipeline/metrics.py", set()),
+        ("pipeline/slo.py", {"pipeline.errors", "pipeline.metrics"}),
+    ],
+)
 def test_metric_layer_imports_nothing_above_it(module, allowed):
     assert _internal_imports(REPO / module) <= allowed
 
 
 # (the fleet runs `audit` itself on each run for --slo: the audit's verdict per run is its contract)
-@pytest.mark.parametrize("module", ["pipeline/compare.py", *sorted(
-    p.relative_to(REPO).as_posix() for p in (REPO / "pipeline" / "replay").glob("*.py"))])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "pipeline/compare.py",
+        *sorted(p.relative_to(REPO).as_posix() for p in (REPO / "pipeline" / "replay").glob("*.py")),
+    ],
+)
 def test_replay_and_compare_do_not_reach_into_the_audit(module):
     assert not {m for m in _internal_imports(REPO / module) if m.startswith("pipeline.audit")}

@@ -19,10 +19,13 @@ def sim(tmp_path_factory):
     d = tmp_path_factory.mktemp("sim")
     trace = d / "simrun.jsonl"
     run_simulation(
-        trace, run_id="simrun", spec=WorkloadSpec(requests=300, rate_rps=20, prompt_mean=300, output_mean=60),
+        trace,
+        run_id="simrun",
+        spec=WorkloadSpec(requests=300, rate_rps=20, prompt_mean=300, output_mean=60),
         policy=Policy(max_num_seqs=32, max_num_batched_tokens=1024, kv_capacity_tokens=60_000),
         model=IterationModel(t0_ms=5, a_ms_per_ctx=2e-4, b_ms_per_prefill=0.02),
-        noise=NoiseModel(sigma=0.05, stall_rate=0.01, stall_ms_mean=30), seed=3,
+        noise=NoiseModel(sigma=0.05, stall_rate=0.01, stall_ms_mean=30),
+        seed=3,
     )
     con = store.connect(d / "s.duckdb")
     ingest.ingest_paths(con, [trace])

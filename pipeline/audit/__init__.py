@@ -12,5 +12,14 @@ from .junit import junit_xml
 from ..slo import SloSpec, load_slo, parse_slo
 from .verdict import markdown_report, text_report
 
-__all__ = ["AuditResult", "Check", "SloSpec", "audit", "junit_xml", "load_slo", "markdown_report", "parse_slo",
-           "text_report"]
+__all__ = [
+    "AuditResult",
+    "Check",
+    "SloSpec",
+    "audit",
+    "junit_xml",
+    "load_slo",
+    "markdown_report",
+    "parse_slo",
+    "text_report",
+]

@@ -65,10 +65,15 @@ class AuditResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "run_id": self.run_id, "slo_file": self.slo_path, "verdict": self.verdict,
-            "exit_code": self.exit_code, "checks": [c.to_dict() for c in self.checks],
-            "failures": self.failures, "errors": self.errors,
-            "goodput": self.goodput, "fluidity": self.fluidity,
+            "run_id": self.run_id,
+            "slo_file": self.slo_path,
+            "verdict": self.verdict,
+            "exit_code": self.exit_code,
+            "checks": [c.to_dict() for c in self.checks],
+            "failures": self.failures,
+            "errors": self.errors,
+            "goodput": self.goodput,
+            "fluidity": self.fluidity,
         }
 
 
@@ -80,15 +85,32 @@ def _fmt(v: float | None, unit: str) -> str:
     return f"{v:.3f} {unit}".rstrip()
 
 
-def _check(section: str, name: str, observed: float | None, op: str, limit: float, unit: str,
-           missing_why: str = "") -> Check:
+def _check(
+    section: str, name: str, observed: float | None, op: str, limit: float, unit: str, missing_why: str = ""
+) -> Check:
     if observed is None:
-        return Check(section, name, None, op, limit, unit, "error",
-                     f"{name}: cannot be evaluated: {missing_why or 'no data in this run'}")
+        return Check(
+            section,
+            name,
+            None,
+            op,
+            limit,
+            unit,
+            "error",
+            f"{name}: cannot be evaluated: {missing_why or 'no data in this run'}",
+        )
     ok = observed <= limit if op == "<=" else observed >= limit
     verb = "within" if ok else ("exceeds" if op == "<=" else "is below")
-    return Check(section, name, observed, op, limit, unit, "pass" if ok else "fail",
-                 f"{name} = {_fmt(observed, unit)} {verb} limit {op} {_fmt(limit, unit)}")
+    return Check(
+        section,
+        name,
+        observed,
+        op,
+        limit,
+        unit,
+        "pass" if ok else "fail",
+        f"{name} = {_fmt(observed, unit)} {verb} limit {op} {_fmt(limit, unit)}",
+    )
 
 
 _NO_DATA = {
@@ -112,14 +134,25 @@ def _stat_checks(con: duckdb.DuckDBPyConnection, run_id: str, spec: SloSpec) -> 
 
 def _goodput_checks(g: dict[str, Any], spec) -> list[Check]:
     out = []
-    wanted = [("min_attainment", "attainment", "goodput attainment", "fraction"),
-              ("min_request_goodput_rps", "request_goodput_rps", "request goodput", "req/s"),
-              ("min_token_goodput_tps", "token_goodput_tps", "token goodput", "tokens/s")]
+    wanted = [
+        ("min_attainment", "attainment", "goodput attainment", "fraction"),
+        ("min_request_goodput_rps", "request_goodput_rps", "request goodput", "req/s"),
+        ("min_token_goodput_tps", "token_goodput_tps", "token goodput", "tokens/s"),
+    ]
     for key, value_key, label, unit in wanted:
         limit = getattr(spec, key)
         if limit is not None:
-            out.append(_check("goodput", f"{label} >= {limit:g}", g[value_key], ">=", limit, unit,
-                              "the run has no requests (or no duration)"))
+            out.append(
+                _check(
+                    "goodput",
+                    f"{label} >= {limit:g}",
+                    g[value_key],
+                    ">=",
+                    limit,
+                    unit,
+                    "the run has no requests (or no duration)",
+                )
+            )
     return out
 
 
@@ -128,8 +161,17 @@ def _fluidity_checks(f: dict[str, Any], spec) -> list[Check]:
     for stat, limit in spec.minima.items():
         p = percentile_of(stat)
         value = f.get("percentiles", {}).get(percentile_name(p)) if p is not None else f.get(stat)
-        out.append(_check("fluidity", f"fluidity index {stat} >= {limit:g}", value, ">=", limit, "index",
-                          "no ok request has token times (token_times in request records)"))
+        out.append(
+            _check(
+                "fluidity",
+                f"fluidity index {stat} >= {limit:g}",
+                value,
+                ">=",
+                limit,
+                "index",
+                "no ok request has token times (token_times in request records)",
+            )
+        )
     return out
 
 

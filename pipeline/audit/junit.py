@@ -25,11 +25,22 @@ def junit_xml(result: AuditResult, timestamp: datetime | None = None) -> bytes:
     ts = (timestamp or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%S")
     counts = {"tests": len(result.checks), "failures": result.failures, "errors": result.errors, "skipped": 0}
     root = ET.Element("testsuites", {"name": "tracelat audit", **{k: str(v) for k, v in counts.items()}, "time": "0"})
-    suite = _el(root, "testsuite", name=f"tracelat audit {result.run_id}", timestamp=ts,
-                hostname=socket.gethostname(), time="0", **counts)
+    suite = _el(
+        root,
+        "testsuite",
+        name=f"tracelat audit {result.run_id}",
+        timestamp=ts,
+        hostname=socket.gethostname(),
+        time="0",
+        **counts,
+    )
     props = _el(suite, "properties")
-    for name, value in (("run_id", result.run_id), ("slo_file", result.slo_path), ("tracelat_version", __version__),
-                        ("verdict", result.verdict)):
+    for name, value in (
+        ("run_id", result.run_id),
+        ("slo_file", result.slo_path),
+        ("tracelat_version", __version__),
+        ("verdict", result.verdict),
+    ):
         _el(props, "property", name=name, value=value)
     for check in result.checks:
         case = _el(suite, "testcase", classname=f"tracelat.slo.{check.section}", name=check.name, time="0")

@@ -74,8 +74,9 @@ def fluidity(con: duckdb.DuckDBPyConnection, run_id: str, spec: FluiditySpec) ->
     import polars as pl
 
     per_req = fluidity_table(con, run_id, spec)
-    ok = _rows(con, "select count(*) from request_latency where run_id = $run_id and status = 'ok'",
-               {"run_id": run_id})[0][0]
+    ok = _rows(
+        con, "select count(*) from request_latency where run_id = $run_id and status = 'ok'", {"run_id": run_id}
+    )[0][0]
     out: dict[str, Any] = {
         "ttft_deadline_ms": spec.ttft_deadline_ms,
         "tbt_deadline_ms": spec.tbt_deadline_ms,
@@ -87,7 +88,8 @@ def fluidity(con: duckdb.DuckDBPyConnection, run_id: str, spec: FluiditySpec) ->
     idx = pl.col("fluidity_index")
     pcts = sorted({1.0, 5.0, 10.0, 50.0} | {p for s in spec.minima if (p := percentile_of(s)) is not None})
     agg = per_req.select(
-        idx.mean().alias("mean"), idx.min().alias("min"),
+        idx.mean().alias("mean"),
+        idx.min().alias("min"),
         ((idx >= 0.9).mean()).alias("fraction_at_least_0_9"),
         (1 - pl.col("missed").sum() / pl.col("deadlines").sum()).alias("service"),
         *[idx.quantile(p / 100, interpolation="linear").alias(f"q{p}") for p in pcts],
@@ -99,7 +101,8 @@ def fluidity(con: duckdb.DuckDBPyConnection, run_id: str, spec: FluiditySpec) ->
 
 def require_data(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
     """A run must have requests or iterations for an audit to mean anything."""
-    n = _rows(con, "select coalesce(requests, 0) + coalesce(iterations, 0) from run_summary where run_id = $r",
-              {"r": run_id})
+    n = _rows(
+        con, "select coalesce(requests, 0) + coalesce(iterations, 0) from run_summary where run_id = $r", {"r": run_id}
+    )
     if not n or not n[0][0]:
         raise InputError(f"run {run_id!r} has no requests and no iterations; nothing to audit")

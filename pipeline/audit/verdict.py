@@ -23,14 +23,18 @@ def _num(v: Any, unit: str = "") -> str:
 
 def _goodput_line(g: dict[str, Any]) -> str:
     limits = ", ".join(f"{m} <= {v:g}" for m, v in g["limits_ms"].items())
-    return (f"goodput ({limits}): {g['good_requests']} of {g['requests']} requests good "
-            f"({_num(g['attainment'], 'fraction')}); request goodput {_num(g['request_goodput_rps'], 'req/s')}, "
-            f"token goodput {_num(g['token_goodput_tps'], 'tokens/s')}")
+    return (
+        f"goodput ({limits}): {g['good_requests']} of {g['requests']} requests good "
+        f"({_num(g['attainment'], 'fraction')}); request goodput {_num(g['request_goodput_rps'], 'req/s')}, "
+        f"token goodput {_num(g['token_goodput_tps'], 'tokens/s')}"
+    )
 
 
 def _fluidity_line(f: dict[str, Any]) -> str:
-    head = (f"fluidity (TTFT deadline {f['ttft_deadline_ms']:g} ms, TBT deadline {f['tbt_deadline_ms']:g} ms): "
-            f"{f['requests_evaluated']} requests evaluated")
+    head = (
+        f"fluidity (TTFT deadline {f['ttft_deadline_ms']:g} ms, TBT deadline {f['tbt_deadline_ms']:g} ms): "
+        f"{f['requests_evaluated']} requests evaluated"
+    )
     if not f["requests_evaluated"]:
         return head + " (no token times)"
     pct = ", ".join(f"{k} {v:.4f}" for k, v in f["percentiles"].items())
@@ -39,8 +43,10 @@ def _fluidity_line(f: dict[str, Any]) -> str:
 
 def text_report(result: AuditResult) -> str:
     """Plain-text verdict for the terminal."""
-    lines = [f"audit of run {result.run_id} against {result.slo_path}: {BADGE[result.verdict]} "
-             f"({len(result.checks)} checks, {result.failures} failed, {result.errors} not evaluable)"]
+    lines = [
+        f"audit of run {result.run_id} against {result.slo_path}: {BADGE[result.verdict]} "
+        f"({len(result.checks)} checks, {result.failures} failed, {result.errors} not evaluable)"
+    ]
     for c in result.checks:
         lines.append(f"  [{BADGE[c.status]:>5}] {c.message}")
     if result.goodput:
@@ -62,8 +68,10 @@ def markdown_report(result: AuditResult) -> str:
         "|---|---:|---:|---|",
     ]
     for c in result.checks:
-        lines.append(f"| {md_text(c.name)} | {_num(c.observed, c.unit)} | {c.op} {_num(c.limit, c.unit)} "
-                     f"| {ICON[c.status]} {BADGE[c.status]} |")
+        lines.append(
+            f"| {md_text(c.name)} | {_num(c.observed, c.unit)} | {c.op} {_num(c.limit, c.unit)} "
+            f"| {ICON[c.status]} {BADGE[c.status]} |"
+        )
     if result.goodput:
         lines += ["", md_text(_goodput_line(result.goodput), limit=None)]
     if result.fluidity:

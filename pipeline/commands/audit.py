@@ -13,18 +13,35 @@ from .options import db_option, lake_option, open_source, dumps, json_option
 
 @click.command()
 @click.argument("run_id")
-@click.option("--slo", "slo_path", required=True, type=click.Path(path_type=Path),
-              help="SLO file (TOML; see examples/slo.toml).")
-@click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Also write JUnit XML here (one testcase per SLO).")
-@click.option("--markdown", "md_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Also write the Markdown verdict here.")
+@click.option(
+    "--slo", "slo_path", required=True, type=click.Path(path_type=Path), help="SLO file (TOML; see examples/slo.toml)."
+)
+@click.option(
+    "--junit",
+    "junit_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write JUnit XML here (one testcase per SLO).",
+)
+@click.option(
+    "--markdown",
+    "md_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the Markdown verdict here.",
+)
 @click.option("--nightly", is_flag=True, help="Print the Markdown verdict (for a nightly job's log or comment).")
 @db_option
 @lake_option
 @json_option
-def audit(run_id: str, slo_path: Path, junit_path: Path | None, md_path: Path | None, nightly: bool, db: str, lake: Path | None,
-          as_json: bool) -> None:
+def audit(
+    run_id: str,
+    slo_path: Path,
+    junit_path: Path | None,
+    md_path: Path | None,
+    nightly: bool,
+    db: str,
+    lake: Path | None,
+    as_json: bool,
+) -> None:
     """Check RUN_ID against the SLOs in --slo: percentile limits, goodput, fluidity index.
 
     \b
@@ -52,8 +69,12 @@ def audit(run_id: str, slo_path: Path, junit_path: Path | None, md_path: Path | 
     else:
         echo(md if nightly else aud.text_report(result))
     if result.exit_code == 2:
-        raise InputError(f"run {run_id}: the run's data cannot evaluate {result.errors} SLO(s): "
-                         + ", ".join(c.name for c in result.checks if c.status == "error"))
+        raise InputError(
+            f"run {run_id}: the run's data cannot evaluate {result.errors} SLO(s): "
+            + ", ".join(c.name for c in result.checks if c.status == "error")
+        )
     if result.exit_code:
-        raise CheckFailed(f"run {run_id}: {result.failures} SLO(s) violated: "
-                          + ", ".join(c.name for c in result.checks if c.status == "fail"))
+        raise CheckFailed(
+            f"run {run_id}: {result.failures} SLO(s) violated: "
+            + ", ".join(c.name for c in result.checks if c.status == "fail")
+        )

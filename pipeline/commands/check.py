@@ -44,7 +44,9 @@ def check(run_id: str, db: str, lake: Path | None, as_json: bool) -> None:
         echo(dumps([r.__dict__ for r in results]))
     else:
         for r in results:
-            state = f"skipped ({r.skipped})" if r.skipped else ("ok" if not r.violations else f"{r.violations} violations")
+            state = (
+                f"skipped ({r.skipped})" if r.skipped else ("ok" if not r.violations else f"{r.violations} violations")
+            )
             echo(f"{r.name:<28}{state}")
             for ex in r.examples:
                 echo(f"    {ex.get('problem')}: " + ", ".join(f"{k}={v}" for k, v in ex.items() if k != "problem"))

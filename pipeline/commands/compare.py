@@ -16,20 +16,53 @@ from .options import db_option, lake_option, open_source, dumps, json_option
 @click.argument("cand_run")
 @db_option
 @lake_option
-@click.option("--base-db", type=click.Path(dir_okay=False),
-              help="Store holding BASE_RUN, when it is not --db (e.g. a kept baseline store).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Folder for index.html, comparison.json, comparison.md (default reports/compare_<base>_vs_<cand>/).")
-@click.option("--threshold", default=0.05, show_default=True, type=click.FloatRange(0, None),
-              help="Relative growth a statistic must exceed to count as a regression (0.05 = 5%).")
-@click.option("--confidence", default=0.99, show_default=True, type=click.FloatRange(0.5, 0.9999),
-              help="Confidence level of the bootstrap intervals.")
-@click.option("--resamples", default=2000, show_default=True, type=click.IntRange(100, None),
-              help="Bootstrap resamples per statistic.")
+@click.option(
+    "--base-db",
+    type=click.Path(dir_okay=False),
+    help="Store holding BASE_RUN, when it is not --db (e.g. a kept baseline store).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder for index.html, comparison.json, comparison.md (default reports/compare_<base>_vs_<cand>/).",
+)
+@click.option(
+    "--threshold",
+    default=0.05,
+    show_default=True,
+    type=click.FloatRange(0, None),
+    help="Relative growth a statistic must exceed to count as a regression (0.05 = 5%).",
+)
+@click.option(
+    "--confidence",
+    default=0.99,
+    show_default=True,
+    type=click.FloatRange(0.5, 0.9999),
+    help="Confidence level of the bootstrap intervals.",
+)
+@click.option(
+    "--resamples",
+    default=2000,
+    show_default=True,
+    type=click.IntRange(100, None),
+    help="Bootstrap resamples per statistic.",
+)
 @click.option("--seed", default=0, show_default=True, help="Random seed (bootstrap, test subsampling).")
 @json_option
-def compare(base_run: str, cand_run: str, db: str, lake: Path | None, base_db: str | None, out_dir: Path | None, threshold: float,
-            confidence: float, resamples: int, seed: int, as_json: bool) -> None:
+def compare(
+    base_run: str,
+    cand_run: str,
+    db: str,
+    lake: Path | None,
+    base_db: str | None,
+    out_dir: Path | None,
+    threshold: float,
+    confidence: float,
+    resamples: int,
+    seed: int,
+    as_json: bool,
+) -> None:
     """Compare CAND_RUN against BASE_RUN: every headline statistic with its delta,
     a bootstrap CI of the difference, a Mann-Whitney test per metric.
 
@@ -46,7 +79,11 @@ def compare(base_run: str, cand_run: str, db: str, lake: Path | None, base_db: s
         cand_con = open_source(db, lake, [cand_run] if base_db else [base_run, cand_run])
     else:
         cand_con = store.open_for_reading(db, read_only_if=store.always)
-    base_con = store.open_for_reading(base_db, read_only_if=store.always) if base_db and (lake is not None or store.db_path(base_db) != store.db_path(db)) else cand_con
+    base_con = (
+        store.open_for_reading(base_db, read_only_if=store.always)
+        if base_db and (lake is not None or store.db_path(base_db) != store.db_path(db))
+        else cand_con
+    )
     comp = run_compare(base_con, base_run, cand_con, cand_run, threshold, confidence, resamples, seed)
     with writing("--out", out_dir or "the comparison folder"):
         html = write_comparison(comp, base_con, cand_con, out_dir)
@@ -58,5 +95,7 @@ def compare(base_run: str, cand_run: str, db: str, lake: Path | None, base_db: s
         echo(comparison_markdown(comp, only_changes=True).rstrip())
         echo(f"\n{len(comp.deltas)} statistics compared; full table and overlaid CDFs: {html}")
     if comp.exit_code:
-        raise CheckFailed(f"{cand_run} regressed against {base_run} in {len(comp.regressions)} statistic(s): "
-                          + ", ".join(f"{d.metric} {d.stat}" for d in comp.regressions))
+        raise CheckFailed(
+            f"{cand_run} regressed against {base_run} in {len(comp.regressions)} statistic(s): "
+            + ", ".join(f"{d.metric} {d.stat}" for d in comp.regressions)
+        )

@@ -14,11 +14,21 @@ from .options import db_option
 
 @click.command()
 @db_option
-@click.option("--trace", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Trace to analyse (default: the bundled simulated incident, fixtures/demo/incident.jsonl.gz).")
-@click.option("--simulate", "fresh", is_flag=True, help="Simulate a new incident run instead of using the bundled trace.")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Report folder (default reports/<run_id>/).")
+@click.option(
+    "--trace",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Trace to analyse (default: the bundled simulated incident, fixtures/demo/incident.jsonl.gz).",
+)
+@click.option(
+    "--simulate", "fresh", is_flag=True, help="Simulate a new incident run instead of using the bundled trace."
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Report folder (default reports/<run_id>/).",
+)
 @click.option("--open", "open_report", is_flag=True, help="Open the HTML report in a browser when done.")
 def demo(db: str, trace: Path | None, fresh: bool, out: Path | None, open_report: bool) -> None:
     """Ingest a trace, summarise it and write the HTML report.
@@ -39,8 +49,10 @@ def demo(db: str, trace: Path | None, fresh: bool, out: Path | None, open_report
         echo(f"simulated {trace}")
     if trace is None:
         if not BUNDLED.exists():
-            raise InputError(f"the bundled demo trace {BUNDLED} is missing: the installation is incomplete; "
-                             "reinstall tracelat, or pass --trace FILE or --simulate")
+            raise InputError(
+                f"the bundled demo trace {BUNDLED} is missing: the installation is incomplete; "
+                "reinstall tracelat, or pass --trace FILE or --simulate"
+            )
         trace = BUNDLED
     con = store.connect(db)
     for res in ingest.ingest_paths(con, [trace]):

@@ -12,12 +12,23 @@ from .options import db_option, lake_option, open_source, dumps, json_option
 
 @click.command()
 @click.argument("run_id")
-@click.option("--metric", type=click.Choice(["ttft", "tpot", "e2e"]), default="ttft", show_default=True,
-              help="Latency metric to explain.")
-@click.option("--from", "t_from", help="Only requests arriving at or after this time: seconds since the run's "
-                                        "start, @<clock seconds>, or (unix clocks) HH:MM[:SS] / ISO date-time, UTC.")
+@click.option(
+    "--metric",
+    type=click.Choice(["ttft", "tpot", "e2e"]),
+    default="ttft",
+    show_default=True,
+    help="Latency metric to explain.",
+)
+@click.option(
+    "--from",
+    "t_from",
+    help="Only requests arriving at or after this time: seconds since the run's "
+    "start, @<clock seconds>, or (unix clocks) HH:MM[:SS] / ISO date-time, UTC.",
+)
 @click.option("--to", "t_to", help="Only requests arriving at or before this time (same forms as --from).")
-@click.option("--limit", type=click.IntRange(min=1), default=10, show_default=True, help="Top steps and requests to list.")
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=10, show_default=True, help="Top steps and requests to list."
+)
 @db_option
 @lake_option
 @json_option

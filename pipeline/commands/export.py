@@ -13,20 +13,45 @@ from .options import db_option, dumps, json_option
 @click.command()
 @click.argument("run_ids", nargs=-1, required=True, metavar="RUN...")
 @db_option
-@click.option("--lake", type=click.Path(file_okay=False, path_type=Path),
-              help="Copy the runs into this Parquet lake (DIR/<table>/run_id=<id>/), for `tracelat fleet`; "
-                   "with --perfetto or --llm-d, read the run from this lake instead of --db.")
-@click.option("--perfetto", "perfetto", type=click.Path(path_type=Path), metavar="FILE.json[.gz]",
-              help="Write the run as a Chrome/Perfetto trace (Trace Event Format): steps, requests with their "
-                   "queue/prefill/decode phases, stalls, KV and queue counters. Open it at ui.perfetto.dev.")
-@click.option("--max-steps", type=click.IntRange(min=1000), default=200_000, show_default=True,
-              help="Above this many steps, keep every spike and stall and an even sample of the rest.")
-@click.option("--llm-d", "llmd", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE.json",
-              help="Write the run as an llm-d Benchmark Report v0.2.1 (request counts, TTFT/TPOT/ITL/latency "
-                   "statistics, token and request rates, engine KV and queue statistics).")
+@click.option(
+    "--lake",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Copy the runs into this Parquet lake (DIR/<table>/run_id=<id>/), for `tracelat fleet`; "
+    "with --perfetto or --llm-d, read the run from this lake instead of --db.",
+)
+@click.option(
+    "--perfetto",
+    "perfetto",
+    type=click.Path(path_type=Path),
+    metavar="FILE.json[.gz]",
+    help="Write the run as a Chrome/Perfetto trace (Trace Event Format): steps, requests with their "
+    "queue/prefill/decode phases, stalls, KV and queue counters. Open it at ui.perfetto.dev.",
+)
+@click.option(
+    "--max-steps",
+    type=click.IntRange(min=1000),
+    default=200_000,
+    show_default=True,
+    help="Above this many steps, keep every spike and stall and an even sample of the rest.",
+)
+@click.option(
+    "--llm-d",
+    "llmd",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE.json",
+    help="Write the run as an llm-d Benchmark Report v0.2.1 (request counts, TTFT/TPOT/ITL/latency "
+    "statistics, token and request rates, engine KV and queue statistics).",
+)
 @json_option
-def export(run_ids: tuple[str, ...], db: str, lake: Path | None, perfetto: Path | None, max_steps: int,
-           llmd: Path | None, as_json: bool) -> None:
+def export(
+    run_ids: tuple[str, ...],
+    db: str,
+    lake: Path | None,
+    perfetto: Path | None,
+    max_steps: int,
+    llmd: Path | None,
+    as_json: bool,
+) -> None:
     """Export runs for other tools: a Perfetto timeline or an llm-d benchmark report (one run), or a
     Parquet lake (any number)."""
     from .. import store
@@ -34,8 +59,10 @@ def export(run_ids: tuple[str, ...], db: str, lake: Path | None, perfetto: Path 
 
     targets = [x for x in (perfetto, llmd) if x is not None]
     if len(targets) > 1 or (not targets and lake is None):
-        raise InputError("say where to, once: --perfetto FILE or --llm-d FILE (one run), or --lake DIR "
-                         "(with --perfetto or --llm-d, --lake is where the run is read from)")
+        raise InputError(
+            "say where to, once: --perfetto FILE or --llm-d FILE (one run), or --lake DIR "
+            "(with --perfetto or --llm-d, --lake is where the run is read from)"
+        )
     if targets and lake is not None:  # the lake is the source
         from .options import open_source
 
@@ -49,8 +76,11 @@ def export(run_ids: tuple[str, ...], db: str, lake: Path | None, perfetto: Path 
         from ..lake import export_runs
 
         rows = export_runs(con, list(run_ids), lake)
-        echo(dumps(rows) if as_json else f"{lake}: {len(run_ids)} run(s), " +
-             ", ".join(f"{n} {t}" for t, n in rows.items()))
+        echo(
+            dumps(rows)
+            if as_json
+            else f"{lake}: {len(run_ids)} run(s), " + ", ".join(f"{n} {t}" for t, n in rows.items())
+        )
         return
     if len(run_ids) != 1:
         raise InputError(f"--{'perfetto' if perfetto is not None else 'llm-d'} writes one run; name one")
@@ -62,8 +92,12 @@ def export(run_ids: tuple[str, ...], db: str, lake: Path | None, perfetto: Path 
             info = to_llmd(con, run_id, llmd)
         except OSError as exc:
             raise InputError(f"cannot write {llmd}: {exc.strerror or exc}") from exc
-        echo(dumps(info) if as_json else f"{info['path']}: llm-d Benchmark Report v{info['version']}, "
-             f"{info['requests']} requests, latency: {', '.join(info['latency']) or 'none (no request records)'}")
+        echo(
+            dumps(info)
+            if as_json
+            else f"{info['path']}: llm-d Benchmark Report v{info['version']}, "
+            f"{info['requests']} requests, latency: {', '.join(info['latency']) or 'none (no request records)'}"
+        )
         return
     from ..export.perfetto import export as to_perfetto
     from ..fit import get_or_fit
@@ -78,5 +112,7 @@ def export(run_ids: tuple[str, ...], db: str, lake: Path | None, perfetto: Path 
     if as_json:
         echo(dumps(info))
         return
-    echo(f"{info['path']}: {info['steps']} steps ({info['step_sampling']}), {info['requests']} requests, "
-         f"{info['stalls']} stalls, {info['bytes'] / 2**20:.1f} MiB; open it at https://ui.perfetto.dev")
+    echo(
+        f"{info['path']}: {info['steps']} steps ({info['step_sampling']}), {info['requests']} requests, "
+        f"{info['stalls']} stalls, {info['bytes'] / 2**20:.1f} MiB; open it at https://ui.perfetto.dev"
+    )

@@ -16,14 +16,26 @@ from .options import db_option, dumps, json_option, lake_option, open_source
 @click.command()
 @click.argument("run_id")
 @options(HardwareSpec)
-@click.option("--fdr", "fdr", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True), default=STALL_FDR,
-              show_default=True,
-              help="Stall detection: the expected share of false stalls among the flagged steps (Benjamini-Hochberg "
-                   "over p-values from the run's fitted noise law). Lower flags fewer small stalls.")
-@click.option("--k", "k", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Deprecated: a fixed threshold of k robust standard deviations instead of --fdr (its false "
-                   "stalls grow with the run's length).")
-@click.option("--bootstrap", type=click.IntRange(min=10), default=200, show_default=True, help="Bootstrap replicates for the CIs.")
+@click.option(
+    "--fdr",
+    "fdr",
+    type=click.FloatRange(min=0, max=1, min_open=True, max_open=True),
+    default=STALL_FDR,
+    show_default=True,
+    help="Stall detection: the expected share of false stalls among the flagged steps (Benjamini-Hochberg "
+    "over p-values from the run's fitted noise law). Lower flags fewer small stalls.",
+)
+@click.option(
+    "--k",
+    "k",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Deprecated: a fixed threshold of k robust standard deviations instead of --fdr (its false "
+    "stalls grow with the run's length).",
+)
+@click.option(
+    "--bootstrap", type=click.IntRange(min=10), default=200, show_default=True, help="Bootstrap replicates for the CIs."
+)
 @db_option
 @lake_option
 @json_option
@@ -41,7 +53,9 @@ def fit(run_id: str, fdr, k, bootstrap, db: str, lake: Path | None, as_json: boo
     from ..fit.text import format_fit
 
     if k is not None:
-        click.echo("Warning: --k is deprecated; it replaces the false-discovery-rate rule (--fdr) for this fit", err=True)
+        click.echo(
+            "Warning: --k is deprecated; it replaces the false-discovery-rate rule (--fdr) for this fit", err=True
+        )
     hw = build(HardwareSpec, hardware)
     if hw.model and hw.config:
         raise InputError("give --model or --config, not both")

@@ -15,21 +15,49 @@ from .options import dumps, json_option
 @click.command()
 @click.argument("lake", type=click.Path(file_okay=False, exists=True, path_type=Path))
 @click.option("--runs", "runs_glob", metavar="GLOB", help="Only runs whose id matches this shell pattern.")
-@click.option("--ray", type=str, default=None, metavar="local|auto|ADDRESS",
-              help="Run the per-run tasks on Ray: local starts a Ray instance here; auto joins $RAY_ADDRESS when "
-                   "set, else starts one; ADDRESS joins that cluster. Without --ray, or with local/auto where Ray "
-                   "is not installed, a local process pool does the work (the output says which).")
-@click.option("--workers", type=click.IntRange(min=1), help="Processes of the local pool, or CPUs of a local Ray "
-              "instance (default: all CPUs).")
-@click.option("--slo", "slo_path", type=click.Path(path_type=Path),
-              help="SLO file (as `audit`): checked on every run and over the whole fleet; exit 1 on a violation.")
-@click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="With --slo: also write JUnit XML here (one testsuite per run, one for the fleet).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Write the fleet page here (index.html), with every run's report under runs/.")
+@click.option(
+    "--ray",
+    type=str,
+    default=None,
+    metavar="local|auto|ADDRESS",
+    help="Run the per-run tasks on Ray: local starts a Ray instance here; auto joins $RAY_ADDRESS when "
+    "set, else starts one; ADDRESS joins that cluster. Without --ray, or with local/auto where Ray "
+    "is not installed, a local process pool does the work (the output says which).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    help="Processes of the local pool, or CPUs of a local Ray instance (default: all CPUs).",
+)
+@click.option(
+    "--slo",
+    "slo_path",
+    type=click.Path(path_type=Path),
+    help="SLO file (as `audit`): checked on every run and over the whole fleet; exit 1 on a violation.",
+)
+@click.option(
+    "--junit",
+    "junit_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --slo: also write JUnit XML here (one testsuite per run, one for the fleet).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write the fleet page here (index.html), with every run's report under runs/.",
+)
 @json_option
-def fleet(lake: Path, runs_glob: str | None, ray: str | None, workers: int | None, slo_path: Path | None,
-          junit_path: Path | None, out_dir: Path | None, as_json: bool) -> None:
+def fleet(
+    lake: Path,
+    runs_glob: str | None,
+    ray: str | None,
+    workers: int | None,
+    slo_path: Path | None,
+    junit_path: Path | None,
+    out_dir: Path | None,
+    as_json: bool,
+) -> None:
     """Analyse every run of a Parquet LAKE at once: fleet percentiles, outliers, SLOs.
 
     Each run is one task (its summary, model fit, stall rate and tail causes); fleet-wide
@@ -76,8 +104,10 @@ def fleet(lake: Path, runs_glob: str | None, ray: str | None, workers: int | Non
 
 def _text(out: dict) -> None:
     f = out["fleet"]
-    echo(f"fleet of {len(out['runs'])} runs ({out['executor']}); percentiles within "
-         f"{out['sketch_relative_error']:.0%} of exact")
+    echo(
+        f"fleet of {len(out['runs'])} runs ({out['executor']}); percentiles within "
+        f"{out['sketch_relative_error']:.0%} of exact"
+    )
     for m, q in f.items():  # the registry's client latencies (pipeline.metrics.LATENCY)
         if q["count"]:
             echo(f"  {m:<8} p50 {q['p50']:.4g}  p90 {q['p90']:.4g}  p99 {q['p99']:.4g}  ({q['count']} values)")
@@ -86,12 +116,17 @@ def _text(out: dict) -> None:
         return "-" if v is None else f"{v:.{d}g}"
 
     slo = out.get("slo")
-    echo(f"\n{'run':<32}{'p99 TTFT':>10}{'p99 TPOT':>10}{'t0 ms':>8}{'GB/s':>8}{'worst z':>9}"
-         + ("  SLO  " if slo else "  ") + "flagged")
+    echo(
+        f"\n{'run':<32}{'p99 TTFT':>10}{'p99 TPOT':>10}{'t0 ms':>8}{'GB/s':>8}{'worst z':>9}"
+        + ("  SLO  " if slo else "  ")
+        + "flagged"
+    )
     for r in out["runs"]:
         verdict = f"  {(r.get('slo') or {}).get('verdict', '-'):<5}" if slo else ""
-        echo(f"{r['run_id'][:31]:<32}{n(r['ttft_ms']['p99']):>10}{n(r['tpot_ms']['p99']):>10}{n(r['t0_ms']):>8}"
-             f"{n(r['effective_bandwidth_gbps']):>8}{n(r['worst_z'], 3):>9}{verdict}  {', '.join(r['outlier']) or '-'}")
+        echo(
+            f"{r['run_id'][:31]:<32}{n(r['ttft_ms']['p99']):>10}{n(r['tpot_ms']['p99']):>10}{n(r['t0_ms']):>8}"
+            f"{n(r['effective_bandwidth_gbps']):>8}{n(r['worst_z'], 3):>9}{verdict}  {', '.join(r['outlier']) or '-'}"
+        )
     if slo:
         echo(f"\nSLO over the whole fleet: {slo['fleet']['verdict']}; overall: {slo['verdict']}")
         for c in slo["fleet"]["checks"]:

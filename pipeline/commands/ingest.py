@@ -17,22 +17,46 @@ BIG_FILE = 8 << 20
 @click.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @db_option
-@click.option("--run-id", help="Run id for records that name none (default: the file name up to its first dot; "
-              "with the folder in front when two files of one ingest share a name).")
+@click.option(
+    "--run-id",
+    help="Run id for records that name none (default: the file name up to its first dot; "
+    "with the folder in front when two files of one ingest share a name).",
+)
 @click.option("--format", "fmt", help="Skip detection and use this format (see the list above).")
 @click.option("--replace", is_flag=True, help="Re-load files whose content (or path) was ingested before.")
-@click.option("--clock-offset", "clock_offsets", multiple=True, metavar="SOURCE=SECONDS",
-              help="Put file SOURCE (a path or file name given here) on its run's step clock by adding SECONDS "
-                   "to its times, instead of estimating the offset. Repeatable.")
-@click.option("--tz", default=None, metavar="ZONE",
-              help="Time zone of local wall-clock stamps in server logs (e.g. Europe/Berlin; default: this "
-                   "machine's zone, stated in the run's metadata).")
-@click.option("--lake", type=click.Path(file_okay=False, path_type=Path),
-              help="Write into this Parquet lake (DIR/<table>/run_id=<id>/) instead of the store: the same "
-                   "rules, through a temporary store; see docs/scale.md.")
+@click.option(
+    "--clock-offset",
+    "clock_offsets",
+    multiple=True,
+    metavar="SOURCE=SECONDS",
+    help="Put file SOURCE (a path or file name given here) on its run's step clock by adding SECONDS "
+    "to its times, instead of estimating the offset. Repeatable.",
+)
+@click.option(
+    "--tz",
+    default=None,
+    metavar="ZONE",
+    help="Time zone of local wall-clock stamps in server logs (e.g. Europe/Berlin; default: this "
+    "machine's zone, stated in the run's metadata).",
+)
+@click.option(
+    "--lake",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write into this Parquet lake (DIR/<table>/run_id=<id>/) instead of the store: the same "
+    "rules, through a temporary store; see docs/scale.md.",
+)
 @json_option
-def ingest(paths: tuple[Path, ...], db: str, run_id: str | None, fmt: str | None, replace: bool,
-           clock_offsets: tuple[str, ...], tz: str | None, lake: Path | None, as_json: bool) -> None:
+def ingest(
+    paths: tuple[Path, ...],
+    db: str,
+    run_id: str | None,
+    fmt: str | None,
+    replace: bool,
+    clock_offsets: tuple[str, ...],
+    tz: str | None,
+    lake: Path | None,
+    as_json: bool,
+) -> None:
     """Load trace files into the store, one transaction per file.
 
     PATHS are files or directories (every file below a directory is ingested,
@@ -60,11 +84,14 @@ def ingest(paths: tuple[Path, ...], db: str, run_id: str | None, fmt: str | None
         if as_json or size < BIG_FILE:
             yield None
             return
-        with click.progressbar(length=size, label=clean(f"ingest {path.name}"), file=click.get_text_stream("stderr")) as bar:
+        with click.progressbar(
+            length=size, label=clean(f"ingest {path.name}"), file=click.get_text_stream("stderr")
+        ) as bar:
             yield bar.update
 
-    kwargs = dict(fmt=fmt, run_id=run_id, replace=replace, progress_for=progress_for, clock_offsets=clock_offsets,
-                  tz=tz)
+    kwargs = dict(
+        fmt=fmt, run_id=run_id, replace=replace, progress_for=progress_for, clock_offsets=clock_offsets, tz=tz
+    )
     if lake is not None:
         from ..lake_ingest import ingest_to_lake
 

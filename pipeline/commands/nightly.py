@@ -24,26 +24,69 @@ def _label(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -
 
 @click.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--history", "history", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="History folder (created): history.duckdb and one run store per night.")
-@click.option("--label", "labels", multiple=True, callback=_label, metavar="KEY=VALUE",
-              help="Label tonight's run (date=YYYY-MM-DD orders the nights; commit=..., anything). Repeatable.")
-@click.option("--slo", "slo_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="SLO file (TOML; see examples/slo.toml): audited every night, goodput added to the history.")
-@click.option("--baseline", default="auto", show_default=True, metavar="auto|NIGHT",
-              help="Night to compare with; auto: the latest night since the last change point that passed its SLOs.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Folder for the trend page (index.html) and tonight's report (default HISTORY/reports).")
-@click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Also write JUnit XML here: the SLO audit (with --slo) and one change-point check per statistic.")
+@click.option(
+    "--history",
+    "history",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="History folder (created): history.duckdb and one run store per night.",
+)
+@click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    callback=_label,
+    metavar="KEY=VALUE",
+    help="Label tonight's run (date=YYYY-MM-DD orders the nights; commit=..., anything). Repeatable.",
+)
+@click.option(
+    "--slo",
+    "slo_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="SLO file (TOML; see examples/slo.toml): audited every night, goodput added to the history.",
+)
+@click.option(
+    "--baseline",
+    default="auto",
+    show_default=True,
+    metavar="auto|NIGHT",
+    help="Night to compare with; auto: the latest night since the last change point that passed its SLOs.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder for the trend page (index.html) and tonight's report (default HISTORY/reports).",
+)
+@click.option(
+    "--junit",
+    "junit_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write JUnit XML here: the SLO audit (with --slo) and one change-point check per statistic.",
+)
 @click.option("--run-id", help="Night id (default: the date, then DATE.2, DATE.3 for more nights that day).")
 @click.option("--format", "fmt", help="Skip format detection (see `tracelat ingest --help`).")
-@click.option("--min-change", default=0.05, show_default=True, type=click.FloatRange(0, None),
-              help="A change point for the worse fails the night when it is at least this large (0.05 = 5%).")
+@click.option(
+    "--min-change",
+    default=0.05,
+    show_default=True,
+    type=click.FloatRange(0, None),
+    help="A change point for the worse fails the night when it is at least this large (0.05 = 5%).",
+)
 @json_option
-def nightly(paths: tuple[Path, ...], history: Path, labels: tuple[tuple[str, str], ...], slo_path: Path | None,
-            baseline: str, out_dir: Path | None, junit_path: Path | None, run_id: str | None, fmt: str | None,
-            min_change: float, as_json: bool) -> None:
+def nightly(
+    paths: tuple[Path, ...],
+    history: Path,
+    labels: tuple[tuple[str, str], ...],
+    slo_path: Path | None,
+    baseline: str,
+    out_dir: Path | None,
+    junit_path: Path | None,
+    run_id: str | None,
+    fmt: str | None,
+    min_change: float,
+    as_json: bool,
+) -> None:
     """One command per night: ingest PATHS as tonight's run, add it to the history in
     --history, write its report, audit the SLOs, compare with a baseline, detect
     change points over the whole history and render the trend page.

@@ -37,8 +37,9 @@ def reject_both(lake: Path | None) -> None:
         raise InputError("--db and --lake name two sources; pass one")
 
 
-def open_source(db: str, lake: Path | None, run_ids: list[str] | None, read_only_if=None,
-                tables: tuple[str, ...] | None = None):
+def open_source(
+    db: str, lake: Path | None, run_ids: list[str] | None, read_only_if=None, tables: tuple[str, ...] | None = None
+):
     """The store to read: ``--db`` (as :func:`pipeline.store.open_for_reading`), or an in-memory
     store of ``run_ids`` (None: every run) built from ``--lake`` (only ``tables`` of it, when given)."""
     from .. import store

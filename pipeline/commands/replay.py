@@ -23,8 +23,10 @@ def _unset(f) -> str:
     return f"recorded, else {('on' if v else 'off') if isinstance(v, bool) else v}"
 
 
-SWEEP_HELP = ("What-if sweep of one setting: " + ", ".join(Policy.__dataclass_fields__) + ", "
-              "e.g. max_num_batched_tokens=256,512,1024,2048.")
+SWEEP_HELP = (
+    "What-if sweep of one setting: " + ", ".join(Policy.__dataclass_fields__) + ", "
+    "e.g. max_num_batched_tokens=256,512,1024,2048."
+)
 
 
 def _seed_path(out: Path, seed: int, n_seeds: int) -> Path:
@@ -42,32 +44,74 @@ def _seed_path(out: Path, seed: int, n_seeds: int) -> Path:
 @db_option
 @lake_option
 @options(Policy, unset=_unset)
-@click.option("--noise", type=click.Choice(["fitted", "none"]), default="fitted", show_default=True,
-              help="fitted: the fit's residual spread and stalls; none: the model's mean step time only.")
-@click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True,
-              help="Replays per setting (seeds --seed .. --seed+K-1); their spread is reported.")
+@click.option(
+    "--noise",
+    type=click.Choice(["fitted", "none"]),
+    default="fitted",
+    show_default=True,
+    help="fitted: the fit's residual spread and stalls; none: the model's mean step time only.",
+)
+@click.option(
+    "--seeds",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Replays per setting (seeds --seed .. --seed+K-1); their spread is reported.",
+)
 @click.option("--seed", "first_seed", type=click.IntRange(min=0), default=0, show_default=True, help="First seed.")
-@click.option("--ok-only", is_flag=True, help="Replay only requests that were ok in the recording "
-              "(default: failed/aborted ones are replayed as load, not compared).")
+@click.option(
+    "--ok-only",
+    is_flag=True,
+    help="Replay only requests that were ok in the recording "
+    "(default: failed/aborted ones are replayed as load, not compared).",
+)
 @click.option("--sweep", "sweep_spec", metavar="NAME=V1,V2,...", help=SWEEP_HELP)
-@click.option("--slo", type=click.Path(dir_okay=False), help="SLO file (as for tracelat audit): with --sweep, mark "
-              "which swept settings meet it; in a validation replay, set the run's goodput beside the replay's "
-              "(needs [goodput]).")
-@click.option("--chart", type=click.Path(dir_okay=False),
-              help="Sweep chart (self-contained HTML). Default: reports/<RUN>/replay-sweep-<NAME>.html.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write each replay as a canonical trace (.gz compresses); with several seeds, "
-                   "-seed<k> is added to the name.")
+@click.option(
+    "--slo",
+    type=click.Path(dir_okay=False),
+    help="SLO file (as for tracelat audit): with --sweep, mark "
+    "which swept settings meet it; in a validation replay, set the run's goodput beside the replay's "
+    "(needs [goodput]).",
+)
+@click.option(
+    "--chart",
+    type=click.Path(dir_okay=False),
+    help="Sweep chart (self-contained HTML). Default: reports/<RUN>/replay-sweep-<NAME>.html.",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write each replay as a canonical trace (.gz compresses); with several seeds, -seed<k> is added to the name.",
+)
 @click.option("--ingest", "do_ingest", is_flag=True, help="Also ingest the replay traces into --db.")
-@click.option("--workload", "workload_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              help="Replay this workload instead of the run's own requests, with the run's fitted model: a "
-                   "Mooncake-style JSONL (timestamp ms, input_length, output_length; hash_ids replay a prefix cache), or any file `tracelat "
-                   "simulate --lengths-file` reads (CSV, JSONL, Parquet; Azure and Splitwise traces).")
+@click.option(
+    "--workload",
+    "workload_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Replay this workload instead of the run's own requests, with the run's fitted model: a "
+    "Mooncake-style JSONL (timestamp ms, input_length, output_length; hash_ids replay a prefix cache), or any file `tracelat "
+    "simulate --lengths-file` reads (CSV, JSONL, Parquet; Azure and Splitwise traces).",
+)
 @click.option("--no-token-times", is_flag=True, help="Leave per-token times out of written traces (smaller).")
 @json_option
-def replay(run_id: str, db: str, lake: Path | None, noise: str, seeds: int, first_seed: int, ok_only: bool,
-           sweep_spec: str | None, slo: str | None, chart: str | None, out: Path | None, do_ingest: bool,
-           workload_file: Path | None, no_token_times: bool, as_json: bool, **policy_options) -> None:
+def replay(
+    run_id: str,
+    db: str,
+    lake: Path | None,
+    noise: str,
+    seeds: int,
+    first_seed: int,
+    ok_only: bool,
+    sweep_spec: str | None,
+    slo: str | None,
+    chart: str | None,
+    out: Path | None,
+    do_ingest: bool,
+    workload_file: Path | None,
+    no_token_times: bool,
+    as_json: bool,
+    **policy_options,
+) -> None:
     """Replay RUN's arrivals and sizes through the simulator with RUN's fitted iteration model.
 
     With the recorded policy (no policy option) this validates the model: observed
@@ -90,19 +134,23 @@ def replay(run_id: str, db: str, lake: Path | None, noise: str, seeds: int, firs
     if sweep_spec and (out or do_ingest):
         raise InputError("--sweep does not write traces; replay one setting with --out (and --ingest) instead")
     if do_ingest and lake is not None:
-        raise InputError("--ingest writes the replay into a store; with --lake, write it with --out and ingest "
-                         "that file with `tracelat ingest FILE --lake DIR`")
+        raise InputError(
+            "--ingest writes the replay into a store; with --lake, write it with --out and ingest "
+            "that file with `tracelat ingest FILE --lake DIR`"
+        )
     if chart and not sweep_spec:
-        raise InputError("--chart goes with --sweep; for a single replay use --out --ingest and "
-                         "tracelat report on the replay run")
+        raise InputError(
+            "--chart goes with --sweep; for a single replay use --out --ingest and tracelat report on the replay run"
+        )
     goodput_spec = None
     if slo and not sweep_spec:  # a single replay: goodput observed vs replayed in the calibration
         from ..slo import load_slo
 
         goodput_spec = load_slo(slo).goodput
         if goodput_spec is None:
-            raise InputError(f"{slo}: without --sweep, --slo compares goodput observed vs replayed and needs a "
-                             "[goodput] section")
+            raise InputError(
+                f"{slo}: without --sweep, --slo compares goodput observed vs replayed and needs a [goodput] section"
+            )
     overrides = given(Policy, policy_options)  # None: not given (recorded)
     con = open_source(db, lake, [run_id], None if do_ingest else fit_ready(run_id))
     tmp = None  # the scratch folder, once made; removed however the replay ends
@@ -125,13 +173,24 @@ def replay(run_id: str, db: str, lake: Path | None, noise: str, seeds: int, firs
         def write(seed, result, stats) -> None:
             if target is not None:
                 with writing("--out", target):
-                    written.append(write_replay(result, _seed_path(target, seed, len(seed_list)),
-                                                replay_run_id(cal, seed), cal, seed, con, not no_token_times))
+                    written.append(
+                        write_replay(
+                            result,
+                            _seed_path(target, seed, len(seed_list)),
+                            replay_run_id(cal, seed),
+                            cal,
+                            seed,
+                            con,
+                            not no_token_times,
+                        )
+                    )
 
         cmp = compare(con, cal, seed_list, write, goodput_spec=goodput_spec)
         if goodput_spec is not None and cmp.goodput_observed is None:
-            cal.notes.append("--slo: goodput is compared in a validation replay of the run's own requests "
-                             "(recorded policy); for what-ifs use --sweep NAME=... --slo")
+            cal.notes.append(
+                "--slo: goodput is compared in a validation replay of the run's own requests "
+                "(recorded policy); for what-ifs use --sweep NAME=... --slo"
+            )
         cmp.run_ids = [replay_run_id(cal, s) for s in seed_list]
         if do_ingest:
             for p, rid in zip(written, cmp.run_ids):
@@ -171,7 +230,7 @@ def remove_stale_temp_dirs(root: Path | None = None) -> list[Path]:
     removed = []
     base = Path(root or tempfile.gettempdir())
     for d in base.glob(f"{TEMP_PREFIX}*-*"):
-        pid = d.name[len(TEMP_PREFIX):].split("-", 1)[0]
+        pid = d.name[len(TEMP_PREFIX) :].split("-", 1)[0]
         try:
             if not pid.isdigit() or not d.is_dir() or d.is_symlink() or d.stat().st_uid != os.getuid():
                 continue

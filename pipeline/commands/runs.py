@@ -31,8 +31,10 @@ def runs(db: str, lake: Path | None, as_json: bool) -> None:
         echo("no runs; ingest a trace with `tracelat ingest FILE`")
         return
     # columns as wide as their longest value: long run ids and model names must not run together
-    table = [cols] + [(r[0], r[1] or "-", r[2] or "-", str(r[3] or 0), str(r[4] or 0),
-                       "-" if r[5] is None else f"{r[5]:.2f}") for r in rows]
+    table = [cols] + [
+        (r[0], r[1] or "-", r[2] or "-", str(r[3] or 0), str(r[4] or 0), "-" if r[5] is None else f"{r[5]:.2f}")
+        for r in rows
+    ]
     widths = [max(len(clean(str(row[i]))) for row in table) for i in range(len(cols))]
     for row in table:
         cells = [clean(str(v)) for v in row]

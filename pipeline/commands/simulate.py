@@ -14,20 +14,32 @@ from ..terminal import echo
 
 
 @click.command()
-@click.option("--out", default="sim.jsonl", show_default=True, type=click.Path(dir_okay=False),
-              help="Trace file to write (canonical JSON Lines; a .gz name is gzip-compressed).")
-@click.option("--truth", type=click.Path(dir_okay=False),
-              help="Ground-truth JSON (parameters, injected stalls). Default: <out stem>.truth.json.")
+@click.option(
+    "--out",
+    default="sim.jsonl",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="Trace file to write (canonical JSON Lines; a .gz name is gzip-compressed).",
+)
+@click.option(
+    "--truth",
+    type=click.Path(dir_okay=False),
+    help="Ground-truth JSON (parameters, injected stalls). Default: <out stem>.truth.json.",
+)
 @click.option("--run-id", help="Run id written in the trace. Default: the trace file's stem.")
-@click.option("--iterations", type=click.IntRange(min=1),
-              help="Stop after this many engine steps (the workload is sized to last that long).")
+@click.option(
+    "--iterations",
+    type=click.IntRange(min=1),
+    help="Stop after this many engine steps (the workload is sized to last that long).",
+)
 # one option per field of the simulator's settings, declared with the fields (pipeline/sim/config.py, model.py)
 @options(WorkloadSpec)
 @options(Policy)
 @options(IterationModel)
 @options(NoiseModel)
-@click.option("--seed", default=0, show_default=True, type=int,
-              help="Random seed; the same seed and options give the same trace.")
+@click.option(
+    "--seed", default=0, show_default=True, type=int, help="Random seed; the same seed and options give the same trace."
+)
 @click.option("--no-token-times", is_flag=True, help="Leave out per-token times (much smaller files for long runs).")
 def simulate(**o) -> None:
     """Simulate a continuous-batching LLM server (vLLM-like) and write a canonical trace.
@@ -51,8 +63,17 @@ def simulate(**o) -> None:
         model, noise = build(IterationModel, o), build(NoiseModel, o)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
-    kwargs = dict(truth=o["truth"], run_id=o["run_id"], spec=spec, policy=policy, model=model, noise=noise,
-                  seed=o["seed"], iterations=o["iterations"], with_token_times=not o["no_token_times"])
+    kwargs = dict(
+        truth=o["truth"],
+        run_id=o["run_id"],
+        spec=spec,
+        policy=policy,
+        model=model,
+        noise=noise,
+        seed=o["seed"],
+        iterations=o["iterations"],
+        with_token_times=not o["no_token_times"],
+    )
     try:
         if o["iterations"]:  # a known length: show a progress bar (on a terminal)
             with click.progressbar(length=o["iterations"], label="simulating", file=sys.stderr) as bar:

@@ -84,16 +84,24 @@ def _load(meta: dict[str, Any], stats: dict[str, dict], tool: str) -> dict[str, 
     if _finite(isl["stddev"]):
         seq["std_dev"] = float(isl["stddev"])
     version = next((meta[k] for k in HARNESS_VERSION_KEYS if meta.get(k)), None)
-    std: dict[str, Any] = {"tool": tool, "tool_version": str(version or "unknown"),
-                           "source": "unknown", "input_seq_len": seq}
+    std: dict[str, Any] = {
+        "tool": tool,
+        "tool_version": str(version or "unknown"),
+        "source": "unknown",
+        "input_seq_len": seq,
+    }
     rate, conc = meta.get("request_rate"), meta.get("max_concurrency")
     if isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate) and rate > 0:
         std["rate_qps"] = float(rate)
     if isinstance(conc, int) and not isinstance(conc, bool) and conc >= 1:
         std["concurrency"] = conc
-    return {"metadata": {"description": "observed by tracelat from the run's request records, not the "
-                                        "generator's configuration"},
-            "standardized": std, "native": {}}
+    return {
+        "metadata": {
+            "description": "observed by tracelat from the run's request records, not the generator's configuration"
+        },
+        "standardized": std,
+        "native": {},
+    }
 
 
 def report(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
@@ -104,7 +112,9 @@ def report(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
     meta = json.loads(meta_text) if meta_text else {}
     summ = con.execute(
         "select requests, requests_ok, requests_failed, iterations, t_first, t_last, duration_s, "
-        "output_tokens_per_s, throughput_source from run_summary where run_id = ?", [run_id]).fetchall()[0]
+        "output_tokens_per_s, throughput_source from run_summary where run_id = ?",
+        [run_id],
+    ).fetchall()[0]
     n_req, n_ok, _, n_steps, t_first, t_last, duration_s, out_rate, tp_source = summ
     sql = STATS_SQL.read_text()
     rel = con.sql(sql, params={"run_id": run_id})
@@ -113,11 +123,15 @@ def report(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
     counts = con.execute(
         "select count(*) filter (where status = 'error'), count(*) filter (where status not in ('ok', 'error')), "
         "sum(prompt_tokens) filter (where status = 'ok'), sum(output_tokens) filter (where status = 'ok'), "
-        "sum(preemptions) from requests where run_id = ?", [run_id]).fetchall()[0]
+        "sum(preemptions) from requests where run_id = ?",
+        [run_id],
+    ).fetchall()[0]
     failures, incomplete, prompt_sum, output_sum, req_preempt = counts
     steps = con.execute(
         "select count(*) filter (where coalesce(try_cast(extra->>'is_dummy' as boolean), false)), "
-        "sum(preempted_reqs) from iterations where run_id = ?", [run_id]).fetchall()[0]
+        "sum(preempted_reqs) from iterations where run_id = ?",
+        [run_id],
+    ).fetchall()[0]
     n_dummy, step_preempt = steps
     tool = str(meta.get("source_format") or "tracelat")
 
@@ -127,47 +141,75 @@ def report(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
     if clock == "unix" and _finite(t_first) and _finite(t_last):
         run_time |= {"start": _iso(t_first), "end": _iso(t_last)}
     uid = uuid.uuid5(uuid.NAMESPACE_URL, f"tracelat:{run_id}:{t_first!r}:{t_last!r}:{n_req}:{n_steps}")
-    run = _drop_none({
-        "uid": str(uid), "eid": run_id, "time": run_time or None,
-        "description": f"tracelat run {run_id}: {engine or 'unknown engine'} {version or ''}".rstrip()
-                       + f", model {model or 'unknown'}, {gpu or 'unknown accelerator'}, read from {tool}",
-        "keywords": ["tracelat", tool],
-    })
+    run = _drop_none(
+        {
+            "uid": str(uid),
+            "eid": run_id,
+            "time": run_time or None,
+            "description": f"tracelat run {run_id}: {engine or 'unknown engine'} {version or ''}".rstrip()
+            + f", model {model or 'unknown'}, {gpu or 'unknown accelerator'}, read from {tool}",
+            "keywords": ["tracelat", tool],
+        }
+    )
 
     aggregate: dict[str, Any] = {}
     if n_req:
-        aggregate["requests"] = _drop_none({
-            "total": int(n_req), "failures": int(failures or 0), "incomplete": int(incomplete or 0),
-            "input_length": _stat(stats.get("prompt_tokens"), "count", integer=True),
-            "output_length": _stat(stats.get("output_tokens"), "count", integer=True)})
-        latency = _drop_none({
-            "time_to_first_token": _stat(stats.get("ttft_ms"), "ms"),
-            "normalized_time_per_output_token": _stat(stats.get("ntpot_ms"), "ms/token"),
-            "time_per_output_token": _stat(stats.get("tpot_ms"), "ms/token"),
-            "inter_token_latency": _stat(stats.get("itl_ms"), "ms/token"),
-            "request_latency": _stat(stats.get("e2e_ms"), "ms")})
+        aggregate["requests"] = _drop_none(
+            {
+                "total": int(n_req),
+                "failures": int(failures or 0),
+                "incomplete": int(incomplete or 0),
+                "input_length": _stat(stats.get("prompt_tokens"), "count", integer=True),
+                "output_length": _stat(stats.get("output_tokens"), "count", integer=True),
+            }
+        )
+        latency = _drop_none(
+            {
+                "time_to_first_token": _stat(stats.get("ttft_ms"), "ms"),
+                "normalized_time_per_output_token": _stat(stats.get("ntpot_ms"), "ms/token"),
+                "time_per_output_token": _stat(stats.get("tpot_ms"), "ms/token"),
+                "inter_token_latency": _stat(stats.get("itl_ms"), "ms/token"),
+                "request_latency": _stat(stats.get("e2e_ms"), "ms"),
+            }
+        )
         if latency:
             aggregate["latency"] = latency
-    throughput = _drop_none({
-        "input_token_rate": _rate(prompt_sum, duration_s, "tokens/s") if tp_source == "requests" else None,
-        "output_token_rate": {"units": "tokens/s", "mean": float(out_rate)} if _finite(out_rate) else None,
-        "total_token_rate": _rate((prompt_sum or 0) + (output_sum or 0), duration_s, "tokens/s")
-        if tp_source == "requests" and prompt_sum is not None else None,
-        "request_rate": _rate(n_ok, duration_s, "queries/s") if n_req else None})
+    throughput = _drop_none(
+        {
+            "input_token_rate": _rate(prompt_sum, duration_s, "tokens/s") if tp_source == "requests" else None,
+            "output_token_rate": {"units": "tokens/s", "mean": float(out_rate)} if _finite(out_rate) else None,
+            "total_token_rate": _rate((prompt_sum or 0) + (output_sum or 0), duration_s, "tokens/s")
+            if tp_source == "requests" and prompt_sum is not None
+            else None,
+            "request_rate": _rate(n_ok, duration_s, "queries/s") if n_req else None,
+        }
+    )
     if throughput:
         aggregate["throughput"] = throughput
 
-    resources = _drop_none({
-        "kv_cache_usage": _stat(stats.get("kv_usage_pct"), "percent"),
-        "running_requests": _stat(stats.get("running_reqs"), "count"),
-        "waiting_requests": _stat(stats.get("waiting_reqs"), "count")})
-    observability: dict[str, Any] = {"tracelat": _drop_none({
-        "run_id": run_id, "source_format": tool, "clock": clock, "steps": int(n_steps or 0),
-        "dp_dummy_steps": int(n_dummy or 0),
-        "preemptions": int(req_preempt) if req_preempt is not None else
-        (int(step_preempt) if step_preempt is not None else None),
-        "statistics": "linear-interpolation percentiles over ok requests (latencies), token gaps (ITL) "
-                      "and steps other than data-parallel dummy steps (resources)"})}
+    resources = _drop_none(
+        {
+            "kv_cache_usage": _stat(stats.get("kv_usage_pct"), "percent"),
+            "running_requests": _stat(stats.get("running_reqs"), "count"),
+            "waiting_requests": _stat(stats.get("waiting_reqs"), "count"),
+        }
+    )
+    observability: dict[str, Any] = {
+        "tracelat": _drop_none(
+            {
+                "run_id": run_id,
+                "source_format": tool,
+                "clock": clock,
+                "steps": int(n_steps or 0),
+                "dp_dummy_steps": int(n_dummy or 0),
+                "preemptions": int(req_preempt)
+                if req_preempt is not None
+                else (int(step_preempt) if step_preempt is not None else None),
+                "statistics": "linear-interpolation percentiles over ok requests (latencies), token gaps (ITL) "
+                "and steps other than data-parallel dummy steps (resources)",
+            }
+        )
+    }
     if resources:
         observability["components"] = [{"component_label": f"{engine or 'engine'}-{run_id}", "aggregate": resources}]
 
@@ -190,6 +232,11 @@ def export(con: duckdb.DuckDBPyConnection, run_id: str, path: Path) -> dict[str,
     text = json.dumps(rep, indent=2, allow_nan=False) + "\n"
     path.write_text(text, encoding="utf-8")
     agg = rep["results"].get("request_performance", {}).get("aggregate", {})
-    return {"path": str(path), "version": VERSION, "uid": rep["run"]["uid"],
-            "requests": agg.get("requests", {}).get("total", 0),
-            "latency": sorted(agg.get("latency", {})), "bytes": len(text.encode())}
+    return {
+        "path": str(path),
+        "version": VERSION,
+        "uid": rep["run"]["uid"],
+        "requests": agg.get("requests", {}).get("total", 0),
+        "latency": sorted(agg.get("latency", {})),
+        "bytes": len(text.encode()),
+    }

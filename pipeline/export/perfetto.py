@@ -50,47 +50,102 @@ def export(con: duckdb.DuckDBPyConnection, run_id: str, out: Path, max_steps: in
     if has_fit and steps.height:
         steps = steps.join(store.select(con, "export/perfetto_fit", {"run": run_id}), on="iter", how="left")
     else:
-        steps = steps.with_columns(predicted_ms=pl.lit(None, pl.Float64), residual_ms=pl.lit(None, pl.Float64),
-                                   spike_cause=pl.lit(None, pl.String), is_stall=pl.lit(None, pl.Boolean))
-    starts = [x for x in (steps.get_column("t_start").min() if steps.height else None,
-                          reqs.get_column("t_arrival").min() if reqs.height else None) if x is not None]
+        steps = steps.with_columns(
+            predicted_ms=pl.lit(None, pl.Float64),
+            residual_ms=pl.lit(None, pl.Float64),
+            spike_cause=pl.lit(None, pl.String),
+            is_stall=pl.lit(None, pl.Boolean),
+        )
+    starts = [
+        x
+        for x in (
+            steps.get_column("t_start").min() if steps.height else None,
+            reqs.get_column("t_arrival").min() if reqs.height else None,
+        )
+        if x is not None
+    ]
     if not starts:
         raise ValueError(f"run {run_id} has no timed steps or requests to export")
     origin = float(min(starts))
     sampling = "all steps"
     if steps.height > max_steps:
         k = -(-steps.height // max_steps)
-        keep = pl.col("spike_cause").is_not_null() | pl.col("is_stall").fill_null(False) | (pl.int_range(pl.len()) % k == 0)
+        keep = (
+            pl.col("spike_cause").is_not_null()
+            | pl.col("is_stall").fill_null(False)
+            | (pl.int_range(pl.len()) % k == 0)
+        )
         steps = steps.filter(keep)
         sampling = f"{max_steps:,}+ steps: every spike and stall, and every {k}th other step"
     step_ev = steps.select(
-        ph=pl.lit("X"), pid=pl.lit(1), tid=pl.lit(1), name=pl.lit("step"),
-        ts=_us("t_start", origin), dur=(pl.col("iteration_ms") * 1e3).round(3).clip(0),  # the registry's step time
-        args=pl.struct("iter", "prefill_tokens", "prefill_reqs", "decode_tokens", "decode_reqs", "context_tokens",
-                       "predicted_ms", "residual_ms", "spike_cause"))
+        ph=pl.lit("X"),
+        pid=pl.lit(1),
+        tid=pl.lit(1),
+        name=pl.lit("step"),
+        ts=_us("t_start", origin),
+        dur=(pl.col("iteration_ms") * 1e3).round(3).clip(0),  # the registry's step time
+        args=pl.struct(
+            "iter",
+            "prefill_tokens",
+            "prefill_reqs",
+            "decode_tokens",
+            "decode_reqs",
+            "context_tokens",
+            "predicted_ms",
+            "residual_ms",
+            "spike_cause",
+        ),
+    )
     stall_ev = steps.filter(pl.col("is_stall").fill_null(False)).select(
-        ph=pl.lit("i"), s=pl.lit("t"), pid=pl.lit(1), tid=pl.lit(1), name=pl.lit("stall"), ts=_us("t_end", origin),
-        args=pl.struct("iter", "residual_ms"))
-    counters = [steps.filter(pl.col(c).is_not_null()).select(
-        ph=pl.lit("C"), pid=pl.lit(1), name=pl.lit(c), ts=_us("t_end", origin), args=pl.struct(pl.col(c)))
-        for c in ("kv_usage", "running_reqs", "waiting_reqs") if c in steps.columns]
+        ph=pl.lit("i"),
+        s=pl.lit("t"),
+        pid=pl.lit(1),
+        tid=pl.lit(1),
+        name=pl.lit("stall"),
+        ts=_us("t_end", origin),
+        args=pl.struct("iter", "residual_ms"),
+    )
+    counters = [
+        steps.filter(pl.col(c).is_not_null()).select(
+            ph=pl.lit("C"), pid=pl.lit(1), name=pl.lit(c), ts=_us("t_end", origin), args=pl.struct(pl.col(c))
+        )
+        for c in ("kv_usage", "running_reqs", "waiting_reqs")
+        if c in steps.columns
+    ]
     rq = reqs.with_row_index("n").with_columns(id=pl.col("n").cast(pl.String))
     common = dict(pid=pl.lit(2), tid=pl.lit(0), cat=pl.lit("request"), id=pl.col("id"))
     rq = rq.with_columns(t_last=pl.coalesce("t_finish", "t_first_token", "t_scheduled", "t_arrival"))
-    begin = rq.select(ph=pl.lit("b"), name=pl.lit("request ") + pl.col("req_id"), ts=_us("t_arrival", origin),
-                      **common, args=pl.struct("req_id", "prompt_tokens", "output_tokens", "preemptions", "status"))
+    begin = rq.select(
+        ph=pl.lit("b"),
+        name=pl.lit("request ") + pl.col("req_id"),
+        ts=_us("t_arrival", origin),
+        **common,
+        args=pl.struct("req_id", "prompt_tokens", "output_tokens", "preemptions", "status"),
+    )
     end = rq.select(ph=pl.lit("e"), name=pl.lit("request ") + pl.col("req_id"), ts=_us("t_last", origin), **common)
     phases = []
-    for name, a, b in (("queue", "t_arrival", "t_scheduled"), ("prefill", "t_scheduled", "t_first_token"),
-                       ("decode", "t_first_token", "t_finish")):
+    for name, a, b in (
+        ("queue", "t_arrival", "t_scheduled"),
+        ("prefill", "t_scheduled", "t_first_token"),
+        ("decode", "t_first_token", "t_finish"),
+    ):
         part = rq.filter(pl.col(a).is_not_null() & pl.col(b).is_not_null() & (pl.col(b) >= pl.col(a)))
-        phases += [part.select(ph=pl.lit("b"), name=pl.lit(name), ts=_us(a, origin), **common),
-                   part.select(ph=pl.lit("e"), name=pl.lit(name), ts=_us(b, origin), **common)]
+        phases += [
+            part.select(ph=pl.lit("b"), name=pl.lit(name), ts=_us(a, origin), **common),
+            part.select(ph=pl.lit("e"), name=pl.lit(name), ts=_us(b, origin), **common),
+        ]
     frames = [step_ev, stall_ev, *counters, begin, *phases, end]
     lines = pl.concat([f.select(pl.struct(pl.all()).struct.json_encode().alias("e")) for f in frames if f.height])
-    meta = {"run_id": run_id, "origin_unix_s": origin, "step_sampling": sampling, "time_unit": "us since origin",
-            "steps": int(step_ev.height), "requests": int(reqs.height), "stalls": int(stall_ev.height),
-            "source": "tracelat export --perfetto"}
+    meta = {
+        "run_id": run_id,
+        "origin_unix_s": origin,
+        "step_sampling": sampling,
+        "time_unit": "us since origin",
+        "steps": int(step_ev.height),
+        "requests": int(reqs.height),
+        "stalls": int(stall_ev.height),
+        "source": "tracelat export --perfetto",
+    }
     head = json.dumps({"displayTimeUnit": "ms", "metadata": meta})[:-1] + ', "traceEvents": [\n'
     n = lines.height
     lines = lines.with_columns(e=pl.when(pl.int_range(pl.len()) < n - 1).then(pl.col("e") + ",").otherwise(pl.col("e")))

@@ -46,8 +46,9 @@ def run_end(con: duckdb.DuckDBPyConnection, run_id: str) -> float | None:
     return store.rows(con, "fit/run_span", {"run_id": run_id})[0][1]
 
 
-def check_window(con: duckdb.DuckDBPyConnection, run_id: str, lo: float, hi: float,
-                 t_from: str | None, t_to: str | None) -> None:
+def check_window(
+    con: duckdb.DuckDBPyConnection, run_id: str, lo: float, hi: float, t_from: str | None, t_to: str | None
+) -> None:
     """A reversed window, or one that misses the run entirely, is a mistake to say, not an
     empty answer to print."""
     if lo > hi:
@@ -101,8 +102,9 @@ def parse_time(text: str | None, con: duckdb.DuckDBPyConnection, run_id: str, de
             t = dt.datetime.fromisoformat(s[:-1] + "+00:00" if s[-1:] in ("Z", "z") else s)
             t = t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
     except (ValueError, OverflowError, OSError) as exc:
-        raise InputError(f"time {text!r}: not seconds since the run's start, @<clock seconds>, "
-                         "an ISO date-time or HH:MM[:SS]") from exc
+        raise InputError(
+            f"time {text!r}: not seconds since the run's start, @<clock seconds>, an ISO date-time or HH:MM[:SS]"
+        ) from exc
     if start < UNIX_CLOCK_MIN:
         raise InputError(f"time {text!r}: the run's clock is not unix time; give seconds since its start instead")
     return t.timestamp()
@@ -119,13 +121,17 @@ def _coverage(con, run_id: str, t_from: float, t_to: float) -> list[str]:
     n, no_sched, ua, counted, unknown = row
     notes = []
     if n and no_sched:
-        notes.append(f"{no_sched} of {n} requests have no scheduled time: their waiting and own prefill "
-                     "are not split (counted as unattributed)")
+        notes.append(
+            f"{no_sched} of {n} requests have no scheduled time: their waiting and own prefill "
+            "are not split (counted as unattributed)"
+        )
     if ua and ua > 0.01:
         notes.append(f"{ua:.0%} of the requests' end-to-end time is not covered by fitted steps (unattributed)")
     if counted:
-        notes.append(f"{counted} preempted requests have no token times: their preemption time is estimated "
-                     "from the number of steps they sat out")
+        notes.append(
+            f"{counted} preempted requests have no token times: their preemption time is estimated "
+            "from the number of steps they sat out"
+        )
     if unknown:
         notes.append(f"{unknown} preempted requests could not be priced (bug or missing data)")
     return notes
@@ -150,23 +156,40 @@ def explain(
 
     problem = cross_clock_problem(con, run_id)
     if problem:
-        raise InputError(f"{problem}; tail attribution needs steps and requests on one clock: pass "
-                         "--clock-offset SOURCE=SECONDS at ingest, or check that the files belong to one run")
+        raise InputError(
+            f"{problem}; tail attribution needs steps and requests on one clock: pass "
+            "--clock-offset SOURCE=SECONDS at ingest, or check that the files belong to one run"
+        )
     params = {"run_id": run_id, "metric": metric, "t_from": t_from, "t_to": t_to, "limit": limit}
     parts = store.select(con, "fit/tail_parts", params)
     start = run_start(con, run_id)
-    out: dict[str, Any] = {"run_id": run_id, "metric": metric, "unit": "ms per output token" if metric == "tpot" else "ms",
-                           "window": {"from": t_from if math.isfinite(t_from) else None,
-                                      "to": t_to if math.isfinite(t_to) else None},
-                           # for showing times: seconds since the start, and wall time on unix clocks
-                           "run_start": start, "clock_is_unix": start is not None and start >= UNIX_CLOCK_MIN}
+    out: dict[str, Any] = {
+        "run_id": run_id,
+        "metric": metric,
+        "unit": "ms per output token" if metric == "tpot" else "ms",
+        "window": {"from": t_from if math.isfinite(t_from) else None, "to": t_to if math.isfinite(t_to) else None},
+        # for showing times: seconds since the start, and wall time on unix clocks
+        "run_start": start,
+        "clock_is_unix": start is not None and start >= UNIX_CLOCK_MIN,
+    }
     if parts.height == 0 or parts["n"][0] == 0:
-        out.update(requests=0, parts=[], largest=None, top_iterations=[], top_requests=[],
-                   statements=[f"no requests with a {metric} value in this window"])
+        out.update(
+            requests=0,
+            parts=[],
+            largest=None,
+            top_iterations=[],
+            top_requests=[],
+            statements=[f"no requests with a {metric} value in this window"],
+        )
         return out
     first = parts.row(0, named=True)
-    out.update(requests=first["n"], p50=first["p50"], p99=first["p99"], tail_requests=first["n_tail"],
-               median_requests=first["n_median"])
+    out.update(
+        requests=first["n"],
+        p50=first["p50"],
+        p99=first["p99"],
+        tail_requests=first["n_tail"],
+        median_requests=first["n_median"],
+    )
     rows = parts.select("part", "tail_mean_ms", "median_mean_ms", "growth_ms", "share").to_dicts()
     for r in rows:
         r["meaning"] = PART_TEXT.get(r["part"], "")
@@ -190,7 +213,8 @@ def tail_section(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, dict[
     if cross_clock_problem(con, run_id):
         return out
     for metric in METRICS:
-        df = store.select(con, "fit/tail_parts", {"run_id": run_id, "metric": metric,
-                                                  "t_from": -math.inf, "t_to": math.inf})
+        df = store.select(
+            con, "fit/tail_parts", {"run_id": run_id, "metric": metric, "t_from": -math.inf, "t_to": math.inf}
+        )
         out[metric] = {r["part"]: r["share"] for r in df.to_dicts()} if df.height and df["n"][0] else {}
     return out

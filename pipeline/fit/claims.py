@@ -15,8 +15,9 @@ LINEAR_MAX_DEV = 0.05  # binned median relative residual within +-5%: linear
 MEMORY_BOUND_MIN = 0.5  # effective KV bandwidth >= 50% of peak: memory-bound
 
 
-def shape_evidence(ctx: np.ndarray | None, prefill: np.ndarray | None, y: np.ndarray, lr: np.ndarray,
-                   inlier: np.ndarray) -> dict[str, Any]:
+def shape_evidence(
+    ctx: np.ndarray | None, prefill: np.ndarray | None, y: np.ndarray, lr: np.ndarray, inlier: np.ndarray
+) -> dict[str, Any]:
     """Numbers the claims need, computed once at fit time (stored with the fit)."""
     out: dict[str, Any] = {}
     decode_only = (prefill == 0) if prefill is not None else np.ones(len(y), bool)
@@ -59,11 +60,15 @@ def _linear(fit: dict, ev: dict) -> dict:
     dec = fit.get("phases", {}).get("decode_only") or {}
     r2 = dec.get("r2_inliers", fit["r2_inliers"])
     dev = ev.get("context_bin_max_rel_dev")
-    txt = (f"slope a = {a * 1000:.4g} ms per 1k context tokens (95% CI {ci[0] * 1000:.4g} .. {ci[1] * 1000:.4g}); "
-           f"R² of decode-only steps without stalls {r2:.3f}")
+    txt = (
+        f"slope a = {a * 1000:.4g} ms per 1k context tokens (95% CI {ci[0] * 1000:.4g} .. {ci[1] * 1000:.4g}); "
+        f"R² of decode-only steps without stalls {r2:.3f}"
+    )
     if dev is not None:
-        txt += (f"; binned by context ({ev['context_bins']} bins), decode-only steps sit within {dev:.1%} of the line "
-                f"(linear if within {LINEAR_MAX_DEV:.0%})")
+        txt += (
+            f"; binned by context ({ev['context_bins']} bins), decode-only steps sit within {dev:.1%} of the line "
+            f"(linear if within {LINEAR_MAX_DEV:.0%})"
+        )
     holds = bool(ci[0] > 0 and (dev is None or dev <= LINEAR_MAX_DEV))
     return {"claim": claim, "holds": holds, "evidence": txt}
 
@@ -74,13 +79,17 @@ def _memory_bound(fit: dict, hw: dict | None, ev: dict) -> dict:
         why = "needs the model (--model/--config), a GPU with a peak bandwidth (--gpu) and a fitted context slope"
         return {"claim": claim, "holds": None, "evidence": why}
     frac = hw["bandwidth_fraction_of_peak"]
-    txt = (f"effective bandwidth {hw['effective_bandwidth_gbps']:.0f} GB/s = {frac:.0%} of the "
-           f"{hw['peak_bandwidth_gbps']:.0f} GB/s peak (memory-bound if >= {MEMORY_BOUND_MIN:.0%})")
+    txt = (
+        f"effective bandwidth {hw['effective_bandwidth_gbps']:.0f} GB/s = {frac:.0%} of the "
+        f"{hw['peak_bandwidth_gbps']:.0f} GB/s peak (memory-bound if >= {MEMORY_BOUND_MIN:.0%})"
+    )
     med, ctx = ev.get("decode_step_median_ms"), ev.get("decode_context_median_tokens")
     if med and ctx is not None and hw.get("weight_floor_ms") is not None:
         floor = hw["weight_floor_ms"] + hw["kv_bytes_per_token"] * ctx / (hw["peak_bandwidth_gbps"] * 1e9) * 1e3
-        txt += (f"; reading the weights and the median decode step's {ctx:.0f}-token KV cache at peak takes "
-                f"{floor:.3g} ms, {floor / med:.0%} of that step's median {med:.3g} ms")
+        txt += (
+            f"; reading the weights and the median decode step's {ctx:.0f}-token KV cache at peak takes "
+            f"{floor:.3g} ms, {floor / med:.0%} of that step's median {med:.3g} ms"
+        )
     if frac > 1.2:
         txt += "; above 100%: a is too small for a KV read of this size (wrong model or KV dtype, or caching)"
     return {"claim": claim, "holds": bool(MEMORY_BOUND_MIN <= frac <= 1.2), "evidence": txt}
@@ -92,8 +101,10 @@ def _prefill_spikes(fit: dict, ev: dict, spikes: dict) -> dict:
     if b is None or ci is None or not ev.get("prefill_steps"):
         return {"claim": claim, "holds": None, "evidence": "no prefill steps recorded, or prefill_tokens unusable"}
     ratio = ev["prefill_step_median_ms"] / ev["decode_step_median_ms"] if ev.get("decode_step_median_ms") else None
-    txt = (f"b = {b * 1000:.4g} ms per 1k prompt tokens (95% CI {ci[0] * 1000:.4g} .. {ci[1] * 1000:.4g}); "
-           f"{spikes.get('prefill', 0)} steps spike above their decode baseline because of prefill")
+    txt = (
+        f"b = {b * 1000:.4g} ms per 1k prompt tokens (95% CI {ci[0] * 1000:.4g} .. {ci[1] * 1000:.4g}); "
+        f"{spikes.get('prefill', 0)} steps spike above their decode baseline because of prefill"
+    )
     if ratio is not None:
         txt += f"; median step with prefill {ev['prefill_step_median_ms']:.3g} ms vs decode-only {ev['decode_step_median_ms']:.3g} ms ({ratio:.2f}x)"
     return {"claim": claim, "holds": bool(ci[0] > 0 and spikes.get("prefill", 0) > 0), "evidence": txt}
@@ -109,8 +120,10 @@ def _overhead(fit: dict, hw: dict | None) -> dict:
     lo, hi = ci
     floor = hw["weight_floor_ms"]
     share = f" ({(t0 - floor) / t0:.0%} of t0)" if t0 > 0 else ""
-    txt = (f"t0 = {t0:.4g} ms (95% CI {lo:.4g} .. {hi:.4g}); reading {hw['weight_bytes'] / 1e9:.3g} GB of weights "
-           f"at peak takes {floor:.4g} ms; overhead {t0 - floor:.4g} ms per step{share}")
+    txt = (
+        f"t0 = {t0:.4g} ms (95% CI {lo:.4g} .. {hi:.4g}); reading {hw['weight_bytes'] / 1e9:.3g} GB of weights "
+        f"at peak takes {floor:.4g} ms; overhead {t0 - floor:.4g} ms per step{share}"
+    )
     if t0 < floor:
         txt += "; t0 below the floor: the peak bandwidth or weight size does not match this run"
     return {"claim": claim, "holds": bool(lo > floor), "evidence": txt}
@@ -119,5 +132,9 @@ def _overhead(fit: dict, hw: dict | None) -> dict:
 def check(fit: dict, hw: dict | None) -> list[dict]:
     """All four claims for a fit dict (as stored) and its hardware report."""
     ev = fit.get("shape", {})
-    return [_linear(fit, ev), _memory_bound(fit, hw, ev), _prefill_spikes(fit, ev, fit.get("spikes", {})),
-            _overhead(fit, hw)]
+    return [
+        _linear(fit, ev),
+        _memory_bound(fit, hw, ev),
+        _prefill_spikes(fit, ev, fit.get("spikes", {})),
+        _overhead(fit, hw),
+    ]

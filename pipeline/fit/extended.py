@@ -39,8 +39,12 @@ from typing import Any
 import numpy as np
 from scipy import optimize
 
-BASE_COLUMNS = {"t0_ms": None, "a_ms_per_ctx": "context_tokens", "b_ms_per_prefill": "prefill_tokens",
-                "c_ms_per_decode": "decode_tokens"}
+BASE_COLUMNS = {
+    "t0_ms": None,
+    "a_ms_per_ctx": "context_tokens",
+    "b_ms_per_prefill": "prefill_tokens",
+    "c_ms_per_decode": "decode_tokens",
+}
 CANDIDATES = {"d_ms_per_req": "batch_reqs", "e_ms_per_prefill_attn": "prefill_attn"}
 CV_BLOCKS = 5
 CV_MAX_STEPS = 50_000  # above this the CV fits use every k-th step of each block (the final fit uses all)
@@ -65,12 +69,20 @@ class ExtendedFit:
     statements: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"terms": list(self.terms), "coef": dict(self.coef), "cv": {k: dict(v) for k, v in self.cv.items()},
-                "better": self.better, "mean_scale": self.mean_scale,
-                "prefill_attn_source": self.prefill_attn_source, "statements": list(self.statements)}
+        return {
+            "terms": list(self.terms),
+            "coef": dict(self.coef),
+            "cv": {k: dict(v) for k, v in self.cv.items()},
+            "better": self.better,
+            "mean_scale": self.mean_scale,
+            "prefill_attn_source": self.prefill_attn_source,
+            "statements": list(self.statements),
+        }
 
 
-def features(cols: dict[str, np.ndarray], extra: dict[str, np.ndarray | None]) -> tuple[dict[str, np.ndarray], str | None, list[str]]:
+def features(
+    cols: dict[str, np.ndarray], extra: dict[str, np.ndarray | None]
+) -> tuple[dict[str, np.ndarray], str | None, list[str]]:
     """The candidate columns these data can give, where the prefill-attention column came from, notes."""
     out, notes, source = {}, [], None
     reqs = extra.get("batch_reqs")
@@ -135,8 +147,10 @@ def _design(terms: tuple[str, ...], cols: dict[str, np.ndarray], n: int) -> np.n
 
 def _errors(y: np.ndarray, yhat: np.ndarray) -> dict[str, float]:
     ok = y > 0
-    return {"mape_pct": float(np.mean(np.abs(y[ok] - yhat[ok]) / y[ok]) * 100),
-            "p90_abs_ms": float(np.quantile(np.abs(y - yhat), 0.9))}
+    return {
+        "mape_pct": float(np.mean(np.abs(y[ok] - yhat[ok]) / y[ok]) * 100),
+        "p90_abs_ms": float(np.quantile(np.abs(y - yhat), 0.9)),
+    }
 
 
 def cross_validate(terms: tuple[str, ...], cols: dict[str, np.ndarray], y: np.ndarray) -> dict[str, float]:
@@ -153,8 +167,13 @@ def cross_validate(terms: tuple[str, ...], cols: dict[str, np.ndarray], y: np.nd
     return _errors(y, yhat)
 
 
-def fit_extended(cols: dict[str, np.ndarray], extra: dict[str, np.ndarray | None], y: np.ndarray,
-                 base_terms: tuple[str, ...], inlier: np.ndarray) -> ExtendedFit | None:
+def fit_extended(
+    cols: dict[str, np.ndarray],
+    extra: dict[str, np.ndarray | None],
+    y: np.ndarray,
+    base_terms: tuple[str, ...],
+    inlier: np.ndarray,
+) -> ExtendedFit | None:
     """Choose the extended model's terms by held-out error and fit it (rows in time order).
 
     ``cols``: the memory-bound columns; ``extra``: ``batch_reqs``, ``prefill_reqs``,
@@ -182,8 +201,11 @@ def fit_extended(cols: dict[str, np.ndarray], extra: dict[str, np.ndarray | None
             if m not in scores:
                 scores[m] = cross_validate(m, allc, y)
         cur = scores[current]["mape_pct"]
-        ok = [m for m in moves if scores[m]["mape_pct"] <= cur * (1 + DROP_SLACK if len(m) <= len(current)
-                                                                   else 1 - ADD_GAIN)]
+        ok = [
+            m
+            for m in moves
+            if scores[m]["mape_pct"] <= cur * (1 + DROP_SLACK if len(m) <= len(current) else 1 - ADD_GAIN)
+        ]
         if not ok:
             break
         current = min(ok, key=lambda m: scores[m]["mape_pct"])
@@ -198,14 +220,24 @@ def fit_extended(cols: dict[str, np.ndarray], extra: dict[str, np.ndarray | None
     added = [t for t in current if t not in base]
     dropped = [t for t in base if t not in current]
     if added or dropped:
-        notes.append(f"held-out steps (5 contiguous time blocks) choose {', '.join('+' + t for t in added)}"
-                     + (f", {', '.join('-' + t for t in dropped)}" if dropped else "")
-                     + f": MAPE {mb['mape_pct']:.3g}% -> {ext['mape_pct']:.3g}%, p90 |error| "
-                       f"{mb['p90_abs_ms']:.3g} -> {ext['p90_abs_ms']:.3g} ms")
+        notes.append(
+            f"held-out steps (5 contiguous time blocks) choose {', '.join('+' + t for t in added)}"
+            + (f", {', '.join('-' + t for t in dropped)}" if dropped else "")
+            + f": MAPE {mb['mape_pct']:.3g}% -> {ext['mape_pct']:.3g}%, p90 |error| "
+            f"{mb['p90_abs_ms']:.3g} -> {ext['p90_abs_ms']:.3g} ms"
+        )
     else:
-        notes.append(f"no candidate term lowers the held-out MAPE ({mb['mape_pct']:.3g}%) by 1%: the memory-bound "
-                     "model stands")
+        notes.append(
+            f"no candidate term lowers the held-out MAPE ({mb['mape_pct']:.3g}%) by 1%: the memory-bound model stands"
+        )
     if "e_ms_per_prefill_attn" in current and source and source.startswith("approximated"):
         notes.append(f"prefill attention {source}")
-    return ExtendedFit(current, coef, {"memory_bound": mb, "extended": ext}, better, scale,
-                       source if "e_ms_per_prefill_attn" in current else None, notes)
+    return ExtendedFit(
+        current,
+        coef,
+        {"memory_bound": mb, "extended": ext},
+        better,
+        scale,
+        source if "e_ms_per_prefill_attn" in current else None,
+        notes,
+    )

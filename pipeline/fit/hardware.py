@@ -47,16 +47,22 @@ def resolve(con: duckdb.DuckDBPyConnection, run_id: str, hw: HardwareSpec = Hard
     else:
         spec = catalog.find_model(run_model)
         if spec is None:
-            notes.append(f"model {run_model!r} of the run is not in the catalogue: pass --model or --config "
-                         "for bandwidth and weight-floor figures" if run_model else
-                         "the run names no model: pass --model or --config for bandwidth and weight-floor figures")
+            notes.append(
+                f"model {run_model!r} of the run is not in the catalogue: pass --model or --config "
+                "for bandwidth and weight-floor figures"
+                if run_model
+                else "the run names no model: pass --model or --config for bandwidth and weight-floor figures"
+            )
     if gpu:
         dev = catalog.get_gpu(gpu, bandwidth_gbps, tflops)
     else:
         dev = catalog.find_gpu(run_gpu, bandwidth_gbps, tflops)
         if dev is None:
-            notes.append(f"GPU {run_gpu!r} of the run is not in the catalogue: pass --gpu" if run_gpu else
-                         "the run names no GPU: pass --gpu")
+            notes.append(
+                f"GPU {run_gpu!r} of the run is not in the catalogue: pass --gpu"
+                if run_gpu
+                else "the run names no GPU: pass --gpu"
+            )
     if dev is not None and not dev.peak_bw_gbps:
         notes.append(f"{dev.name} has no fixed bandwidth: give it with --bandwidth-gbps (or --gpu {dev.name}:GBPS)")
     return Hardware(spec, dev, int(num_gpus or 1), dtype or (spec.dtype if spec else None), kv_dtype, tuple(notes))

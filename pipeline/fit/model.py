@@ -38,7 +38,11 @@ import numpy as np
 from .stalls import DEFAULT_FDR, fdr_threshold, fit_null
 
 # coefficient name -> iteration column; t0_ms is the intercept
-TERMS = (("a_ms_per_ctx", "context_tokens"), ("b_ms_per_prefill", "prefill_tokens"), ("c_ms_per_decode", "decode_tokens"))
+TERMS = (
+    ("a_ms_per_ctx", "context_tokens"),
+    ("b_ms_per_prefill", "prefill_tokens"),
+    ("c_ms_per_decode", "decode_tokens"),
+)
 MAX_VIF = 30.0  # beyond this a term's column is (nearly) a combination of the others
 MIN_NONZERO = 5  # steps where a term's column differs from its most common value
 MAD_TO_SIGMA = 1.4826
@@ -83,11 +87,21 @@ class LinearFit:
     def to_dict(self) -> dict:
         """Plain-dict form for JSON."""
         return {
-            "coef": dict(self.coef), "ci": {k: list(v) for k, v in self.ci.items()}, "terms": list(self.terms),
-            "n": self.n, "r2": self.r2, "r2_inliers": self.r2_inliers, "mape_pct": self.mape_pct,
-            "log_center": self.log_center, "log_scale": self.log_scale,
-            "n_outliers": self.n_outliers, "statements": list(self.statements), "ci_method": self.ci_method,
-            "ci_systematic_rel": self.ci_systematic_rel, "stall_k": self.stall_k, "stall_fdr": self.stall_fdr,
+            "coef": dict(self.coef),
+            "ci": {k: list(v) for k, v in self.ci.items()},
+            "terms": list(self.terms),
+            "n": self.n,
+            "r2": self.r2,
+            "r2_inliers": self.r2_inliers,
+            "mape_pct": self.mape_pct,
+            "log_center": self.log_center,
+            "log_scale": self.log_scale,
+            "n_outliers": self.n_outliers,
+            "statements": list(self.statements),
+            "ci_method": self.ci_method,
+            "ci_systematic_rel": self.ci_systematic_rel,
+            "stall_k": self.stall_k,
+            "stall_fdr": self.stall_fdr,
         }
 
 
@@ -119,8 +133,10 @@ def select_terms(cols: dict[str, np.ndarray], allow: tuple[str, ...] | None = No
             continue
         mode, count = _mode(x)
         if count == len(x):
-            notes.append(f"{col} never varies (always {mode:g} when recorded): its cost cannot be told apart "
-                         f"from t0, so {name} is not fitted")
+            notes.append(
+                f"{col} never varies (always {mode:g} when recorded): its cost cannot be told apart "
+                f"from t0, so {name} is not fitted"
+            )
         elif len(x) - count < MIN_NONZERO:
             notes.append(f"{col} differs from {mode:g} in only {len(x) - count} steps: too few to fit {name}")
         else:
@@ -133,8 +149,10 @@ def select_terms(cols: dict[str, np.ndarray], allow: tuple[str, ...] | None = No
             break
         drop = "c_ms_per_decode" if "c_ms_per_decode" in chosen else chosen[worst]
         others = ", ".join(dict(TERMS)[t] for t in chosen if t != drop)
-        notes.append(f"{dict(TERMS)[drop]} moves with {others} (variance inflation {vif[chosen.index(drop)]:.0f}): "
-                     f"{drop} cannot be separated and is folded into the other terms")
+        notes.append(
+            f"{dict(TERMS)[drop]} moves with {others} (variance inflation {vif[chosen.index(drop)]:.0f}): "
+            f"{drop} cannot be separated and is folded into the other terms"
+        )
         chosen.remove(drop)
     return chosen, notes
 
@@ -208,6 +226,7 @@ def _soft_l1_newton(A: np.ndarray, t: np.ndarray, f: float, beta: np.ndarray, ma
     approaches, to ~1e-12 relative instead of its 1e-8 tolerance, in a handful of
     O(n p^2) passes (least_squares took 2 s per fit on a million steps).
     """
+
     def loss(b: np.ndarray) -> tuple[float, np.ndarray]:
         r = (A @ b - t) / f
         return float(np.sum(np.sqrt(1.0 + r * r))), r
@@ -330,8 +349,13 @@ def fit_linear(
     if k is None:
         cut = fdr_threshold(lr, fdr, fit_null(lr, REL_SCALE_FLOOR))
         k = (cut.threshold - center) / scale
-        fdr_info = {"q": cut.q, "threshold": cut.threshold, "flagged": cut.flagged,
-                    "expected_false": cut.expected_false, "null": cut.null.to_dict()}
+        fdr_info = {
+            "q": cut.q,
+            "threshold": cut.threshold,
+            "flagged": cut.flagged,
+            "expected_false": cut.expected_false,
+            "null": cut.null.to_dict(),
+        }
     outlier = np.nan_to_num(lr, nan=-np.inf) > center + k * scale
     # widen by the systematic offset in quadrature: it is what the interval misses on big runs
     sys_rel = systematic_rel(scale, float(outlier.mean()), sol)
@@ -346,9 +370,23 @@ def fit_linear(
             notes.append(f"{nm} is not distinguishable from 0 in these data (95% CI {a:.3g} .. {b:.3g})")
     if n < 10 * p:
         notes.append(f"only {n} steps for {p} coefficients: estimates are rough")
-    return LinearFit(coef, ci, tuple(terms), n, _r2(y, yhat), _r2(y[~outlier], yhat[~outlier]),
-                     float(np.mean(np.abs(y[y > 0] - yhat[y > 0]) / y[y > 0]) * 100), center, scale,
-                     int(outlier.sum()), notes, method, sys_rel, float(k), fdr_info)
+    return LinearFit(
+        coef,
+        ci,
+        tuple(terms),
+        n,
+        _r2(y, yhat),
+        _r2(y[~outlier], yhat[~outlier]),
+        float(np.mean(np.abs(y[y > 0] - yhat[y > 0]) / y[y > 0]) * 100),
+        center,
+        scale,
+        int(outlier.sum()),
+        notes,
+        method,
+        sys_rel,
+        float(k),
+        fdr_info,
+    )
 
 
 def systematic_rel(log_sigma: float, stall_share: float, sol: _Solution) -> float:

@@ -62,18 +62,41 @@ class FitResult:
     extended: dict[str, Any] | None = None  # pipeline.fit.extended.ExtendedFit.to_dict(); None: not fitted
 
     @classmethod
-    def from_numbers(cls, run_id: str, nums: dict[str, Any], hw: dict | None, claims: list, statements: list) -> "FitResult":
+    def from_numbers(
+        cls, run_id: str, nums: dict[str, Any], hw: dict | None, claims: list, statements: list
+    ) -> "FitResult":
         """Build from the stored numeric dict (see :mod:`pipeline.fit.run`)."""
         c = nums["coef"]
         return cls(
-            run_id, nums.get("n_iterations", nums["n"]), nums["n"], tuple(nums["terms"]), c.get("t0_ms"),
-            c.get("a_ms_per_ctx"), c.get("b_ms_per_prefill"), c.get("c_ms_per_decode"),
-            {k: list(v) for k, v in nums["ci"].items()}, nums.get("r2"), nums.get("r2_inliers"),
-            nums.get("mape_pct"), _finite(nums.get("log_scale")), nums["log_center"],
-            nums["k"], nums.get("stall_rate"), nums.get("stall_ms", {}), nums.get("spikes", {}),
-            nums.get("phases", {}), nums.get("shape", {}), hw, claims, statements, nums.get("top_spikes", []),
-            nums.get("ci_method", ""), nums.get("ci_systematic_rel") or 0.0, nums.get("detection_limit_ms", {}),
-            nums.get("stall_fdr"), nums.get("extended"),
+            run_id,
+            nums.get("n_iterations", nums["n"]),
+            nums["n"],
+            tuple(nums["terms"]),
+            c.get("t0_ms"),
+            c.get("a_ms_per_ctx"),
+            c.get("b_ms_per_prefill"),
+            c.get("c_ms_per_decode"),
+            {k: list(v) for k, v in nums["ci"].items()},
+            nums.get("r2"),
+            nums.get("r2_inliers"),
+            nums.get("mape_pct"),
+            _finite(nums.get("log_scale")),
+            nums["log_center"],
+            nums["k"],
+            nums.get("stall_rate"),
+            nums.get("stall_ms", {}),
+            nums.get("spikes", {}),
+            nums.get("phases", {}),
+            nums.get("shape", {}),
+            hw,
+            claims,
+            statements,
+            nums.get("top_spikes", []),
+            nums.get("ci_method", ""),
+            nums.get("ci_systematic_rel") or 0.0,
+            nums.get("detection_limit_ms", {}),
+            nums.get("stall_fdr"),
+            nums.get("extended"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -84,8 +107,12 @@ class FitResult:
 
     def predict_ms(self, context_tokens: Any, prefill_tokens: Any = 0, decode_tokens: Any = 0) -> Any:
         """Model step time in ms (scalars or numpy arrays); unfitted terms count as 0."""
-        return ((self.t0_ms or 0.0) + (self.a_ms_per_ctx or 0.0) * context_tokens
-                + (self.b_ms_per_prefill or 0.0) * prefill_tokens + (self.c_ms_per_decode or 0.0) * decode_tokens)
+        return (
+            (self.t0_ms or 0.0)
+            + (self.a_ms_per_ctx or 0.0) * context_tokens
+            + (self.b_ms_per_prefill or 0.0) * prefill_tokens
+            + (self.c_ms_per_decode or 0.0) * decode_tokens
+        )
 
     def detection_limit_ms(self, predicted_ms: Any) -> Any:
         """Smallest stall (ms) found on a step the model puts at ``predicted_ms``, at typical noise
@@ -105,16 +132,22 @@ class FitResult:
         """The fit as the simulator's :class:`~pipeline.sim.model.IterationModel` (unfitted terms = 0)."""
         from ..sim.model import IterationModel
 
-        return IterationModel(t0_ms=self.t0_ms or 0.0, a_ms_per_ctx=self.a_ms_per_ctx or 0.0,
-                              b_ms_per_prefill=self.b_ms_per_prefill or 0.0,
-                              c_ms_per_decode=self.c_ms_per_decode or 0.0)
+        return IterationModel(
+            t0_ms=self.t0_ms or 0.0,
+            a_ms_per_ctx=self.a_ms_per_ctx or 0.0,
+            b_ms_per_prefill=self.b_ms_per_prefill or 0.0,
+            c_ms_per_decode=self.c_ms_per_decode or 0.0,
+        )
 
     def noise_model(self):
         """Residual noise and stalls as the simulator's :class:`~pipeline.sim.model.NoiseModel`."""
         from ..sim.model import NoiseModel
 
-        return NoiseModel(sigma=self.residual_log_sigma or 0.0, stall_rate=self.stall_rate or 0.0,
-                          stall_ms_mean=self.stall_ms.get("mean") or 0.0)
+        return NoiseModel(
+            sigma=self.residual_log_sigma or 0.0,
+            stall_rate=self.stall_rate or 0.0,
+            stall_ms_mean=self.stall_ms.get("mean") or 0.0,
+        )
 
     def summary_section(self) -> dict[str, Any]:
         """The ``fit`` section of summary.json (``tracelat summary RUN --json``)."""

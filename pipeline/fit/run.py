@@ -48,19 +48,28 @@ def _fingerprint(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     An xor of row hashes: exact and independent of row order (a float sum is not:
     DuckDB's parallel sums may differ in the last bits between two reads).
     """
-    a = con.execute("select count(*), bit_xor(hash(iter, iteration_ms, t_end, context_tokens, prefill_tokens, "
-                    "decode_tokens, preempted_reqs)) from iteration_metrics where run_id = ?", [run_id]).fetchall()[0]
-    b = con.execute("select count(*), bit_xor(hash(req_id, t_arrival, t_scheduled, t_first_token, t_finish, "
-                    "output_tokens, preemptions, status)) from request_latency where run_id = ?", [run_id]).fetchall()[0]
-    c = con.execute("select count(*), bit_xor(hash(req_id, idx, t)) from tokens where run_id = ?", [run_id]).fetchall()[0]
+    a = con.execute(
+        "select count(*), bit_xor(hash(iter, iteration_ms, t_end, context_tokens, prefill_tokens, "
+        "decode_tokens, preempted_reqs)) from iteration_metrics where run_id = ?",
+        [run_id],
+    ).fetchall()[0]
+    b = con.execute(
+        "select count(*), bit_xor(hash(req_id, t_arrival, t_scheduled, t_first_token, t_finish, "
+        "output_tokens, preemptions, status)) from request_latency where run_id = ?",
+        [run_id],
+    ).fetchall()[0]
+    c = con.execute("select count(*), bit_xor(hash(req_id, idx, t)) from tokens where run_id = ?", [run_id]).fetchall()[
+        0
+    ]
     return json.dumps([FIT_VERSION, *a, *b, *c], default=str)
 
 
 EXTRA_COLUMNS = ("batch_reqs", "prefill_reqs", "decode_reqs", "prefill_attn")  # the extended model's inputs
 
 
-def _load(con: duckdb.DuckDBPyConnection, run_id: str
-          ) -> tuple[dict[str, np.ndarray], np.ndarray, list[str], int, dict[str, np.ndarray | None], int]:
+def _load(
+    con: duckdb.DuckDBPyConnection, run_id: str
+) -> tuple[dict[str, np.ndarray], np.ndarray, list[str], int, dict[str, np.ndarray | None], int]:
     """Complete rows of the model's columns (time order); absent columns are left out, with a note.
 
     Also the extended model's inputs on the same rows (None where not recorded): requests per
@@ -76,8 +85,10 @@ def _load(con: duckdb.DuckDBPyConnection, run_id: str
     n_dummy = int(df["is_dummy"].sum())
     if n_dummy:
         df = df.filter(~pl.col("is_dummy"))
-        notes.append(f"{n_dummy} of {n_all} steps are data-parallel dummy steps (vLLM \"(dummy)\" lines: padding, "
-                     "no tokens) and are not fitted")
+        notes.append(
+            f'{n_dummy} of {n_all} steps are data-parallel dummy steps (vLLM "(dummy)" lines: padding, '
+            "no tokens) and are not fitted"
+        )
     present = [c for _, c in TERMS if df[c].null_count() < df.height]
     if present:
         before = df.height
@@ -85,8 +96,10 @@ def _load(con: duckdb.DuckDBPyConnection, run_id: str
         if df.height < before:
             notes.append(f"{before - df.height} of {before} steps lack one of {', '.join(present)} and are not fitted")
     cols = {c: df[c].to_numpy().astype(float) for c in present}
-    extra = {c: df[c].cast(float).fill_null(float("nan")).to_numpy() if df[c].null_count() < df.height else None
-             for c in EXTRA_COLUMNS}
+    extra = {
+        c: df[c].cast(float).fill_null(float("nan")).to_numpy() if df[c].null_count() < df.height else None
+        for c in EXTRA_COLUMNS
+    }
     return cols, df["iteration_ms"].to_numpy().astype(float), notes, n_all, extra, n_dummy
 
 
@@ -108,8 +121,18 @@ def _phase_fits(cols: dict[str, np.ndarray], y: np.ndarray, k: float) -> dict[st
 def _numbers(fit: LinearFit | None, cols, y, k: float) -> dict[str, Any]:
     """The stored numeric part of a fit (JSON-ready)."""
     if fit is None:
-        return {"coef": {"t0_ms": None}, "ci": {}, "terms": [], "n": len(y), "r2": None, "r2_inliers": None,
-                "mape_pct": None, "log_center": 0.0, "log_scale": float("inf"), "statements": []}
+        return {
+            "coef": {"t0_ms": None},
+            "ci": {},
+            "terms": [],
+            "n": len(y),
+            "r2": None,
+            "r2_inliers": None,
+            "mape_pct": None,
+            "log_center": 0.0,
+            "log_scale": float("inf"),
+            "statements": [],
+        }
     d = fit.to_dict()
     for name, _ in TERMS:
         d["coef"].setdefault(name, None)
@@ -148,8 +171,10 @@ def fit_run(
     timed = bool((y > 0).any())
     fit = fit_linear(cols, y, n_boot=n_boot, k=k, fdr=fdr) if timed else None
     if k is not None:
-        notes.append(f"stalls by a fixed threshold of k = {k:g} robust sigmas (--k, deprecated): its false stalls "
-                     "grow with the run; --fdr Q bounds their share instead")
+        notes.append(
+            f"stalls by a fixed threshold of k = {k:g} robust sigmas (--k, deprecated): its false stalls "
+            "grow with the run; --fdr Q bounds their share instead"
+        )
     if n_all == 0:
         notes.append("the run has no steps with a duration: there is nothing to fit")
     elif len(y) == 0:
@@ -163,13 +188,20 @@ def fit_run(
     nums = _numbers(fit, cols, y, k_eff)
     nums["statements"] = notes + nums["statements"]
     # the phase fits judge their outliers by the whole run's rule (one noise law, one cut)
-    nums.update(n_iterations=n_all, dummy_steps_excluded=n_dummy, k=k_eff, phases=_phase_fits(cols, y, k_eff) if fit else {},
-                stall_fdr=fit.stall_fdr if fit else None)
+    nums.update(
+        n_iterations=n_all,
+        dummy_steps_excluded=n_dummy,
+        k=k_eff,
+        phases=_phase_fits(cols, y, k_eff) if fit else {},
+        stall_fdr=fit.stall_fdr if fit else None,
+    )
     lap("phase_fits_and_evidence")
     ext = None
     if fit is not None:
         lr = log_ratio(y, fit.predict(cols))
-        ext = fit_extended(cols, extra, y, fit.terms, np.nan_to_num(lr, nan=np.inf) <= fit.log_center + k_eff * fit.log_scale)
+        ext = fit_extended(
+            cols, extra, y, fit.terms, np.nan_to_num(lr, nan=np.inf) <= fit.log_center + k_eff * fit.log_scale
+        )
     nums["extended"] = ext.to_dict() if ext else None
     lap("extended_model")
     with store.transaction(con):
@@ -179,8 +211,10 @@ def fit_run(
         lap("stall_stats")
         con.execute(FITS_SCHEMA)
         con.execute("delete from fits where run_id = ?", [run_id])
-        con.execute("insert into fits values (?, ?, ?, ?, now())",
-                    [run_id, FIT_VERSION, _fingerprint(con, run_id), json.dumps(_jsonable(nums))])
+        con.execute(
+            "insert into fits values (?, ?, ?, ?, now())",
+            [run_id, FIT_VERSION, _fingerprint(con, run_id), json.dumps(_jsonable(nums))],
+        )
     lap("store_and_commit")
     return assemble(run_id, nums, resolved)
 
@@ -200,8 +234,14 @@ class _Lap:
 
 def _materialise(con: duckdb.DuckDBPyConnection, run_id: str, nums: dict[str, Any], lap: _Lap) -> None:
     coef = nums["coef"]
-    params = {"run_id": run_id, "t0_ms": coef["t0_ms"] or 0.0, "log_center": nums["log_center"],
-              "log_scale": nums["log_scale"], "k": nums["k"], "tol_s": TOL_S}
+    params = {
+        "run_id": run_id,
+        "t0_ms": coef["t0_ms"] or 0.0,
+        "log_center": nums["log_center"],
+        "log_scale": nums["log_scale"],
+        "k": nums["k"],
+        "tol_s": TOL_S,
+    }
     params |= {name: coef.get(name) or 0.0 for name, _ in TERMS}
     if coef["t0_ms"] is None:  # nothing fitted: no predictions, every step unattributed
         # NULL, not NaN: DuckDB orders NaN above every number, so a NaN prediction made
@@ -237,8 +277,9 @@ def stored_numbers(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any
     """The stored fit of a run if its data has not changed since, else None."""
     if not all(store.table_exists(con, t) for t in ("fits", "iteration_fit", "request_attribution")):
         return None
-    rows = con.execute("select fingerprint, numbers from fits where run_id = ? and fit_version = ?",
-                       [run_id, FIT_VERSION]).fetchall()
+    rows = con.execute(
+        "select fingerprint, numbers from fits where run_id = ? and fit_version = ?", [run_id, FIT_VERSION]
+    ).fetchall()
     if not rows or rows[0][0] != _fingerprint(con, run_id):
         return None
     nums = json.loads(rows[0][1])
@@ -248,9 +289,11 @@ def stored_numbers(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any
 
 def fit_ready(*run_ids: str):
     """``read_only_if`` for ``store.open_for_reading``: every known run of ``run_ids`` has a current stored fit."""
+
     def ready(con: duckdb.DuckDBPyConnection) -> bool:
         known = set(store.known_runs(con))
         return all(stored_numbers(con, r) is not None for r in run_ids if r in known)
+
     return ready
 
 
@@ -264,7 +307,9 @@ def get_or_fit(
     nums = stored_numbers(con, run_id)
     if nums is None:
         if store.is_read_only(con):
-            raise store.StoreError(f"run {run_id!r} has no current stored fit and the store is open read-only; "
-                                   "open it with store.open_for_reading(db, read_only_if=fit_ready(run_id))")
+            raise store.StoreError(
+                f"run {run_id!r} has no current stored fit and the store is open read-only; "
+                "open it with store.open_for_reading(db, read_only_if=fit_ready(run_id))"
+            )
         return fit_run(con, run_id, hw)
     return assemble(run_id, nums, hardware.resolve(con, run_id, hw))

@@ -37,8 +37,12 @@ def step_sums(con: duckdb.DuckDBPyConnection, run_id: str) -> Iterator[None]:
     )
     first = steps.select(ms.values()).head(1)
     row0 = pl.DataFrame(
-        {"t_end": [float("-inf")], "k": [0], **{f"c_{p}": [0.0] for p in STEP_PARTS},
-         **{f"n_{p}": [first[f"{p}_ms"][0] if first.height else None] for p in STEP_PARTS}},
+        {
+            "t_end": [float("-inf")],
+            "k": [0],
+            **{f"c_{p}": [0.0] for p in STEP_PARTS},
+            **{f"n_{p}": [first[f"{p}_ms"][0] if first.height else None] for p in STEP_PARTS},
+        },
         schema=cum.schema,
     )
     table = pl.concat([row0, cum]).to_arrow()

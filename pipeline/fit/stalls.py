@@ -126,8 +126,12 @@ class NullModel:
         return self.loc + self.scale * float(z)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"loc": self.loc, "scale": self.scale, "df": None if math.isinf(self.df) else self.df,
-                "method": self.method}
+        return {
+            "loc": self.loc,
+            "scale": self.scale,
+            "df": None if math.isinf(self.df) else self.df,
+            "method": self.method,
+        }
 
 
 def fit_null(lr: np.ndarray, floor: float = 0.0) -> NullModel:
@@ -149,9 +153,14 @@ def fit_null(lr: np.ndarray, floor: float = 0.0) -> NullModel:
     m = float(np.median(r))
     s = 1.4826 * float(np.median(np.abs(r - m)))
     if len(r) < NULL_MIN_STEPS or s <= floor:
-        return NullModel(m, max(s, floor, 1e-9), math.inf,
-                         f"Gaussian from median and MAD (fewer than {NULL_MIN_STEPS} steps)" if s > floor
-                         else "Gaussian at the timer-resolution floor (no measurable noise)")
+        return NullModel(
+            m,
+            max(s, floor, 1e-9),
+            math.inf,
+            f"Gaussian from median and MAD (fewer than {NULL_MIN_STEPS} steps)"
+            if s > floor
+            else "Gaussian at the timer-resolution floor (no measurable noise)",
+        )
     u = float(np.quantile(r, NULL_UPPER_QUANTILE))
     zu = (u - m) / s
     w = np.arcsinh((r[r <= u] - m) / s / 2)
@@ -172,17 +181,25 @@ def fit_null(lr: np.ndarray, floor: float = 0.0) -> NullModel:
 
     best = None
     for nu0 in (0.02, 0.2, 0.5):  # the likelihood in df can be flat; take the best of three starts
-        res = optimize.minimize(nll, np.array([0.0, 0.0, nu0]), method="L-BFGS-B",
-                                # location and scale within a factor of the median and MAD: the cut then stays
-                                # above the location, so the truncated mass never underflows (where bins and
-                                # mass vanish together the likelihood is flat and the search wanders off)
-                                bounds=[(-0.5, 0.5), (-1.5, 1.5), (MIN_NU, MAX_NU)])
+        res = optimize.minimize(
+            nll,
+            np.array([0.0, 0.0, nu0]),
+            method="L-BFGS-B",
+            # location and scale within a factor of the median and MAD: the cut then stays
+            # above the location, so the truncated mass never underflows (where bins and
+            # mass vanish together the likelihood is flat and the search wanders off)
+            bounds=[(-0.5, 0.5), (-1.5, 1.5), (MIN_NU, MAX_NU)],
+        )
         if best is None or res.fun < best.fun:
             best = res
     loc, log_sc, nu = best.x
     df = math.inf if nu <= 2 * MIN_NU else 1 / nu
-    return NullModel(m + loc * s, max(math.exp(log_sc) * s, floor), df,
-                     "Student-t, maximum likelihood on the residuals below their 90% quantile")
+    return NullModel(
+        m + loc * s,
+        max(math.exp(log_sc) * s, floor),
+        df,
+        "Student-t, maximum likelihood on the residuals below their 90% quantile",
+    )
 
 
 @dataclass(frozen=True)

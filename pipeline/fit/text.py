@@ -26,19 +26,28 @@ def _ci_text(f: FitResult) -> str:
 def format_fit(f: FitResult) -> str:
     """The fit as a short report: model, diagnostics, hardware, claims, statements, spikes."""
     fitted = f.t0_ms is not None
-    lines = [f"run {f.run_id}: iteration_ms ~ t0 + a*context + b*prefill + c*decode "
-             + (f"({f.n_fitted} of {f.n_iterations} steps fitted, robust, 95% CIs: {_ci_text(f)})" if fitted else
-                f"(not fitted, {f.n_iterations} steps: see notes)")]
+    lines = [
+        f"run {f.run_id}: iteration_ms ~ t0 + a*context + b*prefill + c*decode "
+        + (
+            f"({f.n_fitted} of {f.n_iterations} steps fitted, robust, 95% CIs: {_ci_text(f)})"
+            if fitted
+            else f"(not fitted, {f.n_iterations} steps: see notes)"
+        )
+    ]
     for key, label, scale, unit in COEF_TEXT:
         v = getattr(f, key)
         if v is None:
             lines.append(f"  {label:<26} not fitted")
             continue
         lo, hi = f.ci.get(key, (None, None))
-        lines.append(f"  {label:<26} {v * scale:>10.4g} {unit:<17} [{_n(lo and lo * scale)} .. {_n(hi and hi * scale)}]")
+        lines.append(
+            f"  {label:<26} {v * scale:>10.4g} {unit:<17} [{_n(lo and lo * scale)} .. {_n(hi and hi * scale)}]"
+        )
     if f.r2 is not None:
-        lines.append(f"  R² {f.r2:.4f} (without stalls {f.r2_inliers:.4f}), MAPE {f.mape_pct:.2f}%, "
-                     f"residual spread (robust sd of log ratio) {f.residual_log_sigma:.3f}")
+        lines.append(
+            f"  R² {f.r2:.4f} (without stalls {f.r2_inliers:.4f}), MAPE {f.mape_pct:.2f}%, "
+            f"residual spread (robust sd of log ratio) {f.residual_log_sigma:.3f}"
+        )
     for name, ph in f.phases.items():
         if "coef" in ph:
             c = ph["coef"]
@@ -49,64 +58,101 @@ def format_fit(f: FitResult) -> str:
     ex = f.extended
     if ex:
         mb, xt = ex["cv"]["memory_bound"], ex["cv"]["extended"]
-        units = {"t0_ms": (1, "ms"), "a_ms_per_ctx": (1000, "ms/1k ctx"), "b_ms_per_prefill": (1000, "ms/1k prefill"),
-                 "c_ms_per_decode": (1000, "ms/1k decode"), "d_ms_per_req": (1, "ms/request"),
-                 "e_ms_per_prefill_attn": (1e6, "ms/1M prefill attention pairs")}
+        units = {
+            "t0_ms": (1, "ms"),
+            "a_ms_per_ctx": (1000, "ms/1k ctx"),
+            "b_ms_per_prefill": (1000, "ms/1k prefill"),
+            "c_ms_per_decode": (1000, "ms/1k decode"),
+            "d_ms_per_req": (1, "ms/request"),
+            "e_ms_per_prefill_attn": (1e6, "ms/1M prefill attention pairs"),
+        }
         terms = ", ".join(f"{k.split('_')[0]}={v * units[k][0]:.4g} {units[k][1]}" for k, v in ex["coef"].items())
-        lines += ["", "held-out steps (5 contiguous time blocks, each predicted by a fit to the others):",
-                  f"  {'model':<14}{'MAPE':>9}{'p90 |error|':>14}",
-                  f"  {'memory-bound':<14}{mb['mape_pct']:>8.3g}%{mb['p90_abs_ms']:>11.3g} ms",
-                  f"  {'extended':<14}{xt['mape_pct']:>8.3g}%{xt['p90_abs_ms']:>11.3g} ms   ({terms}; costs >= 0)",
-                  "  -> " + ("the extended model predicts held-out steps better (replay uses it)" if ex["better"]
-                             else "the memory-bound model is as good out of sample (replay uses it)")]
+        lines += [
+            "",
+            "held-out steps (5 contiguous time blocks, each predicted by a fit to the others):",
+            f"  {'model':<14}{'MAPE':>9}{'p90 |error|':>14}",
+            f"  {'memory-bound':<14}{mb['mape_pct']:>8.3g}%{mb['p90_abs_ms']:>11.3g} ms",
+            f"  {'extended':<14}{xt['mape_pct']:>8.3g}%{xt['p90_abs_ms']:>11.3g} ms   ({terms}; costs >= 0)",
+            "  -> "
+            + (
+                "the extended model predicts held-out steps better (replay uses it)"
+                if ex["better"]
+                else "the memory-bound model is as good out of sample (replay uses it)"
+            ),
+        ]
     hw = f.hardware
     if hw:
         # fields the run does not state are "?", never Python's None
-        lines += ["", f"hardware: model {hw.get('model') or '?'}, GPU {hw.get('gpu') or '?'} x{hw.get('num_gpus') or '?'}, "
-                      f"weights {hw.get('weight_dtype') or '?'}, KV {hw.get('kv_dtype') or '?'}"]
+        lines += [
+            "",
+            f"hardware: model {hw.get('model') or '?'}, GPU {hw.get('gpu') or '?'} x{hw.get('num_gpus') or '?'}, "
+            f"weights {hw.get('weight_dtype') or '?'}, KV {hw.get('kv_dtype') or '?'}",
+        ]
         if hw.get("kv_bytes_per_token"):
-            lines.append(f"  KV bytes per token {hw['kv_bytes_per_token']:.0f}; weights {hw['weight_bytes'] / 1e9:.3g} GB")
+            lines.append(
+                f"  KV bytes per token {hw['kv_bytes_per_token']:.0f}; weights {hw['weight_bytes'] / 1e9:.3g} GB"
+            )
         if hw.get("effective_bandwidth_gbps"):
             lo, hi = hw["effective_bandwidth_ci_gbps"]
             frac = hw.get("bandwidth_fraction_of_peak")
-            lines.append(f"  effective KV bandwidth {hw['effective_bandwidth_gbps']:.0f} GB/s [{_n(lo, '.0f')} .. {_n(hi, '.0f')}]"
-                         + (f" = {frac:.0%} of peak {hw['peak_bandwidth_gbps']:.0f} GB/s" if frac else ""))
+            lines.append(
+                f"  effective KV bandwidth {hw['effective_bandwidth_gbps']:.0f} GB/s [{_n(lo, '.0f')} .. {_n(hi, '.0f')}]"
+                + (f" = {frac:.0%} of peak {hw['peak_bandwidth_gbps']:.0f} GB/s" if frac else "")
+            )
         if hw.get("weight_floor_ms") is not None:
-            lines.append(f"  weight-read floor {hw['weight_floor_ms']:.4g} ms; t0 - floor = overhead "
-                         f"{_n(hw.get('overhead_ms'))} ms per step")
+            lines.append(
+                f"  weight-read floor {hw['weight_floor_ms']:.4g} ms; t0 - floor = overhead "
+                f"{_n(hw.get('overhead_ms'))} ms per step"
+            )
         if hw.get("prefill_roofline_ms_per_token"):
-            lines.append(f"  prefill compute roofline {hw['prefill_roofline_ms_per_token'] * 1000:.4g} ms per 1k tokens"
-                         + (f"; measured b is {hw['prefill_fraction_of_peak_compute']:.0%} of peak compute"
-                            if hw.get("prefill_fraction_of_peak_compute") else ""))
+            lines.append(
+                f"  prefill compute roofline {hw['prefill_roofline_ms_per_token'] * 1000:.4g} ms per 1k tokens"
+                + (
+                    f"; measured b is {hw['prefill_fraction_of_peak_compute']:.0%} of peak compute"
+                    if hw.get("prefill_fraction_of_peak_compute")
+                    else ""
+                )
+            )
     lines += ["", "iteration-time claims, checked on this run:"]
     for c in f.claims:
         verdict = {True: "HOLDS", False: "DOES NOT HOLD", None: "CANNOT CHECK"}[c["holds"]]
         lines.append(f"  [{verdict}] {c['claim']}: {c['evidence']}")
     sp, st = f.spikes, f.stall_ms
     if fitted:
-        lines += ["", f"spikes: {sp.get('count', 0)} (prefill {sp.get('prefill', 0)}, "
-                      f"preemption {sp.get('preemption', 0)}, unexplained {sp.get('unexplained', 0)}); "
-                      f"threshold: log(measured/predicted) > {f.log_center:+.3f} + {f.k:.3g} x "
-                      f"{f.residual_log_sigma or 0:.3f}"]
+        lines += [
+            "",
+            f"spikes: {sp.get('count', 0)} (prefill {sp.get('prefill', 0)}, "
+            f"preemption {sp.get('preemption', 0)}, unexplained {sp.get('unexplained', 0)}); "
+            f"threshold: log(measured/predicted) > {f.log_center:+.3f} + {f.k:.3g} x "
+            f"{f.residual_log_sigma or 0:.3f}",
+        ]
         fd = f.stall_fdr
         if fd:
             nm = fd["null"]
             law = "Gaussian" if nm["df"] is None else f"Student-t, df {nm['df']:.3g}"
-            lines.append(f"  stall rule: false-discovery rate {fd['q']:g} (Benjamini-Hochberg) under the noise of "
-                         f"ordinary steps ({law}, scale {nm['scale']:.3g}): expected false stalls "
-                         f"{fd['expected_false']:.3g} (at most {fd['q'] * st.get('count', 0):.3g} = q x flagged)")
+            lines.append(
+                f"  stall rule: false-discovery rate {fd['q']:g} (Benjamini-Hochberg) under the noise of "
+                f"ordinary steps ({law}, scale {nm['scale']:.3g}): expected false stalls "
+                f"{fd['expected_false']:.3g} (at most {fd['q'] * st.get('count', 0):.3g} = q x flagged)"
+            )
     else:
         lines += ["", "spikes: not detected (they are steps far above the fitted model)"]
     if st.get("count"):
-        lines.append(f"  stalls: {st['count']} ({(f.stall_rate or 0):.2%} of steps), residual ms mean {st['mean']:.3g}, "
-                     f"p50 {st['p50']:.3g}, p90 {st['p90']:.3g}, max {st['max']:.3g}, total {st['total']:.4g}")
+        lines.append(
+            f"  stalls: {st['count']} ({(f.stall_rate or 0):.2%} of steps), residual ms mean {st['mean']:.3g}, "
+            f"p50 {st['p50']:.3g}, p90 {st['p90']:.3g}, max {st['max']:.3g}, total {st['total']:.4g}"
+        )
     lim = f.stall_detection_limit_ms
     if lim.get("median_step") is not None:
-        lines.append(f"  stalls shorter than {lim['median_step']:.3g} ms on a median step ({lim['p90_step']:.3g} ms on a "
-                     "p90 step) hide in the step's own noise: most of them are missed")
+        lines.append(
+            f"  stalls shorter than {lim['median_step']:.3g} ms on a median step ({lim['p90_step']:.3g} ms on a "
+            "p90 step) hide in the step's own noise: most of them are missed"
+        )
     for s in f.top_spikes[:5]:
-        lines.append(f"  iter {s['iter']} at +{s['t_offset_s']:.3f} s: {s['iteration_ms']:.4g} ms vs predicted "
-                     f"{s['predicted_ms']:.4g} ms (prefill {s['prefill_tokens']} tokens) -> {s['spike_cause']}")
+        lines.append(
+            f"  iter {s['iter']} at +{s['t_offset_s']:.3f} s: {s['iteration_ms']:.4g} ms vs predicted "
+            f"{s['predicted_ms']:.4g} ms (prefill {s['prefill_tokens']} tokens) -> {s['spike_cause']}"
+        )
     if f.statements:
         lines += ["", "notes:"] + [f"  - {s}" for s in f.statements]
     return "\n".join(lines)
@@ -122,32 +168,43 @@ def format_explain(e: dict[str, Any]) -> str:
     def when(t):
         return show_time(t, start, unix)
 
-    where = "" if w["from"] is None and w["to"] is None else \
-        f" (requests arriving {when(w['from']) if w['from'] is not None else 'from the start'} .. " \
+    where = (
+        ""
+        if w["from"] is None and w["to"] is None
+        else f" (requests arriving {when(w['from']) if w['from'] is not None else 'from the start'} .. "
         f"{when(w['to']) if w['to'] is not None else 'the end'})"
+    )
     lines = [f"run {e['run_id']}: why is the {e['metric'].upper()} tail slow?{where}"]
     if not e["parts"]:
         return "\n".join(lines + [f"  {s}" for s in e["statements"]])
-    lines.append(f"  {e['requests']} requests; p50 {e['p50']:.4g}, p99 {e['p99']:.4g} {e['unit']}; tail group "
-                 f"(>= p99) {e['tail_requests']} requests vs median group (p40-p60) {e['median_requests']}")
+    lines.append(
+        f"  {e['requests']} requests; p50 {e['p50']:.4g}, p99 {e['p99']:.4g} {e['unit']}; tail group "
+        f"(>= p99) {e['tail_requests']} requests vs median group (p40-p60) {e['median_requests']}"
+    )
     lines.append(f"  {'part':<22}{'tail mean':>12}{'median mean':>13}{'growth':>11}{'share':>8}")
     for p in e["parts"]:
         share = "-" if p["share"] is None else f"{p['share']:.0%}"
-        lines.append(f"  {p['part']:<22}{p['tail_mean_ms']:>12.4g}{p['median_mean_ms'] or 0:>13.4g}"
-                     f"{p['growth_ms'] or 0:>11.4g}{share:>8}")
+        lines.append(
+            f"  {p['part']:<22}{p['tail_mean_ms']:>12.4g}{p['median_mean_ms'] or 0:>13.4g}"
+            f"{p['growth_ms'] or 0:>11.4g}{share:>8}"
+        )
     if e["largest"]:
         top = e["parts"][0]
         lines.append(f"  largest: {e['largest']}: {top['meaning']}")
     if e["top_iterations"]:
         lines.append("  steps that delayed the tail most (excess over decode baseline x tail requests in them):")
         for s in e["top_iterations"][:5]:
-            lines.append(f"    iter {s['iter']} ending {when(s['t_end'])}: {s['iteration_ms']:.4g} ms, prefill "
-                         f"{s['prefill_tokens']} tokens, excess {s['excess_ms']:.4g} ms, {s['tail_requests']} tail requests"
-                         + (f", {s['spike_cause']} spike" if s["spike_cause"] else ""))
+            lines.append(
+                f"    iter {s['iter']} ending {when(s['t_end'])}: {s['iteration_ms']:.4g} ms, prefill "
+                f"{s['prefill_tokens']} tokens, excess {s['excess_ms']:.4g} ms, {s['tail_requests']} tail requests"
+                + (f", {s['spike_cause']} spike" if s["spike_cause"] else "")
+            )
     if e["top_requests"]:
         lines.append("  worst requests:")
         for r in e["top_requests"][:5]:
-            lines.append(f"    {r['req_id']} arrived {when(r['t_arrival'])}: {e['metric']} {r['value']:.4g}, prompt "
-                         f"{r['prompt_tokens']}, output {r['output_tokens']}, preemptions {r['preemptions']}")
+            lines.append(
+                f"    {r['req_id']} arrived {when(r['t_arrival'])}: {e['metric']} {r['value']:.4g}, prompt "
+                f"{r['prompt_tokens']}, output {r['output_tokens']}, preemptions {r['preemptions']}"
+            )
     lines += [f"  note: {s}" for s in e["statements"]]
     return "\n".join(lines)

@@ -40,8 +40,22 @@ def register(ing: Ingestor) -> Ingestor:
     return ing
 
 
-register(Ingestor("parquet", "canonical records in Parquet (docs/canonical-format.md columns)", canonical.sniff_parquet, canonical.convert_parquet))
-register(Ingestor("jsonl", "canonical JSON Lines, plain/.gz/.zst (docs/canonical-format.md)", canonical.sniff_jsonl, canonical.convert_jsonl))
+register(
+    Ingestor(
+        "parquet",
+        "canonical records in Parquet (docs/canonical-format.md columns)",
+        canonical.sniff_parquet,
+        canonical.convert_parquet,
+    )
+)
+register(
+    Ingestor(
+        "jsonl",
+        "canonical JSON Lines, plain/.gz/.zst (docs/canonical-format.md)",
+        canonical.sniff_jsonl,
+        canonical.convert_jsonl,
+    )
+)
 
 
 def _load_plugins() -> None:
@@ -107,7 +121,9 @@ def expand(paths: Iterable[Path]) -> list[tuple[Path, bool]]:
     out: list[tuple[Path, bool]] = []
     for p in paths:
         if p.is_dir():
-            files = sorted(f for f in p.rglob("*") if f.is_file() and not any(s.startswith(".") for s in f.relative_to(p).parts))
+            files = sorted(
+                f for f in p.rglob("*") if f.is_file() and not any(s.startswith(".") for s in f.relative_to(p).parts)
+            )
             if not files:
                 raise InputError(f"{p}: directory holds no files to ingest")
             out.extend((f, True) for f in files)
@@ -147,8 +163,9 @@ PostIngest = Callable[["duckdb.DuckDBPyConnection", list[str]], None]
 POST_INGEST: list[PostIngest] = []
 
 
-def ingest_paths(con, paths, fmt=None, run_id=None, replace=False, progress_for=None, clock_offsets=(),
-                 tz=None) -> list[IngestResult]:
+def ingest_paths(
+    con, paths, fmt=None, run_id=None, replace=False, progress_for=None, clock_offsets=(), tz=None
+) -> list[IngestResult]:
     """Ingest files (directories expanded), each in its own transaction.
 
     ``clock_offsets``: ``SOURCE=SECONDS`` items (``--clock-offset``) that put a file's
@@ -196,8 +213,9 @@ def ingest_paths(con, paths, fmt=None, run_id=None, replace=False, progress_for=
 
 
 def _post_ingest(con, results: list[IngestResult]) -> None:
-    touched = sorted({r for res in results if res.status not in ("unchanged", "skipped")
-                      for r in (*res.run_ids, *res.removed_runs)})
+    touched = sorted(
+        {r for res in results if res.status not in ("unchanged", "skipped") for r in (*res.run_ids, *res.removed_runs)}
+    )
     if not touched:
         return
     # clocks first: every later step (context estimation) needs one clock per run

@@ -71,8 +71,10 @@ def parse_offsets(items: tuple[str, ...], paths: list[str]) -> dict[str, float]:
             raise InputError(f"--clock-offset {item!r}: the offset must be finite")
         hits = [p for p in paths if p == src or p.endswith("/" + src) or p.split("/")[-1] == src]
         if len(hits) != 1:
-            raise InputError(f"--clock-offset {item!r}: {src!r} matches {len(hits)} of the files ingested "
-                             f"({', '.join(paths[:5])}); name one file")
+            raise InputError(
+                f"--clock-offset {item!r}: {src!r} matches {len(hits)} of the files ingested "
+                f"({', '.join(paths[:5])}); name one file"
+            )
         out[hits[0]] = off
     return out
 
@@ -87,19 +89,25 @@ def _transform(con, run_id: str, ingest_id: int, offset: float, drift: float, pi
     sets = ", ".join(f"{c} = {expr.format(c=c)}" for c in TIME_COLS)
     con.execute(f"update requests set {sets} where run_id = $run and ingest_id = $ing", params)
     # the tokens view computes itl_ms from these times: a drift stretches each gap by (1 + drift)
-    con.execute(f"update token_lists set t_s = list_transform(t_s, lambda t: {expr.format(c='t')}) "
-                "where run_id = $run and ingest_id = $ing", params)
+    con.execute(
+        f"update token_lists set t_s = list_transform(t_s, lambda t: {expr.format(c='t')}) "
+        "where run_id = $run and ingest_id = $ing",
+        params,
+    )
 
 
 def _undo(con, run_id: str) -> None:
     rows = con.execute(
         "select a.ingest_id, a.offset_s, a.drift, a.pivot_s, a.applied, a.inferred from clock_alignments a "
-        "where a.run_id = $run and a.ingest_id in (select ingest_id from ingests)", {"run": run_id}).fetchall()
+        "where a.run_id = $run and a.ingest_id in (select ingest_id from ingests)",
+        {"run": run_id},
+    ).fetchall()
     import json
 
     for ing, off, drift, pivot, applied, inferred in rows:
-        info = json.loads(scalar(con, "select info from clock_alignments where run_id = ? and ingest_id = ?",
-                                 [run_id, ing]) or "{}")
+        info = json.loads(
+            scalar(con, "select info from clock_alignments where run_id = ? and ingest_id = ?", [run_id, ing]) or "{}"
+        )
         ref = (info.get("retime") or {}).get("ingest_id")
         if ref is not None:
             retime.undo(con, run_id, ref)
@@ -121,11 +129,15 @@ def _steps(con, run_id: str, ref_ids: list[int]) -> clocks.Steps:
         "select t_start, t_end, decode_reqs::double as d, prefill_tokens::double as p, "
         "decode_tokens::double as dt from iterations "
         "where run_id = $run and ingest_id = any($ids) and t_start is not null and t_end is not null "
-        "order by t_end, iter", {"run": run_id, "ids": ref_ids}).fetchnumpy()
+        "order by t_end, iter",
+        {"run": run_id, "ids": ref_ids},
+    ).fetchnumpy()
     flags = con.execute(
         "select bool_or(coalesce(try_cast(json_extract(meta, '$.decode_lines_sampled') as boolean), false)), "
         "bool_or(coalesce(try_cast(json_extract(meta, '$.timestamps_reconstructed') as boolean), false)) "
-        "from run_records where run_id = ? and ingest_id = any(?)", [run_id, ref_ids]).fetchone()
+        "from run_records where run_id = ? and ingest_id = any(?)",
+        [run_id, ref_ids],
+    ).fetchone()
     return clocks.Steps(a["t_start"], a["t_end"], _f(a["d"]), _f(a["p"]), bool(flags[0]), _f(a["dt"]), bool(flags[1]))
 
 
@@ -136,13 +148,20 @@ def _f(x) -> np.ndarray:
 def _requests(con, run_id: str, ing: int) -> clocks.Requests:
     a = con.execute(
         "select t_arrival, t_first_token, t_finish from requests where run_id = $run and ingest_id = $ing "
-        "and status = 'ok' and t_first_token is not null and t_finish is not null", {"run": run_id, "ing": ing}
+        "and status = 'ok' and t_first_token is not null and t_finish is not null",
+        {"run": run_id, "ing": ing},
     ).fetchnumpy()
-    tk = con.execute("select t, idx from tokens where run_id = $run and ingest_id = $ing",
-                     {"run": run_id, "ing": ing}).fetchnumpy()
+    tk = con.execute(
+        "select t, idx from tokens where run_id = $run and ingest_id = $ing", {"run": run_id, "ing": ing}
+    ).fetchnumpy()
     t = _f(tk["t"]) if len(tk["t"]) else None
-    return clocks.Requests(_f(a["t_arrival"]), _f(a["t_first_token"]), _f(a["t_finish"]), t,
-                           None if t is None else t[np.asarray(tk["idx"]) > 0])
+    return clocks.Requests(
+        _f(a["t_arrival"]),
+        _f(a["t_first_token"]),
+        _f(a["t_finish"]),
+        t,
+        None if t is None else t[np.asarray(tk["idx"]) > 0],
+    )
 
 
 def align_clocks(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
@@ -173,16 +192,34 @@ def align_clocks(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
                 inf = _infer(con, run_id, ing, steps, entry)
                 entry["inferred"] = inf
                 inferred_all.update(inf.get("fields", []))
-            con.execute("insert into clock_alignments values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::json)",
-                        [run_id, ing, path, clock, ref_clock, entry.get("offset_s", 0.0), entry.get("drift", 0.0),
-                         entry.get("pivot_s", 0.0), entry["applied"], sorted(entry.get("inferred", {}).get("fields", [])),
-                         _json(entry)])
+            con.execute(
+                "insert into clock_alignments values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::json)",
+                [
+                    run_id,
+                    ing,
+                    path,
+                    clock,
+                    ref_clock,
+                    entry.get("offset_s", 0.0),
+                    entry.get("drift", 0.0),
+                    entry.get("pivot_s", 0.0),
+                    entry["applied"],
+                    sorted(entry.get("inferred", {}).get("fields", [])),
+                    _json(entry),
+                ],
+            )
             report.append(entry)
         failed = [e for e in report if e["status"] == "failed"]
         status = "failed" if failed else "aligned" if any(e["applied"] for e in report) else "same clock"
-        meta = {"clock_alignment": {"status": status, "reference_clock": ref_clock,
-                                    "reference": [s[1] for s in refs], "sources": report},
-                "inferred": sorted(inferred_all) or None}
+        meta = {
+            "clock_alignment": {
+                "status": status,
+                "reference_clock": ref_clock,
+                "reference": [s[1] for s in refs],
+                "sources": report,
+            },
+            "inferred": sorted(inferred_all) or None,
+        }
         if failed:
             meta["clock_alignment"]["problem"] = failed[0]["reason"]
         derive_run_meta(con, run_id, meta, step=DERIVED_CLOCKS, clock=ref_clock)
@@ -198,8 +235,9 @@ def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, ret
     entry: dict = {"path": path, "clock": clock}
     if override is not None:
         _transform(con, run_id, ing, override, 0.0, 0.0, inverse=False)
-        entry.update(status="override", applied=True, offset_s=override, drift=0.0, pivot_s=0.0,
-                      method="--clock-offset")
+        entry.update(
+            status="override", applied=True, offset_s=override, drift=0.0, pivot_s=0.0, method="--clock-offset"
+        )
         return entry
     req = _requests(con, run_id, ing)
     al = clocks.estimate(steps, req)
@@ -212,10 +250,16 @@ def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, ret
     # the record's stamp, which is no clock error.
     dur = steps.t_end - steps.t_start
     step_s = float(np.median(dur)) if len(dur) else 0.0
-    if clock == ref_clock == "unix" and al.drift == 0.0 and \
-            abs(al.offset_s) <= max(3e-3 * (al.uncertainty_ms or 0.0), step_s):
-        entry.update(status="same clock", applied=False,
-                     note="both clocks are unix and agree within a step time: no offset applied")
+    if (
+        clock == ref_clock == "unix"
+        and al.drift == 0.0
+        and abs(al.offset_s) <= max(3e-3 * (al.uncertainty_ms or 0.0), step_s)
+    ):
+        entry.update(
+            status="same clock",
+            applied=False,
+            note="both clocks are unix and agree within a step time: no offset applied",
+        )
         entry["estimated_offset_s"], entry["offset_s"] = entry["offset_s"], 0.0
         return entry
     if retime_ref is not None and al.drift == 0.0:
@@ -236,23 +280,28 @@ def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, ret
 def _infer(con, run_id: str, ing: int, steps: clocks.Steps, entry: dict) -> dict:
     """Fill what a request source lacks from the (now aligned) steps; returns what was inferred."""
     out: dict = {"fields": []}
-    have = con.execute("select count(t_scheduled), count(preemptions), count(*) from requests "
-                       "where run_id = ? and ingest_id = ?", [run_id, ing]).fetchone()
+    have = con.execute(
+        "select count(t_scheduled), count(preemptions), count(*) from requests where run_id = ? and ingest_id = ?",
+        [run_id, ing],
+    ).fetchone()
     if have[0] == 0 and not steps.sampled and np.isfinite(steps.prefill_tokens).mean() > 0.9:
         unc = _infer_scheduled(con, run_id, ing, steps)
         if unc is not None:
             out["fields"].append("t_scheduled")
             out["t_scheduled"] = {
                 "method": "prefill token accounting: the step where the prompt's first chunk was computed, "
-                          "anchored at the step that produced the request's first token",
+                "anchored at the step that produced the request's first token",
                 "median_uncertainty_ms": round(float(np.median(unc)) * 1e3, 3),
-                "p90_uncertainty_ms": round(float(np.quantile(unc, 0.9)) * 1e3, 3)}
+                "p90_uncertainty_ms": round(float(np.quantile(unc, 0.9)) * 1e3, 3),
+            }
     if have[1] == 0 and not steps.sampled:
         n = _infer_preemptions(con, run_id, ing)
         if n is not None:
             out["fields"].append("preemptions")
-            out["preemptions"] = {"method": "token gaps in which the request sat out at least one step",
-                                  "requests_preempted": n}
+            out["preemptions"] = {
+                "method": "token gaps in which the request sat out at least one step",
+                "requests_preempted": n,
+            }
     return out
 
 
@@ -262,7 +311,8 @@ def _infer_scheduled(con, run_id: str, ing: int, steps: clocks.Steps) -> np.ndar
         "select req_id, t_arrival, t_first_token, prompt_tokens::double as p, "
         "coalesce(cached_tokens, 0)::double as c from requests "
         "where run_id = $run and ingest_id = $ing and t_first_token is not null and prompt_tokens is not null",
-        {"run": run_id, "ing": ing}).fetchnumpy()
+        {"run": run_id, "ing": ing},
+    ).fetchnumpy()
     if len(r["req_id"]) == 0:
         return None
     pf = np.nan_to_num(steps.prefill_tokens, nan=0.0)
@@ -300,8 +350,11 @@ def _infer_scheduled(con, run_id: str, ing: int, steps: clocks.Steps) -> np.ndar
 
     con.register("_inferred", pa.table({"req_id": pa.array(r["req_id"]), "t_scheduled": t_sched}))
     try:
-        con.execute("update requests q set t_scheduled = i.t_scheduled from _inferred i "
-                    "where q.run_id = $run and q.ingest_id = $ing and q.req_id = i.req_id", {"run": run_id, "ing": ing})
+        con.execute(
+            "update requests q set t_scheduled = i.t_scheduled from _inferred i "
+            "where q.run_id = $run and q.ingest_id = $ing and q.req_id = i.req_id",
+            {"run": run_id, "ing": ing},
+        )
     finally:
         con.unregister("_inferred")
     return hi - lo
@@ -314,8 +367,11 @@ def _infer_preemptions(con, run_id: str, ing: int) -> int | None:
     if not total or ones < 0.8 * total:  # tokens arrive in chunks: one gap per step cannot be assumed
         con.execute("drop table _gaps")
         return None
-    con.execute("update requests q set preemptions = g.gaps from _gaps g "
-                "where q.run_id = $run and q.ingest_id = $ing and q.req_id = g.req_id", {"run": run_id, "ing": ing})
+    con.execute(
+        "update requests q set preemptions = g.gaps from _gaps g "
+        "where q.run_id = $run and q.ingest_id = $ing and q.req_id = g.req_id",
+        {"run": run_id, "ing": ing},
+    )
     n = scalar(con, "select count(*) from _gaps where gaps > 0")
     con.execute("drop table _gaps")
     return int(n)
@@ -323,20 +379,23 @@ def _infer_preemptions(con, run_id: str, ing: int) -> int | None:
 
 def cross_clock_problem(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
     """Why quantities joining steps and requests cannot be computed for this run, or None."""
-    meta = scalar(con, "select json_extract_string(meta, '$.clock_alignment.problem') from runs where run_id = ?",
-                  [run_id])
+    meta = scalar(
+        con, "select json_extract_string(meta, '$.clock_alignment.problem') from runs where run_id = ?", [run_id]
+    )
     if not meta:
         return None
-    return (f"run {run_id}: its steps and requests are on different clocks that could not be aligned ({meta})")
+    return f"run {run_id}: its steps and requests are on different clocks that could not be aligned ({meta})"
 
 
 def describe(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> list[tuple[bool, str]]:
     """One line per aligned source of these runs for the ingest output: ``(is_problem, text)``."""
     import json
 
-    rows = con.execute("select run_id, meta from runs where run_id = any($r) "
-                       "and json_extract(meta, '$.clock_alignment') is not null order by run_id",
-                       {"r": sorted(set(run_ids))}).fetchall()
+    rows = con.execute(
+        "select run_id, meta from runs where run_id = any($r) "
+        "and json_extract(meta, '$.clock_alignment') is not null order by run_id",
+        {"r": sorted(set(run_ids))},
+    ).fetchall()
     return [line for run_id, meta in rows for line in source_lines(run_id, json.loads(meta))]
 
 
@@ -350,8 +409,13 @@ def source_lines(run_id: str, meta: dict) -> list[tuple[bool, str]]:
     for src in info.get("sources", []):
         name = str(src.get("path", "?")).rsplit("/", 1)[-1]
         if src.get("status") == "failed":
-            out.append((True, f"run {run_id}: {name} NOT aligned with {ref}: {src.get('reason')}; "
-                              "durations, throughput, attribution and replay of this run are refused"))
+            out.append(
+                (
+                    True,
+                    f"run {run_id}: {name} NOT aligned with {ref}: {src.get('reason')}; "
+                    "durations, throughput, attribution and replay of this run are refused",
+                )
+            )
             continue
         if src.get("status") == "override":
             text = f"run {run_id}: {name} put on {ref}'s clock with --clock-offset {src['offset_s']:+.6f} s"
@@ -363,19 +427,25 @@ def source_lines(run_id: str, meta: dict) -> list[tuple[bool, str]]:
                 shares.append(f"{src['requests_matched_share']:.0%} of first tokens")
             verb = "aligned with" if src.get("applied") else "already on the clock of"
             off = src.get("estimated_offset_s", src.get("offset_s", 0.0))
-            text = (f"run {run_id}: {name} {verb} {ref}: offset {off:+.6f} s ± {src.get('uncertainty_ms')} ms, "
-                    f"matched {' and '.join(shares)}, median residual {src.get('median_residual_ms') or 0:.3f} ms")
+            text = (
+                f"run {run_id}: {name} {verb} {ref}: offset {off:+.6f} s ± {src.get('uncertainty_ms')} ms, "
+                f"matched {' and '.join(shares)}, median residual {src.get('median_residual_ms') or 0:.3f} ms"
+            )
             if src.get("applied") is False:
                 text += " (no offset applied)"
             if src.get("drift"):
                 text += f", drift {src['drift'] * 1e6:.2f} ppm"
             if (src.get("retime") or {}).get("retimed"):
-                text += (f"; steps re-timed from its token times (moved {src['retime']['median_move_ms']:g} ms "
-                         f"median, {src['retime']['max_move_ms']:g} ms at most)")
+                text += (
+                    f"; steps re-timed from its token times (moved {src['retime']['median_move_ms']:g} ms "
+                    f"median, {src['retime']['max_move_ms']:g} ms at most)"
+                )
         inf = src.get("inferred") or {}
         if "t_scheduled" in inf:
-            text += (f"; scheduling inferred from steps (±{inf['t_scheduled']['median_uncertainty_ms']:g} ms "
-                     f"median, ±{inf['t_scheduled']['p90_uncertainty_ms']:g} ms p90)")
+            text += (
+                f"; scheduling inferred from steps (±{inf['t_scheduled']['median_uncertainty_ms']:g} ms "
+                f"median, ±{inf['t_scheduled']['p90_uncertainty_ms']:g} ms p90)"
+            )
         if "preemptions" in inf:
             text += f"; preemptions inferred from token gaps ({inf['preemptions']['requests_preempted']} requests)"
         out.append((False, text))

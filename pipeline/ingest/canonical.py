@@ -26,7 +26,9 @@ def sniff_jsonl(path: Path, head: str) -> bool:
     return False
 
 
-def convert_jsonl(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
+def convert_jsonl(
+    path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None
+) -> Iterator[Batch]:
     for table in reader.line_batches(path, progress):
         yield Batch(table, table.num_rows)
 
@@ -35,9 +37,11 @@ def convert_jsonl(path: Path, progress: Callable[[int], None] | None = None, run
 # that never occurs in JSON text of ours, no quoting; a line it cannot read that way
 # (a stray \r, invalid UTF-8, the delimiter) fails the scan, and the file goes the
 # batch path of convert_jsonl instead, which reads every line.
-_READ = ("read_csv($path, columns={{'raw': 'VARCHAR'}}, delim='\x1e\x1f', quote='', escape='', "
-         "header=false, auto_detect=false, new_line='\\n', comment='', skip=0, strict_mode=true, "
-         "max_line_size={max_line}, compression='{compression}')")
+_READ = (
+    "read_csv($path, columns={{'raw': 'VARCHAR'}}, delim='\x1e\x1f', quote='', escape='', "
+    "header=false, auto_detect=false, new_line='\\n', comment='', skip=0, strict_mode=true, "
+    "max_line_size={max_line}, compression='{compression}')"
+)
 MAX_LINE_BYTES = 16 << 20  # a longer line fails the scan: the file goes the batch path
 _STAGED, _RUN_LINES, _LINES = "_tracelat_staged", "_tracelat_run_lines", "_tracelat_lines"
 
@@ -61,19 +65,26 @@ class StagedJsonl:
         self.con, self.path, self.default_run = con, path, default_run
         comp = reader.compression(path)
         self.read = _READ.format(max_line=MAX_LINE_BYTES, compression={"none": "none"}.get(comp, comp))
-        con.execute(f"create or replace temp table {_STAGED} as "
-                    + stage_sql(self.read, line_no=None, keep_raw=False), {"path": str(path)})
+        con.execute(
+            f"create or replace temp table {_STAGED} as " + stage_sql(self.read, line_no=None, keep_raw=False),
+            {"path": str(path)},
+        )
         self.n_lines, first = con.execute(f"select count(*), min(rowid) from temp.main.{_STAGED}").fetchall()[0]
         # committed (no transaction is open), so its rowids count from 0: rowid + 1 is the line number
         if self.n_lines and first != 0:
             self.close()
             raise _NotOrdered(f"rowids start at {first}")
         # the run of a line that names none: that of the last run record before it
-        self.run_lines = con.execute(f"select rowid + 1, coalesce(own_run, $d) from temp.main.{_STAGED} "
-                                     "where kind = 'run' order by 1", {"d": default_run}).fetchall()
+        self.run_lines = con.execute(
+            f"select rowid + 1, coalesce(own_run, $d) from temp.main.{_STAGED} where kind = 'run' order by 1",
+            {"d": default_run},
+        ).fetchall()
         if len(self.run_lines) > 64:
-            con.execute(f"create or replace temp table {_RUN_LINES} as select rowid + 1 as line_no, "
-                        f"coalesce(own_run, $d) as run from temp.main.{_STAGED} where kind = 'run'", {"d": default_run})
+            con.execute(
+                f"create or replace temp table {_RUN_LINES} as select rowid + 1 as line_no, "
+                f"coalesce(own_run, $d) as run from temp.main.{_STAGED} where kind = 'run'",
+                {"d": default_run},
+            )
 
     def batches(self, progress: Callable[[int], None] | None = None) -> Iterator[Batch]:
         size = max(self.path.stat().st_size, 1)
@@ -81,8 +92,10 @@ class StagedJsonl:
         rows = f"(select rowid + 1 as line_no, * from temp.main.{_STAGED} where rowid >= $a and rowid < $b) s"
         params: dict = {"d": self.default_run}
         if len(self.run_lines) > 64:
-            sql = (f"select s.*, coalesce(s.own_run, r.run, $d) as run_id from {rows} "
-                   f"asof left join temp.main.{_RUN_LINES} r on s.line_no >= r.line_no")
+            sql = (
+                f"select s.*, coalesce(s.own_run, r.run, $d) as run_id from {rows} "
+                f"asof left join temp.main.{_RUN_LINES} r on s.line_no >= r.line_no"
+            )
         else:  # a few run records (usually one, on line 1): the last one at or before the line
             whens = " ".join(f"when s.line_no >= $l{i} then $r{i}" for i in reversed(range(len(self.run_lines))))
             for i, (line, run) in enumerate(self.run_lines):
@@ -98,16 +111,21 @@ class StagedJsonl:
 
     def fill_raw(self, ingest_id: int) -> None:
         """The raw text of this file's rejects that were staged without it (duplicates)."""
-        missing = self.con.execute("select count(*) from rejects where ingest_id = ? and raw is null and line_no > 0",
-                                   [ingest_id]).fetchall()[0][0]
+        missing = self.con.execute(
+            "select count(*) from rejects where ingest_id = ? and raw is null and line_no > 0", [ingest_id]
+        ).fetchall()[0][0]
         if not missing:
             return
-        self.con.execute(f"create or replace temp table {_LINES} as select raw from {self.read}", {"path": str(self.path)})
+        self.con.execute(
+            f"create or replace temp table {_LINES} as select raw from {self.read}", {"path": str(self.path)}
+        )
         # inside a transaction, a new table's rowids start at a large offset (its rows are not committed)
         self.con.execute(
             "update rejects set raw = left(l.raw, 1024) from (select rowid - (select min(rowid) from "
             f"temp.main.{_LINES}) + 1 as line_no, raw from temp.main.{_LINES}) l "
-            "where rejects.ingest_id = ? and rejects.raw is null and rejects.line_no = l.line_no", [ingest_id])
+            "where rejects.ingest_id = ? and rejects.raw is null and rejects.line_no = l.line_no",
+            [ingest_id],
+        )
 
     def close(self) -> None:
         for t in (_STAGED, _RUN_LINES, _LINES):
@@ -138,7 +156,9 @@ def sniff_parquet(path: Path, head: str) -> bool:
         return f.read(4) == PARQUET_MAGIC
 
 
-def convert_parquet(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
+def convert_parquet(
+    path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None
+) -> Iterator[Batch]:
     """Each Parquet row becomes one canonical JSON object; row numbers stand in for lines."""
     import pyarrow.parquet as pq
 
@@ -175,7 +195,9 @@ def _batches(pf, path: Path):
         except StopIteration:
             return
         except (OSError, pa.ArrowException, UnicodeDecodeError) as exc:
-            raise InputError(f"{path}: Parquet data is corrupt after row {rows} ({str(exc).strip()[:300]}); "
-                             "the file was not ingested. Re-copy or re-write it") from exc
+            raise InputError(
+                f"{path}: Parquet data is corrupt after row {rows} ({str(exc).strip()[:300]}); "
+                "the file was not ingested. Re-copy or re-write it"
+            ) from exc
         rows += rb.num_rows
         yield rb

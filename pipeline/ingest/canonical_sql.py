@@ -105,13 +105,23 @@ ALL_FIELDS: dict[str, Field] = {}
 for _fields in FIELDS.values():
     for _f in _fields:
         ALL_FIELDS.setdefault(_f.name, _f)
-_PARSED_TYPE = {"int": "DOUBLE", "count": "DOUBLE", "float": "DOUBLE", "fraction": "DOUBLE",
-                "strlist": "VARCHAR[]", "floatlist": "DOUBLE[]"}  # else JSON text
+_PARSED_TYPE = {
+    "int": "DOUBLE",
+    "count": "DOUBLE",
+    "float": "DOUBLE",
+    "fraction": "DOUBLE",
+    "strlist": "VARCHAR[]",
+    "floatlist": "DOUBLE[]",
+}  # else JSON text
 _JSON_TEXT = [n for n, f in ALL_FIELDS.items() if f.kind not in _PARSED_TYPE]
 _LOOKED_AT = [n for n, f in ALL_FIELDS.items() if f.kind in _PARSED_TYPE]  # typed: JSON type from json_type
-PARSE_SPEC = "{" + ",".join(
-    f'"{n}":"{_PARSED_TYPE.get(f.kind, "JSON")}"' for n, f in {"kind": Field("kind", "str"), **ALL_FIELDS}.items()
-) + "}"
+PARSE_SPEC = (
+    "{"
+    + ",".join(
+        f'"{n}":"{_PARSED_TYPE.get(f.kind, "JSON")}"' for n, f in {"kind": Field("kind", "str"), **ALL_FIELDS}.items()
+    )
+    + "}"
+)
 _CLEAN_TYPE = {"strlist": "ARRAY", "floatlist": "ARRAY"}  # else DOUBLE
 
 
@@ -122,8 +132,10 @@ def _jtype(x: str, ints: bool = False) -> str:
     """
     number = f"case when regexp_full_match({x}, '-?[0-9]+') then 'BIGINT' else 'DOUBLE' end" if ints else "'DOUBLE'"
     # the first character says it: " { [ t f, else a number (NaN and Infinity included)
-    return (f"case when {x} is not null then case ascii({x}) when 34 then 'VARCHAR' when 123 then 'OBJECT' "
-            f"when 91 then 'ARRAY' when 116 then 'BOOLEAN' when 102 then 'BOOLEAN' else {number} end end")
+    return (
+        f"case when {x} is not null then case ascii({x}) when 34 then 'VARCHAR' when 123 then 'OBJECT' "
+        f"when 91 then 'ARRAY' when 116 then 'BOOLEAN' when 102 then 'BOOLEAN' else {number} end end"
+    )
 
 
 def _unquote(x: str) -> str:
@@ -193,8 +205,9 @@ _EXPECT = {
 def _problem(f: Field) -> str:
     """A SQL expression naming what is wrong with one field, or NULL."""
     t, val = f"t_{f.name}", f"v_{f.name}"
-    shown = (f"left(json_extract(jraw, '$.{f.name}')::varchar, 40)" if f.kind in _PARSED_TYPE
-             else f"left({_x(f.name)}, 40)")
+    shown = (
+        f"left(json_extract(jraw, '$.{f.name}')::varchar, 40)" if f.kind in _PARSED_TYPE else f"left({_x(f.name)}, 40)"
+    )
     absent = f"({t} is null or {t} = 'NULL')"
     checks = [f"when not {absent} and {val} is null then '{f.name}: expected {_EXPECT[f.kind]}, got ' || {shown}"]
     if f.required:
@@ -206,17 +219,25 @@ def _problem(f: Field) -> str:
     if f.kind in ("int", "count"):
         checks.append(f"when abs({val}) > {MAX_COUNT} then '{f.name}: implausibly large (over 2^53) ' || {shown}")
     if f.kind == "float" and f.name.startswith("t_"):
-        checks.append(f"when abs({val}) > {_sci(MAX_ABS_TIME_S)} then '{f.name}: ' || {shown} || "
-                      f"' is no time in seconds (magnitude over {_sci(MAX_ABS_TIME_S)}; milli- or nanoseconds?)'")
+        checks.append(
+            f"when abs({val}) > {_sci(MAX_ABS_TIME_S)} then '{f.name}: ' || {shown} || "
+            f"' is no time in seconds (magnitude over {_sci(MAX_ABS_TIME_S)}; milli- or nanoseconds?)'"
+        )
     if f.name == "dur_ms":
-        checks.append(f"when {val} > {_sci(MAX_DURATION_S * 1000)} then '{f.name}: ' || {shown} || "
-                      f"' ms is longer than {_sci(MAX_DURATION_S)} s'")
+        checks.append(
+            f"when {val} > {_sci(MAX_DURATION_S * 1000)} then '{f.name}: ' || {shown} || "
+            f"' ms is longer than {_sci(MAX_DURATION_S)} s'"
+        )
     if f.kind == "fraction":
         checks.append(f"when {val} < 0 or {val} > 1 then '{f.name}: expected a fraction 0..1, got ' || {shown}")
     if f.kind == "status":
-        checks.append(f"when {val} not in ('ok','error','aborted') then '{f.name}: expected {_EXPECT[f.kind]}, got ' || {shown}")
+        checks.append(
+            f"when {val} not in ('ok','error','aborted') then '{f.name}: expected {_EXPECT[f.kind]}, got ' || {shown}"
+        )
     if f.kind == "clock":
-        checks.append(f"when {val} not in ('unix','monotonic') then '{f.name}: expected {_EXPECT[f.kind]}, got ' || {shown}")
+        checks.append(
+            f"when {val} not in ('unix','monotonic') then '{f.name}: expected {_EXPECT[f.kind]}, got ' || {shown}"
+        )
     if f.kind == "floatlist":
         checks.append(
             # a NaN or infinity anywhere makes the sum non-finite; nulls are not counted
@@ -224,8 +245,10 @@ def _problem(f: Field) -> str:
             f"then '{f.name}: contains null, NaN or infinite values'"
         )
         big = _sci(MAX_ABS_TIME_S)
-        checks.append(f"when list_max(list_transform({val}, lambda x: abs(x))) > {big} "
-                      f"then '{f.name}: holds values that are no time in seconds (magnitude over {big})'")
+        checks.append(
+            f"when list_max(list_transform({val}, lambda x: abs(x))) > {big} "
+            f"then '{f.name}: holds values that are no time in seconds (magnitude over {big})'"
+        )
     return "case " + " ".join(checks) + " end"
 
 
@@ -286,13 +309,18 @@ def stage_sql(source: str, line_no: str | None = "line_no", keep_raw: bool = Tru
     """
     texts = ",\n          ".join(
         f"j.{n}{'::varchar' if n in _JSON_TEXT and ALL_FIELDS[n].kind != 'object' else ''} as {_x(n)}"
-        for n in ALL_FIELDS)
+        for n in ALL_FIELDS
+    )
     present = " + ".join(f"({_x(n)} is not null)::int" for n in ALL_FIELDS)
-    strings = " + ".join(f"coalesce(ascii({_x(n)}) = 34, false)::int" for n in _JSON_TEXT if ALL_FIELDS[n].kind != "object")
+    strings = " + ".join(
+        f"coalesce(ascii({_x(n)}) = 34, false)::int" for n in _JSON_TEXT if ALL_FIELDS[n].kind != "object"
+    )
     objects = " and ".join(f"{_x(n)} is null" for n, f in ALL_FIELDS.items() if f.kind in ("object", "strlist"))
-    clean = (f"perr is null and t_kind = 'VARCHAR' and {objects} "
-             f"and strlen(raw) - strlen(replace(raw, '\"', '')) = 2 * (1 + {present}) + 2 * (1 + {strings}) "
-             "and not contains(raw, 'true') and not contains(raw, 'false')")
+    clean = (
+        f"perr is null and t_kind = 'VARCHAR' and {objects} "
+        f"and strlen(raw) - strlen(replace(raw, '\"', '')) = 2 * (1 + {present}) + 2 * (1 + {strings}) "
+        "and not contains(raw, 'true') and not contains(raw, 'false')"
+    )
     paths = "[" + ",".join(f"'$.{n}'" for n in _LOOKED_AT) + "]"
     types = ",\n        ".join(f"{_type(f)} as t_{n}" for n, f in ALL_FIELDS.items())
     values = ",\n      ".join(f"{_value(f, f't_{n}', _typed(f, f't_{n}'))} as v_{n}" for n, f in ALL_FIELDS.items())
@@ -305,21 +333,25 @@ def stage_sql(source: str, line_no: str | None = "line_no", keep_raw: bool = Tru
         known = "{" + ",".join(f'"{n}":null' for n in names) + "}"
         known_list = "[" + ",".join(f"'{n}'" for n in names) + "]"
         # unknown fields are kept; most records have none, so skip the patch for them
-        extra.append(f"when '{kind}' then case when not list_has_all({known_list}, json_keys(jraw)) "
-                     f"then nullif(json_merge_patch(jraw, '{known}'), '{{}}') end")
+        extra.append(
+            f"when '{kind}' then case when not list_has_all({known_list}, json_keys(jraw)) "
+            f"then nullif(json_merge_patch(jraw, '{known}'), '{{}}') end"
+        )
     line = f"{line_no} as line_no, " if line_no else ""
     v_names = ", ".join(f"v_{n}" for n in ALL_FIELDS)
     reason = f"""case when perr is not null then perr
       when t_kind is null then '{PARSE_ERRORS["no_kind"]}'
       when t_kind <> 'VARCHAR' then '{PARSE_ERRORS["kind_type"]}'
       when kind not in ('run','iteration','request') then 'unknown kind ' || kind || ' (expected run, iteration or request)'
-      else case kind {' '.join(per_kind)} end end"""
-    raw_out = "left(raw, 1024)" if keep_raw else "case when reason is not null and reason <> 'blank' then left(raw, 1024) end"
+      else case kind {" ".join(per_kind)} end end"""
+    raw_out = (
+        "left(raw, 1024)" if keep_raw else "case when reason is not null and reason <> 'blank' then left(raw, 1024) end"
+    )
     return f"""
 select {line}kind, own_run, {v_names}, extra, reason, {raw_out} as raw
 from (
   select *, {reason} as reason,
-    case when not clean and perr is null and kind in ('run','iteration','request') then case kind {' '.join(extra)} end end as extra
+    case when not clean and perr is null and kind in ('run','iteration','request') then case kind {" ".join(extra)} end end as extra
   from (
     select *,
       {values}
@@ -331,19 +363,19 @@ from (
         select *, case when not clean then json_type(jraw, {paths}) end as ty
         from (
           select *, {clean} as clean, case when perr is null then raw end as jraw,
-            case when t_kind = 'VARCHAR' then {_unquote(_x('kind'))} else {_x('kind')} end as kind,
-            case when t_own_run = 'VARCHAR' then {_unquote(_x('run_id'))} else {_x('run_id')} end as own_run
+            case when t_kind = 'VARCHAR' then {_unquote(_x("kind"))} else {_x("kind")} end as kind,
+            case when t_own_run = 'VARCHAR' then {_unquote(_x("run_id"))} else {_x("run_id")} end as own_run
           from (
             select *,
-              {_jtype(_x('kind'))} as t_kind,
-              {_jtype(_x('run_id'), ints=True)} as t_own_run
+              {_jtype(_x("kind"))} as t_kind,
+              {_jtype(_x("run_id"), ints=True)} as t_own_run
             from (
               select {line}raw,
                 case when raw is null then '{BLANK}'
                      when j is null then case when trim(raw) = '' then '{BLANK}' else '{PARSE_ERRORS["invalid"]}' end
                      when ascii(raw) <> 123 and not starts_with(ltrim(raw), '{{') then '{PARSE_ERRORS["not_object"]}'
                 end as perr,
-                j.kind::varchar as {_x('kind')},
+                j.kind::varchar as {_x("kind")},
                 {texts}
               from (select {line}raw, try(from_json(raw, '{PARSE_SPEC}')) as j from {source})
             )

@@ -148,7 +148,7 @@ def _by_token_counts(steps: Steps, req: Requests, shift: float, med_step: float)
     x = np.sort(x)
     if len(x) > 200_000:  # a contiguous stretch keeps every step's count whole
         lo = int(len(x) // 2 - 100_000)
-        x = x[lo:lo + 200_000]
+        x = x[lo : lo + 200_000]
     ends = steps.t_end
     grid = shift + np.linspace(-3 * med_step, 3 * med_step, 61)
     best, best_err = shift, np.inf
@@ -175,8 +175,11 @@ def estimate(steps: Steps, req: Requests, seed: int = 0, drift_min_span_s: float
     """The offset (and drift) mapping the client's clock onto the steps' (see module doc)."""
     n_req = len(req.t_first_token)
     if n_req < 3 or len(steps.t_end) < 5:
-        return Alignment(False, requests=n_req, reason=f"too few to align ({n_req} requests, "
-                         f"{len(steps.t_end)} steps); pass --clock-offset SOURCE=SECONDS")
+        return Alignment(
+            False,
+            requests=n_req,
+            reason=f"too few to align ({n_req} requests, {len(steps.t_end)} steps); pass --clock-offset SOURCE=SECONDS",
+        )
     rng = np.random.default_rng(seed)
     dur = steps.t_end - steps.t_start
     med_step = float(np.median(dur[dur > 0])) if np.any(dur > 0) else 0.01
@@ -196,8 +199,11 @@ def estimate(steps: Steps, req: Requests, seed: int = 0, drift_min_span_s: float
         shift = float(steps.t_start.min() - req.t_arrival.min())
         notes.append("steps carry no decode counts: aligned on token times alone")
     ends = np.sort(steps.t_end)
-    events = req.token_times if req.token_times is not None and len(req.token_times) else np.concatenate(
-        [req.t_first_token, req.t_finish])
+    events = (
+        req.token_times
+        if req.token_times is not None and len(req.token_times)
+        else np.concatenate([req.t_first_token, req.t_finish])
+    )
     events = events[np.isfinite(events)]
     if len(events) > 200_000:
         events = np.sort(rng.choice(events, 200_000, replace=False))
@@ -228,8 +234,11 @@ def assess(steps: Steps, req: Requests, al: Alignment) -> Alignment:
     """The quality figures of a given alignment (after the steps were re-timed, say)."""
     dur = steps.t_end - steps.t_start
     med_step = float(np.median(dur[dur > 0])) if np.any(dur > 0) else 0.01
-    events = req.token_times if req.token_times is not None and len(req.token_times) else np.concatenate(
-        [req.t_first_token, req.t_finish])
+    events = (
+        req.token_times
+        if req.token_times is not None and len(req.token_times)
+        else np.concatenate([req.t_first_token, req.t_finish])
+    )
     return _quality(al, steps, req, np.sort(steps.t_end), events[np.isfinite(events)], med_step)
 
 
@@ -282,15 +291,30 @@ def _quality(al: Alignment, steps: Steps, req: Requests, ends, events, med_step)
     reason = None
     if contrast is not None and contrast > MAX_CONTRAST:
         ok = False
-        reason = (f"the sources do not look like one run: {steps_share:.0%} of the steps inside the client's "
-                  f"time span agree with its requests (within one request), but the disagreement at the best "
-                  f"offset is {contrast:.0%} of that at a random one (one run: under {MAX_CONTRAST:.0%}); "
-                  "check that both files come from one run, or pass --clock-offset SOURCE=SECONDS")
-    notes = list(al.notes) + ([f"decode-count disagreement {contrast:.3f} of a random offset's"]
-                              if contrast is not None else [])
-    return Alignment(ok, al.offset_s, al.drift, al.pivot_s, round(unc, 3), steps_share, req_share,
-                     None if med is None else med * 1e3, None if spread is None else spread * 1e3,
-                     al.requests, al.method, reason, notes)
+        reason = (
+            f"the sources do not look like one run: {steps_share:.0%} of the steps inside the client's "
+            f"time span agree with its requests (within one request), but the disagreement at the best "
+            f"offset is {contrast:.0%} of that at a random one (one run: under {MAX_CONTRAST:.0%}); "
+            "check that both files come from one run, or pass --clock-offset SOURCE=SECONDS"
+        )
+    notes = list(al.notes) + (
+        [f"decode-count disagreement {contrast:.3f} of a random offset's"] if contrast is not None else []
+    )
+    return Alignment(
+        ok,
+        al.offset_s,
+        al.drift,
+        al.pivot_s,
+        round(unc, 3),
+        steps_share,
+        req_share,
+        None if med is None else med * 1e3,
+        None if spread is None else spread * 1e3,
+        al.requests,
+        al.method,
+        reason,
+        notes,
+    )
 
 
 def _contrast(steps: Steps, req: Requests, offset: float, span: float, n: int = 200) -> float | None:

@@ -20,12 +20,33 @@ from pathlib import Path
 
 from ..errors import InputError
 
-FPM_FIELDS = ("version", "worker_id", "dp_rank", "counter_id", "timing_scope", "wall_time",
-              "scheduled_requests", "queued_requests")
-SCHEDULED = ("num_prefill_requests", "sum_prefill_tokens", "var_prefill_length", "sum_prefill_kv_tokens",
-             "num_decode_requests", "sum_decode_kv_tokens", "var_decode_kv_tokens")
-QUEUED = ("num_prefill_requests", "sum_prefill_tokens", "var_prefill_length", "num_decode_requests",
-          "sum_decode_kv_tokens", "var_decode_kv_tokens")
+FPM_FIELDS = (
+    "version",
+    "worker_id",
+    "dp_rank",
+    "counter_id",
+    "timing_scope",
+    "wall_time",
+    "scheduled_requests",
+    "queued_requests",
+)
+SCHEDULED = (
+    "num_prefill_requests",
+    "sum_prefill_tokens",
+    "var_prefill_length",
+    "sum_prefill_kv_tokens",
+    "num_decode_requests",
+    "sum_decode_kv_tokens",
+    "var_decode_kv_tokens",
+)
+QUEUED = (
+    "num_prefill_requests",
+    "sum_prefill_tokens",
+    "var_prefill_length",
+    "num_decode_requests",
+    "sum_decode_kv_tokens",
+    "var_decode_kv_tokens",
+)
 
 
 @dataclass
@@ -47,12 +68,18 @@ def as_record(obj) -> dict | None:
                 obj[key] = dict(zip(names, obj[key]))
     if not isinstance(obj, dict):
         raise ValueError(f"not an FPM record: {type(obj).__name__}")
-    return {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
-            for k, v in obj.items()}
+    return {
+        (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v) for k, v in obj.items()
+    }
 
 
-def record(endpoint: str, out: Path, duration_s: float | None = None, max_records: int | None = None,
-           idle_timeout_s: float | None = None) -> RecordStats:
+def record(
+    endpoint: str,
+    out: Path,
+    duration_s: float | None = None,
+    max_records: int | None = None,
+    idle_timeout_s: float | None = None,
+) -> RecordStats:
     """Subscribe to ``endpoint`` and append records to ``out`` until a limit (or Ctrl-C)."""
     try:
         import msgpack

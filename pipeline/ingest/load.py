@@ -84,8 +84,13 @@ class IngestResult:
             f"{self.path} [{self.format}]: {self.lines_read} read, {self.accepted} accepted, "
             f"{self.rejected} rejected{skipped}; runs: {runs or 'none'}"
             + (" (replaced)" if self.status == "replaced" else "")
-            + ("" if self.accepted or self.rejected else "; no records in it" if not self.lines_read
-               else f"; no {self.format} records in it: {NO_RECORDS_HINT.get(self.format, 'is --format right?')}")
+            + (
+                ""
+                if self.accepted or self.rejected
+                else "; no records in it"
+                if not self.lines_read
+                else f"; no {self.format} records in it: {NO_RECORDS_HINT.get(self.format, 'is --format right?')}"
+            )
             + (f"; runs of the replaced ingest no longer loaded by it: {', '.join(gone)}" if gone else "")
         )
 
@@ -205,8 +210,11 @@ from ({source}) group by run_id
 
 # The accepted run records of a batch, stored as they came; their runs are then merged
 # again from all their records (remerge_runs), the same path a --replace takes.
-RUN_RECORDS_SQL = ("insert into run_records select $ingest_id, line_no, run_id, "
-                   + ", ".join(f"v_{f}" for f in RUN_FIELDS) + ", v_meta from staged where kind = 'run' and reason is null")
+RUN_RECORDS_SQL = (
+    "insert into run_records select $ingest_id, line_no, run_id, "
+    + ", ".join(f"v_{f}" for f in RUN_FIELDS)
+    + ", v_meta from staged where kind = 'run' and reason is null"
+)
 
 # Lines rejected before any duplicate check: not JSON, no known kind, and run records
 # (iterations and requests are rejected from ``checked``, which adds duplicates).
@@ -282,8 +290,13 @@ def _rejects_table(rejects: pa.Table | list[tuple[int, str, str]]) -> pa.Table:
     if isinstance(rejects, pa.Table):
         return rejects.select(["line_no", "reason", "raw"])
     cols = list(zip(*rejects)) if rejects else [(), (), ()]
-    return pa.table({"line_no": pa.array(cols[0], pa.int64()), "reason": pa.array(cols[1], pa.string()),
-                     "raw": pa.array(cols[2], pa.string())})
+    return pa.table(
+        {
+            "line_no": pa.array(cols[0], pa.int64()),
+            "reason": pa.array(cols[1], pa.string()),
+            "raw": pa.array(cols[2], pa.string()),
+        }
+    )
 
 
 def _load_metrics(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None:
@@ -291,8 +304,11 @@ def _load_metrics(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> N
     this batch, else the file's run)."""
     con.register("metrics_in", batch.metrics)
     try:
-        con.execute("insert into metric_samples select $run, t, family, labels::json, kind, le, value, $ingest_id, "
-                    "line_no from metrics_in", {"run": st.carry_run or st.default_run, "ingest_id": st.ingest_id})
+        con.execute(
+            "insert into metric_samples select $run, t, family, labels::json, kind, le, value, $ingest_id, "
+            "line_no from metrics_in",
+            {"run": st.carry_run or st.default_run, "ingest_id": st.ingest_id},
+        )
     finally:
         con.unregister("metrics_in")
     st.result.accepted += batch.metric_lines
@@ -333,7 +349,9 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
     if n_runs:
         st.carry_run = last_run
         q.run(RUN_RECORDS_SQL, {"ingest_id": st.ingest_id})
-        remerge_runs(con, [r[0] for r in q.run("select distinct run_id from staged where kind = 'run' and reason is null")])
+        remerge_runs(
+            con, [r[0] for r in q.run("select distinct run_id from staged where kind = 'run' and reason is null")]
+        )
         # a converter's own run record (line 0) is no line of the file: not read, not accepted;
         # rejected, it counts as a line read so that the reject shows in the sums
         res.accepted += runs_ok
@@ -346,8 +364,10 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
         if kind == "request":
             q.run(TOKENS_SQL, {"ingest_id": st.ingest_id})
         q.run(REJECT_SQL, ids)
-        ok, bad = q.run("select count(*) filter (where final_reason is null), "
-                        "count(*) filter (where final_reason is not null) from checked")[0]
+        ok, bad = q.run(
+            "select count(*) filter (where final_reason is null), "
+            "count(*) filter (where final_reason is not null) from checked"
+        )[0]
         res.accepted += ok
         res.rejected += bad
         del q.tables["checked"]
@@ -386,8 +406,7 @@ def ingest_file(
     default_run = run_id or default_run_id(path)
     # Same bytes under another run name (file name or --run-id) are a different ingest.
     prior = con.execute(
-        "select path, t_ingested from ingests where sha256 = ? and default_run_id = ? "
-        "order by ingest_id limit 1",
+        "select path, t_ingested from ingests where sha256 = ? and default_run_id = ? order by ingest_id limit 1",
         [digest, default_run],
     ).fetchall()
     prior = prior[0] if prior else None
@@ -400,15 +419,17 @@ def ingest_file(
     stage = getattr(convert, "stage", None)
     staged = stage(con, path, default_run) if stage is not None else None
     try:
-        return _ingest_transaction(con, path, fmt, convert, result, digest, shown, default_run, replace, progress,
-                                   tz, staged)
+        return _ingest_transaction(
+            con, path, fmt, convert, result, digest, shown, default_run, replace, progress, tz, staged
+        )
     finally:
         if staged is not None:
             staged.close()
 
 
-def _ingest_transaction(con, path, fmt, convert, result, digest, shown, default_run, replace, progress, tz, staged
-                        ) -> IngestResult:
+def _ingest_transaction(
+    con, path, fmt, convert, result, digest, shown, default_run, replace, progress, tz, staged
+) -> IngestResult:
     # a failed commit has rolled back already: the error keeps its cause (store.transaction)
     with store.transaction(con, lambda exc, state: InputError(f"{path}: ingest failed: {exc}; {state}")):
         n_removed, removed = _delete_ingests(con, digest, shown, default_run) if replace else (0, [])
@@ -426,8 +447,12 @@ def _ingest_transaction(con, path, fmt, convert, result, digest, shown, default_
             for batch in convert(path, progress, run_name=default_run, **kwargs):
                 load_batch(con, batch, st)
         if not result.accepted:  # nothing of the file loaded: its converter's run record goes too
-            named = [r[0] for r in con.execute("select distinct run_id from run_records where ingest_id = ?",
-                                               [ingest_id]).fetchall()]
+            named = [
+                r[0]
+                for r in con.execute(
+                    "select distinct run_id from run_records where ingest_id = ?", [ingest_id]
+                ).fetchall()
+            ]
             con.execute("delete from run_records where ingest_id = ?", [ingest_id])
             remerge_runs(con, named)
         con.execute(ENSURE_RUNS_SQL, {"ingest_id": ingest_id})
@@ -444,15 +469,26 @@ def _ingest_transaction(con, path, fmt, convert, result, digest, shown, default_
         ]
         con.execute(
             "insert into ingests values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [ingest_id, shown, digest, fmt, result.lines_read, result.accepted, result.rejected,
-             result.skipped, path.stat().st_size, dt.datetime.now(), result.run_ids, default_run],
+            [
+                ingest_id,
+                shown,
+                digest,
+                fmt,
+                result.lines_read,
+                result.accepted,
+                result.rejected,
+                result.skipped,
+                path.stat().st_size,
+                dt.datetime.now(),
+                result.run_ids,
+                default_run,
+            ],
         )
         store.bump_generation(con, [*result.run_ids, *removed])
     return result
 
 
-def _delete_ingests(con: duckdb.DuckDBPyConnection, digest: str, path: str, default_run: str
-                    ) -> tuple[int, list[str]]:
+def _delete_ingests(con: duckdb.DuckDBPyConnection, digest: str, path: str, default_run: str) -> tuple[int, list[str]]:
     """Remove what earlier ingests of this content (or this path) loaded; returns how many and their runs."""
     which = "(sha256 = $d and default_run_id = $r) or path = $p"
     params = {"d": digest, "p": path, "r": default_run}
@@ -469,8 +505,13 @@ def _delete_ingests(con: duckdb.DuckDBPyConnection, digest: str, path: str, defa
 DERIVED_CONTEXT, DERIVED_CLOCKS = 0, 1
 
 
-def derive_run_meta(con: duckdb.DuckDBPyConnection, run_id: str, patch: dict | None,
-                    step: int = DERIVED_CONTEXT, clock: str | None = None) -> None:
+def derive_run_meta(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    patch: dict | None,
+    step: int = DERIVED_CONTEXT,
+    clock: str | None = None,
+) -> None:
     """Metadata a post-ingest step derived for a run (e.g. how context_tokens was estimated).
 
     Kept as a record without an ingest (one per step), applied after every file's
@@ -482,8 +523,10 @@ def derive_run_meta(con: duckdb.DuckDBPyConnection, run_id: str, patch: dict | N
 
     con.execute("delete from run_records where run_id = ? and ingest_id is null and line_no = ?", [run_id, step])
     if patch is not None or clock is not None:
-        con.execute("insert into run_records (ingest_id, line_no, run_id, clock, meta) values (NULL, ?, ?, ?, ?::json)",
-                    [step, run_id, clock, None if patch is None else json.dumps(patch)])
+        con.execute(
+            "insert into run_records (ingest_id, line_no, run_id, clock, meta) values (NULL, ?, ?, ?, ?::json)",
+            [step, run_id, clock, None if patch is None else json.dumps(patch)],
+        )
     remerge_runs(con, [run_id])
 
 
@@ -499,15 +542,21 @@ def remerge_runs(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
         return
     con.execute("delete from runs where run_id = any($r)", {"r": run_ids})
     # what a post-ingest step derived for a run that has neither files naming it nor data goes with it
-    con.execute("delete from run_records where ingest_id is null and run_id = any($r) and run_id not in "
-                "(select run_id from run_records where ingest_id is not null union all select run_id from iterations "
-                "union all select run_id from requests)", {"r": run_ids})
+    con.execute(
+        "delete from run_records where ingest_id is null and run_id = any($r) and run_id not in "
+        "(select run_id from run_records where ingest_id is not null union all select run_id from iterations "
+        "union all select run_id from requests)",
+        {"r": run_ids},
+    )
     # records of post-ingest steps (ingest_id NULL, see derive_run_meta) come after every file's
-    source = ("select *, coalesce(ingest_id * 4294967296 + line_no, 9223372036854000000 + line_no) as k "
-              "from run_records where run_id = any($r)")
+    source = (
+        "select *, coalesce(ingest_id * 4294967296 + line_no, 9223372036854000000 + line_no) as k "
+        "from run_records where run_id = any($r)"
+    )
     cols = ", ".join(RUN_FIELDS)
-    con.execute(f"insert into runs select run_id, {cols}, meta, ingest_id from ({merge_runs_sql(source)})",
-                {"r": run_ids})
+    con.execute(
+        f"insert into runs select run_id, {cols}, meta, ingest_id from ({merge_runs_sql(source)})", {"r": run_ids}
+    )
 
 
 __all__ = ["Batch", "IngestResult", "ingest_file", "load_batch", "FIELDS", "TracelatError"]

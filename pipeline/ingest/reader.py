@@ -110,9 +110,7 @@ def head_text(path: Path, n_bytes: int = 65536) -> str:
         raise InputError(f"{path}: cannot read the start of the file ({exc})") from exc
 
 
-def line_batches(
-    path: Path, progress: Progress | None = None, batch_bytes: int | None = None
-) -> Iterator[pa.Table]:
+def line_batches(path: Path, progress: Progress | None = None, batch_bytes: int | None = None) -> Iterator[pa.Table]:
     """Yield ``(line_no, raw)`` Arrow tables covering every line of ``path``.
 
     Line numbers start at 1 and count every line, blank ones included, so a reject

@@ -43,7 +43,9 @@ def _load(con, run_id: str, ingest_id: int) -> dict:
     return con.execute(
         "select iter, line_no, dur_ms, least(decode_tokens, coalesce(decode_reqs, decode_tokens))::double as y, "
         "try_cast(json_extract(extra, '$.stamp_s') as double) as stamp from iterations "
-        "where run_id = $run and ingest_id = $ing order by line_no", {"run": run_id, "ing": ingest_id}).fetchnumpy()
+        "where run_id = $run and ingest_id = $ing order by line_no",
+        {"run": run_id, "ing": ingest_id},
+    ).fetchnumpy()
 
 
 def _write(con, run_id: str, ingest_id: int, iters: np.ndarray, t_end: np.ndarray, dur_ms: np.ndarray) -> None:
@@ -52,8 +54,11 @@ def _write(con, run_id: str, ingest_id: int, iters: np.ndarray, t_end: np.ndarra
     tab = pa.table({"iter": iters, "t_end": t_end, "t_start": t_end - np.nan_to_num(dur_ms) / 1000.0})
     con.register("_retimed", tab)
     try:
-        con.execute("update iterations i set t_end = r.t_end, t_start = r.t_start from _retimed r "
-                    "where i.run_id = $run and i.ingest_id = $ing and i.iter = r.iter", {"run": run_id, "ing": ingest_id})
+        con.execute(
+            "update iterations i set t_end = r.t_end, t_start = r.t_start from _retimed r "
+            "where i.run_id = $run and i.ingest_id = $ing and i.iter = r.iter",
+            {"run": run_id, "ing": ingest_id},
+        )
     finally:
         con.unregister("_retimed")
 
@@ -62,12 +67,19 @@ def undo(con: duckdb.DuckDBPyConnection, run_id: str, ingest_id: int) -> None:
     """Put a re-timed source's steps back on the timeline rebuilt from its stamps."""
     a = _load(con, run_id, ingest_id)
     if len(a["iter"]) and np.all(np.isfinite(np.ma.filled(a["stamp"], np.nan))):
-        _write(con, run_id, ingest_id, a["iter"], _rebuild(np.asarray(a["stamp"], float), np.asarray(a["dur_ms"], float)),
-               np.asarray(a["dur_ms"], float))
+        _write(
+            con,
+            run_id,
+            ingest_id,
+            a["iter"],
+            _rebuild(np.asarray(a["stamp"], float), np.asarray(a["dur_ms"], float)),
+            np.asarray(a["dur_ms"], float),
+        )
 
 
-def retime(con: duckdb.DuckDBPyConnection, run_id: str, ingest_id: int, req: clocks.Requests,
-           al: clocks.Alignment) -> tuple[dict, float | None]:
+def retime(
+    con: duckdb.DuckDBPyConnection, run_id: str, ingest_id: int, req: clocks.Requests, al: clocks.Alignment
+) -> tuple[dict, float | None]:
     """Re-time the steps of source ``ingest_id`` from the client's tokens; returns (report, new offset or None)."""
     x = req.decode_token_times
     if x is None or len(x) < 50:
@@ -90,10 +102,13 @@ def retime(con: duckdb.DuckDBPyConnection, run_id: str, ingest_id: int, req: clo
     after = np.cumsum(y[::-1])[::-1] - y  # decode tokens of later steps
     after = after - after[last] + 0.0 if last >= 0 else after
     count = n_client - after  # the client's running token count at each step's end
-    served = float(np.sum(y[first:last + 1]))
+    served = float(np.sum(y[first : last + 1]))
     if last < 0 or abs(served - n_client) > MAX_COUNT_MISMATCH * n_client + 2 and served < n_client:
-        return {"retimed": False, "why": f"the server's decode tokens in the client's span ({served:.0f}) "
-                                         f"and the client's ({n_client}) differ"}, None
+        return {
+            "retimed": False,
+            "why": f"the server's decode tokens in the client's span ({served:.0f}) "
+            f"and the client's ({n_client}) differ",
+        }, None
     anchored = (np.arange(len(y)) <= last) & (y > 0) & (count >= 1) & (count <= n_client)
     if anchored.sum() < 10:
         return {"retimed": False, "why": "too few steps to re-time"}, None
@@ -120,7 +135,10 @@ def retime(con: duckdb.DuckDBPyConnection, run_id: str, ingest_id: int, req: clo
     new_end = np.where(outside, t_end, cum + o)
     _write(con, run_id, ingest_id, a["iter"], new_end, dur)
     moved = np.abs(new_end - t_end)[~outside]
-    return {"retimed": True, "steps": int(anchored.sum()),
-            "offset_interval_ms": round((hi_off - lo_off) * 1e3, 3),
-            "median_move_ms": round(float(np.median(moved)) * 1e3, 3),
-            "max_move_ms": round(float(np.max(moved)) * 1e3, 3)}, offset
+    return {
+        "retimed": True,
+        "steps": int(anchored.sum()),
+        "offset_interval_ms": round((hi_off - lo_off) * 1e3, 3),
+        "median_move_ms": round(float(np.median(moved)) * 1e3, 3),
+        "max_move_ms": round(float(np.max(moved)) * 1e3, 3),
+    }, offset

@@ -50,8 +50,11 @@ class Change:
 def wide(series: pl.DataFrame, nights: list[Night]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """``{metric: (night positions, values)}`` for the given nights (missing values left out)."""
     pos = {n.run_id: i for i, n in enumerate(nights)}
-    df = series.filter(pl.col("run_id").is_in(list(pos))).with_columns(
-        pos=pl.col("run_id").replace_strict(pos, return_dtype=pl.Int64)).sort("pos")
+    df = (
+        series.filter(pl.col("run_id").is_in(list(pos)))
+        .with_columns(pos=pl.col("run_id").replace_strict(pos, return_dtype=pl.Int64))
+        .sort("pos")
+    )
     out = {}
     for (metric,), g in df.group_by("metric", maintain_order=True):
         out[metric] = (g["pos"].to_numpy(), g["value"].to_numpy())
@@ -72,19 +75,32 @@ def changes(series: pl.DataFrame, nights: list[Night], settings: Settings) -> li
         cps = detect(vals, settings)
         bounds = [0, *(c.index for c in cps), len(vals)]
         for j, c in enumerate(cps):
-            before = float(np.median(vals[bounds[j]:c.index]))
-            after = float(np.median(vals[c.index:bounds[j + 2]]))
+            before = float(np.median(vals[bounds[j] : c.index]))
+            after = float(np.median(vals[c.index : bounds[j + 2]]))
             n = nights[int(pos[c.index])]
-            out.append(Change(metric, n.run_id, n.night, int(pos[c.index]), before, after,
-                              _relative(before, after), c.p_value, sign * (after - before) > 0))
+            out.append(
+                Change(
+                    metric,
+                    n.run_id,
+                    n.night,
+                    int(pos[c.index]),
+                    before,
+                    after,
+                    _relative(before, after),
+                    c.p_value,
+                    sign * (after - before) > 0,
+                )
+            )
     return out
 
 
 def new_changes(now: list[Change], before: list[Change], tolerance: int = 1) -> list[Change]:
     """Changes in ``now`` with no change of the same statistic and direction in ``before`` nearby."""
-    return [c for c in now
-            if not any(b.metric == c.metric and b.worse == c.worse and abs(b.index - c.index) <= tolerance
-                       for b in before)]
+    return [
+        c
+        for c in now
+        if not any(b.metric == c.metric and b.worse == c.worse and abs(b.index - c.index) <= tolerance for b in before)
+    ]
 
 
 def gating(c: Change, min_change: float) -> bool:
@@ -93,8 +109,7 @@ def gating(c: Change, min_change: float) -> bool:
     return c.worse and (c.rel_change is None or abs(c.rel_change) >= min_change)
 
 
-def open_regressions(found: list[Change], series: pl.DataFrame, nights: list[Night], min_change: float
-                     ) -> list[dict]:
+def open_regressions(found: list[Change], series: pl.DataFrame, nights: list[Night], min_change: float) -> list[dict]:
     """Changes for the worse whose statistic is still worse (see the module docstring)."""
     data = wide(series, nights)
     out = []
@@ -127,8 +142,9 @@ def auto_baseline(nights: list[Night], tonight: Night, found: list[Change]) -> N
 _FAMILY = {"ttft_ms": "ttft", "e2e_ms": "e2e"}
 
 
-def tail_cause(c: Change, series: pl.DataFrame, nights: list[Night], found: list[Change]
-               ) -> tuple[str, float, float] | None:
+def tail_cause(
+    c: Change, series: pl.DataFrame, nights: list[Night], found: list[Change]
+) -> tuple[str, float, float] | None:
     """The tail share that moved with ``c``: ``(metric, before, after)``, medians over the same
     segments as ``c``.  Shares add up to about 1, so when one cause grows another shrinks: for a
     change for the worse the share that grew most names the cause, for one for the better the

@@ -108,7 +108,7 @@ def split_statistics(x: np.ndarray, min_size: int, exponent: float = 1.0) -> np.
     n = x.shape[-1]
     d = np.abs(x[..., :, None] - x[..., None, :])
     if exponent != 1.0:
-        d = d ** exponent
+        d = d**exponent
     p = np.zeros(x.shape[:-1] + (n + 1, n + 1))
     np.cumsum(d, axis=-1, out=p[..., 1:, 1:])
     np.cumsum(p[..., 1:, 1:], axis=-2, out=p[..., 1:, 1:])
@@ -128,8 +128,7 @@ def _best(x: np.ndarray, s: Settings) -> tuple[float, int]:
     return float(q[t]), t
 
 
-def _permutation_p(x: np.ndarray, bounds: list[int], observed: float, s: Settings, rng: np.random.Generator
-                   ) -> float:
+def _permutation_p(x: np.ndarray, bounds: list[int], observed: float, s: Settings, rng: np.random.Generator) -> float:
     """p-value of ``observed`` (the best split over all segments) under no further change."""
     segs = [x[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b - a >= 2 * s.min_size]
     longest = max(len(g) for g in segs)

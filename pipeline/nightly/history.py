@@ -130,9 +130,12 @@ class History:
         """Every night, in history order (date, then the order they were recorded)."""
         rows = self.con.execute(
             "select seq, run_id, night::varchar, labels, digest, source_run, store, slo_verdict, slo_failed, report "
-            "from nightly_runs order by night, seq").fetchall()
-        return [Night(r[0], r[1], r[2], json.loads(r[3]) if r[3] else {}, r[4], r[5], r[6], r[7],
-                      tuple(r[8] or ()), r[9]) for r in rows]
+            "from nightly_runs order by night, seq"
+        ).fetchall()
+        return [
+            Night(r[0], r[1], r[2], json.loads(r[3]) if r[3] else {}, r[4], r[5], r[6], r[7], tuple(r[8] or ()), r[9])
+            for r in rows
+        ]
 
     def by_digest(self, digest: str) -> Night | None:
         return next((n for n in self.nights() if n.digest == digest), None)
@@ -145,8 +148,7 @@ class History:
         taken = {n.run_id for n in self.nights()}
         if wanted is not None:
             if wanted in taken:
-                raise InputError(f"--run-id {wanted!r} is already in the history with other content; "
-                                 "choose another id")
+                raise InputError(f"--run-id {wanted!r} is already in the history with other content; choose another id")
             return wanted
         candidate, k = date, 1
         while candidate in taken:
@@ -164,26 +166,55 @@ class History:
             self.con.execute(
                 "insert into nightly_runs values ($seq, $id, $night::date, $labels, $digest, $src, $store, $verdict, "
                 "$failed, $report, now()::timestamp)",
-                {"seq": seq, "id": night.run_id, "night": night.night, "labels": json.dumps(night.labels),
-                 "digest": night.digest, "src": night.source_run, "store": night.store, "verdict": night.slo_verdict,
-                 "failed": list(night.slo_failed), "report": night.report})
+                {
+                    "seq": seq,
+                    "id": night.run_id,
+                    "night": night.night,
+                    "labels": json.dumps(night.labels),
+                    "digest": night.digest,
+                    "src": night.source_run,
+                    "store": night.store,
+                    "verdict": night.slo_verdict,
+                    "failed": list(night.slo_failed),
+                    "report": night.report,
+                },
+            )
             if stats:
-                frame = pl.DataFrame({"metric": [s.metric for s in stats], "value": [s.value for s in stats],
-                                      "ci_low": [s.ci_low for s in stats], "ci_high": [s.ci_high for s in stats]},
-                                     schema={"metric": pl.Utf8, "value": pl.Float64, "ci_low": pl.Float64,
-                                             "ci_high": pl.Float64})
+                frame = pl.DataFrame(
+                    {
+                        "metric": [s.metric for s in stats],
+                        "value": [s.value for s in stats],
+                        "ci_low": [s.ci_low for s in stats],
+                        "ci_high": [s.ci_high for s in stats],
+                    },
+                    schema={"metric": pl.Utf8, "value": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64},
+                )
                 self.con.register("_night_stats", frame)
-                self.con.execute("insert into nightly_history select $id, $seq, $night::date, metric, value, ci_low, "
-                                 "ci_high from _night_stats", {"id": night.run_id, "seq": seq, "night": night.night})
+                self.con.execute(
+                    "insert into nightly_history select $id, $seq, $night::date, metric, value, ci_low, "
+                    "ci_high from _night_stats",
+                    {"id": night.run_id, "seq": seq, "night": night.night},
+                )
                 self.con.unregister("_night_stats")
-        return Night(seq, night.run_id, night.night, night.labels, night.digest, night.source_run, night.store,
-                     night.slo_verdict, night.slo_failed, night.report)
+        return Night(
+            seq,
+            night.run_id,
+            night.night,
+            night.labels,
+            night.digest,
+            night.source_run,
+            night.store,
+            night.slo_verdict,
+            night.slo_failed,
+            night.report,
+        )
 
     def series(self) -> pl.DataFrame:
         """``nightly_history`` in history order: run_id, seq, night, metric, value, ci_low, ci_high."""
         return self.con.sql(
             "select h.run_id, h.seq, h.night::varchar as night, h.metric, h.value, h.ci_low, h.ci_high "
-            "from nightly_history h order by h.night, h.seq, h.metric").pl()
+            "from nightly_history h order by h.night, h.seq, h.metric"
+        ).pl()
 
 
 def labels_of(summary: dict[str, Any], date: str, given: dict[str, str]) -> dict[str, str]:
@@ -211,8 +242,9 @@ def labels_of(summary: dict[str, Any], date: str, given: dict[str, str]) -> dict
 
 def set_report(hist: History, run_id: str, folder: Path) -> None:
     """Remember where a night's report was written (the trend page links to it)."""
-    hist.con.execute("update nightly_runs set report = $r where run_id = $id",
-                     {"r": str(Path(folder).resolve()), "id": run_id})
+    hist.con.execute(
+        "update nightly_runs set report = $r where run_id = $id", {"r": str(Path(folder).resolve()), "id": run_id}
+    )
 
 
 def changes_key(nights: list[Night], settings: object) -> str:

@@ -68,19 +68,40 @@ class Outcome:
         return 1 if slo_failed or self.failing_changes else 0
 
     def to_dict(self) -> dict[str, Any]:
-        cp = lambda c: {"metric": c.metric, "run_id": c.run_id, "night": c.night, "before": c.before,  # noqa: E731
-                        "after": c.after, "rel_change": c.rel_change, "p_value": c.p_value,
-                        "worse": c.worse}
-        slo = None if self.slo is None else {
-            "verdict": self.slo["verdict"], "passed": self.slo["verdict"] == "pass",
-            "failed": [c["name"] for c in self.slo["checks"] if c["status"] != "pass"]}
-        return {"run_id": self.night.run_id, "night": self.night.night, "labels": self.night.labels,
-                "recorded": self.recorded, "source_run": self.night.source_run, "exit_code": self.exit_code,
-                "slo": slo, "baseline": self.baseline,
-                "comparison": self.comparison,
-                "change_points": [cp(c) for c in self.change_points],
-                "new_change_points": [cp(c) for c in self.new_change_points],
-                "open_regressions": self.open_regressions, "files": self.files}
+        cp = lambda c: {
+            "metric": c.metric,
+            "run_id": c.run_id,
+            "night": c.night,
+            "before": c.before,  # noqa: E731
+            "after": c.after,
+            "rel_change": c.rel_change,
+            "p_value": c.p_value,
+            "worse": c.worse,
+        }
+        slo = (
+            None
+            if self.slo is None
+            else {
+                "verdict": self.slo["verdict"],
+                "passed": self.slo["verdict"] == "pass",
+                "failed": [c["name"] for c in self.slo["checks"] if c["status"] != "pass"],
+            }
+        )
+        return {
+            "run_id": self.night.run_id,
+            "night": self.night.night,
+            "labels": self.night.labels,
+            "recorded": self.recorded,
+            "source_run": self.night.source_run,
+            "exit_code": self.exit_code,
+            "slo": slo,
+            "baseline": self.baseline,
+            "comparison": self.comparison,
+            "change_points": [cp(c) for c in self.change_points],
+            "new_change_points": [cp(c) for c in self.new_change_points],
+            "open_regressions": self.open_regressions,
+            "files": self.files,
+        }
 
 
 def _labels(items: tuple[tuple[str, str], ...]) -> dict[str, str]:
@@ -118,8 +139,10 @@ def _stage(opts: Options, hist: History, digest: str, spec: Any) -> Night:
         store.build_derived(con)
         runs = store.known_runs(con)
         if len(runs) != 1:
-            raise InputError(f"tonight's files hold {len(runs)} runs ({', '.join(runs[:5]) or 'none'}); a night is "
-                             "one run: give the files of one run (records that name no run get the night's id)")
+            raise InputError(
+                f"tonight's files hold {len(runs)} runs ({', '.join(runs[:5]) or 'none'}); a night is "
+                "one run: give the files of one run (records that name no run get the night's id)"
+            )
         src = runs[0]
         summary = run_summary(con, src)
         if not summary.get("requests") and not summary.get("iterations"):
@@ -138,8 +161,17 @@ def _stage(opts: Options, hist: History, digest: str, spec: Any) -> Night:
     _remove_store(final)  # left by a night that died between these two steps: it is not in the history
     staging.rename(final)
     failed = tuple(c.name for c in result.checks if c.status != "pass") if result else ()
-    night = Night(0, run_id, date, labels, digest, src, str(final.relative_to(hist.dir)),
-                  result.verdict if result else None, failed)
+    night = Night(
+        0,
+        run_id,
+        date,
+        labels,
+        digest,
+        src,
+        str(final.relative_to(hist.dir)),
+        result.verdict if result else None,
+        failed,
+    )
     try:
         return hist.record(night, stats)
     except BaseException:

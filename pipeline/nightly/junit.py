@@ -24,15 +24,27 @@ def nightly_junit(audit_xml: bytes | None, outcome: Any, metrics: list[str]) -> 
     failing = {}
     for c in outcome.failing_changes:
         failing.setdefault(c.metric, []).append(c)
-    suite = _el(root, "testsuite", name=f"tracelat nightly change points {outcome.night.run_id}", tests=len(tested),
-                failures=len(failing), errors=0, skipped=0, time="0")
+    suite = _el(
+        root,
+        "testsuite",
+        name=f"tracelat nightly change points {outcome.night.run_id}",
+        tests=len(tested),
+        failures=len(failing),
+        errors=0,
+        skipped=0,
+        time="0",
+    )
     for metric in tested:
-        case = _el(suite, "testcase", classname="tracelat.nightly.change_point",
-                   name=f"{metric}: no new change for the worse", time="0")
+        case = _el(
+            suite,
+            "testcase",
+            classname="tracelat.nightly.change_point",
+            name=f"{metric}: no new change for the worse",
+            time="0",
+        )
         for c in failing.get(metric, []):
             size = "changed" if c.rel_change is None else f"{100 * c.rel_change:+.1f}%"
-            msg = (f"{label(metric)} {size} from night {c.night}: {c.before:.4g} -> "
-                   f"{c.after:.4g} (p = {c.p_value:.4f})")
+            msg = f"{label(metric)} {size} from night {c.night}: {c.before:.4g} -> {c.after:.4g} (p = {c.p_value:.4f})"
             node = _el(case, "failure", message=msg, type="ChangePoint")
             node.text = xml_clean(msg)
     for key in ("tests", "failures", "errors"):

@@ -54,9 +54,12 @@ def _compare(base: Night, night: Night, hist: History, con: Any, out_dir: Path) 
         html = write_comparison(comp, base_con, con, out_dir)
     finally:
         base_con.close()
-    return {"base_run": base.run_id, "regressions": [f"{d.metric}.{d.stat}" for d in comp.regressions],
-            "improvements": [f"{d.metric}.{d.stat}" for d in comp.deltas if d.verdict == "improvement"],
-            "html": str(html)}
+    return {
+        "base_run": base.run_id,
+        "regressions": [f"{d.metric}.{d.stat}" for d in comp.regressions],
+        "improvements": [f"{d.metric}.{d.stat}" for d in comp.deltas if d.verdict == "improvement"],
+        "html": str(html),
+    }
 
 
 def finish(opts: Any, hist: History, night: Night, recorded: bool, spec: Any):
@@ -87,8 +90,17 @@ def finish(opts: Any, hist: History, night: Night, recorded: bool, spec: Any):
         con.close()
     set_report(hist, night.run_id, night_dir)
     openr = analysis.open_regressions(found, series, upto, opts.min_change)
-    outcome = Outcome(night, recorded, audit.to_dict() if audit else None, base.run_id if base else None,
-                      comparison, found, new, openr, min_change=opts.min_change)
+    outcome = Outcome(
+        night,
+        recorded,
+        audit.to_dict() if audit else None,
+        base.run_id if base else None,
+        comparison,
+        found,
+        new,
+        openr,
+        min_change=opts.min_change,
+    )
     outcome.markdown = markdown(outcome, series, upto)
     if opts.junit:
         from .junit import nightly_junit
@@ -99,10 +111,20 @@ def finish(opts: Any, hist: History, night: Night, recorded: bool, spec: Any):
     (night_dir / "nightly.md").write_text(outcome.markdown, encoding="utf-8")
     # the trend page shows the whole history, even when an earlier night was re-run
     everything = found if len(upto) == len(nights) else _changes(hist, series, nights, opts.detector)
-    trend = write_trend(out, hist.nights(), series, everything,
-                        analysis.open_regressions(everything, series, nights, opts.min_change), opts.min_change)
-    outcome.files = {"report": str(html), "summary_md": str(night_dir / "nightly.md"), "trend": str(trend),
-                     "json": str(out / "nightly.json")}
+    trend = write_trend(
+        out,
+        hist.nights(),
+        series,
+        everything,
+        analysis.open_regressions(everything, series, nights, opts.min_change),
+        opts.min_change,
+    )
+    outcome.files = {
+        "report": str(html),
+        "summary_md": str(night_dir / "nightly.md"),
+        "trend": str(trend),
+        "json": str(out / "nightly.json"),
+    }
     if comparison:
         outcome.files["compare"] = comparison["html"]
     if opts.junit:

@@ -31,11 +31,15 @@ from ..metrics import BY_NAME, LATENCY
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
 _LOWER_IS_WORSE = ("throughput.", "goodput.", "fit.effective_bandwidth_gbps")
 _NAMES = {m: BY_NAME[m].label for m in LATENCY} | {
-    "throughput.output_tokens_per_s": "output tokens/s", "throughput.requests_per_s": "requests/s",
-    "goodput.attainment": "goodput attainment", "goodput.request_goodput_rps": "request goodput (req/s)",
-    "iteration_ms.cv": "iteration-time CV", "fit.t0_ms": "fitted t0 (ms)",
+    "throughput.output_tokens_per_s": "output tokens/s",
+    "throughput.requests_per_s": "requests/s",
+    "goodput.attainment": "goodput attainment",
+    "goodput.request_goodput_rps": "request goodput (req/s)",
+    "iteration_ms.cv": "iteration-time CV",
+    "fit.t0_ms": "fitted t0 (ms)",
     "fit.ms_per_1k_context_tokens": "ms per 1k context tokens",
-    "fit.effective_bandwidth_gbps": "effective bandwidth (GB/s)", "stalls.rate": "stall rate"
+    "fit.effective_bandwidth_gbps": "effective bandwidth (GB/s)",
+    "stalls.rate": "stall rate",
 }
 
 
@@ -69,8 +73,9 @@ def label(metric: str) -> str:
     return metric
 
 
-def _latency(con: duckdb.DuckDBPyConnection, run_id: str, confidence: float, resamples: int,
-             rng: np.random.Generator) -> list[Stat]:
+def _latency(
+    con: duckdb.DuckDBPyConnection, run_id: str, confidence: float, resamples: int, rng: np.random.Generator
+) -> list[Stat]:
     from ..compare import boot_percentile, values
 
     alpha = (1 - confidence) / 2
@@ -114,8 +119,7 @@ def _fit(s: dict[str, Any]) -> list[Stat]:
     per_k = fit.get("ms_per_1k_context_tokens")
     a_ci = ci.get("a_ms_per_ctx") or (None, None)
     if per_k is not None:
-        out.append(Stat("fit.ms_per_1k_context_tokens", float(per_k),
-                        *(None if v is None else 1000 * v for v in a_ci)))
+        out.append(Stat("fit.ms_per_1k_context_tokens", float(per_k), *(None if v is None else 1000 * v for v in a_ci)))
     bw = fit.get("effective_bandwidth_gbps")
     if bw is not None and per_k:
         # bandwidth = kv_bytes / a: the slope's interval, inverted (an upper end of a <= 0 has none)
@@ -130,13 +134,24 @@ def _tail(s: dict[str, Any]) -> list[Stat]:
     tail = s.get("tail")
     if not isinstance(tail, dict):
         return []
-    return [Stat(f"tail.{fam}.{cause}", float(v)) for fam, parts in sorted(tail.items()) if isinstance(parts, dict)
-            for cause, v in sorted(parts.items()) if isinstance(v, (int, float))]
+    return [
+        Stat(f"tail.{fam}.{cause}", float(v))
+        for fam, parts in sorted(tail.items())
+        if isinstance(parts, dict)
+        for cause, v in sorted(parts.items())
+        if isinstance(v, (int, float))
+    ]
 
 
-def night_statistics(con: duckdb.DuckDBPyConnection, run_id: str, summary: dict[str, Any],
-                     goodput: dict[str, Any] | None = None, confidence: float = 0.95, resamples: int = 1000,
-                     seed: int = 0) -> list[Stat]:
+def night_statistics(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    summary: dict[str, Any],
+    goodput: dict[str, Any] | None = None,
+    confidence: float = 0.95,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> list[Stat]:
     """Every headline statistic of ``run_id`` (``summary``: its ``pipeline.summary.summary``;
     ``goodput``: the audit's goodput section, when an SLO file has one)."""
     from scipy.stats import norm

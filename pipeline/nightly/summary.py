@@ -33,8 +33,10 @@ def _pct(v: float | None) -> str:
 def change_line(c: analysis.Change, series: pl.DataFrame, nights: list[Night], found: list[analysis.Change]) -> str:
     """One change in words, with the tail cause that moved with it."""
     size = "changed" if c.rel_change is None else _pct(c.rel_change)  # from a level of 0: no relative size
-    text = (f"{md_text(label(c.metric))} {size} from night {md_text(c.night)} "
-            f"(run {md_text(c.run_id)}): {_num(c.before)} -> {_num(c.after)}, p = {c.p_value:.4f}")
+    text = (
+        f"{md_text(label(c.metric))} {size} from night {md_text(c.night)} "
+        f"(run {md_text(c.run_id)}): {_num(c.before)} -> {_num(c.after)}, p = {c.p_value:.4f}"
+    )
     cause = analysis.tail_cause(c, series, nights, found)
     if cause:
         metric, a, b = cause
@@ -48,7 +50,9 @@ def markdown(o: Any, series: pl.DataFrame, nights: list[Night]) -> str:
     n = o.night
     lines = [f"## {'FAIL' if bad else 'PASS'}: tracelat nightly, night {md_text(n.run_id)} ({md_text(n.night)})", ""]
     if n.labels:
-        lines.append("Labels: " + ", ".join(f"{md_text(k, 40)} = {md_text(v, 80)}" for k, v in sorted(n.labels.items())))
+        lines.append(
+            "Labels: " + ", ".join(f"{md_text(k, 40)} = {md_text(v, 80)}" for k, v in sorted(n.labels.items()))
+        )
         lines.append("")
     if not o.recorded:
         lines.append("- These input files were recorded before: nothing was added to the history.")
@@ -56,27 +60,44 @@ def markdown(o: Any, series: pl.DataFrame, nights: list[Night]) -> str:
         lines.append("- SLO: no SLO file given.")
     else:
         failed = [c["name"] for c in o.slo["checks"] if c["status"] != "pass"]
-        lines.append(f"- SLO: {o.slo['verdict'].upper()}"
-                     + (f" (failed: {', '.join(md_text(f) for f in failed)})" if failed else ""))
+        lines.append(
+            f"- SLO: {o.slo['verdict'].upper()}"
+            + (f" (failed: {', '.join(md_text(f) for f in failed)})" if failed else "")
+        )
     if o.baseline is None:
         lines.append("- Baseline: none (the first night, or no earlier night passed its SLOs).")
     else:
         reg = (o.comparison or {}).get("regressions") or []
-        lines.append(f"- Baseline: night {md_text(o.baseline)}; compare: {len(reg)} regression(s)"
-                     + (f" ({', '.join(md_text(r) for r in reg[:8])})" if reg else ""))
+        lines.append(
+            f"- Baseline: night {md_text(o.baseline)}; compare: {len(reg)} regression(s)"
+            + (f" ({', '.join(md_text(r) for r in reg[:8])})" if reg else "")
+        )
     worse = o.failing_changes
-    lines.append(f"- Change points: {len(o.new_change_points)} new tonight ({len(worse)} for the worse by "
-                 f">= {o.min_change:.0%}), {len(o.change_points)} in the history of {len(nights)} nights; "
-                 f"open regressions: {len(o.open_regressions)}.")
+    lines.append(
+        f"- Change points: {len(o.new_change_points)} new tonight ({len(worse)} for the worse by "
+        f">= {o.min_change:.0%}), {len(o.change_points)} in the history of {len(nights)} nights; "
+        f"open regressions: {len(o.open_regressions)}."
+    )
     if o.new_change_points:
         lines += ["", "### New change points", ""]
-        lines += [f"- {'**' if c in worse else ''}{change_line(c, series, nights, o.change_points)}"
-                  f"{'**' if c in worse else ''}" for c in o.new_change_points]
+        lines += [
+            f"- {'**' if c in worse else ''}{change_line(c, series, nights, o.change_points)}"
+            f"{'**' if c in worse else ''}"
+            for c in o.new_change_points
+        ]
     if o.open_regressions:
-        lines += ["", "### Open regressions", "", "| statistic | since night | before | after | now | change now | p |",
-                  "|---|---|---:|---:|---:|---:|---:|"]
-        lines += [f"| {md_text(r['label'])} | {md_text(r['night'])} | {_num(r['before'])} | {_num(r['after'])} | "
-                  f"{_num(r['now'])} | {_pct(r['rel_now'])} | {r['p_value']:.4f} |" for r in o.open_regressions]
+        lines += [
+            "",
+            "### Open regressions",
+            "",
+            "| statistic | since night | before | after | now | change now | p |",
+            "|---|---|---:|---:|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {md_text(r['label'])} | {md_text(r['night'])} | {_num(r['before'])} | {_num(r['after'])} | "
+            f"{_num(r['now'])} | {_pct(r['rel_now'])} | {r['p_value']:.4f} |"
+            for r in o.open_regressions
+        ]
     others = [c for c in o.change_points if c not in o.new_change_points]
     if others:
         lines += ["", "### Earlier change points", ""]

@@ -23,17 +23,22 @@ from . import analysis
 from .history import Night
 from .stats import direction, label
 
-GROUPS = (("latency", "Latency percentiles", tuple(f"{m}." for m in LATENCY)),
-          ("throughput", "Throughput and goodput", ("throughput.", "goodput.")),
-          ("engine", "Iteration time, model fit and stalls", ("iteration_ms.", "fit.", "stalls.")))
+GROUPS = (
+    ("latency", "Latency percentiles", tuple(f"{m}." for m in LATENCY)),
+    ("throughput", "Throughput and goodput", ("throughput.", "goodput.")),
+    ("engine", "Iteration time, model fit and stalls", ("iteration_ms.", "fit.", "stalls.")),
+)
 WIDTH, HEIGHT = 360, 150
 
 
 def _frame(series: pl.DataFrame, nights: list[Night], metric: str) -> pl.DataFrame:
     pos = {n.run_id: i + 1 for i, n in enumerate(nights)}
-    return (series.filter(pl.col("metric") == metric)
-            .with_columns(i=pl.col("run_id").replace_strict(pos, return_dtype=pl.Int64))
-            .select("i", "run_id", "night", "value", "ci_low", "ci_high").sort("i"))
+    return (
+        series.filter(pl.col("metric") == metric)
+        .with_columns(i=pl.col("run_id").replace_strict(pos, return_dtype=pl.Int64))
+        .select("i", "run_id", "night", "value", "ci_low", "ci_high")
+        .sort("i")
+    )
 
 
 def stat_chart(df: pl.DataFrame, cps: list[analysis.Change], title: str) -> alt.LayerChart:
@@ -44,36 +49,64 @@ def stat_chart(df: pl.DataFrame, cps: list[analysis.Change], title: str) -> alt.
     layers = [
         base.mark_rule(color="#9aa5b8").encode(x=x, y=alt.Y("ci_low:Q"), y2="ci_high:Q"),
         base.mark_line(point=True, color="#4c78a8").encode(
-            x=x, y=alt.Y("value:Q", title=None, scale=alt.Scale(zero=False)),
-            tooltip=["run_id:N", "night:N", alt.Tooltip("value:Q", format=",.4g"),
-                     alt.Tooltip("ci_low:Q", format=",.4g"), alt.Tooltip("ci_high:Q", format=",.4g")]),
+            x=x,
+            y=alt.Y("value:Q", title=None, scale=alt.Scale(zero=False)),
+            tooltip=[
+                "run_id:N",
+                "night:N",
+                alt.Tooltip("value:Q", format=",.4g"),
+                alt.Tooltip("ci_low:Q", format=",.4g"),
+                alt.Tooltip("ci_high:Q", format=",.4g"),
+            ],
+        ),
     ]
     if cps:
-        marks = pl.DataFrame([{"x": c.index + 0.5, "worse": "worse" if c.worse else "better",
-                               "text": f"{'n/a' if c.rel_change is None else f'{100 * c.rel_change:+.1f}%'} "
-                                       f"p={c.p_value:.3g}", "run_id": c.run_id} for c in cps])
-        color = alt.Color("worse:N", scale=alt.Scale(domain=["worse", "better"], range=["#e45756", "#54a24b"]),
-                          legend=None)
+        marks = pl.DataFrame(
+            [
+                {
+                    "x": c.index + 0.5,
+                    "worse": "worse" if c.worse else "better",
+                    "text": f"{'n/a' if c.rel_change is None else f'{100 * c.rel_change:+.1f}%'} p={c.p_value:.3g}",
+                    "run_id": c.run_id,
+                }
+                for c in cps
+            ]
+        )
+        color = alt.Color(
+            "worse:N", scale=alt.Scale(domain=["worse", "better"], range=["#e45756", "#54a24b"]), legend=None
+        )
         cp = alt.Chart(marks)
-        layers += [cp.mark_rule(strokeDash=[4, 3], strokeWidth=2).encode(x="x:Q", color=color,
-                                                                          tooltip=["run_id:N", "text:N"]),
-                   cp.mark_text(align="left", dx=3, y=6, fontSize=10).encode(x="x:Q", text="text:N", color=color)]
+        layers += [
+            cp.mark_rule(strokeDash=[4, 3], strokeWidth=2).encode(x="x:Q", color=color, tooltip=["run_id:N", "text:N"]),
+            cp.mark_text(align="left", dx=3, y=6, fontSize=10).encode(x="x:Q", text="text:N", color=color),
+        ]
     return alt.layer(*layers).properties(width=WIDTH, height=HEIGHT, title=alt.Title(title, anchor="start"))
 
 
 def tail_chart(series: pl.DataFrame, nights: list[Night], fam: str) -> alt.Chart | None:
     pos = {n.run_id: i + 1 for i, n in enumerate(nights)}
-    df = (series.filter(pl.col("metric").str.starts_with(f"tail.{fam}."))
-          .with_columns(i=pl.col("run_id").replace_strict(pos, return_dtype=pl.Int64),
-                        cause=pl.col("metric").str.split(".").list.get(2))
-          .select("i", "run_id", "cause", "value").sort("i", "cause"))
+    df = (
+        series.filter(pl.col("metric").str.starts_with(f"tail.{fam}."))
+        .with_columns(
+            i=pl.col("run_id").replace_strict(pos, return_dtype=pl.Int64),
+            cause=pl.col("metric").str.split(".").list.get(2),
+        )
+        .select("i", "run_id", "cause", "value")
+        .sort("i", "cause")
+    )
     if df.height == 0:
         return None
-    return alt.Chart(df).mark_line(point=True).encode(
-        x=alt.X("i:Q", title="night", axis=alt.Axis(tickMinStep=1, format="d")),
-        y=alt.Y("value:Q", title="share of the p99 group's extra latency", axis=alt.Axis(format="%")),
-        color=alt.Color("cause:N", title="cause"), tooltip=["run_id:N", "cause:N", alt.Tooltip("value:Q", format=".1%")],
-    ).properties(width=WIDTH, height=HEIGHT, title=alt.Title(f"{fam.upper()} tail attribution", anchor="start"))
+    return (
+        alt.Chart(df)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("i:Q", title="night", axis=alt.Axis(tickMinStep=1, format="d")),
+            y=alt.Y("value:Q", title="share of the p99 group's extra latency", axis=alt.Axis(format="%")),
+            color=alt.Color("cause:N", title="cause"),
+            tooltip=["run_id:N", "cause:N", alt.Tooltip("value:Q", format=".1%")],
+        )
+        .properties(width=WIDTH, height=HEIGHT, title=alt.Title(f"{fam.upper()} tail attribution", anchor="start"))
+    )
 
 
 def _link(out: Path, night: Night) -> str:
@@ -86,7 +119,7 @@ def _link(out: Path, night: Night) -> str:
 def nights_table(out: Path, nights: list[Night]) -> str:
     """Newest first, each id linking to its report; every cell escaped."""
     keys = ("commit", "engine_version", "model", "gpu", "config")
-    head = "".join(f"<th class=\"l\">{h}</th>" for h in ("night", "date", "SLO", *keys))
+    head = "".join(f'<th class="l">{h}</th>' for h in ("night", "date", "SLO", *keys))
     rows = []
     for n in reversed(nights):
         slo = n.slo_verdict or "no SLO file"
@@ -99,41 +132,78 @@ def nights_table(out: Path, nights: list[Night]) -> str:
 def _changes_table(found: list[analysis.Change]) -> str:
     if not found:
         return '<p class="sub">No change point in any statistic.</p>'
-    df = pl.DataFrame([{"statistic": label(c.metric), "from night": c.night, "run": c.run_id, "before": c.before,
-                        "after": c.after, "change": None if c.rel_change is None else f"{100 * c.rel_change:+.1f}%",
-                        "p-value": f"{c.p_value:.4f}", "for the worse": c.worse} for c in found])
+    df = pl.DataFrame(
+        [
+            {
+                "statistic": label(c.metric),
+                "from night": c.night,
+                "run": c.run_id,
+                "before": c.before,
+                "after": c.after,
+                "change": None if c.rel_change is None else f"{100 * c.rel_change:+.1f}%",
+                "p-value": f"{c.p_value:.4f}",
+                "for the worse": c.worse,
+            }
+            for c in found
+        ]
+    )
     return table(df, left=("statistic", "from night", "run"))
 
 
 def _open_table(rows: list[dict]) -> str:
     if not rows:
         return '<p class="sub">None: every change for the worse has recovered (or there was none).</p>'
-    df = pl.DataFrame([{"statistic": r["label"], "since night": r["night"], "before": r["before"],
-                        "after": r["after"], "now": r["now"],
-                        "change now": None if r["rel_now"] is None else f"{100 * r['rel_now']:+.1f}%",
-                        "p-value": f"{r['p_value']:.4f}"} for r in rows])
+    df = pl.DataFrame(
+        [
+            {
+                "statistic": r["label"],
+                "since night": r["night"],
+                "before": r["before"],
+                "after": r["after"],
+                "now": r["now"],
+                "change now": None if r["rel_now"] is None else f"{100 * r['rel_now']:+.1f}%",
+                "p-value": f"{r['p_value']:.4f}",
+            }
+            for r in rows
+        ]
+    )
     return table(df, left=("statistic", "since night"))
 
 
-def write_trend(out: Path, nights: list[Night], series: pl.DataFrame, found: list[analysis.Change],
-                open_rows: list[dict], min_change: float) -> Path:
+def write_trend(
+    out: Path,
+    nights: list[Night],
+    series: pl.DataFrame,
+    found: list[analysis.Change],
+    open_rows: list[dict],
+    min_change: float,
+) -> Path:
     """Write ``out/index.html``; returns its path."""
     out.mkdir(parents=True, exist_ok=True)
     metrics = sorted(set(series["metric"].to_list())) if series.height else []
-    sections = [Section("open", "Open regressions", body=_open_table(open_rows)),
-                Section("changes", "Change points", body=_changes_table(found),
-                        intro=f'<p class="sub">Gating: for the worse by at least {min_change:.0%}. Method and '
-                              "settings: docs/nightly.md.</p>")]
-    legend = ('<p class="sub">One point per night (hover for its id), the grey rule its 95% interval; dashed '
-              "lines are change points between two nights, labelled with the change and its p-value (red: for "
-              "the worse).</p>")
+    sections = [
+        Section("open", "Open regressions", body=_open_table(open_rows)),
+        Section(
+            "changes",
+            "Change points",
+            body=_changes_table(found),
+            intro=f'<p class="sub">Gating: for the worse by at least {min_change:.0%}. Method and '
+            "settings: docs/nightly.md.</p>",
+        ),
+    ]
+    legend = (
+        '<p class="sub">One point per night (hover for its id), the grey rule its 95% interval; dashed '
+        "lines are change points between two nights, labelled with the change and its p-value (red: for "
+        "the worse).</p>"
+    )
     for key, title, prefixes in GROUPS:
         sec = Section(key, title, intro=legend)
         for m in (m for m in metrics if m.startswith(prefixes) and direction(m) != 0):
             df = _frame(series, nights, m)
             if df.height:
                 sec.charts[f"{key}_{len(sec.charts)}"] = charts.spec(
-                    stat_chart(df, [c for c in found if c.metric == m], label(m)))
+                    stat_chart(df, [c for c in found if c.metric == m], label(m))
+                )
         if not sec.charts:
             sec.missing.append("no statistic of this group in the history")
         sections.append(sec)
@@ -146,19 +216,33 @@ def write_trend(out: Path, nights: list[Night], series: pl.DataFrame, found: lis
         tail.missing.append("no tail attribution in the history (nights without a model fit)")
     sections += [tail, Section("nights", "Nights", body=nights_table(out, nights))]
     last = nights[-1] if nights else None
-    header = ("<h1>tracelat nightly trend</h1>"
-              f'<p class="sub">{len(nights)} nights'
-              + (f", latest {html_text(last.run_id, limit=80)} ({html_text(last.night)})" if last else "") + "</p>"
-              '<div class="cards">'
-              + card("open regressions", str(len(open_rows)), "fail" if open_rows else "pass")
-              + card("change points", str(len(found)))
-              + (card("latest SLO", html_text((last.slo_verdict or "no SLO file").upper()),
-                      "pass" if last.passed else "fail") if last else "")
-              + "</div>")
+    header = (
+        "<h1>tracelat nightly trend</h1>"
+        f'<p class="sub">{len(nights)} nights'
+        + (f", latest {html_text(last.run_id, limit=80)} ({html_text(last.night)})" if last else "")
+        + "</p>"
+        '<div class="cards">'
+        + card("open regressions", str(len(open_rows)), "fail" if open_rows else "pass")
+        + card("change points", str(len(found)))
+        + (
+            card(
+                "latest SLO", html_text((last.slo_verdict or "no SLO file").upper()), "pass" if last.passed else "fail"
+            )
+            if last
+            else ""
+        )
+        + "</div>"
+    )
     if not nights:
         header += missing("no night in the history yet")
     path = out / "index.html"
-    path.write_text(page("tracelat nightly trend", header, sections,
-                         "Change points: E-divisive means with a permutation test (docs/nightly.md)."),
-                    encoding="utf-8")
+    path.write_text(
+        page(
+            "tracelat nightly trend",
+            header,
+            sections,
+            "Change points: E-divisive means with a permutation test (docs/nightly.md).",
+        ),
+        encoding="utf-8",
+    )
     return path

@@ -23,5 +23,18 @@ from .sweep import Sweep, parse_sweep, run_sweep
 from .trace import ingest_replay, replay_run_id, write_replay
 from .validate import Comparison, compare, replay_once, replay_seeds
 
-__all__ = ["Calibration", "Comparison", "Sweep", "calibrate", "compare", "ingest_replay", "parse_sweep",
-           "replay_once", "replay_run_id", "replay_seeds", "replay_stats", "run_sweep", "write_replay"]
+__all__ = [
+    "Calibration",
+    "Comparison",
+    "Sweep",
+    "calibrate",
+    "compare",
+    "ingest_replay",
+    "parse_sweep",
+    "replay_once",
+    "replay_run_id",
+    "replay_seeds",
+    "replay_stats",
+    "run_sweep",
+    "write_replay",
+]

@@ -84,17 +84,23 @@ META_ALIASES = {
 META_KEYS = {f: (f, *META_ALIASES.get(f, ())) for f in POLICY_FIELDS}
 # field -> (policy source, note) when UNRECORDED fills it in; the notes come in this order
 UNRECORDED_WHY = {
-    "chunked_prefill": ("default (vLLM v1 chunks prefills)",
-                        "the run does not record whether prefill was chunked: replayed with chunked prefill "
-                        "(pass --no-chunked-prefill otherwise)"),
-    "admit_full_prompt": ("default (vLLM v1 scheduler_reserve_full_isl)",
-                          "the run does not record whether admission waits for KV room for the whole prompt: "
-                          "replayed with it, as vLLM's default scheduler_reserve_full_isl (pass "
-                          "--no-admit-full-prompt for an engine that checks only the first chunk)"),
-    "kv_block_size": ("default (KV counted in tokens)",
-                      "the run does not record its KV block size: KV is counted in tokens, which fits more "
-                      "requests than a paged cache when KV is tight (pass --kv-block-size N: vLLM uses 16 on GPU, "
-                      "128 on CPU)"),
+    "chunked_prefill": (
+        "default (vLLM v1 chunks prefills)",
+        "the run does not record whether prefill was chunked: replayed with chunked prefill "
+        "(pass --no-chunked-prefill otherwise)",
+    ),
+    "admit_full_prompt": (
+        "default (vLLM v1 scheduler_reserve_full_isl)",
+        "the run does not record whether admission waits for KV room for the whole prompt: "
+        "replayed with it, as vLLM's default scheduler_reserve_full_isl (pass "
+        "--no-admit-full-prompt for an engine that checks only the first chunk)",
+    ),
+    "kv_block_size": (
+        "default (KV counted in tokens)",
+        "the run does not record its KV block size: KV is counted in tokens, which fits more "
+        "requests than a paged cache when KV is tight (pass --kv-block-size N: vLLM uses 16 on GPU, "
+        "128 on CPU)",
+    ),
     # calibrate() turns it on when the recorded requests carry cached tokens; otherwise off, silently
     "prefix_caching": ("default (off)", None),
 }
@@ -161,19 +167,32 @@ class Calibration:
             # "recorded" = as this trace says: its block hashes (or cached tokens) are replayed
             policy = replace(policy, prefix_caching=workload.has_hashes or workload.cached_tokens is not None)
         notes = [x for x in self.notes if not x.startswith(PREFIX_NOTE)]  # about the recording's own requests
-        notes.append(f"workload from {source} ({n} requests) replayed with {self.run_id}'s fitted model and policy; "
-                     "'observed' is the recorded run, for scale")
+        notes.append(
+            f"workload from {source} ({n} requests) replayed with {self.run_id}'s fitted model and policy; "
+            "'observed' is the recorded run, for scale"
+        )
         if policy.prefix_caching and workload.has_hashes:
-            notes.append(f"prefix cache simulated from the workload's hash_ids ({workload.hash_block_tokens} tokens "
-                         f"per id): an LRU of {max(policy.kv_capacity_tokens // workload.hash_block_tokens, 1)} "
-                         "blocks (kv_capacity_tokens / tokens per id)")
+            notes.append(
+                f"prefix cache simulated from the workload's hash_ids ({workload.hash_block_tokens} tokens "
+                f"per id): an LRU of {max(policy.kv_capacity_tokens // workload.hash_block_tokens, 1)} "
+                "blocks (kv_capacity_tokens / tokens per id)"
+            )
         elif policy.prefix_caching and workload.cached_tokens is not None:
             notes.append("prefix caching: the workload's cached_tokens are replayed as cached")
         elif policy.prefix_caching:
-            notes.append("prefix caching is on but the workload has neither hash_ids nor cached_tokens: every "
-                         "prompt is prefilled in full")
-        return replace(self, policy=policy, workload=workload, recorded_status=np.full(n, "ok"),
-                       frontend_delay_s=np.zeros(n), workload_source=source, notes=notes)
+            notes.append(
+                "prefix caching is on but the workload has neither hash_ids nor cached_tokens: every "
+                "prompt is prefilled in full"
+            )
+        return replace(
+            self,
+            policy=policy,
+            workload=workload,
+            recorded_status=np.full(n, "ok"),
+            frontend_delay_s=np.zeros(n),
+            workload_source=source,
+            notes=notes,
+        )
 
     def policy_changes(self) -> dict[str, Any]:
         """Policy fields that differ from the recorded (baseline) ones."""
@@ -224,8 +243,9 @@ def recorded_policy(meta: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str
     return values, sources
 
 
-def resolve_policy(run_id: str, recorded: dict[str, Any], sources: dict[str, str],
-                   overrides: dict[str, Any]) -> tuple[Policy, dict[str, Any], dict[str, str], list[str]]:
+def resolve_policy(
+    run_id: str, recorded: dict[str, Any], sources: dict[str, str], overrides: dict[str, Any]
+) -> tuple[Policy, dict[str, Any], dict[str, str], list[str]]:
     """The policy to replay under and the baseline (recorded) policy; errors name missing options.
 
     An option for a field the run records is a what-if change; an option for a
@@ -240,8 +260,13 @@ def resolve_policy(run_id: str, recorded: dict[str, Any], sources: dict[str, str
             values[f] = recorded[f]
     for f in [*UNRECORDED_WHY, *(f for f in UNRECORDED if f not in UNRECORDED_WHY)]:
         if values[f] is None:
-            source, note = UNRECORDED_WHY.get(f, ("default", f"the run does not record {f}: replayed with "
-                                                              f"{UNRECORDED[f]} (pass {OPTIONS[f]} otherwise)"))
+            source, note = UNRECORDED_WHY.get(
+                f,
+                (
+                    "default",
+                    f"the run does not record {f}: replayed with {UNRECORDED[f]} (pass {OPTIONS[f]} otherwise)",
+                ),
+            )
             values[f], src[f] = UNRECORDED[f], source
             if note:
                 notes.append(note)
@@ -258,8 +283,9 @@ def resolve_policy(run_id: str, recorded: dict[str, Any], sources: dict[str, str
         raise InputError(f"policy for the replay of {run_id!r} is not valid: {exc}") from exc
 
 
-def load_workload(con: duckdb.DuckDBPyConnection, run_id: str, ok_only: bool = False
-                  ) -> tuple[Workload, np.ndarray, float, dict[str, int], list[str]]:
+def load_workload(
+    con: duckdb.DuckDBPyConnection, run_id: str, ok_only: bool = False
+) -> tuple[Workload, np.ndarray, float, dict[str, int], list[str]]:
     """Replayable requests of a run: workload, recorded-ok mask, time origin, counts, notes."""
     df = con.sql(
         """
@@ -275,35 +301,56 @@ def load_workload(con: duckdb.DuckDBPyConnection, run_id: str, ok_only: bool = F
     import polars as pl
 
     reason = (
-        pl.when(pl.col("t_arrival").is_null()).then(pl.lit("no arrival time"))
-        .when(pl.col("prompt_tokens").fill_null(0) < 1).then(pl.lit("no prompt length"))
-        .when(pl.col("output_tokens").fill_null(0) < 1).then(pl.lit("no output tokens"))
-        .when(pl.lit(ok_only) & ~pl.col("recorded_ok")).then(pl.lit("not ok (--ok-only)"))
+        pl.when(pl.col("t_arrival").is_null())
+        .then(pl.lit("no arrival time"))
+        .when(pl.col("prompt_tokens").fill_null(0) < 1)
+        .then(pl.lit("no prompt length"))
+        .when(pl.col("output_tokens").fill_null(0) < 1)
+        .then(pl.lit("no output tokens"))
+        .when(pl.lit(ok_only) & ~pl.col("recorded_ok"))
+        .then(pl.lit("not ok (--ok-only)"))
     )
     df = df.with_columns(reason=reason)
     dropped = df.filter(pl.col("reason").is_not_null()).group_by("reason").len().sort("reason")
     keep = df.filter(pl.col("reason").is_null())
-    counts = {"recorded": df.height, "replayed": keep.height,
-              "replayed_not_ok": int((~keep["recorded_ok"]).sum()),
-              **{f"dropped_{r.replace(' ', '_').replace('(', '').replace(')', '').replace('-', '')}": n
-                 for r, n in dropped.iter_rows()}}
+    counts = {
+        "recorded": df.height,
+        "replayed": keep.height,
+        "replayed_not_ok": int((~keep["recorded_ok"]).sum()),
+        **{
+            f"dropped_{r.replace(' ', '_').replace('(', '').replace(')', '').replace('-', '')}": n
+            for r, n in dropped.iter_rows()
+        },
+    }
     notes = [f"{n} of {df.height} requests not replayed: {r}" for r, n in dropped.iter_rows()]
     if counts["replayed_not_ok"]:
-        notes.append(f"{counts['replayed_not_ok']} replayed requests failed or were aborted in the recording: "
-                     "replayed as load with the output length they reached, left out of the comparison")
+        notes.append(
+            f"{counts['replayed_not_ok']} replayed requests failed or were aborted in the recording: "
+            "replayed as load with the output length they reached, left out of the comparison"
+        )
     if keep.height == 0:
-        raise InputError(f"run {run_id!r} has no request with an arrival time and prompt and output lengths; "
-                         "replay needs request records (ingest the run's per-request log or benchmark results)")
+        raise InputError(
+            f"run {run_id!r} has no request with an arrival time and prompt and output lengths; "
+            "replay needs request records (ingest the run's per-request log or benchmark results)"
+        )
     origin = float(keep["t_arrival"].min())
     # the simulated engine sees each request when it was queued; sort by that time
     keep = keep.with_columns(t_engine=pl.col("t_arrival") - origin + pl.col("frontend_delay_s")).sort(
-        "t_engine", maintain_order=True)
+        "t_engine", maintain_order=True
+    )
     delay = keep["frontend_delay_s"].to_numpy()
     if delay.any():
-        notes.append(f"front-end delay (arrival -> engine queue, from t_queued) kept per request: median "
-                     f"{np.median(delay) * 1000:.3g} ms, max {delay.max() * 1000:.3g} ms")
-    w = Workload(keep["t_engine"].to_numpy(), keep["prompt_tokens"].to_numpy(), keep["output_tokens"].to_numpy(),
-                 keep["req_id"].to_numpy(), cached_tokens=keep["cached_tokens"].clip(0).to_numpy())
+        notes.append(
+            f"front-end delay (arrival -> engine queue, from t_queued) kept per request: median "
+            f"{np.median(delay) * 1000:.3g} ms, max {delay.max() * 1000:.3g} ms"
+        )
+    w = Workload(
+        keep["t_engine"].to_numpy(),
+        keep["prompt_tokens"].to_numpy(),
+        keep["output_tokens"].to_numpy(),
+        keep["req_id"].to_numpy(),
+        cached_tokens=keep["cached_tokens"].clip(0).to_numpy(),
+    )
     return w, keep["status"].to_numpy().astype(str), origin, delay, counts, notes
 
 
@@ -316,8 +363,9 @@ def corrections(con: duckdb.DuckDBPyConnection, run_id: str, meta: dict[str, Any
         scale = 1.0
     if meta.get("timestamps_reconstructed"):
         gap = 0.0
-        notes.append("step times were rebuilt from coarse log stamps: host time between steps is not known "
-                     "and not added")
+        notes.append(
+            "step times were rebuilt from coarse log stamps: host time between steps is not known and not added"
+        )
     elif gap is None or busy < 10:
         gap = 0.0
     return float(scale), float(gap), notes
@@ -340,8 +388,10 @@ def calibrate(
 
     problem = cross_clock_problem(con, run_id)
     if problem:
-        raise InputError(f"{problem}; replay needs the requests' arrivals on the steps' clock: pass "
-                         "--clock-offset SOURCE=SECONDS at ingest, or check that the files belong to one run")
+        raise InputError(
+            f"{problem}; replay needs the requests' arrivals on the steps' clock: pass "
+            "--clock-offset SOURCE=SECONDS at ingest, or check that the files belong to one run"
+        )
     meta = _meta(con, run_id)
     rec, sources = recorded_policy(meta)
     if meta.get("simulated") is True:  # traces simulated before these settings existed: what the simulator did
@@ -356,17 +406,25 @@ def calibrate(
     policy, baseline, sources, notes = resolve_policy(run_id, rec, sources, overrides or {})
     if cached_total:
         share = cached_total / max(int(w.prompt_tokens.sum()), 1)
-        notes.append(f"{PREFIX_NOTE}{cached_total} prompt tokens ({share:.1%}) were prefix-cache hits in the recording: "
-                     + ("replayed as cached, not recomputed" if policy.prefix_caching
-                        else "replayed with prefix caching off, every prompt prefilled in full"))
+        notes.append(
+            f"{PREFIX_NOTE}{cached_total} prompt tokens ({share:.1%}) were prefix-cache hits in the recording: "
+            + (
+                "replayed as cached, not recomputed"
+                if policy.prefix_caching
+                else "replayed with prefix caching off, every prompt prefilled in full"
+            )
+        )
     elif policy.prefix_caching:
-        notes.append(f"{PREFIX_NOTE}on, but no request of the run reports cached_tokens: every prompt is "
-                     "prefilled in full")
+        notes.append(
+            f"{PREFIX_NOTE}on, but no request of the run reports cached_tokens: every prompt is prefilled in full"
+        )
     fit = get_or_fit(con, run_id)
     if fit.t0_ms is None:
         why = "; ".join(fit.statements) or "no steps to fit"
-        raise InputError(f"run {run_id!r} has no fitted iteration model ({why}); replay needs the run's "
-                         "per-step records (iteration_ms, context/prefill tokens)")
+        raise InputError(
+            f"run {run_id!r} has no fitted iteration model ({why}); replay needs the run's "
+            "per-step records (iteration_ms, context/prefill tokens)"
+        )
     scale, gap, cnotes = corrections(con, run_id, meta)
     base = fit.iteration_model()
     ext = fit.extended
@@ -375,39 +433,66 @@ def calibrate(
         # the extended model predicts held-out steps better: simulate with it, scaled to its own mean
         base, scale, which = fit.extended_model(), float(ext.get("mean_scale") or 1.0), "extended"
     t0 = max(base.t0_ms * scale + gap, 0.0)
-    model = IterationModel(t0_ms=t0, a_ms_per_ctx=base.a_ms_per_ctx * scale,
-                           b_ms_per_prefill=base.b_ms_per_prefill * scale, c_ms_per_decode=base.c_ms_per_decode * scale,
-                           d_ms_per_req=base.d_ms_per_req * scale,
-                           e_ms_per_prefill_attn=base.e_ms_per_prefill_attn * scale)
+    model = IterationModel(
+        t0_ms=t0,
+        a_ms_per_ctx=base.a_ms_per_ctx * scale,
+        b_ms_per_prefill=base.b_ms_per_prefill * scale,
+        c_ms_per_decode=base.c_ms_per_decode * scale,
+        d_ms_per_req=base.d_ms_per_req * scale,
+        e_ms_per_prefill_attn=base.e_ms_per_prefill_attn * scale,
+    )
     if ext:
         mb, xt = ext["cv"]["memory_bound"], ext["cv"]["extended"]
-        cnotes.append(f"iteration model: {which} (held-out MAPE {xt['mape_pct']:.3g}% extended, {mb['mape_pct']:.3g}% "
-                      f"memory-bound" + (f"; extended terms {', '.join(t for t in ext['terms'] if t not in fit.terms)}"
-                                         if which == "extended" else "") + ")")
+        cnotes.append(
+            f"iteration model: {which} (held-out MAPE {xt['mape_pct']:.3g}% extended, {mb['mape_pct']:.3g}% "
+            f"memory-bound"
+            + (
+                f"; extended terms {', '.join(t for t in ext['terms'] if t not in fit.terms)}"
+                if which == "extended"
+                else ""
+            )
+            + ")"
+        )
         if which == "extended" and ext.get("prefill_attn_source", "") and "approximated" in ext["prefill_attn_source"]:
-            cnotes.append("the prefill-attention cost was fitted on an approximation (chunks attending over themselves); "
-                          "the simulator prices each chunk's attention over its prompt's earlier chunks too")
+            cnotes.append(
+                "the prefill-attention cost was fitted on an approximation (chunks attending over themselves); "
+                "the simulator prices each chunk's attention over its prompt's earlier chunks too"
+            )
     nz = fit.noise_model() if noise == "fitted" else NO_NOISE
     details = {
-        "fit": {"t0_ms": fit.t0_ms, "a_ms_per_ctx": fit.a_ms_per_ctx, "b_ms_per_prefill": fit.b_ms_per_prefill,
-                "c_ms_per_decode": fit.c_ms_per_decode, "terms": list(fit.terms), "r2": fit.r2,
-                "mape_pct": fit.mape_pct, "residual_log_sigma": fit.residual_log_sigma,
-                "stall_rate": fit.stall_rate, "stall_ms_mean": fit.stall_ms.get("mean")},
+        "fit": {
+            "t0_ms": fit.t0_ms,
+            "a_ms_per_ctx": fit.a_ms_per_ctx,
+            "b_ms_per_prefill": fit.b_ms_per_prefill,
+            "c_ms_per_decode": fit.c_ms_per_decode,
+            "terms": list(fit.terms),
+            "r2": fit.r2,
+            "mape_pct": fit.mape_pct,
+            "residual_log_sigma": fit.residual_log_sigma,
+            "stall_rate": fit.stall_rate,
+            "stall_ms_mean": fit.stall_ms.get("mean"),
+        },
         "mean_scale": scale,
         "iteration_model": which,
-        "extended": ({"terms": ext["terms"], "coef": ext["coef"], "cv": ext["cv"], "better": ext["better"]}
-                     if ext else None),
+        "extended": (
+            {"terms": ext["terms"], "coef": ext["coef"], "cv": ext["cv"], "better": ext["better"]} if ext else None
+        ),
         "host_gap_ms": gap,
         "policy_sources": sources,
         "requests": counts,
         "noise_mode": noise,
         "prefix_caching_option": (overrides or {}).get("prefix_caching"),
     }
-    negative = [f"{n} = {getattr(base, n):.3g} ms" for n in ("a_ms_per_ctx", "b_ms_per_prefill", "c_ms_per_decode")
-                if getattr(base, n) < 0]
+    negative = [
+        f"{n} = {getattr(base, n):.3g} ms"
+        for n in ("a_ms_per_ctx", "b_ms_per_prefill", "c_ms_per_decode")
+        if getattr(base, n) < 0
+    ]
     if negative:
-        notes.append(f"fitted {', '.join(negative)} per token is below 0 (a term the data barely separate): "
-                     "what-ifs far outside the recorded batch sizes extrapolate it")
+        notes.append(
+            f"fitted {', '.join(negative)} per token is below 0 (a term the data barely separate): "
+            "what-ifs far outside the recorded batch sizes extrapolate it"
+        )
     unfitted = [n for n in ("a_ms_per_ctx", "b_ms_per_prefill", "c_ms_per_decode") if n not in fit.terms]
     if unfitted:
         notes.append(f"terms not fitted on this run count as 0 in the replay: {', '.join(unfitted)}")
@@ -415,6 +500,10 @@ def calibrate(
     if w.prompt_tokens.size and int((w.prompt_tokens + w.output_tokens - 1).max()) > usable:
         big = int((w.prompt_tokens + w.output_tokens - 1 > usable).sum())
         blocks = f" in {policy.kv_blocks} blocks of {policy.kv_block_size}" if policy.kv_block_size > 1 else ""
-        raise InputError(f"{big} requests of run {run_id!r} need more KV tokens than kv_capacity_tokens "
-                         f"({policy.kv_capacity_tokens}{blocks}) holds; pass a larger --kv-capacity-tokens")
-    return Calibration(run_id, w, statuses, policy, baseline, model, nz, origin, delay, details, notes + wnotes + cnotes)
+        raise InputError(
+            f"{big} requests of run {run_id!r} need more KV tokens than kv_capacity_tokens "
+            f"({policy.kv_capacity_tokens}{blocks}) holds; pass a larger --kv-capacity-tokens"
+        )
+    return Calibration(
+        run_id, w, statuses, policy, baseline, model, nz, origin, delay, details, notes + wnotes + cnotes
+    )

@@ -23,7 +23,7 @@ from .calibrate import Calibration
 PER_REQUEST_METRICS = tuple(m for m in LATENCY if m in REQUEST_METRICS)
 # names from the registry only, so safe in the SQL text
 OBSERVED_SQL = f"""
-select cast(req_id as varchar) as req_id, {', '.join(PER_REQUEST_METRICS)}
+select cast(req_id as varchar) as req_id, {", ".join(PER_REQUEST_METRICS)}
 from request_latency
 where run_id = $run_id
 """
@@ -36,8 +36,7 @@ def observed_per_request(con, cal: Calibration) -> dict[str, np.ndarray] | None:
     if cal.workload_source:
         return None
     obs = con.sql(OBSERVED_SQL, params={"run_id": cal.run_id}).pl()
-    rows = pl.DataFrame({"req_id": np.asarray(cal.workload.ids()).astype(str),
-                         "row": np.arange(len(cal.workload))})
+    rows = pl.DataFrame({"req_id": np.asarray(cal.workload.ids()).astype(str), "row": np.arange(len(cal.workload))})
     joined = rows.join(obs, on="req_id", how="left").sort("row")
     return {m: joined[m].cast(pl.Float64).fill_null(float("nan")).to_numpy() for m in PER_REQUEST_METRICS}
 
@@ -83,11 +82,14 @@ def summarise(per_seed: list[dict[str, Any]]) -> dict[str, Any] | None:
     for m in PER_REQUEST_METRICS:
         mape = [s[m]["mape"] for s in per_seed if s[m]["mape"] is not None]
         corr = [s[m]["pearson_r"] for s in per_seed if s[m]["pearson_r"] is not None]
-        out[m] = {"n": per_seed[0][m]["n"],
-                  "mape": float(np.mean(mape)) if mape else None,
-                  "mape_min": min(mape) if mape else None, "mape_max": max(mape) if mape else None,
-                  "pearson_r": float(np.mean(corr)) if corr else None,
-                  "per_seed": [{"mape": s[m]["mape"], "pearson_r": s[m]["pearson_r"]} for s in per_seed]}
+        out[m] = {
+            "n": per_seed[0][m]["n"],
+            "mape": float(np.mean(mape)) if mape else None,
+            "mape_min": min(mape) if mape else None,
+            "mape_max": max(mape) if mape else None,
+            "pearson_r": float(np.mean(corr)) if corr else None,
+            "per_seed": [{"mape": s[m]["mape"], "pearson_r": s[m]["pearson_r"]} for s in per_seed],
+        }
     return out
 
 
@@ -102,5 +104,8 @@ def format_line(summary: dict[str, Any] | None) -> str | None:
         r = f" r {v['pearson_r']:.3f}" if v["pearson_r"] is not None else ""
         parts.append(f"{m.removesuffix('_ms')} MAPE {v['mape'] * 100:.1f}%{r}")
     n = max((v["n"] for v in summary.values()), default=0)
-    return f"per request (one to one, {n} requests; MAPE mean over seeds, Pearson r): " + ", ".join(parts) \
-        if parts else None
+    return (
+        f"per request (one to one, {n} requests; MAPE mean over seeds, Pearson r): " + ", ".join(parts)
+        if parts
+        else None
+    )

@@ -99,11 +99,23 @@ def request_latency(result: SimResult, rows: np.ndarray, run_id: str = "replay")
     import polars as pl
 
     rq = result.requests
-    cols = ("req_id", "status", "prompt_tokens", "output_tokens", "preemptions",
-            "t_arrival", "t_scheduled", "t_first_token", "t_finish")
+    cols = (
+        "req_id",
+        "status",
+        "prompt_tokens",
+        "output_tokens",
+        "preemptions",
+        "t_arrival",
+        "t_scheduled",
+        "t_first_token",
+        "t_finish",
+    )
     df = pl.DataFrame({k: rq[k][rows] for k in cols}).with_columns(
         pl.col("t_arrival", "t_scheduled", "t_first_token", "t_finish").fill_nan(None),  # not reached: null
-        pl.col("req_id").cast(pl.String), run_id=pl.lit(run_id), cached_tokens=pl.lit(None, pl.Int64))
+        pl.col("req_id").cast(pl.String),
+        run_id=pl.lit(run_id),
+        cached_tokens=pl.lit(None, pl.Int64),
+    )
     con = store.scratch()
     con.register("requests", df)
     con.execute(f"create view {REQUEST_TABLE} as {_request_latency_sql()}")
@@ -112,11 +124,15 @@ def request_latency(result: SimResult, rows: np.ndarray, run_id: str = "replay")
 
 def request_values(result: SimResult, ok_rows: np.ndarray) -> dict[str, np.ndarray]:
     """Per-request metric values (ms) of the requests in ``ok_rows`` that finished (nulls dropped)."""
-    rows = np.asarray(ok_rows, bool)[:result.n_requests]
+    rows = np.asarray(ok_rows, bool)[: result.n_requests]
     con = request_latency(result, rows)
     try:
-        return {m: con.sql(f"select {m} from {REQUEST_TABLE} where {SOURCES[m][1]} and {m} is not null"
-                           ).fetchnumpy()[m].astype(float) for m in REQUEST_METRICS}
+        return {
+            m: con.sql(f"select {m} from {REQUEST_TABLE} where {SOURCES[m][1]} and {m} is not null")
+            .fetchnumpy()[m]
+            .astype(float)
+            for m in REQUEST_METRICS
+        }
     finally:
         con.close()
 
@@ -132,8 +148,9 @@ def _describe(values: np.ndarray, weights: np.ndarray | None, qs: list[float], n
 STAT_QUANTILES = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99, "p999": 0.999}
 
 
-def replay_stats(result: SimResult, ok_rows: np.ndarray | None = None, extra_quantiles: dict[str, float] | None = None
-                 ) -> dict[str, Any]:
+def replay_stats(
+    result: SimResult, ok_rows: np.ndarray | None = None, extra_quantiles: dict[str, float] | None = None
+) -> dict[str, Any]:
     """``{metric: {count, mean, std, min, max, p50, ...}}`` plus ``throughput`` of a replay.
 
     ``ok_rows`` (bool per request row, default all) restricts to the comparison
@@ -142,7 +159,7 @@ def replay_stats(result: SimResult, ok_rows: np.ndarray | None = None, extra_qua
     from the first arrival or step start to the last finish or step end.
     """
     rq = result.requests
-    ok_rows = np.ones(result.n_requests, bool) if ok_rows is None else np.asarray(ok_rows, bool)[:result.n_requests]
+    ok_rows = np.ones(result.n_requests, bool) if ok_rows is None else np.asarray(ok_rows, bool)[: result.n_requests]
     quants = STAT_QUANTILES | (extra_quantiles or {})
     names, qs = list(quants), list(quants.values())
     vals = request_values(result, ok_rows)

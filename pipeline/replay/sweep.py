@@ -33,8 +33,14 @@ from .calibrate import BOOL_FIELDS, POLICY_FIELDS, Calibration
 from .stats import METRICS, request_latency
 from .validate import replay_seeds
 
-TABLE_STATS = (("ttft_ms", "p50"), ("ttft_ms", "p99"), ("tpot_ms", "p50"), ("tpot_ms", "p99"), ("itl_ms", "p99"),
-               ("e2e_ms", "p99"))
+TABLE_STATS = (
+    ("ttft_ms", "p50"),
+    ("ttft_ms", "p99"),
+    ("tpot_ms", "p50"),
+    ("tpot_ms", "p99"),
+    ("itl_ms", "p99"),
+    ("e2e_ms", "p99"),
+)
 
 
 def parse_sweep(text: str) -> tuple[str, list[Any]]:
@@ -45,8 +51,10 @@ def parse_sweep(text: str) -> tuple[str, list[Any]]:
     name, eq, raw = text.partition("=")
     name = name.strip().replace("-", "_")
     if not eq or name not in POLICY_FIELDS:
-        raise InputError(f"--sweep {text!r}: expected NAME=V1,V2,... with NAME one of {', '.join(POLICY_FIELDS)}, "
-                         "as in --sweep max_num_batched_tokens=256,512,1024,2048")
+        raise InputError(
+            f"--sweep {text!r}: expected NAME=V1,V2,... with NAME one of {', '.join(POLICY_FIELDS)}, "
+            "as in --sweep max_num_batched_tokens=256,512,1024,2048"
+        )
     least = {f.name: s.min for f, s, _ in settings(Policy) if s.min is not None}
     values: list[Any] = []
     for item in (s.strip() for s in raw.split(",")):
@@ -72,7 +80,7 @@ def parse_sweep(text: str) -> tuple[str, list[Any]]:
 
 def replay_goodput(result: SimResult, ok_rows: np.ndarray, spec, duration_s: float) -> dict[str, Any]:
     """Goodput of one replay over the comparison population (see the module docstring)."""
-    pop = np.asarray(ok_rows, bool)[:result.n_requests]
+    pop = np.asarray(ok_rows, bool)[: result.n_requests]
     con = request_latency(result, pop)  # the replay's requests as the store would hold them
     try:
         return goodput(con, "replay", spec, duration_s)
@@ -103,19 +111,38 @@ def _slo_checks(spec, per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for lim in spec.limits:
         vals = [(s.get(lim.metric) or {}).get(lim.stat) for s in per_seed]
         ok = [v is not None and np.isfinite(v) and v <= lim.limit for v in vals]
-        checks.append({"slo": lim.name, "limit": lim.limit, "kind": "upper", "values": vals,
-                       "seeds_meeting": sum(ok), "meets": all(ok)})
+        checks.append(
+            {
+                "slo": lim.name,
+                "limit": lim.limit,
+                "kind": "upper",
+                "values": vals,
+                "seeds_meeting": sum(ok),
+                "meets": all(ok),
+            }
+        )
     gp = spec.goodput
     if gp is not None:
-        for key, stat in (("min_attainment", "attainment"), ("min_request_goodput_rps", "request_goodput_rps"),
-                          ("min_token_goodput_tps", "token_goodput_tps")):
+        for key, stat in (
+            ("min_attainment", "attainment"),
+            ("min_request_goodput_rps", "request_goodput_rps"),
+            ("min_token_goodput_tps", "token_goodput_tps"),
+        ):
             minimum = getattr(gp, key)
             if minimum is None:
                 continue
             vals = [s["goodput"][stat] for s in per_seed]
             ok = [v is not None and v >= minimum for v in vals]
-            checks.append({"slo": f"goodput.{stat}", "limit": minimum, "kind": "lower", "values": vals,
-                           "seeds_meeting": sum(ok), "meets": all(ok)})
+            checks.append(
+                {
+                    "slo": f"goodput.{stat}",
+                    "limit": minimum,
+                    "kind": "lower",
+                    "values": vals,
+                    "seeds_meeting": sum(ok),
+                    "meets": all(ok),
+                }
+            )
     return checks
 
 
@@ -137,14 +164,25 @@ class Sweep:
     def to_dict(self) -> dict[str, Any]:
         cal = self.calibration
         return {
-            "run_id": cal.run_id, "mode": "sweep", "param": self.param, "seeds": self.seeds,
-            "recorded_value": self.recorded_value, "policy": cal.policy.to_dict(), "slo_file": self.slo_path,
-            "model": cal.model.to_dict(), "noise": cal.noise.to_dict(), "calibration": cal.details,
+            "run_id": cal.run_id,
+            "mode": "sweep",
+            "param": self.param,
+            "seeds": self.seeds,
+            "recorded_value": self.recorded_value,
+            "policy": cal.policy.to_dict(),
+            "slo_file": self.slo_path,
+            "model": cal.model.to_dict(),
+            "noise": cal.noise.to_dict(),
+            "calibration": cal.details,
             "rows": [
-                {"value": r.value, "recorded": r.value == self.recorded_value,
-                 **{f"{m}_{s}": r.mean(m, s) for m, s in TABLE_STATS},
-                 "output_tokens_per_s": r.mean("throughput", "output_tokens_per_s"),
-                 "meets_slo": r.meets, "slo": r.slo}
+                {
+                    "value": r.value,
+                    "recorded": r.value == self.recorded_value,
+                    **{f"{m}_{s}": r.mean(m, s) for m, s in TABLE_STATS},
+                    "output_tokens_per_s": r.mean("throughput", "output_tokens_per_s"),
+                    "meets_slo": r.meets,
+                    "slo": r.slo,
+                }
                 for r in self.rows
             ],
             "notes": cal.notes + self.notes,
@@ -155,7 +193,11 @@ class Sweep:
         head = f"sweep of {self.param} on {cal.run_id} ({len(self.seeds)} seed(s), noise {cal.details['noise_mode']}"
         head += f", SLOs from {self.slo_path})" if self.slo_path else ")"
         cols = [f"{m.removesuffix('_ms')} {s}" for m, s in TABLE_STATS] + ["tok/s"]
-        lines = [head, "", f"{self.param:>24}" + "".join(f"{c:>11}" for c in cols) + ("   SLO" if self.slo_path else "")]
+        lines = [
+            head,
+            "",
+            f"{self.param:>24}" + "".join(f"{c:>11}" for c in cols) + ("   SLO" if self.slo_path else ""),
+        ]
         for r in self.rows:
             vals = [r.mean(m, s) for m, s in TABLE_STATS] + [r.mean("throughput", "output_tokens_per_s")]
             mark = " (recorded)" if r.value == self.recorded_value else ""
@@ -176,8 +218,14 @@ def _fmt(v: float | None) -> str:
     return "-" if v is None or not np.isfinite(v) else f"{v:.4g}"
 
 
-def run_sweep(cal: Calibration, param: str, values: list[Any], seeds: list[int], slo=None,
-              progress: Callable[[Any, int], None] | None = None) -> Sweep:
+def run_sweep(
+    cal: Calibration,
+    param: str,
+    values: list[Any],
+    seeds: list[int],
+    slo=None,
+    progress: Callable[[Any, int], None] | None = None,
+) -> Sweep:
     """Replay ``cal`` under each value of ``param`` (and each seed); judge against ``slo`` (an SloSpec)."""
     extra: dict[str, float] = {}
     notes: list[str] = []
@@ -189,8 +237,10 @@ def run_sweep(cal: Calibration, param: str, values: list[Any], seeds: list[int],
             if p is not None:
                 extra[lim.stat] = p / 100
         if slo.fluidity is not None:
-            notes.append("the SLO file's [fluidity] section is not evaluated in sweeps; ingest a replay "
-                         "(--out ... --ingest) and run tracelat audit on it")
+            notes.append(
+                "the SLO file's [fluidity] section is not evaluated in sweeps; ingest a replay "
+                "(--out ... --ingest) and run tracelat audit on it"
+            )
     rows = []
     for v in values:
         c = cal.with_policy(**{param: v})

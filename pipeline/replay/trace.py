@@ -67,16 +67,25 @@ def _source_run(con, run_id: str) -> dict[str, Any]:
     return {"model": rows[0][0], "gpu": rows[0][1]} if rows else {}
 
 
-def write_replay(result: SimResult, path, run_id: str, cal: Calibration, seed: int, con=None,
-                 with_token_times: bool = True) -> Path:
+def write_replay(
+    result: SimResult, path, run_id: str, cal: Calibration, seed: int, con=None, with_token_times: bool = True
+) -> Path:
     """Write one replay as canonical JSON Lines (gzip when the name ends in ``.gz``)."""
     src = _source_run(con, cal.run_id)
-    recorded = np.asarray(cal.recorded_status[:result.n_requests]).astype(str)
+    recorded = np.asarray(cal.recorded_status[: result.n_requests]).astype(str)
     return write_trace(
-        result, path, run_id, policy=cal.policy, model=cal.model, noise=cal.noise,
-        workload_info=cal.workload.describe(), with_token_times=with_token_times,
-        model_name=src.get("model") or "replayed", gpu=src.get("gpu") or "simulated",
-        meta_extra={"replay": replay_meta(cal, seed, result)}, request_columns={"recorded_status": recorded},
+        result,
+        path,
+        run_id,
+        policy=cal.policy,
+        model=cal.model,
+        noise=cal.noise,
+        workload_info=cal.workload.describe(),
+        with_token_times=with_token_times,
+        model_name=src.get("model") or "replayed",
+        gpu=src.get("gpu") or "simulated",
+        meta_extra={"replay": replay_meta(cal, seed, result)},
+        request_columns={"recorded_status": recorded},
     )
 
 
@@ -90,13 +99,19 @@ def drop_replay(con, run_id: str) -> int:
 
     if SEP not in run_id:
         raise ValueError(f"{run_id!r} is not a replay run id")
-    which = ("select ingest_id from ingests where list_contains(run_ids, $rid) "
-             "and len(list_filter(run_ids, lambda r: not contains(r, $sep))) = 0")
+    which = (
+        "select ingest_id from ingests where list_contains(run_ids, $rid) "
+        "and len(list_filter(run_ids, lambda r: not contains(r, $sep))) = 0"
+    )
     ids = [r[0] for r in con.execute(which, {"rid": run_id, "sep": SEP}).fetchall()]
     if not ids:
         return 0
-    runs = [r[0] for r in con.execute("select distinct unnest(run_ids) from ingests where ingest_id = any($ids)",
-                                      {"ids": ids}).fetchall()]
+    runs = [
+        r[0]
+        for r in con.execute(
+            "select distinct unnest(run_ids) from ingests where ingest_id = any($ids)", {"ids": ids}
+        ).fetchall()
+    ]
     with store.transaction(con):
         for table in (t for t in store.INGEST_TABLES if t != "ingests"):
             con.execute(f"delete from {store.quote_ident(table)} where ingest_id = any($ids)", {"ids": ids})

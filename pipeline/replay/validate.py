@@ -35,8 +35,9 @@ TRUST_TOL = 0.10  # a statistic replayed within 10% of the observed one is trust
 OnResult = Callable[[int, SimResult, dict[str, Any]], None]
 
 
-def replay_once(cal: Calibration, seed: int, extra_quantiles: dict[str, float] | None = None
-                ) -> tuple[SimResult, dict[str, Any]]:
+def replay_once(
+    cal: Calibration, seed: int, extra_quantiles: dict[str, float] | None = None
+) -> tuple[SimResult, dict[str, Any]]:
     """Simulate one seed of the replay and compute its statistics."""
     result = simulate(cal.workload, policy=cal.policy, model=cal.model, noise=cal.noise, seed=seed)
     if cal.frontend_delay_s.any():  # back to the client's arrival: TTFT includes the recorded front-end time
@@ -45,13 +46,20 @@ def replay_once(cal: Calibration, seed: int, extra_quantiles: dict[str, float] |
     stats = replay_stats(result, cal.recorded_ok, extra_quantiles)
     if "prefix_cache" in result.info:  # how much of the prompts the replay took from the cache
         rq = result.requests
-        stats["prefix_cache"] = {**result.info["prefix_cache"], "cached_tokens": int(rq["cached_tokens"].sum()),
-                                 "prompt_tokens": int(rq["prompt_tokens"].sum())}
+        stats["prefix_cache"] = {
+            **result.info["prefix_cache"],
+            "cached_tokens": int(rq["cached_tokens"].sum()),
+            "prompt_tokens": int(rq["prompt_tokens"].sum()),
+        }
     return result, stats
 
 
-def replay_seeds(cal: Calibration, seeds: list[int], on_result: OnResult | None = None,
-                 extra_quantiles: dict[str, float] | None = None) -> list[dict[str, Any]]:
+def replay_seeds(
+    cal: Calibration,
+    seeds: list[int],
+    on_result: OnResult | None = None,
+    extra_quantiles: dict[str, float] | None = None,
+) -> list[dict[str, Any]]:
     """Statistics of one replay per seed; results are dropped after ``on_result`` (memory)."""
     out = []
     for seed in seeds:
@@ -104,10 +112,15 @@ class Comparison:
         mean = float(fin.mean()) if len(fin) else None
         errs = [e for e in (_rel(float(v), obs) for v in fin) if e is not None]
         return {
-            "metric": section, "stat": stat, "observed": obs, "replay": mean,
-            "replay_min": float(fin.min()) if len(fin) else None, "replay_max": float(fin.max()) if len(fin) else None,
+            "metric": section,
+            "stat": stat,
+            "observed": obs,
+            "replay": mean,
+            "replay_min": float(fin.min()) if len(fin) else None,
+            "replay_max": float(fin.max()) if len(fin) else None,
             "rel_error": _rel(mean, obs),
-            "rel_error_min": min(errs) if errs else None, "rel_error_max": max(errs) if errs else None,
+            "rel_error_min": min(errs) if errs else None,
+            "rel_error_max": max(errs) if errs else None,
         }
 
     def rows(self) -> list[dict[str, Any]]:
@@ -131,7 +144,7 @@ class Comparison:
             for st in CALIBRATION_STATS:
                 r = self._row(m, st)
                 lo, hi = r["rel_error_min"], r["rel_error_max"]
-                r["bias"] = (None if lo is None else "over" if lo > 0 else "under" if hi < 0 else "mixed")
+                r["bias"] = None if lo is None else "over" if lo > 0 else "under" if hi < 0 else "mixed"
                 r["within_tol"] = None if r["rel_error"] is None else abs(r["rel_error"]) <= TRUST_TOL
                 rows.append(r)
         trusted, not_trusted, missing = [], [], []
@@ -143,15 +156,20 @@ class Comparison:
                 trusted.append(m)
             else:
                 worst = max(mine, key=lambda r: abs(r["rel_error"]))
-                not_trusted.append({"metric": m, "stat": worst["stat"], "rel_error": worst["rel_error"],
-                                    "bias": worst["bias"]})
+                not_trusted.append(
+                    {"metric": m, "stat": worst["stat"], "rel_error": worst["rel_error"], "bias": worst["bias"]}
+                )
         name = lambda m: m.removesuffix("_ms")  # noqa: E731
-        verdict = (f"trustworthy for what-ifs (mean, p50, p90, p99 within {TRUST_TOL:.0%}): "
-                   + (", ".join(name(m) for m in trusted) or "none"))
+        verdict = f"trustworthy for what-ifs (mean, p50, p90, p99 within {TRUST_TOL:.0%}): " + (
+            ", ".join(name(m) for m in trusted) or "none"
+        )
         if not_trusted:
             verdict += "; not: " + ", ".join(
                 f"{name(x['metric'])} ({x['stat']} {x['rel_error'] * 100:+.0f}%"
-                + (f", every seed {x['bias']}" if x["bias"] in ("over", "under") else "") + ")" for x in not_trusted)
+                + (f", every seed {x['bias']}" if x["bias"] in ("over", "under") else "")
+                + ")"
+                for x in not_trusted
+            )
         if missing:
             verdict += "; not in the recording: " + ", ".join(name(m) for m in missing)
         from .per_request import summarise
@@ -162,8 +180,16 @@ class Comparison:
             goodput = [self._row("goodput", st) for st in GOODPUT_STATS]
             for r in goodput:
                 r["within_tol"] = None if r["rel_error"] is None else abs(r["rel_error"]) <= TRUST_TOL
-        return {"tolerance": TRUST_TOL, "rows": rows, "trusted": trusted, "not_trusted": not_trusted,
-                "not_observed": missing, "verdict": verdict, "per_request": per_request, "goodput": goodput}
+        return {
+            "tolerance": TRUST_TOL,
+            "rows": rows,
+            "trusted": trusted,
+            "not_trusted": not_trusted,
+            "not_observed": missing,
+            "verdict": verdict,
+            "per_request": per_request,
+            "goodput": goodput,
+        }
 
     def to_dict(self) -> dict[str, Any]:
         cal = self.calibration
@@ -191,9 +217,15 @@ class Comparison:
             return []
         share = [p["cached_tokens"] / p["prompt_tokens"] for p in pcs if p["prompt_tokens"]]
         src = pcs[0]["source"]
-        return [f"prefix: {np.mean(share) * 100:.1f}% of prompt tokens cached in the replay (from {src}"
-                + (f", {pcs[0]['capacity_blocks']} blocks of {pcs[0]['block_tokens']} tokens, LRU" if "capacity_blocks"
-                   in pcs[0] else "") + ")"]
+        return [
+            f"prefix: {np.mean(share) * 100:.1f}% of prompt tokens cached in the replay (from {src}"
+            + (
+                f", {pcs[0]['capacity_blocks']} blocks of {pcs[0]['block_tokens']} tokens, LRU"
+                if "capacity_blocks" in pcs[0]
+                else ""
+            )
+            + ")"
+        ]
 
     def format(self) -> str:
         """A human table, one line per statistic."""
@@ -212,7 +244,11 @@ class Comparison:
             f"model:  t0={m.t0_ms:.4g} ms, a={m.a_ms_per_ctx * 1000:.4g} ms/1k ctx, b={m.b_ms_per_prefill * 1000:.4g} "
             f"ms/1k prefill, c={m.c_ms_per_decode * 1000:.4g} ms/1k decode"
             + (f", d={m.d_ms_per_req:.4g} ms/request" if m.d_ms_per_req else "")
-            + (f", e={m.e_ms_per_prefill_attn * 1e6:.4g} ms/1M prefill attention pairs" if m.e_ms_per_prefill_attn else "")
+            + (
+                f", e={m.e_ms_per_prefill_attn * 1e6:.4g} ms/1M prefill attention pairs"
+                if m.e_ms_per_prefill_attn
+                else ""
+            )
             + f" ({cal.details.get('iteration_model', 'memory-bound')} model, mean scale "
             f"{cal.details['mean_scale']:.3f}, host gap {cal.details['host_gap_ms']:.3g} ms)",
             f"noise:  sigma={cal.noise.sigma:.3g}, stalls {cal.noise.stall_rate:.3g}/step of {cal.noise.stall_ms_mean:.3g} ms",
@@ -222,20 +258,27 @@ class Comparison:
         ]
         for r in self.rows():
             name = f"{r['metric']} {r['stat']}" if r["metric"] != "throughput" else r["stat"]
-            rng = (f"{_num(r['replay_min'])} .. {_num(r['replay_max'])}" if len(self.seeds) > 1 else "")
-            lines.append(f"{name:<24}{_num(r['observed']):>11}{_num(r['replay']):>11}{_pct(r['rel_error']):>9}{rng:>22}")
+            rng = f"{_num(r['replay_min'])} .. {_num(r['replay_max'])}" if len(self.seeds) > 1 else ""
+            lines.append(
+                f"{name:<24}{_num(r['observed']):>11}{_num(r['replay']):>11}{_pct(r['rel_error']):>9}{rng:>22}"
+            )
         if self.mode == "validation":
             rep = self.calibration_report()
-            lines += ["", "calibration (recorded policy): error of the mean over seeds, seed range, bias",
-                      f"{'metric':<10}" + "".join(f"{st:>27}" for st in CALIBRATION_STATS)]
+            lines += [
+                "",
+                "calibration (recorded policy): error of the mean over seeds, seed range, bias",
+                f"{'metric':<10}" + "".join(f"{st:>27}" for st in CALIBRATION_STATS),
+            ]
             for m in CALIBRATION_METRICS:
                 cells = []
                 for r in (x for x in rep["rows"] if x["metric"] == m):
                     if r["rel_error"] is None:
                         cells.append(f"{'-':>27}")
                         continue
-                    cell = (f"{_pct(r['rel_error'])} [{_pct(r['rel_error_min'])}..{_pct(r['rel_error_max'])}]"
-                            f" {r['bias'][0]}")
+                    cell = (
+                        f"{_pct(r['rel_error'])} [{_pct(r['rel_error_min'])}..{_pct(r['rel_error_max'])}]"
+                        f" {r['bias'][0]}"
+                    )
                     cells.append(f"{cell:>27}")
                 lines.append(f"{m.removesuffix('_ms'):<10}" + "".join(cells))
             lines.append("  (bias: o = every seed over, u = every seed under, m = seeds straddle the observed)")
@@ -244,9 +287,13 @@ class Comparison:
             if (pr := format_line(rep["per_request"])) is not None:
                 lines.append(pr)
             if rep["goodput"]:
-                lines.append("goodput (SLO file, requests recorded ok): " + ", ".join(
-                    f"{r['stat']} {_num(r['observed'])} observed, {_num(r['replay'])} replayed ({_pct(r['rel_error'])})"
-                    for r in rep["goodput"]))
+                lines.append(
+                    "goodput (SLO file, requests recorded ok): "
+                    + ", ".join(
+                        f"{r['stat']} {_num(r['observed'])} observed, {_num(r['replay'])} replayed ({_pct(r['rel_error'])})"
+                        for r in rep["goodput"]
+                    )
+                )
             lines.append(rep["verdict"])
         if self.run_ids:
             lines += ["", "replay runs: " + ", ".join(self.run_ids)]
@@ -265,8 +312,13 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v * 100:+.1f}%"
 
 
-def compare(con: duckdb.DuckDBPyConnection, cal: Calibration, seeds: list[int],
-            on_result: OnResult | None = None, goodput_spec: Any = None) -> Comparison:
+def compare(
+    con: duckdb.DuckDBPyConnection,
+    cal: Calibration,
+    seeds: list[int],
+    on_result: OnResult | None = None,
+    goodput_spec: Any = None,
+) -> Comparison:
     """Replay ``cal`` once per seed and set the results beside the observed run.
 
     A replay of the run's own requests also compares them one to one (:mod:`.per_request`).
@@ -296,8 +348,9 @@ def compare(con: duckdb.DuckDBPyConnection, cal: Calibration, seeds: list[int],
     return out
 
 
-def observed_goodput(con: duckdb.DuckDBPyConnection, run_id: str, spec: Any, duration_s: float | None
-                     ) -> dict[str, Any]:
+def observed_goodput(
+    con: duckdb.DuckDBPyConnection, run_id: str, spec: Any, duration_s: float | None
+) -> dict[str, Any]:
     """The recorded run's goodput over its ok requests (a replay's population), by the one implementation."""
     from ..slo import goodput
 

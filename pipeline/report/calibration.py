@@ -37,9 +37,15 @@ def replay_calibration(con, run_id: str, seeds: int = DEFAULT_SEEDS, goodput_spe
     except (InputError, StoreError) as exc:
         return {"available": False, "reason": str(exc)}
     rep = cmp.calibration_report()
-    return {"available": True, "seeds": cmp.seeds, "policy": cal.policy.to_dict(),
-            "iteration_model": cal.details.get("iteration_model"), "noise_mode": cal.details.get("noise_mode"),
-            **rep, "notes": list(cal.notes)}
+    return {
+        "available": True,
+        "seeds": cmp.seeds,
+        "policy": cal.policy.to_dict(),
+        "iteration_model": cal.details.get("iteration_model"),
+        "noise_mode": cal.details.get("noise_mode"),
+        **rep,
+        "notes": list(cal.notes),
+    }
 
 
 def _pct(v: float | None) -> str | None:
@@ -55,31 +61,64 @@ def calibration_section(cal: dict[str, Any] | None) -> Section | None:
         sec.missing.append("replay calibration not available: " + str(cal.get("reason")))
         return sec
     policy = ", ".join(f"{k}={v}" for k, v in (cal.get("policy") or {}).items())
-    sec.intro = (f'<p class="sub">{len(cal["seeds"])} seed(s), noise {html_text(cal.get("noise_mode"))}, '
-                 f'{html_text(cal.get("iteration_model"))} iteration model; policy {html_text(policy)}. '
-                 "Error: the mean over seeds against the observed value; range: the seeds' own spread; "
-                 "bias: over / under when every seed errs that way, mixed when the seeds straddle it.</p>")
-    rows = [{"metric": r["metric"], "stat": r["stat"], "observed": r["observed"], "replayed": r["replay"],
-             "error": _pct(r["rel_error"]),
-             "seed range": (None if r["rel_error_min"] is None
-                            else f"{_pct(r['rel_error_min'])} .. {_pct(r['rel_error_max'])}"),
-             "bias": r["bias"], "within tolerance": r["within_tol"]} for r in cal["rows"]]
-    body = table(pl.DataFrame(rows, schema_overrides={"observed": pl.Float64, "replayed": pl.Float64},
-                              infer_schema_length=None), left=("metric", "stat", "bias"))
+    sec.intro = (
+        f'<p class="sub">{len(cal["seeds"])} seed(s), noise {html_text(cal.get("noise_mode"))}, '
+        f"{html_text(cal.get('iteration_model'))} iteration model; policy {html_text(policy)}. "
+        "Error: the mean over seeds against the observed value; range: the seeds' own spread; "
+        "bias: over / under when every seed errs that way, mixed when the seeds straddle it.</p>"
+    )
+    rows = [
+        {
+            "metric": r["metric"],
+            "stat": r["stat"],
+            "observed": r["observed"],
+            "replayed": r["replay"],
+            "error": _pct(r["rel_error"]),
+            "seed range": (
+                None if r["rel_error_min"] is None else f"{_pct(r['rel_error_min'])} .. {_pct(r['rel_error_max'])}"
+            ),
+            "bias": r["bias"],
+            "within tolerance": r["within_tol"],
+        }
+        for r in cal["rows"]
+    ]
+    body = table(
+        pl.DataFrame(rows, schema_overrides={"observed": pl.Float64, "replayed": pl.Float64}, infer_schema_length=None),
+        left=("metric", "stat", "bias"),
+    )
     if cal.get("per_request"):
-        pr = [{"metric": m, "requests": v["n"], "MAPE": None if v["mape"] is None else f"{v['mape'] * 100:.1f}%",
-               "MAPE seed range": (None if v["mape_min"] is None
-                                   else f"{v['mape_min'] * 100:.1f}% .. {v['mape_max'] * 100:.1f}%"),
-               "Pearson r": None if v["pearson_r"] is None else f"{v['pearson_r']:.3f}"}
-              for m, v in cal["per_request"].items()]
-        body += ("<h3>Request by request (each replayed request against the same recorded one)</h3>"
-                 + table(pl.DataFrame(pr, infer_schema_length=None), left=("metric",)))
+        pr = [
+            {
+                "metric": m,
+                "requests": v["n"],
+                "MAPE": None if v["mape"] is None else f"{v['mape'] * 100:.1f}%",
+                "MAPE seed range": (
+                    None if v["mape_min"] is None else f"{v['mape_min'] * 100:.1f}% .. {v['mape_max'] * 100:.1f}%"
+                ),
+                "Pearson r": None if v["pearson_r"] is None else f"{v['pearson_r']:.3f}",
+            }
+            for m, v in cal["per_request"].items()
+        ]
+        body += "<h3>Request by request (each replayed request against the same recorded one)</h3>" + table(
+            pl.DataFrame(pr, infer_schema_length=None), left=("metric",)
+        )
     if cal.get("goodput"):
-        gp = [{"goodput": r["stat"], "observed": r["observed"], "replayed": r["replay"], "error": _pct(r["rel_error"]),
-               "within tolerance": r["within_tol"]} for r in cal["goodput"]]
-        body += ("<h3>Goodput under the SLO file (requests recorded ok)</h3>"
-                 + table(pl.DataFrame(gp, schema_overrides={"observed": pl.Float64, "replayed": pl.Float64},
-                                      infer_schema_length=None), left=("goodput",)))
+        gp = [
+            {
+                "goodput": r["stat"],
+                "observed": r["observed"],
+                "replayed": r["replay"],
+                "error": _pct(r["rel_error"]),
+                "within tolerance": r["within_tol"],
+            }
+            for r in cal["goodput"]
+        ]
+        body += "<h3>Goodput under the SLO file (requests recorded ok)</h3>" + table(
+            pl.DataFrame(
+                gp, schema_overrides={"observed": pl.Float64, "replayed": pl.Float64}, infer_schema_length=None
+            ),
+            left=("goodput",),
+        )
     body += f'<p class="verdict"><strong>{html_text(cal["verdict"])}</strong></p>'
     if cal.get("notes"):
         body += "<ul>" + "".join(f"<li>{html_text(n)}</li>" for n in cal["notes"]) + "</ul>"

@@ -52,19 +52,36 @@ def timeline(df: pl.DataFrame, method: str, spikes: pl.DataFrame | None, spikes_
     base = alt.Chart(_data(df)).encode(x=alt.X("t_s:Q", title="time since run start (s)"))
     layers: list[alt.Chart] = []
     if (df["lo_ms"] != df["hi_ms"]).any():
-        layers.append(base.mark_area(opacity=0.3, color="#4c78a8").encode(
-            y=alt.Y("lo_ms:Q", title="iteration time (ms)"), y2="hi_ms:Q"))
-    layers.append(base.mark_line(strokeWidth=1, color="#4c78a8").encode(
-        y=alt.Y("mean_ms:Q", title="iteration time (ms)"),
-        tooltip=[alt.Tooltip("t_s:Q", format=".3f"), alt.Tooltip("mean_ms:Q", format=".2f")]))
+        layers.append(
+            base.mark_area(opacity=0.3, color="#4c78a8").encode(
+                y=alt.Y("lo_ms:Q", title="iteration time (ms)"), y2="hi_ms:Q"
+            )
+        )
+    layers.append(
+        base.mark_line(strokeWidth=1, color="#4c78a8").encode(
+            y=alt.Y("mean_ms:Q", title="iteration time (ms)"),
+            tooltip=[alt.Tooltip("t_s:Q", format=".3f"), alt.Tooltip("mean_ms:Q", format=".2f")],
+        )
+    )
     if spikes is not None and spikes.height:
-        layers.append(alt.Chart(_data(spikes)).mark_point(filled=True, size=40).encode(
-            x="t_s:Q", y="iteration_ms:Q",
-            color=alt.Color("cause:N", scale=alt.Scale(domain=CAUSES, range=CAUSE_COLORS), title="spike cause"),
-            tooltip=[alt.Tooltip("t_s:Q", format=".3f"), alt.Tooltip("iteration_ms:Q", format=".2f"), "cause:N",
-                     alt.Tooltip("residual_ms:Q", format=".2f")]))
+        layers.append(
+            alt.Chart(_data(spikes))
+            .mark_point(filled=True, size=40)
+            .encode(
+                x="t_s:Q",
+                y="iteration_ms:Q",
+                color=alt.Color("cause:N", scale=alt.Scale(domain=CAUSES, range=CAUSE_COLORS), title="spike cause"),
+                tooltip=[
+                    alt.Tooltip("t_s:Q", format=".3f"),
+                    alt.Tooltip("iteration_ms:Q", format=".2f"),
+                    "cause:N",
+                    alt.Tooltip("residual_ms:Q", format=".2f"),
+                ],
+            )
+        )
     return alt.layer(*layers).properties(
-        width=WIDTH, height=HEIGHT, title=_title("Iteration time over the run", method, spikes_note))
+        width=WIDTH, height=HEIGHT, title=_title("Iteration time over the run", method, spikes_note)
+    )
 
 
 def context_scatter(df: pl.DataFrame, method: str, fit_line: pl.DataFrame | None, fit_note: str) -> alt.LayerChart:
@@ -73,59 +90,104 @@ def context_scatter(df: pl.DataFrame, method: str, fit_line: pl.DataFrame | None
     y_title = "iteration time (ms)"
     if "kind" in df.columns:
         cells, points = df.filter(pl.col("kind") == "cell"), df.filter(pl.col("kind") == "point")
-        layers.append(alt.Chart(_data(cells.drop("context_tokens", "iteration_ms", "batch", strict=False)))
-                      .mark_rect().encode(
-            x=alt.X("ctx_lo:Q", bin="binned", title="context tokens in the batch"), x2="ctx_hi:Q",
-            y=alt.Y("ms_lo:Q", bin="binned", title=y_title), y2="ms_hi:Q",
-            color=alt.Color("count:Q", scale=alt.Scale(type="log", scheme="blues"), title="iterations"),
-            tooltip=["ctx_lo:Q", "ms_lo:Q", "count:Q"]))
+        layers.append(
+            alt.Chart(_data(cells.drop("context_tokens", "iteration_ms", "batch", strict=False)))
+            .mark_rect()
+            .encode(
+                x=alt.X("ctx_lo:Q", bin="binned", title="context tokens in the batch"),
+                x2="ctx_hi:Q",
+                y=alt.Y("ms_lo:Q", bin="binned", title=y_title),
+                y2="ms_hi:Q",
+                color=alt.Color("count:Q", scale=alt.Scale(type="log", scheme="blues"), title="iterations"),
+                tooltip=["ctx_lo:Q", "ms_lo:Q", "count:Q"],
+            )
+        )
         df = points.select("context_tokens", "iteration_ms", "batch")
     if df.height:
-        layers.append(alt.Chart(_data(df)).mark_circle(size=12, opacity=0.6).encode(
-            x=alt.X("context_tokens:Q", title="context tokens in the batch"),
-            y=alt.Y("iteration_ms:Q", title=y_title),
-            color=alt.Color("batch:N", scale=alt.Scale(domain=["decode only", "with prefill"],
-                                                       range=["#4c78a8", "#e45756"]), title="batch"),
-            tooltip=["context_tokens:Q", alt.Tooltip("iteration_ms:Q", format=".2f"), "batch:N"]))
+        layers.append(
+            alt.Chart(_data(df))
+            .mark_circle(size=12, opacity=0.6)
+            .encode(
+                x=alt.X("context_tokens:Q", title="context tokens in the batch"),
+                y=alt.Y("iteration_ms:Q", title=y_title),
+                color=alt.Color(
+                    "batch:N",
+                    scale=alt.Scale(domain=["decode only", "with prefill"], range=["#4c78a8", "#e45756"]),
+                    title="batch",
+                ),
+                tooltip=["context_tokens:Q", alt.Tooltip("iteration_ms:Q", format=".2f"), "batch:N"],
+            )
+        )
     if fit_line is not None and fit_line.height:
-        layers.append(alt.Chart(_data(fit_line)).mark_line(color="black", strokeDash=[6, 3]).encode(
-            x="context_tokens:Q", y="predicted_ms:Q"))
+        layers.append(
+            alt.Chart(_data(fit_line))
+            .mark_line(color="black", strokeDash=[6, 3])
+            .encode(x="context_tokens:Q", y="predicted_ms:Q")
+        )
     return alt.layer(*layers).properties(
-        width=WIDTH, height=HEIGHT + 60,
-        title=_title("Iteration time vs context tokens (the memory-bound decode line)", method, fit_note))
+        width=WIDTH,
+        height=HEIGHT + 60,
+        title=_title("Iteration time vs context tokens (the memory-bound decode line)", method, fit_note),
+    )
 
 
 def cdf(df: pl.DataFrame, metric: str, method: str, marks: dict[str, float | None]) -> alt.LayerChart:
     """Empirical CDF (``value_ms, fraction``) with vertical rules at the given percentiles."""
     log = _log_ok(df["value_ms"])
-    x = alt.X("value_ms:Q", title=LABELS.get(metric, metric) + (" (log scale)" if log else ""),
-              scale=alt.Scale(type="log") if log else alt.Scale(zero=False))
-    line = alt.Chart(_data(df)).mark_line(interpolate="step-after" if "exact" in method else "linear").encode(
-        x=x, y=alt.Y("fraction:Q", title="fraction of values <=", scale=alt.Scale(domain=[0, 1])),
-        tooltip=[alt.Tooltip("value_ms:Q", format=".3f"), alt.Tooltip("fraction:Q", format=".4f")])
-    rows = [{"stat": k, "value_ms": round(float(v), 4), "label": f"{k} {v:.1f} ms"}
-            for k, v in marks.items() if v is not None and (not log or v > 0)]
+    x = alt.X(
+        "value_ms:Q",
+        title=LABELS.get(metric, metric) + (" (log scale)" if log else ""),
+        scale=alt.Scale(type="log") if log else alt.Scale(zero=False),
+    )
+    line = (
+        alt.Chart(_data(df))
+        .mark_line(interpolate="step-after" if "exact" in method else "linear")
+        .encode(
+            x=x,
+            y=alt.Y("fraction:Q", title="fraction of values <=", scale=alt.Scale(domain=[0, 1])),
+            tooltip=[alt.Tooltip("value_ms:Q", format=".3f"), alt.Tooltip("fraction:Q", format=".4f")],
+        )
+    )
+    rows = [
+        {"stat": k, "value_ms": round(float(v), 4), "label": f"{k} {v:.1f} ms"}
+        for k, v in marks.items()
+        if v is not None and (not log or v > 0)
+    ]
     layers: list[alt.Chart] = [line]
     if rows:
         rules = alt.Chart(_rows(rows)).encode(x="value_ms:Q")
         layers.append(rules.mark_rule(strokeDash=[4, 2], color="#e45756"))
-        layers.append(rules.mark_text(align="left", dx=4, dy=-6, color="#e45756").encode(
-            y=alt.value(12), text="label:N"))
+        layers.append(
+            rules.mark_text(align="left", dx=4, dy=-6, color="#e45756").encode(y=alt.value(12), text="label:N")
+        )
     return alt.layer(*layers).properties(
-        width=WIDTH // 2 - 30, height=HEIGHT, title=_title(f"{LABELS.get(metric, metric)}: distribution", method))
+        width=WIDTH // 2 - 30, height=HEIGHT, title=_title(f"{LABELS.get(metric, metric)}: distribution", method)
+    )
 
 
 def tail_bars(df: pl.DataFrame) -> alt.FacetChart:
     """Tail attribution: share of each part in (tail - median) latency, one row per metric."""
-    chart = alt.Chart(_data(df)).mark_bar().encode(
-        x=alt.X("share:Q", axis=alt.Axis(format="%"), title="share of the tail's extra latency"),
-        y=alt.Y("part:N", title=None, sort="-x"),
-        color=alt.Color("part:N", legend=None),
-        tooltip=["metric:N", "part:N", alt.Tooltip("share:Q", format=".1%")],
-    ).properties(width=WIDTH - 260, height=alt.Step(18))
-    return chart.facet(row=alt.Row("metric:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left"))) \
-        .resolve_scale(y="independent").properties(title=_title("Tail attribution: what grows from the median (p40-p60) to the tail (>= p99)",
-                                 "mean part in the >= p99 group minus mean part in the p40-p60 group, as shares"))
+    chart = (
+        alt.Chart(_data(df))
+        .mark_bar()
+        .encode(
+            x=alt.X("share:Q", axis=alt.Axis(format="%"), title="share of the tail's extra latency"),
+            y=alt.Y("part:N", title=None, sort="-x"),
+            color=alt.Color("part:N", legend=None),
+            tooltip=["metric:N", "part:N", alt.Tooltip("share:Q", format=".1%")],
+        )
+        .properties(width=WIDTH - 260, height=alt.Step(18))
+    )
+    return (
+        chart.facet(row=alt.Row("metric:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left")))
+        .resolve_scale(y="independent")
+        .properties(
+            title=_title(
+                "Tail attribution: what grows from the median (p40-p60) to the tail (>= p99)",
+                "mean part in the >= p99 group minus mean part in the p40-p60 group, as shares",
+            )
+        )
+    )
 
 
 def queue(df: pl.DataFrame, method: str) -> alt.VConcatChart:
@@ -133,49 +195,91 @@ def queue(df: pl.DataFrame, method: str) -> alt.VConcatChart:
     reqs = df.filter(pl.col("series") != "KV usage %")
     kv = df.filter(pl.col("series") == "KV usage %")
     x = alt.X("t_s:Q", title="time since run start (s)")
-    top = alt.Chart(_data(reqs)).mark_line(strokeWidth=1).encode(
-        x=x, y=alt.Y("value:Q", title="requests"),
-        color=alt.Color("series:N", scale=alt.Scale(domain=["running requests", "waiting requests"],
-                                                    range=["#4c78a8", "#f58518"]), title=None),
-        tooltip=["series:N", alt.Tooltip("t_s:Q", format=".3f"), alt.Tooltip("value:Q", format=".1f")],
-    ).properties(width=WIDTH, height=HEIGHT - 60)
+    top = (
+        alt.Chart(_data(reqs))
+        .mark_line(strokeWidth=1)
+        .encode(
+            x=x,
+            y=alt.Y("value:Q", title="requests"),
+            color=alt.Color(
+                "series:N",
+                scale=alt.Scale(domain=["running requests", "waiting requests"], range=["#4c78a8", "#f58518"]),
+                title=None,
+            ),
+            tooltip=["series:N", alt.Tooltip("t_s:Q", format=".3f"), alt.Tooltip("value:Q", format=".1f")],
+        )
+        .properties(width=WIDTH, height=HEIGHT - 60)
+    )
     parts: list[Any] = [top] if reqs.height else []
     if kv.height:
-        parts.append(alt.Chart(_data(kv)).mark_line(strokeWidth=1, color="#54a24b").encode(
-            x=x, y=alt.Y("value:Q", title="KV cache used (%)", scale=alt.Scale(domain=[0, 100])),
-            tooltip=[alt.Tooltip("t_s:Q", format=".3f"), alt.Tooltip("value:Q", format=".1f")],
-        ).properties(width=WIDTH, height=HEIGHT - 100))
+        parts.append(
+            alt.Chart(_data(kv))
+            .mark_line(strokeWidth=1, color="#54a24b")
+            .encode(
+                x=x,
+                y=alt.Y("value:Q", title="KV cache used (%)", scale=alt.Scale(domain=[0, 100])),
+                tooltip=[alt.Tooltip("t_s:Q", format=".3f"), alt.Tooltip("value:Q", format=".1f")],
+            )
+            .properties(width=WIDTH, height=HEIGHT - 100)
+        )
     return alt.vconcat(*parts).properties(title=_title("Queue depth, running requests and KV-cache usage", method))
 
 
 def compare_cdf(df: pl.DataFrame, metric: str, method: str) -> alt.Chart:
     """Overlaid CDFs of one metric for two runs (``value_ms, fraction, run``)."""
     log = _log_ok(df["value_ms"])
-    return alt.Chart(_data(df)).mark_line().encode(
-        x=alt.X("value_ms:Q", title=LABELS.get(metric, metric) + (" (log scale)" if log else ""),
-                scale=alt.Scale(type="log") if log else alt.Scale(zero=False)),
-        y=alt.Y("fraction:Q", title="fraction of values <=", scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color("run:N", scale=alt.Scale(domain=["baseline", "candidate"], range=["#4c78a8", "#e45756"]),
-                        title=None),
-        tooltip=["run:N", alt.Tooltip("value_ms:Q", format=".3f"), alt.Tooltip("fraction:Q", format=".4f")],
-    ).properties(width=WIDTH // 2 - 30, height=HEIGHT,
-                 title=_title(f"{LABELS.get(metric, metric)}: baseline vs candidate", method))
+    return (
+        alt.Chart(_data(df))
+        .mark_line()
+        .encode(
+            x=alt.X(
+                "value_ms:Q",
+                title=LABELS.get(metric, metric) + (" (log scale)" if log else ""),
+                scale=alt.Scale(type="log") if log else alt.Scale(zero=False),
+            ),
+            y=alt.Y("fraction:Q", title="fraction of values <=", scale=alt.Scale(domain=[0, 1])),
+            color=alt.Color(
+                "run:N", scale=alt.Scale(domain=["baseline", "candidate"], range=["#4c78a8", "#e45756"]), title=None
+            ),
+            tooltip=["run:N", alt.Tooltip("value_ms:Q", format=".3f"), alt.Tooltip("fraction:Q", format=".4f")],
+        )
+        .properties(
+            width=WIDTH // 2 - 30,
+            height=HEIGHT,
+            title=_title(f"{LABELS.get(metric, metric)}: baseline vs candidate", method),
+        )
+    )
 
 
 def compare_deltas(df: pl.DataFrame, threshold: float) -> alt.LayerChart:
     """Relative change per metric/statistic with its bootstrap CI (``label, rel, rel_lo, rel_hi, verdict``)."""
     base = alt.Chart(_data(df)).encode(y=alt.Y("label:N", title=None, sort=None))
-    colors = alt.Scale(domain=["regression", "improvement", "no significant change"],
-                       range=["#e45756", "#54a24b", "#9d9d9d"])
+    colors = alt.Scale(
+        domain=["regression", "improvement", "no significant change"], range=["#e45756", "#54a24b", "#9d9d9d"]
+    )
     bars = base.mark_errorbar(ticks=True).encode(
         x=alt.X("rel_lo:Q", axis=alt.Axis(format="%"), title="candidate vs baseline (relative change, CI)"),
-        x2="rel_hi:Q", color=alt.Color("verdict:N", scale=colors, title=None))
+        x2="rel_hi:Q",
+        color=alt.Color("verdict:N", scale=colors, title=None),
+    )
     dots = base.mark_point(filled=True, size=50).encode(
-        x="rel:Q", color=alt.Color("verdict:N", scale=colors, title=None),
-        tooltip=["label:N", alt.Tooltip("rel:Q", format="+.2%"), alt.Tooltip("rel_lo:Q", format="+.2%"),
-                 alt.Tooltip("rel_hi:Q", format="+.2%"), "verdict:N"])
-    rules = alt.Chart(_rows([{"x": -threshold}, {"x": 0.0}, {"x": threshold}])).mark_rule(
-        strokeDash=[3, 3], color="#888").encode(x="x:Q")
+        x="rel:Q",
+        color=alt.Color("verdict:N", scale=colors, title=None),
+        tooltip=[
+            "label:N",
+            alt.Tooltip("rel:Q", format="+.2%"),
+            alt.Tooltip("rel_lo:Q", format="+.2%"),
+            alt.Tooltip("rel_hi:Q", format="+.2%"),
+            "verdict:N",
+        ],
+    )
+    rules = (
+        alt.Chart(_rows([{"x": -threshold}, {"x": 0.0}, {"x": threshold}]))
+        .mark_rule(strokeDash=[3, 3], color="#888")
+        .encode(x="x:Q")
+    )
     return alt.layer(rules, bars, dots).properties(
-        width=WIDTH - 200, height=alt.Step(16),
-        title=_title("Change of each statistic", f"dashed lines: 0 and the +/-{threshold:.0%} regression threshold"))
+        width=WIDTH - 200,
+        height=alt.Step(16),
+        title=_title("Change of each statistic", f"dashed lines: 0 and the +/-{threshold:.0%} regression threshold"),
+    )

@@ -93,24 +93,31 @@ def _rounded(df: pl.DataFrame, digits: int = 4) -> pl.DataFrame:
 def iteration_timeline(con: duckdb.DuckDBPyConnection, run_id: str, max_points: int = MAX_POINTS) -> Frame | None:
     """Iteration time over the run: columns ``t_s, lo_ms, mean_ms, hi_ms``."""
     p = {"r": run_id, "t0": origin_s(con, run_id)}
-    n, span = _rows(
-        con,
-        f"select count(iteration_ms), max({_ITER_X}) from iteration_metrics where run_id = $r", p)[0]
+    n, span = _rows(con, f"select count(iteration_ms), max({_ITER_X}) from iteration_metrics where run_id = $r", p)[0]
     if not n:
         return None
     if n <= max_points or not span:
-        df = _pl(con, f"""select {_ITER_X} as t_s, iteration_ms as lo_ms, iteration_ms as mean_ms,
+        df = _pl(
+            con,
+            f"""select {_ITER_X} as t_s, iteration_ms as lo_ms, iteration_ms as mean_ms,
                                  iteration_ms as hi_ms
-                          from iteration_metrics where run_id = $r and iteration_ms is not null order by iter""", p)
+                          from iteration_metrics where run_id = $r and iteration_ms is not null order by iter""",
+            p,
+        )
         return Frame(_rounded(df), f"all {n:,} iterations", n)
     buckets = max(max_points // 3, 10)
     p["w"] = span / buckets
-    df = _pl(con, f"""select floor({_ITER_X} / $w) * $w as t_s, min(iteration_ms) as lo_ms,
+    df = _pl(
+        con,
+        f"""select floor({_ITER_X} / $w) * $w as t_s, min(iteration_ms) as lo_ms,
                              avg(iteration_ms) as mean_ms, max(iteration_ms) as hi_ms
                       from iteration_metrics where run_id = $r and iteration_ms is not null
-                      group by 1 order by 1""", p)
-    return Frame(_rounded(df), f"{n:,} iterations in {df.height:,} time buckets of {p['w']:.3g} s: "
-                 "min-max band and mean line", n)
+                      group by 1 order by 1""",
+        p,
+    )
+    return Frame(
+        _rounded(df), f"{n:,} iterations in {df.height:,} time buckets of {p['w']:.3g} s: min-max band and mean line", n
+    )
 
 
 def spikes(con: duckdb.DuckDBPyConnection, run_id: str, limit: int = 1000) -> Frame | None:
@@ -121,11 +128,15 @@ def spikes(con: duckdb.DuckDBPyConnection, run_id: str, limit: int = 1000) -> Fr
     resid = "f.residual_ms" if "residual_ms" in fit[1] else "null::double"
     p = {"r": run_id, "t0": origin_s(con, run_id), "lim": limit}
     total = _one(con, f"select count(*) from {fit[0]} where run_id = $r and is_spike", p)
-    df = _pl(con, f"""select {_iter_x('m')} as t_s,
+    df = _pl(
+        con,
+        f"""select {_iter_x("m")} as t_s,
                              m.iteration_ms, coalesce(f.spike_cause, 'unexplained') as cause, {resid} as residual_ms
                       from {fit[0]} f join iteration_metrics m using (run_id, iter)
                       where f.run_id = $r and f.is_spike
-                      order by {resid} desc nulls last, m.iteration_ms desc limit $lim""", p)
+                      order by {resid} desc nulls last, m.iteration_ms desc limit $lim""",
+        p,
+    )
     shown = f"all {total:,} spikes" if total <= limit else f"the {limit:,} largest of {total:,} spikes"
     return Frame(_rounded(df.sort("t_s")), shown, total)
 
@@ -143,33 +154,51 @@ def iteration_vs_context(con: duckdb.DuckDBPyConnection, run_id: str, max_points
         return None
     batch = "case when has_prefill then 'with prefill' else 'decode only' end"
     if n <= max_points:
-        df = _pl(con, f"select context_tokens, iteration_ms, {batch} as batch from iteration_metrics "
-                      f"where {where} order by iter", p)
+        df = _pl(
+            con,
+            f"select context_tokens, iteration_ms, {batch} as batch from iteration_metrics where {where} order by iter",
+            p,
+        )
         return Frame(_rounded(df), f"all {n:,} iterations", n)
     ctx_max, ms_min, ms_cap = _rows(
         con,
         f"select max(context_tokens), min(iteration_ms), quantile_cont(iteration_ms, 0.999) "
-        f"from iteration_metrics where {where}", p)[0]
+        f"from iteration_metrics where {where}",
+        p,
+    )[0]
     p.update(cw=max(ctx_max, 1) / 80, mw=max(ms_cap - ms_min, 1e-9) / 50, m0=ms_min, cap=ms_cap)
-    cells = _pl(con, f"""select 'cell' as kind, floor(context_tokens / $cw) * $cw as ctx_lo,
+    cells = _pl(
+        con,
+        f"""select 'cell' as kind, floor(context_tokens / $cw) * $cw as ctx_lo,
                                 (floor(context_tokens / $cw) + 1) * $cw as ctx_hi,
                                 $m0 + least(floor((iteration_ms - $m0) / $mw), 49) * $mw as ms_lo,
                                 $m0 + (least(floor((iteration_ms - $m0) / $mw), 49) + 1) * $mw as ms_hi,
                                 count(*) as count
                          from iteration_metrics where {where} and iteration_ms <= $cap
-                         group by all order by ctx_lo, ms_lo""", p)
-    tail = _pl(con, f"""select 'point' as kind, context_tokens, iteration_ms, {batch} as batch
+                         group by all order by ctx_lo, ms_lo""",
+        p,
+    )
+    tail = _pl(
+        con,
+        f"""select 'point' as kind, context_tokens, iteration_ms, {batch} as batch
                         from iteration_metrics where {where} and iteration_ms > $cap
-                        order by iteration_ms desc limit 2000""", p)
+                        order by iteration_ms desc limit 2000""",
+        p,
+    )
     df = pl.concat([cells, tail], how="diagonal_relaxed")
-    return Frame(_rounded(df), f"{n:,} iterations: 2-D histogram (80 x 50 cells) up to the p99.9 of "
-                 f"iteration time, the {tail.height:,} slowest iterations above it as points", n)
+    return Frame(
+        _rounded(df),
+        f"{n:,} iterations: 2-D histogram (80 x 50 cells) up to the p99.9 of "
+        f"iteration time, the {tail.height:,} slowest iterations above it as points",
+        n,
+    )
 
 
 def decode_only_median_decode_tokens(con: duckdb.DuckDBPyConnection, run_id: str) -> float:
     """Median decode tokens of decode-only steps: where the fitted line is drawn (0 when unknown)."""
-    v = _one(con, "select median(decode_tokens) from iteration_metrics where run_id = $r and not has_prefill",
-             {"r": run_id})
+    v = _one(
+        con, "select median(decode_tokens) from iteration_metrics where run_id = $r and not has_prefill", {"r": run_id}
+    )
     return float(v or 0.0)
 
 
@@ -184,8 +213,12 @@ def cdf(con: duckdb.DuckDBPyConnection, run_id: str, metric: str, points: int = 
     if not n:
         return None
     if n <= points:
-        df = _pl(con, f"""select {metric} as value_ms, row_number() over (order by {metric}) / count(*) over ()
-                          as fraction {base} order by 1""", p)
+        df = _pl(
+            con,
+            f"""select {metric} as value_ms, row_number() over (order by {metric}) / count(*) over ()
+                          as fraction {base} order by 1""",
+            p,
+        )
         return Frame(_rounded(df, 6), f"all {n:,} values (exact empirical CDF)", n)
     body = np.linspace(0.0, 0.99, int(points * 0.8), endpoint=False)
     qs = np.concatenate([body, np.linspace(0.99, 1.0, points - len(body))]).round(6)
@@ -196,8 +229,12 @@ def cdf(con: duckdb.DuckDBPyConnection, run_id: str, metric: str, points: int = 
     lo = np.floor(h).astype(np.int64)
     hi = np.minimum(lo + 1, n - 1)
     p["pos"] = np.union1d(lo, hi).tolist()
-    stats = _pl(con, f"""with s as (select {metric} as v, row_number() over (order by {metric}) - 1 as i {base})
-                         select i, v from s semi join (select unnest($pos) as i) as p using (i) order by i""", p)
+    stats = _pl(
+        con,
+        f"""with s as (select {metric} as v, row_number() over (order by {metric}) - 1 as i {base})
+                         select i, v from s semi join (select unnest($pos) as i) as p using (i) order by i""",
+        p,
+    )
     idx, v = stats["i"].to_numpy(), stats["v"].to_numpy()
     v_lo, v_hi = v[np.searchsorted(idx, lo)], v[np.searchsorted(idx, hi)]
     df = pl.DataFrame({"value_ms": v_lo + (h - lo) * (v_hi - v_lo), "fraction": qs})
@@ -210,7 +247,9 @@ def queue_series(con: duckdb.DuckDBPyConnection, run_id: str, max_points: int = 
     have = _rows(
         con,
         f"select count(running_reqs), count(waiting_reqs), count(kv_usage), count(*), max({_ITER_X}) "
-        f"from iteration_metrics where run_id = $r", p)[0]
+        f"from iteration_metrics where run_id = $r",
+        p,
+    )[0]
     if not any(have[:3]):
         return None
     n, span = have[3], have[4] or 0
@@ -222,10 +261,14 @@ def queue_series(con: duckdb.DuckDBPyConnection, run_id: str, max_points: int = 
         method = f"all {n:,} iterations"
     key = f"floor({_ITER_X} / $w) * $w" if bucketed else _ITER_X
     agg = "avg" if bucketed else ""
-    wide = _pl(con, f"""select {key} as t_s, {agg}(running_reqs) as "running requests",
+    wide = _pl(
+        con,
+        f"""select {key} as t_s, {agg}(running_reqs) as "running requests",
                                {agg}(waiting_reqs) as "waiting requests", {agg}(kv_usage * 100) as "KV usage %"
-                        from iteration_metrics where run_id = $r {'group by 1' if bucketed else ''}
-                        order by 1""", p)
+                        from iteration_metrics where run_id = $r {"group by 1" if bucketed else ""}
+                        order by 1""",
+        p,
+    )
     long = wide.unpivot(index="t_s", variable_name="series", value_name="value").drop_nulls("value")
     return Frame(_rounded(long.with_columns(pl.col("value").cast(pl.Float64))), method, n)
 
@@ -241,21 +284,29 @@ def top_iterations(con: duckdb.DuckDBPyConnection, run_id: str, n: int = TOP_N) 
         extra = "".join(f", f.{c}" for c in pick)
         join = f"left join {fit[0]} f using (run_id, iter)"
         order = "f.residual_ms desc nulls last, m.iteration_ms desc" if "residual_ms" in cols else order
-    return _pl(con, f"""select m.iter, round({_iter_x('m')}, 3) as t_s, round(m.iteration_ms, 3) as iteration_ms {extra},
+    return _pl(
+        con,
+        f"""select m.iter, round({_iter_x("m")}, 3) as t_s, round(m.iteration_ms, 3) as iteration_ms {extra},
                                m.context_tokens, m.prefill_tokens, m.decode_reqs, m.preempted_reqs, m.waiting_reqs
                         from iteration_metrics m {join} where m.run_id = $r and m.iteration_ms is not null
-                        order by {order} limit $n""", p)
+                        order by {order} limit $n""",
+        p,
+    )
 
 
 def top_requests(con: duckdb.DuckDBPyConnection, run_id: str, metric: str, n: int = TOP_N) -> pl.DataFrame:
     """The ``n`` ok requests with the largest ``metric`` (a per-request metric: ttft_ms, tpot_ms, e2e_ms, ...)."""
     assert metric in REQUEST_METRICS  # a column of request_latency, from the registry: safe in the SQL text
     p = {"r": run_id, "t0": origin_s(con, run_id), "n": n}
-    return _pl(con, f"""select req_id, round(t_arrival - $t0, 3) as arrival_s, prompt_tokens, output_tokens,
+    return _pl(
+        con,
+        f"""select req_id, round(t_arrival - $t0, 3) as arrival_s, prompt_tokens, output_tokens,
                                round(queue_ms, 2) as queue_ms, round(ttft_ms, 2) as ttft_ms,
                                round(tpot_ms, 2) as tpot_ms, round(e2e_ms, 2) as e2e_ms, preemptions
                         from request_latency where run_id = $r and status = 'ok' and {metric} is not null
-                        order by {metric} desc, req_id limit $n""", p)
+                        order by {metric} desc, req_id limit $n""",
+        p,
+    )
 
 
 def tail_shares(summary: dict[str, Any]) -> pl.DataFrame | None:
@@ -263,7 +314,11 @@ def tail_shares(summary: dict[str, Any]) -> pl.DataFrame | None:
     tail = summary.get("tail")
     if not isinstance(tail, dict):
         return None
-    rows = [{"metric": str(m), "part": str(part), "share": float(v)}
-            for m, parts in tail.items() if isinstance(parts, dict)
-            for part, v in parts.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    rows = [
+        {"metric": str(m), "part": str(part), "share": float(v)}
+        for m, parts in tail.items()
+        if isinstance(parts, dict)
+        for part, v in parts.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    ]
     return pl.DataFrame(rows) if rows else None

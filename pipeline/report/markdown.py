@@ -26,26 +26,34 @@ def _fit_lines(s: dict[str, Any]) -> list[str]:
     fit, spikes, tail = s.get("fit"), s.get("spikes"), s.get("tail")
     out = []
     if isinstance(fit, dict) and fit.get("t0_ms") is not None:
-        out.append(f"**Iteration-time model**: t0 {_n(fit.get('t0_ms'))} ms, "
-                   f"{_n(fit.get('ms_per_1k_context_tokens'), 4)} ms per 1k context tokens, "
-                   f"{_n(fit.get('ms_per_1k_prefill_tokens'), 4)} ms per 1k prefill tokens, "
-                   f"R\u00b2 {_n(fit.get('r2'), 3)}, MAPE {_n(fit.get('mape'), 3)}")
+        out.append(
+            f"**Iteration-time model**: t0 {_n(fit.get('t0_ms'))} ms, "
+            f"{_n(fit.get('ms_per_1k_context_tokens'), 4)} ms per 1k context tokens, "
+            f"{_n(fit.get('ms_per_1k_prefill_tokens'), 4)} ms per 1k prefill tokens, "
+            f"R\u00b2 {_n(fit.get('r2'), 3)}, MAPE {_n(fit.get('mape'), 3)}"
+        )
     else:
         out.append("**Iteration-time model**: not available (run `tracelat fit`)")
     if isinstance(spikes, dict):
-        out.append("**Spikes**: " + ", ".join(f"{md_text(k)} {_n(v)}" for k, v in spikes.items()
-                                              if not isinstance(v, (dict, list))))
+        out.append(
+            "**Spikes**: "
+            + ", ".join(f"{md_text(k)} {_n(v)}" for k, v in spikes.items() if not isinstance(v, (dict, list)))
+        )
         lim = spikes.get("stall_detection_limit_ms") or {}
         if isinstance(lim.get("median_step"), (int, float)) and isinstance(lim.get("p90_step"), (int, float)):
-            out.append(f"**Stall detection limit**: {_n(lim['median_step'], 3)} ms on a median step, "
-                       f"{_n(lim['p90_step'], 3)} ms on a p90 step (shorter stalls hide in the step's noise)")
+            out.append(
+                f"**Stall detection limit**: {_n(lim['median_step'], 3)} ms on a median step, "
+                f"{_n(lim['p90_step'], 3)} ms on a p90 step (shorter stalls hide in the step's noise)"
+            )
     if isinstance(tail, dict):
         for metric, parts in tail.items():
             if isinstance(parts, dict):
-                top = sorted(((k, v) for k, v in parts.items() if isinstance(v, (int, float))),
-                             key=lambda kv: -kv[1])[:3]
-                out.append(f"**Tail of {md_text(metric)}**: " + ", ".join(f"{md_text(k)} {100 * v:.0f}%"
-                                                                         for k, v in top))
+                top = sorted(((k, v) for k, v in parts.items() if isinstance(v, (int, float))), key=lambda kv: -kv[1])[
+                    :3
+                ]
+                out.append(
+                    f"**Tail of {md_text(metric)}**: " + ", ".join(f"{md_text(k)} {100 * v:.0f}%" for k, v in top)
+                )
     return out
 
 
@@ -60,10 +68,14 @@ def summary_markdown(s: dict[str, Any], audit: Any = None) -> str:
 
     for bad, text in source_lines(str(s["run_id"]), run.get("meta") or {}):
         lines += [("**Sources (problem)**: " if bad else "**Sources**: ") + md_text(text, 2000), ""]
-    lines += [f"{_n(s['requests'])} requests ({_n(s['requests_failed'])} failed), {_n(s['iterations'])} iterations, "
-              f"{_n(s['duration_s'], 1)} s; {_n(s['throughput'].get('output_tokens_per_s'), 1)} output tokens/s, "
-              f"{_n(s['throughput'].get('requests_per_s'), 3)} requests/s", "",
-              "| metric (ms) | " + " | ".join(STATS) + " |", "|---|" + "---:|" * len(STATS)]
+    lines += [
+        f"{_n(s['requests'])} requests ({_n(s['requests_failed'])} failed), {_n(s['iterations'])} iterations, "
+        f"{_n(s['duration_s'], 1)} s; {_n(s['throughput'].get('output_tokens_per_s'), 1)} output tokens/s, "
+        f"{_n(s['throughput'].get('requests_per_s'), 3)} requests/s",
+        "",
+        "| metric (ms) | " + " | ".join(STATS) + " |",
+        "|---|" + "---:|" * len(STATS),
+    ]
     for m in metrics.METRICS:
         st = s.get(m) or {}
         if st.get("count"):

@@ -27,8 +27,10 @@ from ..escape import html_text, script_json
 # Styles keep 'unsafe-inline': Vega writes style attributes on the SVG it draws and
 # vega-embed adds a <style> element, and CSS cannot run script.  Images and fonts
 # only as data: URLs (Vega's PNG export, none fetched).
-CSP_TEMPLATE = ("default-src 'none'; script-src {hashes}; style-src 'unsafe-inline'; img-src data:; "
-                "font-src data:; base-uri 'none'; form-action 'none'")
+CSP_TEMPLATE = (
+    "default-src 'none'; script-src {hashes}; style-src 'unsafe-inline'; img-src data:; "
+    "font-src data:; base-uri 'none'; form-action 'none'"
+)
 
 STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1180px;padding:16px 24px;
@@ -146,8 +148,9 @@ def _section_html(s: Section) -> str:
     parts = [f'<section id="{s.key}"><h2>{html_text(s.title)}</h2>', s.intro]
     parts += [missing(m) for m in s.missing]
     if s.charts:
-        parts.append('<div class="grid">' + "".join(f'<div class="chart" id="chart-{k}"></div>' for k in s.charts)
-                     + "</div>")
+        parts.append(
+            '<div class="grid">' + "".join(f'<div class="chart" id="chart-{k}"></div>' for k in s.charts) + "</div>"
+        )
     parts += [s.body, "</section>"]
     return "".join(parts)
 
@@ -160,17 +163,19 @@ def _embeddable(spec: dict[str, Any]) -> dict[str, Any]:
 def page(title: str, header: str, sections: list[Section], footer: str) -> str:
     """The complete HTML document."""
     specs = {k: _embeddable(v) for s in sections for k, v in s.charts.items()}
-    return "".join([
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
-        f'<meta http-equiv="Content-Security-Policy" content="{csp()}">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{html_text(title, limit=160)}</title><style>{STYLE}</style>",
-        f"<script>{vega_bundle()}</script></head><body>",
-        header,
-        "".join(_section_html(s) for s in sections),
-        f'<p id="render-status" data-done="0" data-ok="0" data-failed="0">{len(specs)} charts to draw '
-        "(they need JavaScript)</p>",
-        f"<footer>{footer}</footer>",
-        f'<script type="application/json" id="tracelat-specs">{script_json(specs, sort_keys=True)}</script>',
-        f"<script>{EMBED_JS}</script></body></html>\n",
-    ])
+    return "".join(
+        [
+            '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
+            f'<meta http-equiv="Content-Security-Policy" content="{csp()}">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            f"<title>{html_text(title, limit=160)}</title><style>{STYLE}</style>",
+            f"<script>{vega_bundle()}</script></head><body>",
+            header,
+            "".join(_section_html(s) for s in sections),
+            f'<p id="render-status" data-done="0" data-ok="0" data-failed="0">{len(specs)} charts to draw '
+            "(they need JavaScript)</p>",
+            f"<footer>{footer}</footer>",
+            f'<script type="application/json" id="tracelat-specs">{script_json(specs, sort_keys=True)}</script>',
+            f"<script>{EMBED_JS}</script></body></html>\n",
+        ]
+    )

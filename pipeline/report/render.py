@@ -41,7 +41,7 @@ def safe_name(run_id: str, limit: int = 100) -> str:
     folder; ``~`` is never kept from an id, so no id can name another's folder.
     """
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", run_id).lstrip(".")[:limit] or "run"
-    return name if name == run_id else f"{name[:limit - 9]}~{name_digest(run_id)}"
+    return name if name == run_id else f"{name[: limit - 9]}~{name_digest(run_id)}"
 
 
 def default_out_dir(run_id: str) -> Path:
@@ -50,9 +50,11 @@ def default_out_dir(run_id: str) -> Path:
 
 
 def _headline(s: dict[str, Any], audit: Any) -> str:
-    cards = [card("requests (failed)", f"{fmt(s['requests'])} ({fmt(s['requests_failed'])})"),
-             card("duration", f"{fmt(s['duration_s'], 1)} s"),
-             card("output tokens/s", fmt(s["throughput"].get("output_tokens_per_s"), 1))]
+    cards = [
+        card("requests (failed)", f"{fmt(s['requests'])} ({fmt(s['requests_failed'])})"),
+        card("duration", f"{fmt(s['duration_s'], 1)} s"),
+        card("output tokens/s", fmt(s["throughput"].get("output_tokens_per_s"), 1)),
+    ]
     for key, label in HEADLINE:
         st = s.get(key) or {}
         if st.get("count"):
@@ -67,9 +69,14 @@ def _headline(s: dict[str, Any], audit: Any) -> str:
 
 
 def _stats_table(s: dict[str, Any]) -> str:
-    rows = [{"metric": m, **{k: (s[m] or {}).get(k) for k in ("count", "p50", "p90", "p95", "p99", "p999", "mean",
-                                                              "std", "max")}}
-            for m in metrics.METRICS if (s.get(m) or {}).get("count")]
+    rows = [
+        {
+            "metric": m,
+            **{k: (s[m] or {}).get(k) for k in ("count", "p50", "p90", "p95", "p99", "p999", "mean", "std", "max")},
+        }
+        for m in metrics.METRICS
+        if (s.get(m) or {}).get("count")
+    ]
     return table(pl.DataFrame(rows), left=("metric",)) if rows else missing("no latency values in this run")
 
 
@@ -78,21 +85,37 @@ def _audit_section(audit: Any) -> Section:
     if audit is None:
         sec.missing.append("no SLO file given: pass --slo slo.toml (see examples/slo.toml)")
         return sec
-    rows = pl.DataFrame([{"SLO": c.name, "observed": c.observed, "limit": f"{c.op} {c.limit:g}",
-                          "result": c.status.upper()} for c in audit.checks])
-    sec.intro = f'<p class="sub">{html_text(audit.slo_path)}: {len(audit.checks)} checks, {audit.failures} ' \
-                f"failed, {audit.errors} could not be evaluated</p>"
+    rows = pl.DataFrame(
+        [
+            {"SLO": c.name, "observed": c.observed, "limit": f"{c.op} {c.limit:g}", "result": c.status.upper()}
+            for c in audit.checks
+        ]
+    )
+    sec.intro = (
+        f'<p class="sub">{html_text(audit.slo_path)}: {len(audit.checks)} checks, {audit.failures} '
+        f"failed, {audit.errors} could not be evaluated</p>"
+    )
     sec.body = table(rows, left=("SLO", "result"))
     if audit.goodput:
         g = audit.goodput
-        sec.body += kv_table([("goodput attainment", g["attainment"]), ("good requests", g["good_requests"]),
-                              ("request goodput (req/s)", g["request_goodput_rps"]),
-                              ("token goodput (tokens/s)", g["token_goodput_tps"])])
+        sec.body += kv_table(
+            [
+                ("goodput attainment", g["attainment"]),
+                ("good requests", g["good_requests"]),
+                ("request goodput (req/s)", g["request_goodput_rps"]),
+                ("token goodput (tokens/s)", g["token_goodput_tps"]),
+            ]
+        )
     if audit.fluidity and audit.fluidity.get("requests_evaluated"):
         f = audit.fluidity
-        sec.body += kv_table([("fluidity index mean", f["mean"]), ("fluidity index p01", f["percentiles"]["p01"]),
-                              ("service-level fluidity", f["service"]),
-                              ("requests with index >= 0.9", f["fraction_at_least_0_9"])])
+        sec.body += kv_table(
+            [
+                ("fluidity index mean", f["mean"]),
+                ("fluidity index p01", f["percentiles"]["p01"]),
+                ("service-level fluidity", f["service"]),
+                ("requests with index >= 0.9", f["fraction_at_least_0_9"]),
+            ]
+        )
     return sec
 
 
@@ -126,8 +149,9 @@ def _fit_line(fit: dict[str, Any] | None, ctx_max: float, decode: float) -> tupl
     line = pl.DataFrame({"context_tokens": [0.0, float(ctx_max)], "predicted_ms": [base, base + a * ctx_max / 1000]})
     r2 = f", R\u00b2 {fit['r2']:.3f}" if isinstance(fit.get("r2"), (int, float)) else ""
     at = f" + c\u00b7{decode:g} decode tokens (median of decode-only steps)" if isinstance(c, (int, float)) else ""
-    return line, (f"dashed: fitted t0 + a\u00b7ctx{at}, no prefill; t0 = {t0:.3g} ms, "
-                  f"a = {a:.3g} ms per 1k context tokens{r2}")
+    return line, (
+        f"dashed: fitted t0 + a\u00b7ctx{at}, no prefill; t0 = {t0:.3g} ms, a = {a:.3g} ms per 1k context tokens{r2}"
+    )
 
 
 def _fit_numbers(fit: dict[str, Any]) -> str:
@@ -139,9 +163,18 @@ def _fit_numbers(fit: dict[str, Any]) -> str:
     claims = [c for c in fit.get("claims") or [] if isinstance(c, dict)]
     if claims:
         verdict = {True: "holds", False: "does not hold", None: "not testable here"}
-        out += table(pl.DataFrame([{"iteration-time claim": str(c.get("claim")),
-                                    "on this run": verdict.get(c.get("holds"), str(c.get("holds")))}
-                                   for c in claims]), left=("iteration-time claim", "on this run"))
+        out += table(
+            pl.DataFrame(
+                [
+                    {
+                        "iteration-time claim": str(c.get("claim")),
+                        "on this run": verdict.get(c.get("holds"), str(c.get("holds"))),
+                    }
+                    for c in claims
+                ]
+            ),
+            left=("iteration-time claim", "on this run"),
+        )
     notes = [n for n in fit.get("statements") or [] if isinstance(n, str)]
     if notes:
         out += "<ul>" + "".join(f"<li>{html_text(n)}</li>" for n in notes) + "</ul>"
@@ -167,8 +200,11 @@ def _fit_section(con, run_id: str, s: dict[str, Any], max_points: int) -> Sectio
 
 def _distribution_section(con, run_id: str, s: dict[str, Any]) -> Section:
     sec = Section("distributions", "TTFT, TPOT and ITL distributions")
-    why = {"itl_ms": "no token times in this run", "ttft_ms": "no request records with a first token",
-           "tpot_ms": "no request with more than one output token"}
+    why = {
+        "itl_ms": "no token times in this run",
+        "ttft_ms": "no request records with a first token",
+        "tpot_ms": "no request with more than one output token",
+    }
     for metric in ("ttft_ms", "tpot_ms", "itl_ms"):
         fr = frames.cdf(con, run_id, metric)
         if fr is None:
@@ -241,16 +277,26 @@ def _run_section(s: dict[str, Any]) -> Section:
     sources = source_lines(str(s.get("run_id")), extra or {})
     body = ""
     if sources:  # a run joined from several files: how their clocks were put together
-        body += "<h3>Sources and clocks</h3><ul>" + "".join(
-            f"<li>{'<strong>problem:</strong> ' if bad else ''}{html_text(text)}</li>" for bad, text in sources) + "</ul>"
+        body += (
+            "<h3>Sources and clocks</h3><ul>"
+            + "".join(
+                f"<li>{'<strong>problem:</strong> ' if bad else ''}{html_text(text)}</li>" for bad, text in sources
+            )
+            + "</ul>"
+        )
     body += kv_table([(k, v) for k, v in meta.items()])
     if extra:
         body += "<pre>" + html_text(json.dumps(extra, indent=1, default=str)[:20000]) + "</pre>"
     return Section("run", "Run metadata", body=body)
 
 
-def build_sections(con: duckdb.DuckDBPyConnection, run_id: str, s: dict[str, Any], audit: Any = None,
-                   max_points: int = frames.MAX_POINTS) -> list[Section]:
+def build_sections(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    s: dict[str, Any],
+    audit: Any = None,
+    max_points: int = frames.MAX_POINTS,
+) -> list[Section]:
     """Every section of the run report, in page order."""
     from .calibration import calibration_section
 
@@ -269,9 +315,15 @@ def build_sections(con: duckdb.DuckDBPyConnection, run_id: str, s: dict[str, Any
     return [sec for sec in sections if sec is not None]
 
 
-def write_report(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: str | Path | None = None,
-                 slo: Any = None, max_points: int = frames.MAX_POINTS, summary: dict[str, Any] | None = None,
-                 calibrate_seeds: int | None = None) -> Path:
+def write_report(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    out_dir: str | Path | None = None,
+    slo: Any = None,
+    max_points: int = frames.MAX_POINTS,
+    summary: dict[str, Any] | None = None,
+    calibrate_seeds: int | None = None,
+) -> Path:
     """Write ``index.html``, ``summary.json`` and ``summary.md`` for ``run_id``; return the HTML path.
 
     ``out_dir`` defaults to ``reports/<run_id>/``; ``slo`` (a path or an
@@ -294,17 +346,22 @@ def write_report(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: str | Pat
     if calibrate_seeds:
         from .calibration import replay_calibration
 
-        s["replay_calibration"] = replay_calibration(con, run_id, calibrate_seeds,
-                                                     spec.goodput if spec is not None else None)
+        s["replay_calibration"] = replay_calibration(
+            con, run_id, calibrate_seeds, spec.goodput if spec is not None else None
+        )
     out = Path(out_dir) if out_dir is not None else default_out_dir(run_id)
     out.mkdir(parents=True, exist_ok=True)
     run = s.get("run") or {}
     sub = " \u00b7 ".join(html_text(run[k], limit=80) for k in ("engine", "model", "gpu") if run.get(k))
-    header = (f'<h1>tracelat report: <span class="rid">{html_text(run_id, limit=300)}</span></h1>'
-              f'<p class="sub">{sub}</p>' + _headline(s, audit) + _stats_table(s))
+    header = (
+        f'<h1>tracelat report: <span class="rid">{html_text(run_id, limit=300)}</span></h1>'
+        f'<p class="sub">{sub}</p>' + _headline(s, audit) + _stats_table(s)
+    )
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    footer = (f"tracelat {html_text(__version__)}, generated {stamp}. Metric definitions: docs/metrics.md; "
-              "how each chart reduces large runs is stated in its subtitle.")
+    footer = (
+        f"tracelat {html_text(__version__)}, generated {stamp}. Metric definitions: docs/metrics.md; "
+        "how each chart reduces large runs is stated in its subtitle."
+    )
     sections = build_sections(con, run_id, s, audit, max_points)
     html_path = out / "index.html"
     html_path.write_text(page(f"tracelat report: {run_id}", header, sections, footer), encoding="utf-8")

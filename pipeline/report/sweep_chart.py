@@ -23,10 +23,17 @@ def chart_rows(sweep: Sweep) -> list[dict[str, Any]]:
         status = "no SLO file" if r.meets is None else ("meets SLO" if r.meets else "misses SLO")
         for metric, stat, title in PANELS:
             for seed, s in zip(sweep.seeds, r.per_seed):
-                rows.append({"value": r.value if not isinstance(r.value, bool) else str(r.value).lower(),
-                             "panel": title, "seed": seed, "ms": (s.get(metric) or {}).get(stat),
-                             "mean_ms": r.mean(metric, stat), "status": status,
-                             "recorded": r.value == sweep.recorded_value})
+                rows.append(
+                    {
+                        "value": r.value if not isinstance(r.value, bool) else str(r.value).lower(),
+                        "panel": title,
+                        "seed": seed,
+                        "ms": (s.get(metric) or {}).get(stat),
+                        "mean_ms": r.mean(metric, stat),
+                        "status": status,
+                        "recorded": r.value == sweep.recorded_value,
+                    }
+                )
     return rows
 
 
@@ -38,31 +45,48 @@ def sweep_chart(sweep: Sweep):
     data = alt.Data(values=rows)
     numeric = sweep.param not in ("chunked_prefill", "admit_full_prompt")
     # log2 axis ticked at the swept values (powers of two are the usual choices)
-    x = alt.X("value:Q", title=sweep.param, scale=alt.Scale(type="log", base=2),
-              axis=alt.Axis(values=[r.value for r in sweep.rows])) if numeric else alt.X("value:N", title=sweep.param)
+    x = (
+        alt.X(
+            "value:Q",
+            title=sweep.param,
+            scale=alt.Scale(type="log", base=2),
+            axis=alt.Axis(values=[r.value for r in sweep.rows]),
+        )
+        if numeric
+        else alt.X("value:N", title=sweep.param)
+    )
     palette = {"meets SLO": "#2a9d4b", "misses SLO": "#d1495b", "no SLO file": "#4c78a8"}
     present = [k for k in palette if any(row["status"] == k for row in rows)]
-    color = alt.Color("status:N", title=None,
-                      scale=alt.Scale(domain=present, range=[palette[k] for k in present]))
+    color = alt.Color("status:N", title=None, scale=alt.Scale(domain=present, range=[palette[k] for k in present]))
     limits = {(lim.metric, lim.stat): lim.limit for lim in _slo_limits(sweep)}
     panels = []
     for metric, stat, title in PANELS:
         base = alt.Chart(data).transform_filter(alt.datum.panel == title)
         line = base.mark_line(color="#888").encode(x=x, y=alt.Y("mean(mean_ms):Q", title=title))
         dots = base.mark_circle(size=90).encode(
-            x=x, y="mean(mean_ms):Q", color=color,
-            tooltip=[alt.Tooltip("value:Q" if numeric else "value:N", title=sweep.param), alt.Tooltip("mean(mean_ms):Q", title=title, format=".4g"),
-                     alt.Tooltip("status:N")])
+            x=x,
+            y="mean(mean_ms):Q",
+            color=color,
+            tooltip=[
+                alt.Tooltip("value:Q" if numeric else "value:N", title=sweep.param),
+                alt.Tooltip("mean(mean_ms):Q", title=title, format=".4g"),
+                alt.Tooltip("status:N"),
+            ],
+        )
         seeds = base.mark_tick(opacity=0.4, color="#555").encode(x=x, y="ms:Q")
         layer = line + seeds + dots
         if (metric, stat) in limits:
-            rule = alt.Chart(alt.Data(values=[{"limit": limits[(metric, stat)]}])).mark_rule(
-                color="#d1495b", strokeDash=[6, 4]).encode(y="limit:Q")
+            rule = (
+                alt.Chart(alt.Data(values=[{"limit": limits[(metric, stat)]}]))
+                .mark_rule(color="#d1495b", strokeDash=[6, 4])
+                .encode(y="limit:Q")
+            )
             layer = layer + rule
         panels.append(layer.properties(width=320, height=240, title=title))
     sub = f"{len(sweep.seeds)} seed(s) per value; ticks: single seeds; dashed: SLO limit"
     return alt.hconcat(*panels).properties(
-        title=alt.TitleParams(f"What-if replay of {sweep.calibration.run_id}: {sweep.param}", subtitle=sub))
+        title=alt.TitleParams(f"What-if replay of {sweep.calibration.run_id}: {sweep.param}", subtitle=sub)
+    )
 
 
 def _slo_limits(sweep: Sweep) -> list:
@@ -85,10 +109,12 @@ def save_chart(sweep: Sweep, path) -> Path:
     run_id = sweep.calibration.run_id
     # Altair's own save() pastes the spec (with the run id, from a log) into <script> as is;
     # the report's page escapes it and adds the CSP
-    header = (f'<h1>What-if replay of <span class="rid">{html_text(run_id, limit=300)}</span>: '
-              f"{html_text(sweep.param)}</h1>")
-    section = Section("sweep", "p99 TTFT and p99 TPOT against the swept setting",
-                      charts={"sweep": spec(sweep_chart(sweep))})
+    header = (
+        f'<h1>What-if replay of <span class="rid">{html_text(run_id, limit=300)}</span>: {html_text(sweep.param)}</h1>'
+    )
+    section = Section(
+        "sweep", "p99 TTFT and p99 TPOT against the swept setting", charts={"sweep": spec(sweep_chart(sweep))}
+    )
     footer = f"tracelat {html_text(__version__)}; the table and JSON of this sweep: tracelat replay --sweep [--json]."
     path.write_text(page(f"tracelat replay sweep: {run_id}", header, [section], footer), encoding="utf-8")
     return path

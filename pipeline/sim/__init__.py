@@ -23,15 +23,34 @@ if TYPE_CHECKING:
     from pipeline.sim.workload import Workload, add_burst, poisson_workload, workload_from_file
 
 __all__ = [
-    "IterationModel", "NO_NOISE", "NoiseModel", "Policy", "SimResult", "SimulationRun", "Workload", "WorkloadSpec",
-    "add_burst", "build_workload", "poisson_workload", "run_simulation", "simulate", "token_times",
+    "IterationModel",
+    "NO_NOISE",
+    "NoiseModel",
+    "Policy",
+    "SimResult",
+    "SimulationRun",
+    "Workload",
+    "WorkloadSpec",
+    "add_burst",
+    "build_workload",
+    "poisson_workload",
+    "run_simulation",
+    "simulate",
+    "token_times",
     "workload_from_file",
 ]
 
 # The engine and workloads need NumPy; they load on first use, so that importing the settings
 # (pipeline.sim.config, through this package) for a command's --help loads no numerical library.
-_LAZY = {"SimResult": "engine", "simulate": "engine", "token_times": "engine", "Workload": "workload",
-         "add_burst": "workload", "poisson_workload": "workload", "workload_from_file": "workload"}
+_LAZY = {
+    "SimResult": "engine",
+    "simulate": "engine",
+    "token_times": "engine",
+    "Workload": "workload",
+    "add_burst": "workload",
+    "poisson_workload": "workload",
+    "workload_from_file": "workload",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -92,11 +111,25 @@ def build_workload(spec: WorkloadSpec, seed: int, n_requests: int | None = None)
             w = w.head(n)
     else:
         n = next((x for x in (n_requests, spec.requests) if x is not None), DEFAULT_REQUESTS)
-        w = poisson_workload(n, spec.rate_rps, spec.prompt_mean, spec.prompt_sigma, spec.output_mean,
-                             spec.output_sigma, seed, spec.burstiness)
+        w = poisson_workload(
+            n,
+            spec.rate_rps,
+            spec.prompt_mean,
+            spec.prompt_sigma,
+            spec.output_mean,
+            spec.output_sigma,
+            seed,
+            spec.burstiness,
+        )
     if spec.burst_at_s is not None and spec.burst_count > 0:
-        w = add_burst(w, spec.burst_at_s, spec.burst_count, spec.burst_prompt_tokens, spec.burst_output_tokens,
-                      spec.burst_spread_s)
+        w = add_burst(
+            w,
+            spec.burst_at_s,
+            spec.burst_count,
+            spec.burst_prompt_tokens,
+            spec.burst_output_tokens,
+            spec.burst_spread_s,
+        )
     return w
 
 
@@ -159,18 +192,45 @@ def run_simulation(
     n_req = _estimate_requests(spec, policy, model, iterations) if sized else None
     for _attempt in range(6):
         w = workload if workload is not None else build_workload(spec, seed, n_req)
-        result = simulate(w, policy=policy, model=model, noise=noise, seed=seed, t_end_s=t_end_s, progress=progress,
-                          max_iterations=iterations)
+        result = simulate(
+            w,
+            policy=policy,
+            model=model,
+            noise=noise,
+            seed=seed,
+            t_end_s=t_end_s,
+            progress=progress,
+            max_iterations=iterations,
+        )
         if not sized or result.n_iterations >= iterations or result.info["stop"] != "done":
             break
         # the workload ran out before the step count: size it up from what one request lasted
         n_req = int(n_req * 1.3 * iterations / max(result.n_iterations, 1)) + 100
     info = {"spec": spec.to_dict() if workload is None else None, **w.describe()}
-    write_trace(result, out, run_id, policy=policy, model=model, noise=noise, workload_info=info,
-                with_token_times=with_token_times, model_name=model_name, gpu=gpu)
+    write_trace(
+        result,
+        out,
+        run_id,
+        policy=policy,
+        model=model,
+        noise=noise,
+        workload_info=info,
+        with_token_times=with_token_times,
+        model_name=model_name,
+        gpu=gpu,
+    )
     truth_path = None
     if truth is not False:
         truth_path = Path(truth) if truth else default_truth_path(out)
-        write_truth(truth_path, result, run_id, policy=policy, model=model, noise=noise, seed=seed, workload_info=info,
-                    trace_path=out)
+        write_truth(
+            truth_path,
+            result,
+            run_id,
+            policy=policy,
+            model=model,
+            noise=noise,
+            seed=seed,
+            workload_info=info,
+            trace_path=out,
+        )
     return SimulationRun(result, w, run_id, out, truth_path, seed)

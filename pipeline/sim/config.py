@@ -25,26 +25,41 @@ class Policy:
 
     max_num_seqs: int = setting(256, "Most requests running at once (vLLM --max-num-seqs).", min=1)
     max_num_batched_tokens: int = setting(
-        2048, "Token budget per step, decodes + prefill chunks, i.e. the largest prefill chunk "
-              "(vLLM --max-num-batched-tokens).", min=1)
-    kv_capacity_tokens: int = setting(1_000_000, "KV-cache capacity in tokens; exceeding it preempts (recompute).",
-                                      min=1)
+        2048,
+        "Token budget per step, decodes + prefill chunks, i.e. the largest prefill chunk "
+        "(vLLM --max-num-batched-tokens).",
+        min=1,
+    )
+    kv_capacity_tokens: int = setting(
+        1_000_000, "KV-cache capacity in tokens; exceeding it preempts (recompute).", min=1
+    )
     chunked_prefill: bool = setting(
-        True, "Split long prompts over steps to fit the token budget; off: a prompt must fit whole in a step's "
-              "budget.", unrecorded=True)
+        True,
+        "Split long prompts over steps to fit the token budget; off: a prompt must fit whole in a step's budget.",
+        unrecorded=True,
+    )
     kv_block_size: int = setting(
-        1, "KV allocated in blocks of this many tokens (vLLM block_size: 16 on GPU, 128 on CPU; 1 = counted in "
-           "tokens); the cache holds kv-capacity-tokens // kv-block-size blocks.", min=1, unrecorded=1)
+        1,
+        "KV allocated in blocks of this many tokens (vLLM block_size: 16 on GPU, 128 on CPU; 1 = counted in "
+        "tokens); the cache holds kv-capacity-tokens // kv-block-size blocks.",
+        min=1,
+        unrecorded=1,
+    )
     admit_full_prompt: bool = setting(
-        False, "Admit a request only when KV has room for its whole prompt, not just its first chunk "
-               "(vLLM scheduler_reserve_full_isl); otherwise a chunked prompt admitted into a nearly full cache "
-               "can preempt itself as it grows.", unrecorded=True)
+        False,
+        "Admit a request only when KV has room for its whole prompt, not just its first chunk "
+        "(vLLM scheduler_reserve_full_isl); otherwise a chunked prompt admitted into a nearly full cache "
+        "can preempt itself as it grows.",
+        unrecorded=True,
+    )
     prefix_caching: bool = setting(
-        False, "Reuse the KV of prompt prefixes already computed (vLLM enable_prefix_caching): an admitted request "
-               "prefills only the uncached part of its prompt (the requests' cached_tokens, or a workload's "
-               "hash_ids in 512-token blocks through an LRU of the KV capacity); off: every prompt in full. "
-               "Replay default: recorded (on when the run says so or its requests carry cached tokens).",
-        unrecorded=False)
+        False,
+        "Reuse the KV of prompt prefixes already computed (vLLM enable_prefix_caching): an admitted request "
+        "prefills only the uncached part of its prompt (the requests' cached_tokens, or a workload's "
+        "hash_ids in 512-token blocks through an LRU of the KV capacity); off: every prompt in full. "
+        "Replay default: recorded (on when the run says so or its requests carry cached tokens).",
+        unrecorded=False,
+    )
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:
@@ -57,8 +72,10 @@ class Policy:
         if self.kv_capacity_tokens < 1:
             raise ValueError(f"kv_capacity_tokens must be >= 1, got {self.kv_capacity_tokens}")
         if self.kv_block_size < 1 or self.kv_block_size > self.kv_capacity_tokens:
-            raise ValueError(f"kv_block_size must be between 1 and kv_capacity_tokens ({self.kv_capacity_tokens}), "
-                             f"got {self.kv_block_size}")
+            raise ValueError(
+                f"kv_block_size must be between 1 and kv_capacity_tokens ({self.kv_capacity_tokens}), "
+                f"got {self.kv_block_size}"
+            )
 
     @property
     def kv_blocks(self) -> int:
@@ -91,7 +108,8 @@ class WorkloadSpec:
     """
 
     requests: int | None = setting(
-        None, f"Number of requests. Default {DEFAULT_REQUESTS}, or enough to last --iterations steps.", min=1)
+        None, f"Number of requests. Default {DEFAULT_REQUESTS}, or enough to last --iterations steps.", min=1
+    )
     rate_rps: float = setting(10.0, "Mean arrival rate in requests per second ('inf': all at t=0).", flag="--rate")
     burstiness: float = setting(1.0, "Gamma shape of inter-arrival gaps: 1 = Poisson, <1 burstier, >1 more regular.")
     prompt_mean: float = setting(512.0, "Mean prompt length in tokens (log-normal).")
@@ -99,16 +117,21 @@ class WorkloadSpec:
     output_mean: float = setting(128.0, "Mean output length in tokens (log-normal).")
     output_sigma: float = setting(0.8, "Log-space sigma of output lengths (0 = all equal).")
     lengths_file: str | None = setting(
-        None, "CSV/JSONL of recorded arrivals (s) and prompt/output token counts to replay instead of synthetic "
-              "ones (t_arrival|arrived_at, prompt_tokens|num_prefill_tokens|ContextTokens, "
-              "output_tokens|num_decode_tokens|GeneratedTokens).", existing="file")
+        None,
+        "CSV/JSONL of recorded arrivals (s) and prompt/output token counts to replay instead of synthetic "
+        "ones (t_arrival|arrived_at, prompt_tokens|num_prefill_tokens|ContextTokens, "
+        "output_tokens|num_decode_tokens|GeneratedTokens).",
+        existing="file",
+    )
     burst_at_s: float | None = setting(
-        None, "Inject an incident: a burst of long prompts arriving at this time (s).", flag="--burst-at")
+        None, "Inject an incident: a burst of long prompts arriving at this time (s).", flag="--burst-at"
+    )
     burst_count: int = setting(20, "Number of requests in the burst.")
     burst_prompt_tokens: int = setting(8192, "Prompt length of each burst request (tokens).")
     burst_output_tokens: int = setting(32, "Output length of each burst request (tokens).")
-    burst_spread_s: float = setting(0.0, "Spread the burst arrivals evenly over this many seconds.",
-                                    flag="--burst-spread")
+    burst_spread_s: float = setting(
+        0.0, "Spread the burst arrivals evenly over this many seconds.", flag="--burst-spread"
+    )
 
     def to_dict(self) -> dict:
         """Plain-dict form, for truth files."""

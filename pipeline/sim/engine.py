@@ -95,13 +95,33 @@ from pipeline.sim.prefix import PrefixCache
 from pipeline.sim.workload import Workload
 
 ITERATION_FIELDS = (
-    "iter", "t_start", "t_end", "prefill_tokens", "prefill_reqs", "decode_tokens", "decode_reqs",
-    "context_tokens", "running_reqs", "waiting_reqs", "kv_usage", "preempted_reqs", "stall_ms", "base_ms",
+    "iter",
+    "t_start",
+    "t_end",
+    "prefill_tokens",
+    "prefill_reqs",
+    "decode_tokens",
+    "decode_reqs",
+    "context_tokens",
+    "running_reqs",
+    "waiting_reqs",
+    "kv_usage",
+    "preempted_reqs",
+    "stall_ms",
+    "base_ms",
     "prefill_attn",
 )
 REQUEST_FIELDS = (
-    "req_id", "t_arrival", "t_scheduled", "t_first_token", "t_finish", "prompt_tokens", "output_tokens",
-    "preemptions", "status", "cached_tokens",
+    "req_id",
+    "t_arrival",
+    "t_scheduled",
+    "t_first_token",
+    "t_finish",
+    "prompt_tokens",
+    "output_tokens",
+    "preemptions",
+    "status",
+    "cached_tokens",
 )
 NOISE_CHUNK = 16384  # noise is drawn this many iterations at a time; progress is reported as often
 
@@ -176,7 +196,7 @@ def token_times(result: SimResult, req_index_or_all=None):
     if req_index_or_all is None or (isinstance(req_index_or_all, str) and req_index_or_all == "all"):
         return np.split(values, offsets[1:-1]) if result.n_requests else []
     r = int(req_index_or_all)
-    return values[offsets[r]:offsets[r + 1]]
+    return values[offsets[r] : offsets[r + 1]]
 
 
 def _check_fits(workload: Workload, policy: Policy) -> None:
@@ -185,8 +205,11 @@ def _check_fits(workload: Workload, policy: Policy) -> None:
     need = workload.prompt_tokens + workload.output_tokens - 1
     worst = int(np.argmax(need))
     if need[worst] > policy.kv_usable_tokens:
-        blocks = (f" ({policy.kv_blocks} blocks of {policy.kv_block_size}: {policy.kv_usable_tokens} tokens)"
-                  if policy.kv_block_size > 1 else "")
+        blocks = (
+            f" ({policy.kv_blocks} blocks of {policy.kv_block_size}: {policy.kv_usable_tokens} tokens)"
+            if policy.kv_block_size > 1
+            else ""
+        )
         raise InputError(
             f"request {str(workload.ids()[worst])!r} needs {int(need[worst])} KV tokens (prompt + output - 1) but "
             f"kv_capacity_tokens is {policy.kv_capacity_tokens}{blocks}. Raise --kv-capacity-tokens or shorten "
@@ -532,8 +555,12 @@ def simulate(
         "cached_tokens": np.array(c_first[:n_seen], dtype=np.int64),
     }
     segments = {"req": _np(seg_req, np.int64), "first": _np(seg_first, np.int64), "last": _np(seg_last, np.int64)}
-    chunks = {"req": _np(ch_req, np.int64), "iter": _np(ch_iter, np.int64),
-              "tokens": _np(ch_tok, np.int64), "computed_before": _np(ch_ctx, np.int64)}
+    chunks = {
+        "req": _np(ch_req, np.int64),
+        "iter": _np(ch_iter, np.int64),
+        "tokens": _np(ch_tok, np.int64),
+        "computed_before": _np(ch_ctx, np.int64),
+    }
     info = {"seed": seed, "stop": stop, "iterations": k, "requests_arrived": n_seen, "requests_total": n}
     if pcache is not None:
         info["prefix_cache"] = pcache.info()

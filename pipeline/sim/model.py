@@ -43,11 +43,15 @@ class IterationModel:
     b_ms_per_prefill: float = setting(0.02, "ms per prompt token computed in a step.")
     c_ms_per_decode: float = setting(0.0, "ms per decode token generated in a step.")
     d_ms_per_req: float = setting(
-        0.0, "ms per request in a step (decodes + prefill chunks): per-sequence host and kernel work "
-             "(0: the memory-bound model).")
+        0.0,
+        "ms per request in a step (decodes + prefill chunks): per-sequence host and kernel work "
+        "(0: the memory-bound model).",
+    )
     e_ms_per_prefill_attn: float = setting(
-        0.0, "ms per attention token pair of a prefill chunk: a chunk of L tokens after c computed ones "
-             "attends to L x (c + L/2) pairs (0: the memory-bound model).")
+        0.0,
+        "ms per attention token pair of a prefill chunk: a chunk of L tokens after c computed ones "
+        "attends to L x (c + L/2) pairs (0: the memory-bound model).",
+    )
 
     def base_ms(self, context_tokens, prefill_tokens, decode_tokens, requests=0, prefill_attn=0):
         """Model time before noise and stalls; works on scalars and numpy arrays."""
@@ -79,15 +83,21 @@ class IterationModel:
 class NoiseModel:
     """Multiplicative log noise plus rare additive stalls (help in each field's metadata)."""
 
-    sigma: float = setting(0.03, "Log-space sigma of the multiplicative iteration-time noise (0 = none).",
-                           flag="--noise-sigma")
+    sigma: float = setting(
+        0.03, "Log-space sigma of the multiplicative iteration-time noise (0 = none).", flag="--noise-sigma"
+    )
     stall_rate: float = setting(0.0, "Probability that a step carries an injected stall (0..1).")
     stall_ms_mean: float = setting(50.0, "Mean length of an injected stall in ms (exponential).", flag="--stall-ms")
-    law: str = setting("lognormal", "Law of the log noise: lognormal (Gaussian) or t (Student-t, heavy-tailed, "
-                                    "scaled to standard deviation sigma).", flag="--noise-law",
-                       choices=("lognormal", "t"))
-    df: float = setting(3.0, "Degrees of freedom of the t law (> 2, so that sigma is its standard deviation).",
-                        flag="--noise-df")
+    law: str = setting(
+        "lognormal",
+        "Law of the log noise: lognormal (Gaussian) or t (Student-t, heavy-tailed, "
+        "scaled to standard deviation sigma).",
+        flag="--noise-law",
+        choices=("lognormal", "t"),
+    )
+    df: float = setting(
+        3.0, "Degrees of freedom of the t law (> 2, so that sigma is its standard deviation).", flag="--noise-df"
+    )
 
     def __post_init__(self) -> None:
         if self.sigma < 0:

@@ -47,7 +47,7 @@ class PrefixCache:
             return h
         h = 0
         lru = self.lru
-        for key in self.vals[self.off[r]:self.off[r + 1]]:
+        for key in self.vals[self.off[r] : self.off[r + 1]]:
             if key not in lru:
                 break
             h += 1
@@ -93,5 +93,11 @@ class PrefixCache:
     def info(self) -> dict:
         if not self.hashed:
             return {"source": "recorded cached_tokens"}
-        return {"source": "hash_ids", "block_tokens": self.block, "capacity_blocks": self.capacity,
-                "blocks_looked_up": self.looked_up, "blocks_hit": self.hit, "resident_blocks": len(self.lru)}
+        return {
+            "source": "hash_ids",
+            "block_tokens": self.block,
+            "capacity_blocks": self.capacity,
+            "blocks_looked_up": self.looked_up,
+            "blocks_hit": self.hit,
+            "resident_blocks": len(self.lru),
+        }

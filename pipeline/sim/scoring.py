@@ -48,8 +48,9 @@ def best_recall_at_fdr(score: np.ndarray, stalled: np.ndarray, max_fdr: float = 
     return float(tp[ok].max() / stalled.sum()) if ok.any() else 0.0
 
 
-def oracle_recall(y_ms: np.ndarray, base_ms: np.ndarray, stalled: np.ndarray, noise: NoiseModel,
-                  max_fdr: float = 0.05) -> float:
+def oracle_recall(
+    y_ms: np.ndarray, base_ms: np.ndarray, stalled: np.ndarray, noise: NoiseModel, max_fdr: float = 0.05
+) -> float:
     """What the best rule judging one step at a time reaches at <= ``max_fdr`` false discoveries.
 
     Steps are ranked by :func:`stall_log_odds` (the Bayes ranking), and the cut is
@@ -64,8 +65,9 @@ def oracle_recall(y_ms: np.ndarray, base_ms: np.ndarray, stalled: np.ndarray, no
     return best_recall_at_fdr(stall_log_odds(y_ms, base_ms, noise), stalled, max_fdr)
 
 
-def score_stalls(flagged: np.ndarray, stall_ms: np.ndarray, limit_ms: np.ndarray | float | None = None
-                 ) -> dict[str, float]:
+def score_stalls(
+    flagged: np.ndarray, stall_ms: np.ndarray, limit_ms: np.ndarray | float | None = None
+) -> dict[str, float]:
     """Recall and false-discovery rate of flagged steps against injected stall lengths.
 
     ``recall``: injected stalls flagged / injected stalls (all of them, however small);
@@ -89,8 +91,9 @@ def score_stalls(flagged: np.ndarray, stall_ms: np.ndarray, limit_ms: np.ndarray
     return out
 
 
-def resampled_steps(template: dict[str, np.ndarray], n: int, model, noise: NoiseModel, seed: int
-                    ) -> dict[str, np.ndarray]:
+def resampled_steps(
+    template: dict[str, np.ndarray], n: int, model, noise: NoiseModel, seed: int
+) -> dict[str, np.ndarray]:
     """``n`` steps whose batch compositions are drawn (with replacement) from a simulated run's steps.
 
     Stall detection judges each step against the fitted model; what it needs from a long run

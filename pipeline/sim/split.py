@@ -50,9 +50,19 @@ def scenario(kind: str, seed: int):
 CLIENT_FIELDS = ("req_id", "t_arrival", "t_first_token", "t_finish", "prompt_tokens", "output_tokens", "status")
 
 
-def write_split(result: SimResult, server_path, client_path, run_id: str, policy: Policy, model: IterationModel,
-                noise: NoiseModel, server_origin_s: float = 1.79e9, client_origin_s: float = 5000.0,
-                model_name: str = "simulated", gpu: str = "simulated") -> float:
+def write_split(
+    result: SimResult,
+    server_path,
+    client_path,
+    run_id: str,
+    policy: Policy,
+    model: IterationModel,
+    noise: NoiseModel,
+    server_origin_s: float = 1.79e9,
+    client_origin_s: float = 5000.0,
+    model_name: str = "simulated",
+    gpu: str = "simulated",
+) -> float:
     """Write both files; returns the true offset (server clock minus client clock, seconds)."""
     import polars as pl
 
@@ -68,16 +78,20 @@ def write_split(result: SimResult, server_path, client_path, run_id: str, policy
     offsets, values = result.token_times_flat()
     import pyarrow as pa
 
-    lists = pa.LargeListArray.from_arrays(pa.array(offsets - offsets[0], pa.int64()), pa.array(values + client_origin_s))
+    lists = pa.LargeListArray.from_arrays(
+        pa.array(offsets - offsets[0], pa.int64()), pa.array(values + client_origin_s)
+    )
     times = ["t_arrival", "t_first_token", "t_finish"]
-    df = pl.DataFrame({
-        "kind": "request",
-        "req_id": np.asarray(rq["req_id"]).astype(str),
-        **{c: rq[c] + client_origin_s for c in times},
-        "prompt_tokens": rq["prompt_tokens"],
-        "output_tokens": rq["output_tokens"],
-        "status": np.asarray(rq["status"]).astype(str),
-    }).with_columns(pl.col(times).fill_nan(None), pl.Series("token_times", pl.from_arrow(lists)))
+    df = pl.DataFrame(
+        {
+            "kind": "request",
+            "req_id": np.asarray(rq["req_id"]).astype(str),
+            **{c: rq[c] + client_origin_s for c in times},
+            "prompt_tokens": rq["prompt_tokens"],
+            "output_tokens": rq["output_tokens"],
+            "status": np.asarray(rq["status"]).astype(str),
+        }
+    ).with_columns(pl.col(times).fill_nan(None), pl.Series("token_times", pl.from_arrow(lists)))
     client = {"kind": "run", "run_id": run_id, "clock": "monotonic", "meta": {"source": "simulated client"}}
     with _open_out(Path(client_path)) as fh:
         fh.write((json.dumps(client) + "\n").encode())
@@ -85,8 +99,9 @@ def write_split(result: SimResult, server_path, client_path, run_id: str, policy
     return server_origin_s - client_origin_s
 
 
-def write_engine_pair(result: SimResult, log_path, aiperf_path, server_origin_s: float = 1.79e9,
-                      client_clock_error_s: float = 3.7) -> float:
+def write_engine_pair(
+    result: SimResult, log_path, aiperf_path, server_origin_s: float = 1.79e9, client_clock_error_s: float = 3.7
+) -> float:
     """The same split in engine formats: a vLLM server log in vLLM's default format (1-second
     local stamps in UTC, ``--enable-logging-iteration-details``) and an AIPerf
     ``profile_export.jsonl`` from a client whose unix clock is ``client_clock_error_s`` behind.
@@ -101,13 +116,32 @@ def write_engine_pair(result: SimResult, log_path, aiperf_path, server_origin_s:
     end = pl.Series(it["t_end"] + server_origin_s)
     stamp = pl.from_epoch((end * 1e6).cast(pl.Int64), time_unit="us").dt.strftime("%m-%d %H:%M:%S")
     kv = np.nan_to_num(np.asarray(it["kv_usage"], dtype=float)) * 100
-    lines = pl.DataFrame({"s": stamp, "i": np.arange(len(end)), "pr": it["prefill_reqs"], "pt": it["prefill_tokens"],
-                          "dr": it["decode_reqs"], "dt": it["decode_tokens"],
-                          "ms": (it["t_end"] - it["t_start"]) * 1e3, "kv": kv})
-    text = lines.select(pl.format(
-        "INFO {} [loggers.py:199] Engine 000: Iteration({}): {} context requests, {} context tokens, "
-        "{} generation requests, {} generation tokens, iteration elapsed time: {} ms, GPU KV cache usage: {}%",
-        "s", "i", "pr", "pt", "dr", "dt", pl.col("ms").round(2), pl.col("kv").round(1)))
+    lines = pl.DataFrame(
+        {
+            "s": stamp,
+            "i": np.arange(len(end)),
+            "pr": it["prefill_reqs"],
+            "pt": it["prefill_tokens"],
+            "dr": it["decode_reqs"],
+            "dt": it["decode_tokens"],
+            "ms": (it["t_end"] - it["t_start"]) * 1e3,
+            "kv": kv,
+        }
+    )
+    text = lines.select(
+        pl.format(
+            "INFO {} [loggers.py:199] Engine 000: Iteration({}): {} context requests, {} context tokens, "
+            "{} generation requests, {} generation tokens, iteration elapsed time: {} ms, GPU KV cache usage: {}%",
+            "s",
+            "i",
+            "pr",
+            "pt",
+            "dr",
+            "dt",
+            pl.col("ms").round(2),
+            pl.col("kv").round(1),
+        )
+    )
     with open(log_path, "w") as fh:
         fh.write("INFO 01-01 00:00:00 [api_server.py:1] vLLM API server version 0.32.0\n")
         text.write_csv(fh, include_header=False, quote_style="never")
@@ -124,11 +158,21 @@ def write_engine_pair(result: SimResult, log_path, aiperf_path, server_origin_s:
     def toks(name: str) -> pl.Expr:
         return pl.struct(value=pl.col(name), unit=pl.lit("tokens"))
 
-    base = pl.DataFrame({
-        "req_id": np.asarray(rq["req_id"]).astype(str), "status": np.asarray(rq["status"]).astype(str),
-        "t_arrival": rq["t_arrival"], "t_first_token": rq["t_first_token"], "t_finish": rq["t_finish"],
-        "prompt_tokens": rq["prompt_tokens"], "output_tokens": rq["output_tokens"],
-    }).with_columns(tok_ms=pl.from_arrow(lists)).filter(pl.col("status") == "ok")
+    base = (
+        pl.DataFrame(
+            {
+                "req_id": np.asarray(rq["req_id"]).astype(str),
+                "status": np.asarray(rq["status"]).astype(str),
+                "t_arrival": rq["t_arrival"],
+                "t_first_token": rq["t_first_token"],
+                "t_finish": rq["t_finish"],
+                "prompt_tokens": rq["prompt_tokens"],
+                "output_tokens": rq["output_tokens"],
+            }
+        )
+        .with_columns(tok_ms=pl.from_arrow(lists))
+        .filter(pl.col("status") == "ok")
+    )
     df = base.with_columns(
         ttft=(pl.col("t_first_token") - pl.col("t_arrival")) * 1e3,
         lat=(pl.col("t_finish") - pl.col("t_arrival")) * 1e3,
@@ -138,10 +182,15 @@ def write_engine_pair(result: SimResult, log_path, aiperf_path, server_origin_s:
             x_request_id=pl.col("req_id"),
             request_start_ns=((pl.col("t_arrival") + origin) * 1e9).round().cast(pl.Int64),
             request_end_ns=((pl.col("t_finish") + origin) * 1e9).round().cast(pl.Int64),
-            benchmark_phase=pl.lit("profiling")),
+            benchmark_phase=pl.lit("profiling"),
+        ),
         metrics=pl.struct(
-            time_to_first_token=ms("ttft"), request_latency=ms("lat"), inter_chunk_latency=ms("icl"),
-            input_sequence_length=toks("prompt_tokens"), output_sequence_length=toks("output_tokens")),
+            time_to_first_token=ms("ttft"),
+            request_latency=ms("lat"),
+            inter_chunk_latency=ms("icl"),
+            input_sequence_length=toks("prompt_tokens"),
+            output_sequence_length=toks("output_tokens"),
+        ),
     )
     df.write_ndjson(aiperf_path)
     return client_clock_error_s

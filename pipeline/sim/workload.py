@@ -104,10 +104,17 @@ class Workload:
         """The first ``n`` requests, with their cached tokens and block hashes."""
         if n >= len(self):
             return self
-        off = None if self.hash_offsets is None else self.hash_offsets[:n + 1]
-        return Workload(self.t_arrival[:n], self.prompt_tokens[:n], self.output_tokens[:n], self.ids()[:n],
-                        None if self.cached_tokens is None else self.cached_tokens[:n],
-                        off, None if off is None else self.hash_values[:off[-1]], self.hash_block_tokens)
+        off = None if self.hash_offsets is None else self.hash_offsets[: n + 1]
+        return Workload(
+            self.t_arrival[:n],
+            self.prompt_tokens[:n],
+            self.output_tokens[:n],
+            self.ids()[:n],
+            None if self.cached_tokens is None else self.cached_tokens[:n],
+            off,
+            None if off is None else self.hash_values[: off[-1]],
+            self.hash_block_tokens,
+        )
 
     def __len__(self) -> int:
         return len(self.t_arrival)
@@ -129,8 +136,11 @@ class Workload:
             "prompt_tokens_max": int(self.prompt_tokens.max()),
             "output_tokens_max": int(self.output_tokens.max()),
             **({"cached_tokens_total": int(self.cached_tokens.sum())} if self.cached_tokens is not None else {}),
-            **({"hash_ids": int(len(self.hash_values)), "hash_block_tokens": self.hash_block_tokens}
-               if self.has_hashes else {}),
+            **(
+                {"hash_ids": int(len(self.hash_values)), "hash_block_tokens": self.hash_block_tokens}
+                if self.has_hashes
+                else {}
+            ),
         }
 
 
@@ -276,13 +286,21 @@ def _arrivals(df, path: Path, first_line: int) -> np.ndarray:
         if s.dtype.is_temporal():
             bad = s.is_null()
             if bad.any():
-                raise _bad(path, first_line + int(bad.arg_max()), f"column {col!r} holds a value that is not a date-time",
-                           "Use ISO date-times like 2023-11-16 18:17:03.97.")
+                raise _bad(
+                    path,
+                    first_line + int(bad.arg_max()),
+                    f"column {col!r} holds a value that is not a date-time",
+                    "Use ISO date-times like 2023-11-16 18:17:03.97.",
+                )
             us = s.dt.epoch("us").to_numpy().astype(np.float64)
             return (us - us.min()) / 1e6
     if col is None:
-        raise _bad(path, None, f"no arrival-time column (have: {', '.join(df.columns)})",
-                   f"Add a column named one of {', '.join(ARRIVAL_SECONDS + ARRIVAL_MS + ARRIVAL_DATETIME)}.")
+        raise _bad(
+            path,
+            None,
+            f"no arrival-time column (have: {', '.join(df.columns)})",
+            f"Add a column named one of {', '.join(ARRIVAL_SECONDS + ARRIVAL_MS + ARRIVAL_DATETIME)}.",
+        )
     t = _numeric(df, col, path, first_line) * scale
     if len(t) and t.min() >= _ABSOLUTE_TIME_S:  # epoch timestamps: make the first arrival t = 0
         t = t - t.min()
@@ -296,22 +314,34 @@ def _numeric(df, col: str, path: Path, first_line: int) -> np.ndarray:
     bad = s.is_null() | s.is_nan() | (s < 0)
     if bad.any():
         i = int(bad.arg_max())
-        raise _bad(path, first_line + i, f"column {col!r} has {df[col][i]!r}, not a non-negative number",
-                   "Fix or remove that row.")
+        raise _bad(
+            path,
+            first_line + i,
+            f"column {col!r} has {df[col][i]!r}, not a non-negative number",
+            "Fix or remove that row.",
+        )
     return s.to_numpy()
 
 
 def _lengths(df, names: tuple[str, ...], path: Path, first_line: int, what: str) -> np.ndarray:
     col = _pick(df, names)
     if col is None:
-        raise _bad(path, None, f"no {what} column (have: {', '.join(df.columns)})",
-                   f"Add a column named one of {', '.join(names)}.")
+        raise _bad(
+            path,
+            None,
+            f"no {what} column (have: {', '.join(df.columns)})",
+            f"Add a column named one of {', '.join(names)}.",
+        )
     x = _numeric(df, col, path, first_line)
     bad = (x < 1) | (x != np.floor(x))
     if bad.any():
         i = int(np.argmax(bad))
-        raise _bad(path, first_line + i, f"column {col!r} has {x[i]!r}; {what} must be a whole number >= 1",
-                   "Fix or remove that row.")
+        raise _bad(
+            path,
+            first_line + i,
+            f"column {col!r} has {x[i]!r}; {what} must be a whole number >= 1",
+            "Fix or remove that row.",
+        )
     return x.astype(np.int64)
 
 
@@ -346,16 +376,24 @@ def workload_from_file(path) -> Workload:
     id_col = _pick(df, ID_COLUMNS)
     ids = df[id_col].to_numpy() if id_col is not None else np.arange(len(t))
     if id_col is not None and df[id_col].null_count():
-        raise _bad(path, first_line + int(df[id_col].is_null().arg_max()), f"column {id_col!r} has an empty id",
-                   "Give every request an id, or drop the id column.")
+        raise _bad(
+            path,
+            first_line + int(df[id_col].is_null().arg_max()),
+            f"column {id_col!r} has an empty id",
+            "Give every request an id, or drop the id column.",
+        )
     order = np.argsort(t, kind="stable")
     cached = None
     if (c_col := _pick(df, CACHED_COLUMNS)) is not None:
         c = _numeric(df, c_col, path, first_line)
         if (c != np.floor(c)).any():
             i = int(np.argmax(c != np.floor(c)))
-            raise _bad(path, first_line + i, f"column {c_col!r} has {c[i]!r}; cached tokens are a whole number",
-                       "Fix or remove that row.")
+            raise _bad(
+                path,
+                first_line + i,
+                f"column {c_col!r} has {c[i]!r}; cached tokens are a whole number",
+                "Fix or remove that row.",
+            )
         cached = c.astype(np.int64)[order]
     off, vals, block = _hashes(df, order, prompt, path, first_line)
     return Workload(t[order], prompt[order], output[order], ids[order], cached, off, vals, block)
@@ -375,12 +413,20 @@ def _hashes(df, order: np.ndarray, prompt: np.ndarray, path: Path, first_line: i
         return None, None, MOONCAKE_BLOCK_TOKENS
     s = df[HASH_COLUMN]
     if not isinstance(s.dtype, pl.List) or not (s.dtype.inner.is_integer() or s.dtype.inner == pl.String):
-        raise _bad(path, None, f"column {HASH_COLUMN!r} is {s.dtype}, not lists of block ids",
-                   "Write hash_ids as a JSON array of integers per request, as Mooncake traces do.")
+        raise _bad(
+            path,
+            None,
+            f"column {HASH_COLUMN!r} is {s.dtype}, not lists of block ids",
+            "Write hash_ids as a JSON array of integers per request, as Mooncake traces do.",
+        )
     holes = s.list.eval(pl.element().is_null().any()).list.first().fill_null(False)
     if holes.any():
-        raise _bad(path, first_line + int(holes.arg_max()), f"{HASH_COLUMN} holds a null block id",
-                   "Every block id must be an integer.")
+        raise _bad(
+            path,
+            first_line + int(holes.arg_max()),
+            f"{HASH_COLUMN} holds a null block id",
+            "Every block id must be an integer.",
+        )
     lens = s.list.len().fill_null(0).to_numpy().astype(np.int64)
     block = _block_tokens(lens, prompt, path, first_line)
     rows = pl.DataFrame({"h": s.gather(order)}).filter(pl.col("h").list.len() > 0).explode("h")["h"]
@@ -405,9 +451,13 @@ def _block_tokens(lens: np.ndarray, prompt: np.ndarray, path: Path, first_line: 
     if b_lo > b_hi:
         rows = np.flatnonzero(m)
         i, j = rows[int(np.argmax(lo))], rows[int(np.argmin(hi))]
-        raise _bad(path, first_line + int(min(i, j)),
-                   f"{HASH_COLUMN} counts fit no single block size: line {first_line + int(i)} has {int(lens[i])} "
-                   f"ids for {int(prompt[i])} tokens, line {first_line + int(j)} has {int(lens[j])} ids for "
-                   f"{int(prompt[j])} tokens", "Each row needs ceil(input_length / block size) ids (512 in Mooncake).")
+        raise _bad(
+            path,
+            first_line + int(min(i, j)),
+            f"{HASH_COLUMN} counts fit no single block size: line {first_line + int(i)} has {int(lens[i])} "
+            f"ids for {int(prompt[i])} tokens, line {first_line + int(j)} has {int(lens[j])} ids for "
+            f"{int(prompt[j])} tokens",
+            "Each row needs ceil(input_length / block size) ids (512 in Mooncake).",
+        )
     pow2 = 1 << max(b_lo - 1, 0).bit_length()
     return pow2 if pow2 <= b_hi else b_lo

@@ -23,8 +23,18 @@ from pipeline.sim.model import IterationModel, NoiseModel
 
 ENGINE = "tracelat-sim"
 TRACE_ITERATION_FIELDS = (
-    "iter", "t_start", "t_end", "prefill_tokens", "prefill_reqs", "decode_tokens", "decode_reqs",
-    "context_tokens", "running_reqs", "waiting_reqs", "kv_usage", "preempted_reqs",
+    "iter",
+    "t_start",
+    "t_end",
+    "prefill_tokens",
+    "prefill_reqs",
+    "decode_tokens",
+    "decode_reqs",
+    "context_tokens",
+    "running_reqs",
+    "waiting_reqs",
+    "kv_usage",
+    "preempted_reqs",
 )
 REQUEST_BATCH = 50_000  # requests per write_ndjson call: bounds memory when token lists are long
 ITERATION_BATCH = 1_000_000
@@ -94,8 +104,15 @@ def write_trace(
     if policy.prefix_caching and "cached_tokens" in result.requests:
         # the prefix-cache hits, as vLLM's num_cached_tokens: a replay of this trace can reuse them
         request_columns = {**(request_columns or {}), "cached_tokens": result.requests["cached_tokens"]}
-    rec = run_record(run_id, policy=policy, model=model, noise=noise, workload_info=plain(workload_info),
-                     model_name=model_name, gpu=gpu)
+    rec = run_record(
+        run_id,
+        policy=policy,
+        model=model,
+        noise=noise,
+        workload_info=plain(workload_info),
+        model_name=model_name,
+        gpu=gpu,
+    )
     rec["meta"].update(plain(meta_extra or {}))
     with _open_out(path) as fh:
         fh.write((json.dumps(rec, allow_nan=False, separators=(",", ":")) + "\n").encode())
@@ -135,8 +152,8 @@ def _request_frame(result: SimResult, lo: int, hi: int, offsets, values, extra: 
     if offsets is not None:
         import pyarrow as pa
 
-        off = offsets[lo:hi + 1]
-        lists = pa.LargeListArray.from_arrays(pa.array(off - off[0], pa.int64()), pa.array(values[off[0]:off[-1]]))
+        off = offsets[lo : hi + 1]
+        lists = pa.LargeListArray.from_arrays(pa.array(off - off[0], pa.int64()), pa.array(values[off[0] : off[-1]]))
         df = df.with_columns(pl.Series("token_times", pl.from_arrow(lists)))
     return df
 

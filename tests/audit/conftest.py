@@ -9,22 +9,61 @@ import pytest
 # Deadlines used by the hand computations: TTFT 100 ms, TBT 10 ms; goodput ttft <= 100, tpot <= 12.
 REQUESTS = [
     # R1: TTFT 50, gaps 8 8 8 -> tpot 8, good; fluidity 1
-    {"req_id": "R1", "t_arrival": 0.0, "t_scheduled": 0.01, "t_first_token": 0.050, "t_finish": 0.074,
-     "prompt_tokens": 10, "output_tokens": 4, "token_times": [0.050, 0.058, 0.066, 0.074]},
+    {
+        "req_id": "R1",
+        "t_arrival": 0.0,
+        "t_scheduled": 0.01,
+        "t_first_token": 0.050,
+        "t_finish": 0.074,
+        "prompt_tokens": 10,
+        "output_tokens": 4,
+        "token_times": [0.050, 0.058, 0.066, 0.074],
+    },
     # R2: TTFT 20, gaps 8 65 5 -> tpot 26 (not good); the 65 ms stall is absorbed by slack: fluidity 1
-    {"req_id": "R2", "t_arrival": 1.0, "t_scheduled": 1.005, "t_first_token": 1.020, "t_finish": 1.098,
-     "prompt_tokens": 10, "output_tokens": 4, "token_times": [1.020, 1.028, 1.093, 1.098]},
+    {
+        "req_id": "R2",
+        "t_arrival": 1.0,
+        "t_scheduled": 1.005,
+        "t_first_token": 1.020,
+        "t_finish": 1.098,
+        "prompt_tokens": 10,
+        "output_tokens": 4,
+        "token_times": [1.020, 1.028, 1.093, 1.098],
+    },
     # R3: TTFT 153 (late: 1 + 5 misses), gaps 8 43 (late: 4 misses) 8 5 -> fluidity 3/13; tpot 16
-    {"req_id": "R3", "t_arrival": 2.0, "t_scheduled": 2.1, "t_first_token": 2.153, "t_finish": 2.217,
-     "prompt_tokens": 10, "output_tokens": 5, "token_times": [2.153, 2.161, 2.204, 2.212, 2.217]},
+    {
+        "req_id": "R3",
+        "t_arrival": 2.0,
+        "t_scheduled": 2.1,
+        "t_first_token": 2.153,
+        "t_finish": 2.217,
+        "prompt_tokens": 10,
+        "output_tokens": 5,
+        "token_times": [2.153, 2.161, 2.204, 2.212, 2.217],
+    },
     # R4: one token, TTFT 90: good (no TPOT), fluidity 1
-    {"req_id": "R4", "t_arrival": 3.0, "t_scheduled": 3.0, "t_first_token": 3.090, "t_finish": 3.090,
-     "prompt_tokens": 10, "output_tokens": 1, "token_times": [3.090]},
+    {
+        "req_id": "R4",
+        "t_arrival": 3.0,
+        "t_scheduled": 3.0,
+        "t_first_token": 3.090,
+        "t_finish": 3.090,
+        "prompt_tokens": 10,
+        "output_tokens": 1,
+        "token_times": [3.090],
+    },
     # R5: failed request: never good, not in fluidity
     {"req_id": "R5", "t_arrival": 0.5, "status": "error", "prompt_tokens": 10, "output_tokens": 0},
     # R6: ok, no token times: TTFT 30, tpot 10 -> good; not in fluidity
-    {"req_id": "R6", "t_arrival": 4.0, "t_scheduled": 4.0, "t_first_token": 4.030, "t_finish": 4.050,
-     "prompt_tokens": 10, "output_tokens": 3},
+    {
+        "req_id": "R6",
+        "t_arrival": 4.0,
+        "t_scheduled": 4.0,
+        "t_first_token": 4.030,
+        "t_finish": 4.050,
+        "prompt_tokens": 10,
+        "output_tokens": 3,
+    },
 ]
 
 

@@ -28,8 +28,9 @@ ttft_deadline_ms = 100
 tbt_deadline_ms = 10
 min_index_p01 = 0.25
 """
-FAILING = PASSING.replace("ttft_ms.p99 = 200", "ttft_ms.p99 = 100").replace("min_attainment = 0.5",
-                                                                             "min_attainment = 0.9")
+FAILING = PASSING.replace("ttft_ms.p99 = 200", "ttft_ms.p99 = 100").replace(
+    "min_attainment = 0.5", "min_attainment = 0.9"
+)
 
 
 def cli(capsys, *args: str) -> tuple[int, str, str]:
@@ -58,10 +59,14 @@ def test_pass_and_fail_files_exit_codes_and_junit(tiny_run, tmp_path, capsys):
     ok_file, bad_file = tmp_path / "ok.toml", tmp_path / "bad.toml"
     ok_file.write_text(PASSING)
     bad_file.write_text(FAILING)
-    code, out, _ = cli(capsys, "audit", "aud", "--slo", str(ok_file), "--db", str(db), "--junit", str(tmp_path / "ok.xml"))
+    code, out, _ = cli(
+        capsys, "audit", "aud", "--slo", str(ok_file), "--db", str(db), "--junit", str(tmp_path / "ok.xml")
+    )
     assert code == 0, out
     assert junit_counts(tmp_path / "ok.xml") == (4, 0, 0, [])
-    code, out, err = cli(capsys, "audit", "aud", "--slo", str(bad_file), "--db", str(db), "--junit", str(tmp_path / "bad.xml"))
+    code, out, err = cli(
+        capsys, "audit", "aud", "--slo", str(bad_file), "--db", str(db), "--junit", str(tmp_path / "bad.xml")
+    )
     assert code == 1
     # the one error path (CheckFailed), not a bare exit: stderr names what failed
     assert err == "Error: run aud: 2 SLO(s) violated: ttft_ms.p99 <= 100, goodput attainment >= 0.9\n"
@@ -86,13 +91,23 @@ def test_json_output_values(tiny_run, tmp_path, capsys):
 
 
 def test_unevaluable_slo_is_exit_2(make_store, db_path, tmp_path, capsys):
-    reqs = [{"req_id": "a", "t_arrival": 0, "t_scheduled": 0, "t_first_token": 0.1, "t_finish": 0.2,
-             "prompt_tokens": 1, "output_tokens": 3}]
+    reqs = [
+        {
+            "req_id": "a",
+            "t_arrival": 0,
+            "t_scheduled": 0,
+            "t_first_token": 0.1,
+            "t_finish": 0.2,
+            "prompt_tokens": 1,
+            "output_tokens": 3,
+        }
+    ]
     make_store("notokens", reqs).close()
     f = tmp_path / "itl.toml"
     f.write_text("[slo]\nitl_ms.p99 = 50\nttft_ms.p50 = 1000\n")
-    code, out, err = cli(capsys, "audit", "notokens", "--slo", str(f), "--db", str(db_path), "--junit",
-                         str(tmp_path / "j.xml"))
+    code, out, err = cli(
+        capsys, "audit", "notokens", "--slo", str(f), "--db", str(db_path), "--junit", str(tmp_path / "j.xml")
+    )
     assert code == 2 and "no token times" in out
     assert err == "Error: run notokens: the run's data cannot evaluate 1 SLO(s): itl_ms.p99 <= 50\n"
     assert junit_counts(tmp_path / "j.xml")[:3] == (2, 0, 1)
@@ -108,21 +123,24 @@ def test_usage_errors_exit_2(tiny_run, tmp_path, capsys):
     assert code == 2 and "run 'nope' is not in the store" in err
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ("[slo]\nttft_ms.p99 = \n", "invalid TOML"),
-    ("[slo]\nttfx_ms.p99 = 5\n", "[slo] ttfx_ms.p99: unknown metric 'ttfx_ms'"),
-    ("[slo]\nttft_ms.p100 = 5\n", "unknown statistic 'p100'"),
-    ("[slo]\nttft_ms.p99 = \"fast\"\n", "expected a number, got 'fast'"),
-    ("[slo]\nttft_ms.p99 = true\n", "expected a number, got True"),
-    ("[slos]\nttft_ms.p99 = 5\n", "[slos]: unknown section"),
-    ("[goodput]\nmin_attainment = 0.9\n", "needs at least one per-request limit"),
-    ("[goodput]\nttft_ms = 5\nmin_attainment = 99\n", "fraction between 0 and 1"),
-    ("[goodput]\nitl_ms = 5\n", "[goodput] itl_ms: unknown key"),
-    ("[fluidity]\nttft_deadline_ms = 5\n", "missing tbt_deadline_ms"),
-    ("[fluidity]\nttft_deadline_ms = 5\ntbt_deadline_ms = 0\n", "must be > 0"),
-    ("[fluidity]\nttft_deadline_ms = 5\ntbt_deadline_ms = 1\nmin_p01 = 1\n", "[fluidity] min_p01: unknown key"),
-    ("# nothing\n", "holds no SLOs"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("[slo]\nttft_ms.p99 = \n", "invalid TOML"),
+        ("[slo]\nttfx_ms.p99 = 5\n", "[slo] ttfx_ms.p99: unknown metric 'ttfx_ms'"),
+        ("[slo]\nttft_ms.p100 = 5\n", "unknown statistic 'p100'"),
+        ('[slo]\nttft_ms.p99 = "fast"\n', "expected a number, got 'fast'"),
+        ("[slo]\nttft_ms.p99 = true\n", "expected a number, got True"),
+        ("[slos]\nttft_ms.p99 = 5\n", "[slos]: unknown section"),
+        ("[goodput]\nmin_attainment = 0.9\n", "needs at least one per-request limit"),
+        ("[goodput]\nttft_ms = 5\nmin_attainment = 99\n", "fraction between 0 and 1"),
+        ("[goodput]\nitl_ms = 5\n", "[goodput] itl_ms: unknown key"),
+        ("[fluidity]\nttft_deadline_ms = 5\n", "missing tbt_deadline_ms"),
+        ("[fluidity]\nttft_deadline_ms = 5\ntbt_deadline_ms = 0\n", "must be > 0"),
+        ("[fluidity]\nttft_deadline_ms = 5\ntbt_deadline_ms = 1\nmin_p01 = 1\n", "[fluidity] min_p01: unknown key"),
+        ("# nothing\n", "holds no SLOs"),
+    ],
+)
 def test_slo_file_errors(tmp_path, text, fragment):
     f = tmp_path / "s.toml"
     f.write_text(text)
@@ -141,7 +159,10 @@ def test_toml_error_names_line(tmp_path):
 def test_example_file_parses_as_documented():
     spec = load_slo(EXAMPLE)
     assert [(l.metric, l.stat, l.limit) for l in spec.limits] == [
-        ("ttft_ms", "p99", 2000), ("tpot_ms", "p99", 100), ("itl_ms", "p999", 500)]
+        ("ttft_ms", "p99", 2000),
+        ("tpot_ms", "p99", 100),
+        ("itl_ms", "p999", 500),
+    ]
     assert spec.goodput.limits == {"ttft_ms": 2000, "tpot_ms": 100} and spec.goodput.min_attainment == 0.99
     assert (spec.fluidity.ttft_deadline_ms, spec.fluidity.tbt_deadline_ms) == (2000, 100)
     assert spec.fluidity.minima == {"p01": 0.9}
@@ -153,16 +174,40 @@ def test_quoted_dotted_keys_equal_nested():
     assert a.limits == b.limits
 
 
-@pytest.mark.parametrize("name, pct", [("p99", 99), ("p999", 99.9), ("p01", 1), ("p1", 1), ("p05", 5), ("p50", 50),
-                                       ("p001", 0.1), ("p9999", 99.99), ("p0", 0), ("p100", None), ("mean", None)])
+@pytest.mark.parametrize(
+    "name, pct",
+    [
+        ("p99", 99),
+        ("p999", 99.9),
+        ("p01", 1),
+        ("p1", 1),
+        ("p05", 5),
+        ("p50", 50),
+        ("p001", 0.1),
+        ("p9999", 99.99),
+        ("p0", 0),
+        ("p100", None),
+        ("mean", None),
+    ],
+)
 def test_percentile_names(name, pct):
     assert percentile_of(name) == pct
 
 
 def test_hostile_run_id_in_junit_and_markdown(make_store, tmp_path):
     rid = 'x</testcase><script>alert("1")</script> | `code` \x01 ' + "é" * 300
-    reqs = [{"req_id": "a", "t_arrival": 0, "t_scheduled": 0, "t_first_token": 0.1, "t_finish": 0.2,
-             "prompt_tokens": 1, "output_tokens": 3, "token_times": [0.1, 0.15, 0.2]}]
+    reqs = [
+        {
+            "req_id": "a",
+            "t_arrival": 0,
+            "t_scheduled": 0,
+            "t_first_token": 0.1,
+            "t_finish": 0.2,
+            "prompt_tokens": 1,
+            "output_tokens": 3,
+            "token_times": [0.1, 0.15, 0.2],
+        }
+    ]
     con = make_store("hostile", [{**r, "run_id": rid} for r in reqs])
     con.execute("update runs set run_id = ? where run_id = 'hostile'", [rid])
     f = tmp_path / "ok.toml"

@@ -79,8 +79,18 @@ def test_fluidity_matches_loop_reference(make_store):
         gaps = rng.gamma(1.5, 7.0, size=n - 1) / 1000
         gaps[rng.random(n - 1) < 0.05] += rng.uniform(0.02, 0.3)  # stalls
         times = arrival + ttft + np.concatenate([[0.0], np.cumsum(gaps)])
-        reqs.append({"req_id": f"q{k}", "t_arrival": arrival, "t_scheduled": arrival, "t_first_token": times[0],
-                     "t_finish": times[-1], "prompt_tokens": 5, "output_tokens": n, "token_times": times.tolist()})
+        reqs.append(
+            {
+                "req_id": f"q{k}",
+                "t_arrival": arrival,
+                "t_scheduled": arrival,
+                "t_first_token": times[0],
+                "t_finish": times[-1],
+                "prompt_tokens": 5,
+                "output_tokens": n,
+                "token_times": times.tolist(),
+            }
+        )
     con = make_store("rnd", reqs)
     spec = FluiditySpec(ttft_deadline_ms=150, tbt_deadline_ms=12)
     got = {r["req_id"]: r for r in measure.fluidity_table(con, "rnd", spec).to_dicts()}

@@ -37,11 +37,15 @@ def test_a_broken_store_is_named_and_exits_1(tmp_path):
     db, con = _store(tmp_path)
     # a scheduled time after the first token: queueing + prefill no longer a split of TTFT;
     # a token time moved back: out of order
-    con.execute("update requests set t_scheduled = t_first_token + 0.5 where req_id = "
-                "(select min(req_id) from requests where run_id = 'cpu')")
+    con.execute(
+        "update requests set t_scheduled = t_first_token + 0.5 where req_id = "
+        "(select min(req_id) from requests where run_id = 'cpu')"
+    )
     # (token times are stored as one list per request; idx 3 is the list's 4th element)
-    con.execute("update token_lists set t_s = list_transform(t_s, lambda t, i: if(i = 4, t - 10, t)) "
-                "where req_id = (select min(req_id) from token_lists)")
+    con.execute(
+        "update token_lists set t_s = list_transform(t_s, lambda t, i: if(i = 4, t - 10, t)) "
+        "where req_id = (select min(req_id) from token_lists)"
+    )
     store.bump_generation(con, ["cpu"])
     store.build_derived(con)
     res = {r.name: r for r in run_checks(con, "cpu")}
@@ -60,13 +64,14 @@ def test_attribution_parts_that_do_not_add_up_are_named(tmp_path):
     _, con = _store(tmp_path)
     req, ttft, parts = con.execute(
         "select req_id, ttft_ms, waiting_hol_ms + waiting_capacity_ms + own_prefill_ms + unexplained_ttft_ms "
-        "+ unattributed_ttft_ms from request_attribution where run_id = 'cpu' order by req_id limit 1").fetchall()[0]
+        "+ unattributed_ttft_ms from request_attribution where run_id = 'cpu' order by req_id limit 1"
+    ).fetchall()[0]
     assert abs(parts - ttft) <= 1e-6 * max(abs(ttft), 1)  # holds before (independently summed here)
-    con.execute("update request_attribution set own_prefill_ms = own_prefill_ms + 1 where run_id = 'cpu' "
-                "and req_id = ?", [req])
+    con.execute(
+        "update request_attribution set own_prefill_ms = own_prefill_ms + 1 where run_id = 'cpu' and req_id = ?", [req]
+    )
     res = {r.name: r for r in run_checks(con, "cpu")}
     assert res["attribution_sums"].violations == 1
     (ex,) = res["attribution_sums"].examples
     assert ex["req_id"] == req and ex["problem"] == "attribution parts do not add up to ttft_ms"
     assert all(r.violations == 0 for n, r in res.items() if n != "attribution_sums")
-

@@ -85,6 +85,8 @@ def test_rejects_lists_lines_with_reasons(tmp_path):
     got = json.loads(r.stdout)
     assert got["total"] == 2
     assert [(x["line_no"], x["reason"]) for x in got["rejects"]] == [
-        (2, "not valid JSON (truncated or garbage line)"), (3, "dur_ms is negative (-2.0)")]
+        (2, "not valid JSON (truncated or garbage line)"),
+        (3, "dur_ms is negative (-2.0)"),
+    ]
     r = run("rejects", "--db", db, "--limit", "1")
     assert f"{f}:2: not valid JSON" in r.stdout and "1 more" in r.stdout

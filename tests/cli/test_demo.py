@@ -16,7 +16,9 @@ def test_demo_ingests_summarises_and_writes_report(tmp_path):
     out = tmp_path / "rep"
     r = subprocess.run(
         [sys.executable, "-m", "pipeline", "demo", "--db", str(tmp_path / "d.duckdb"), "--out", str(out)],
-        capture_output=True, text=True, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
     )
     assert r.returncode == 0, r.stderr
     assert f"report: {out / 'index.html'}" in r.stdout

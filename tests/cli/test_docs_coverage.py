@@ -14,8 +14,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_command_reference_is_current():
     from pipeline.clidoc import render
 
-    assert (ROOT / "docs" / "cli.md").read_text() == render(), \
+    assert (ROOT / "docs" / "cli.md").read_text() == render(), (
         "docs/cli.md is stale: regenerate it with `python -m pipeline.clidoc > docs/cli.md`"
+    )
 
 
 def test_every_command_and_option_is_documented():

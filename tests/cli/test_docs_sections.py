@@ -23,8 +23,12 @@ def _commands():
 
 
 def test_every_option_has_help_text():
-    missing = [f"{name} {'/'.join(p.opts)}" for name, cmd in _commands() for p in cmd.params
-               if isinstance(p, click.Option) and not p.hidden and not (p.help or "").strip()]
+    missing = [
+        f"{name} {'/'.join(p.opts)}"
+        for name, cmd in _commands()
+        for p in cmd.params
+        if isinstance(p, click.Option) and not p.hidden and not (p.help or "").strip()
+    ]
     assert not missing, f"options without help (docs/cli.md would show a bare name): {missing}"
 
 

@@ -8,8 +8,6 @@ from pipeline.cli import run_captured as cli
 FIX = Path(__file__).resolve().parents[2] / "fixtures"
 
 
-
-
 def test_file_with_every_line_rejected_exits_2(tmp_path):
     f = tmp_path / "bad.jsonl"
     f.write_text('{"kind": "iteration"}\n{"kind": "request"}\n')

@@ -34,8 +34,9 @@ print(json.dumps({"code": code, "out": out.getvalue(),
 
 
 def probe(args: list[str], cwd=None) -> dict:
-    r = subprocess.run([sys.executable, "-c", PROBE, json.dumps(args), json.dumps(HEAVY)],
-                       capture_output=True, text=True, cwd=cwd)
+    r = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(args), json.dumps(HEAVY)], capture_output=True, text=True, cwd=cwd
+    )
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 

@@ -41,7 +41,9 @@ def test_store_file_name_is_not_sql(tmp_path, name):
     try:
         # tiny.jsonl holds 3 requests per run; an injected "drop table requests" would leave none
         assert con.execute("select run_id, count(*) from requests group by 1 order by 1").fetchall() == [
-            ("one", 3), ("two", 3)]
+            ("one", 3),
+            ("two", 3),
+        ]
     finally:
         con.close()
 
@@ -57,14 +59,19 @@ def test_terminal_output_holds_no_control_characters(tmp_path):
     trace = tmp_path / "esc\x1b[1m.jsonl"
     trace.write_text("\n".join([*map(json.dumps, lines), bad]) + "\n")
     db = str(tmp_path / "e.duckdb")
-    outputs = [run("ingest", str(trace), "--db", db), run("runs", "--db", db), run("summary", ESC_RUN, "--db", db),
-               run("rejects", "--db", db), run("report", ESC_RUN, "--db", db, "--out", str(tmp_path / "rep")),
-               run("summary", "nope\x1b[2J", "--db", db),  # the error lists the known runs
-               run("summary", ESC_RUN, "--db", db, "--bogus\x1b[2J")]  # click's usage error quotes the option
+    outputs = [
+        run("ingest", str(trace), "--db", db),
+        run("runs", "--db", db),
+        run("summary", ESC_RUN, "--db", db),
+        run("rejects", "--db", db),
+        run("report", ESC_RUN, "--db", db, "--out", str(tmp_path / "rep")),
+        run("summary", "nope\x1b[2J", "--db", db),  # the error lists the known runs
+        run("summary", ESC_RUN, "--db", db, "--bogus\x1b[2J"),
+    ]  # click's usage error quotes the option
     assert [r.returncode for r in outputs] == [0, 0, 0, 0, 0, 2, 2], [r.stderr for r in outputs]
     for r in outputs:
         for text in (r.stdout, r.stderr):
-            bad_chars = {c for c in text if (ord(c) < 32 and c not in "\t\n") or 0x7f <= ord(c) <= 0x9f}
+            bad_chars = {c for c in text if (ord(c) < 32 and c not in "\t\n") or 0x7F <= ord(c) <= 0x9F}
             assert not bad_chars, (r.args, text)
     # the names are still shown, without their escapes
     assert "run]0;pwnedX31m" not in outputs[1].stdout  # whole sequences go, not only the ESC byte

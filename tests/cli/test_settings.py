@@ -26,14 +26,45 @@ CONFIG_CLASSES = (*SIM_CLASSES, HardwareSpec)
 # Flags that existed before the options were generated: users' scripts use them (ground truth
 # from docs/cli.md as of the generation change); each must still parse.
 OLD_SIMULATE_FLAGS = (
-    "--requests", "--rate", "--burstiness", "--prompt-mean", "--prompt-sigma", "--output-mean", "--output-sigma",
-    "--lengths-file", "--iterations", "--max-num-seqs", "--max-num-batched-tokens", "--kv-capacity-tokens",
-    "--kv-block-size", "--admit-full-prompt", "--no-chunked-prefill", "--t0-ms", "--a-ms-per-ctx",
-    "--b-ms-per-prefill", "--c-ms-per-decode", "--noise-sigma", "--stall-rate", "--stall-ms", "--burst-at",
-    "--burst-count", "--burst-prompt-tokens", "--burst-output-tokens", "--burst-spread", "--seed",
+    "--requests",
+    "--rate",
+    "--burstiness",
+    "--prompt-mean",
+    "--prompt-sigma",
+    "--output-mean",
+    "--output-sigma",
+    "--lengths-file",
+    "--iterations",
+    "--max-num-seqs",
+    "--max-num-batched-tokens",
+    "--kv-capacity-tokens",
+    "--kv-block-size",
+    "--admit-full-prompt",
+    "--no-chunked-prefill",
+    "--t0-ms",
+    "--a-ms-per-ctx",
+    "--b-ms-per-prefill",
+    "--c-ms-per-decode",
+    "--noise-sigma",
+    "--stall-rate",
+    "--stall-ms",
+    "--burst-at",
+    "--burst-count",
+    "--burst-prompt-tokens",
+    "--burst-output-tokens",
+    "--burst-spread",
+    "--seed",
 )
-OLD_REPLAY_FLAGS = ("--max-num-seqs", "--max-num-batched-tokens", "--kv-capacity-tokens", "--kv-block-size",
-                    "--chunked-prefill", "--no-chunked-prefill", "--admit-full-prompt", "--no-admit-full-prompt")
+OLD_REPLAY_FLAGS = (
+    "--max-num-seqs",
+    "--max-num-batched-tokens",
+    "--kv-capacity-tokens",
+    "--kv-block-size",
+    "--chunked-prefill",
+    "--no-chunked-prefill",
+    "--admit-full-prompt",
+    "--no-admit-full-prompt",
+)
 OLD_FIT_FLAGS = ("--model", "--config", "--gpu", "--bandwidth-gbps", "--peak-tflops")
 
 
@@ -128,8 +159,10 @@ def test_simulate_defaults_are_the_dataclass_defaults(monkeypatch):
 
 
 def test_simulate_options_round_trip(monkeypatch, tmp_path):
-    objs = {k: _perturbed(c, tmp_path) for k, c in
-            (("spec", WorkloadSpec), ("policy", Policy), ("model", IterationModel), ("noise", NoiseModel))}
+    objs = {
+        k: _perturbed(c, tmp_path)
+        for k, c in (("spec", WorkloadSpec), ("policy", Policy), ("model", IterationModel), ("noise", NoiseModel))
+    }
     args = [a for o in objs.values() for a in settings.as_args(o)]
     seen = _capture_simulate(monkeypatch, args)
     for k, o in objs.items():

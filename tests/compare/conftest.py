@@ -14,16 +14,34 @@ def run_lines(run_id: str, scale: float, seed: int, n_req: int = 300, n_iter: in
     dur = rng.gamma(4.0, 2.0, n_iter) * scale / 1000
     t_end = np.cumsum(dur)
     for i in range(n_iter):
-        lines.append({"kind": "iteration", "iter": i, "t_start": float(t_end[i] - dur[i]), "t_end": float(t_end[i]),
-                      "decode_tokens": 8, "decode_reqs": 8, "context_tokens": 1000})
+        lines.append(
+            {
+                "kind": "iteration",
+                "iter": i,
+                "t_start": float(t_end[i] - dur[i]),
+                "t_end": float(t_end[i]),
+                "decode_tokens": 8,
+                "decode_reqs": 8,
+                "context_tokens": 1000,
+            }
+        )
     for k in range(n_req):
         arrival = k * 0.05
         n = int(rng.integers(2, 30))
         ttft = rng.gamma(2.0, 30.0) * scale / 1000
         times = arrival + ttft + np.concatenate([[0.0], np.cumsum(rng.gamma(2.0, 5.0, n - 1) * scale / 1000)])
-        lines.append({"kind": "request", "req_id": f"q{k}", "t_arrival": arrival, "t_scheduled": arrival + ttft / 5,
-                      "t_first_token": float(times[0]), "t_finish": float(times[-1]), "output_tokens": n,
-                      "token_times": times.tolist()})
+        lines.append(
+            {
+                "kind": "request",
+                "req_id": f"q{k}",
+                "t_arrival": arrival,
+                "t_scheduled": arrival + ttft / 5,
+                "t_first_token": float(times[0]),
+                "t_finish": float(times[-1]),
+                "output_tokens": n,
+                "token_times": times.tolist(),
+            }
+        )
     return lines
 
 

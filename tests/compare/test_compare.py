@@ -111,8 +111,20 @@ def test_baseline_from_another_store(runs_db, run_file, tmp_path, capsys):
     store.build_derived(con)
     con.close()
     try:
-        main(["compare", "nightly", "base", "--db", str(db), "--base-db", str(other), "--out", str(tmp_path / "x"),
-              "--json"])
+        main(
+            [
+                "compare",
+                "nightly",
+                "base",
+                "--db",
+                str(db),
+                "--base-db",
+                str(other),
+                "--out",
+                str(tmp_path / "x"),
+                "--json",
+            ]
+        )
         code = 0
     except SystemExit as exc:
         code = int(exc.code or 0)
@@ -126,8 +138,13 @@ def test_ci_coverage_is_near_nominal():
     for stat in ("p50", "p99", "mean"):
         misses = sum(
             not (d.ci_low <= 0 <= d.ci_high)
-            for d in (compare_metric(np.sort(rng.gamma(4, 2, 500)), np.sort(rng.gamma(4, 2, 500)), "x", stat,
-                                     0.05, 0.90, 1000, rng) for _ in range(300)))
+            for d in (
+                compare_metric(
+                    np.sort(rng.gamma(4, 2, 500)), np.sort(rng.gamma(4, 2, 500)), "x", stat, 0.05, 0.90, 1000, rng
+                )
+                for _ in range(300)
+            )
+        )
         assert 0.04 < misses / 300 < 0.17, (stat, misses)
 
 

@@ -53,7 +53,13 @@ def test_runs_columns_stay_apart(tmp_path):
     code, out, _ = cli("runs", "--db", db)
     assert code == 0
     header, row = out.splitlines()
-    assert row.split() == ["a-rather-long-run-identifier-for-the-nightly-job", "vllm-with-a-long-name",
-                           "meta-llama/Llama-3.1-70B-Instruct-FP8-dynamic", "5", "5", row.split()[-1]]
+    assert row.split() == [
+        "a-rather-long-run-identifier-for-the-nightly-job",
+        "vllm-with-a-long-name",
+        "meta-llama/Llama-3.1-70B-Instruct-FP8-dynamic",
+        "5",
+        "5",
+        row.split()[-1],
+    ]
     assert header.split() == ["run_id", "engine", "model", "requests", "iterations", "duration_s"]
     assert header.index("model") == row.index("meta-llama")  # aligned under its header

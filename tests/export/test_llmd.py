@@ -21,13 +21,17 @@ VALIDATOR = jsonschema.Draft202012Validator(SCHEMA, format_checker=jsonschema.Fo
 
 # llm-d's pydantic validators (not in its JSON Schema): the units each field allows
 UNITS = {
-    ("latency", "time_to_first_token"): {"ms", "s"}, ("latency", "request_latency"): {"ms", "s"},
+    ("latency", "time_to_first_token"): {"ms", "s"},
+    ("latency", "request_latency"): {"ms", "s"},
     ("latency", "time_per_output_token"): {"ms/token", "s/token"},
     ("latency", "inter_token_latency"): {"ms/token", "s/token"},
     ("latency", "normalized_time_per_output_token"): {"ms/token", "s/token"},
-    ("throughput", "input_token_rate"): {"tokens/s"}, ("throughput", "output_token_rate"): {"tokens/s"},
-    ("throughput", "total_token_rate"): {"tokens/s"}, ("throughput", "request_rate"): {"queries/s"},
-    ("requests", "input_length"): {"count", "pixels"}, ("requests", "output_length"): {"count", "pixels"},
+    ("throughput", "input_token_rate"): {"tokens/s"},
+    ("throughput", "output_token_rate"): {"tokens/s"},
+    ("throughput", "total_token_rate"): {"tokens/s"},
+    ("throughput", "request_rate"): {"queries/s"},
+    ("requests", "input_length"): {"count", "pixels"},
+    ("requests", "output_length"): {"count", "pixels"},
 }
 
 
@@ -78,12 +82,14 @@ def test_the_validator_refuses_what_llmd_refuses(db):
     for mutate in (
         lambda d: d.update(extra_field=1),  # additionalProperties: false at the root
         lambda d: d["run"].pop("uid"),  # run.uid is required
-        lambda d: d["results"]["request_performance"]["aggregate"]["latency"]["time_to_first_token"]
-        .update(units="msec"),  # not a Units member
+        lambda d: d["results"]["request_performance"]["aggregate"]["latency"]["time_to_first_token"].update(
+            units="msec"
+        ),  # not a Units member
         lambda d: d["results"]["request_performance"]["aggregate"]["requests"].update(total=-1),  # minimum 0
         lambda d: d["scenario"]["load"]["standardized"].update(source="synthetic"),  # LoadSource enum
-        lambda d: d["results"]["request_performance"]["aggregate"]["latency"]["time_to_first_token"]
-        .update(units="ms/token"),  # a Units member, but not a time (pydantic validator)
+        lambda d: d["results"]["request_performance"]["aggregate"]["latency"]["time_to_first_token"].update(
+            units="ms/token"
+        ),  # a Units member, but not a time (pydantic validator)
     ):
         d = copy.deepcopy(doc)
         mutate(d)
@@ -95,8 +101,11 @@ def test_latency_equals_vllms_own_statistics(db):
     """vLLM bench writes its own mean/median/p99 TTFT, TPOT and ITL: the report carries the same."""
     raw = json.loads((FIX / "vllm" / "bench.json").read_text())
     lat = _report(db, "bench")["results"]["request_performance"]["aggregate"]["latency"]
-    for ours, theirs in (("time_to_first_token", "ttft"), ("time_per_output_token", "tpot"),
-                         ("inter_token_latency", "itl")):
+    for ours, theirs in (
+        ("time_to_first_token", "ttft"),
+        ("time_per_output_token", "tpot"),
+        ("inter_token_latency", "itl"),
+    ):
         st = lat[ours]
         assert st["mean"] == pytest.approx(raw[f"mean_{theirs}_ms"], rel=1e-9, abs=1e-9), ours
         assert st["p50"] == pytest.approx(raw[f"median_{theirs}_ms"], rel=1e-9, abs=1e-9), ours
@@ -137,8 +146,12 @@ def test_counts_lengths_and_rates_from_the_raw_arrays(db):
 def test_engine_side_statistics_and_wall_clock(db):
     doc = _report(db, "joint")
     comp = doc["results"]["observability"]["components"][0]["aggregate"]
-    kv = [r[0] for r in db.execute("select kv_usage * 100 from iteration_metrics where run_id = 'joint' "
-                                   "and kv_usage is not null").fetchall()]
+    kv = [
+        r[0]
+        for r in db.execute(
+            "select kv_usage * 100 from iteration_metrics where run_id = 'joint' and kv_usage is not null"
+        ).fetchall()
+    ]
     assert comp["kv_cache_usage"]["units"] == "percent"
     assert comp["kv_cache_usage"]["mean"] == pytest.approx(np.mean(kv), rel=1e-12)
     assert comp["kv_cache_usage"]["p95"] == pytest.approx(np.percentile(kv, 95), rel=1e-12)

@@ -73,9 +73,13 @@ def test_long_runs_are_sampled_by_a_stated_rule(tmp_path):
     from pipeline.sim import run_simulation
     from pipeline.sim.model import NoiseModel
 
-    sim = run_simulation(tmp_path / "s.jsonl", truth=False, iterations=12_000,
-                         noise=NoiseModel(sigma=0.03, stall_rate=0.01, stall_ms_mean=40.0),
-                         with_token_times=False)
+    sim = run_simulation(
+        tmp_path / "s.jsonl",
+        truth=False,
+        iterations=12_000,
+        noise=NoiseModel(sigma=0.03, stall_rate=0.01, stall_ms_mean=40.0),
+        with_token_times=False,
+    )
     con = store.connect(tmp_path / "s.duckdb")
     ingest_paths(con, [sim.trace_path])
     store.build_derived(con)
@@ -85,8 +89,12 @@ def test_long_runs_are_sampled_by_a_stated_rule(tmp_path):
     n_steps = sum(e["ph"] == "X" for e in ev)
     stalls = con.execute("select count(*) from iteration_fit where is_stall").fetchall()[0][0]
     assert stalls > 10 and sum(e["ph"] == "i" for e in ev) == stalls  # every stall kept
-    assert n_steps <= 2000 + stalls + con.execute("select count(*) from iteration_fit where spike_cause is not null"
-                                                  ).fetchall()[0][0]
+    assert (
+        n_steps
+        <= 2000
+        + stalls
+        + con.execute("select count(*) from iteration_fit where spike_cause is not null").fetchall()[0][0]
+    )
     assert "every 6th other step" in info["step_sampling"]
     assert (tmp_path / "s.json").stat().st_size < 12_000 * 400  # bounded: far less than every step in full
 

@@ -27,8 +27,17 @@ class SimRun:
     noise: object
 
 
-def make_run(tmp: Path, run_id: str, workload, policy, noise, tokens: bool = True, seed: int = 3,
-             model_name: str = "meta-llama/Llama-3.1-8B", gpu: str = "H100-SXM") -> SimRun:
+def make_run(
+    tmp: Path,
+    run_id: str,
+    workload,
+    policy,
+    noise,
+    tokens: bool = True,
+    seed: int = 3,
+    model_name: str = "meta-llama/Llama-3.1-8B",
+    gpu: str = "H100-SXM",
+) -> SimRun:
     from pipeline import store
     from pipeline.ingest import ingest_paths
     from pipeline.sim.engine import simulate
@@ -64,8 +73,14 @@ def accuracy_run(tmp_path_factory) -> SimRun:
     from pipeline.sim.workload import poisson_workload
 
     w = poisson_workload(3000, 20, 800, 0.8, 200, 0.8, seed=1)
-    return make_run(tmp_path_factory.mktemp("acc"), "acc", w, Policy(max_num_seqs=128, max_num_batched_tokens=2048),
-                    NoiseModel(sigma=0.03, stall_rate=0.02, stall_ms_mean=50.0), seed=2)
+    return make_run(
+        tmp_path_factory.mktemp("acc"),
+        "acc",
+        w,
+        Policy(max_num_seqs=128, max_num_batched_tokens=2048),
+        NoiseModel(sigma=0.03, stall_rate=0.02, stall_ms_mean=50.0),
+        seed=2,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -76,9 +91,13 @@ def incident_run(tmp_path_factory) -> SimRun:
     from pipeline.sim.workload import add_burst, poisson_workload
 
     w = add_burst(poisson_workload(1500, 8, 400, 0.6, 150, 0.6, seed=1), 90.0, 24, 16000, 16, spread_s=1.0)
-    return make_run(tmp_path_factory.mktemp("inc"), "incident", w,
-                    Policy(max_num_seqs=128, max_num_batched_tokens=2048),
-                    NoiseModel(sigma=0.03, stall_rate=0.005, stall_ms_mean=50.0))
+    return make_run(
+        tmp_path_factory.mktemp("inc"),
+        "incident",
+        w,
+        Policy(max_num_seqs=128, max_num_batched_tokens=2048),
+        NoiseModel(sigma=0.03, stall_rate=0.005, stall_ms_mean=50.0),
+    )
 
 
 def _kv_workload():
@@ -93,9 +112,13 @@ def kv_run(tmp_path_factory) -> SimRun:
     from pipeline.sim.engine import Policy
     from pipeline.sim.model import NoiseModel
 
-    return make_run(tmp_path_factory.mktemp("kv"), "kv", _kv_workload(),
-                    Policy(max_num_seqs=128, max_num_batched_tokens=2048, kv_capacity_tokens=30000),
-                    NoiseModel(sigma=0.03, stall_rate=0.005, stall_ms_mean=50.0))
+    return make_run(
+        tmp_path_factory.mktemp("kv"),
+        "kv",
+        _kv_workload(),
+        Policy(max_num_seqs=128, max_num_batched_tokens=2048, kv_capacity_tokens=30000),
+        NoiseModel(sigma=0.03, stall_rate=0.005, stall_ms_mean=50.0),
+    )
 
 
 @pytest.fixture(scope="session")
@@ -104,6 +127,11 @@ def kv_run_no_tokens(tmp_path_factory) -> SimRun:
     from pipeline.sim.engine import Policy
     from pipeline.sim.model import NoiseModel
 
-    return make_run(tmp_path_factory.mktemp("kvn"), "kvn", _kv_workload(),
-                    Policy(max_num_seqs=128, max_num_batched_tokens=2048, kv_capacity_tokens=30000),
-                    NoiseModel(sigma=0.03, stall_rate=0.005, stall_ms_mean=50.0), tokens=False)
+    return make_run(
+        tmp_path_factory.mktemp("kvn"),
+        "kvn",
+        _kv_workload(),
+        Policy(max_num_seqs=128, max_num_batched_tokens=2048, kv_capacity_tokens=30000),
+        NoiseModel(sigma=0.03, stall_rate=0.005, stall_ms_mean=50.0),
+        tokens=False,
+    )

@@ -30,23 +30,67 @@ def hand(tmp_path_factory):
     t_end = np.cumsum(dur + gap) / 1000 + 10.0
     t_start = t_end - dur / 1000
     span = np.diff(np.concatenate([[t_end[0] - dur[0] / 1000], t_end])) * 1000
-    steps = [{"kind": "iteration", "iter": k, "t_start": t_start[k], "t_end": t_end[k], "context_tokens": int(ctx[k]),
-              "prefill_tokens": int(pf[k]), "decode_tokens": int(dec[k]), "preempted_reqs": 0} for k in range(n)]
+    steps = [
+        {
+            "kind": "iteration",
+            "iter": k,
+            "t_start": t_start[k],
+            "t_end": t_end[k],
+            "context_tokens": int(ctx[k]),
+            "prefill_tokens": int(pf[k]),
+            "decode_tokens": int(dec[k]),
+            "preempted_reqs": 0,
+        }
+        for k in range(n)
+    ]
     e = t_end.tolist()
     mid14 = (t_start[14] + t_end[14]) / 2
     reqs = [
         # r1: waits over steps 4-5, prefills in 6-7, decodes 8-12 but sits out step 10 (token gap 9 -> 11)
-        dict(req_id="r1", t_arrival=e[3], t_scheduled=e[5], t_first_token=e[7], t_finish=e[12], prompt_tokens=50,
-             output_tokens=5, preemptions=1, token_times=[e[7], e[8], e[9], e[11], e[12]]),
+        dict(
+            req_id="r1",
+            t_arrival=e[3],
+            t_scheduled=e[5],
+            t_first_token=e[7],
+            t_finish=e[12],
+            prompt_tokens=50,
+            output_tokens=5,
+            preemptions=1,
+            token_times=[e[7], e[8], e[9], e[11], e[12]],
+        ),
         # r2: arrives mid step 14; decodes 17-20 (host gap before 18); no token times, never preempted
-        dict(req_id="r2", t_arrival=mid14, t_scheduled=e[14], t_first_token=e[16], t_finish=e[20], prompt_tokens=60,
-             output_tokens=5, preemptions=0),
+        dict(
+            req_id="r2",
+            t_arrival=mid14,
+            t_scheduled=e[14],
+            t_first_token=e[16],
+            t_finish=e[20],
+            prompt_tokens=60,
+            output_tokens=5,
+            preemptions=0,
+        ),
         # r3: no token times, preempted: 6 steps in its decode phase but only 3 tokens after the first
-        dict(req_id="r3", t_arrival=e[17], t_scheduled=e[18], t_first_token=e[20], t_finish=e[26], prompt_tokens=70,
-             output_tokens=4, preemptions=1),
+        dict(
+            req_id="r3",
+            t_arrival=e[17],
+            t_scheduled=e[18],
+            t_first_token=e[20],
+            t_finish=e[26],
+            prompt_tokens=70,
+            output_tokens=4,
+            preemptions=1,
+        ),
         # r4: no scheduled time: TTFT cannot be split
-        dict(req_id="r4", t_arrival=e[21], t_first_token=e[23], t_finish=e[28], prompt_tokens=80, output_tokens=6,
-             preemptions=0, token_times=e[23:29]),
+        dict(
+            req_id="r4",
+            t_arrival=e[21],
+            t_first_token=e[23],
+            t_finish=e[28],
+            prompt_tokens=80,
+            output_tokens=6,
+            preemptions=0,
+            token_times=e[23:29],
+        ),
     ]
     path = tmp_path_factory.mktemp("hand") / "hand.jsonl"
     lines = [{"kind": "run", "run_id": "hand", "clock": "monotonic", "model": "llama-3.1-8b", "gpu": "h100-sxm"}]
@@ -123,7 +167,9 @@ def _sums(con, run_id):
             count(*), (select count(*) from request_latency where run_id = $r and status = 'ok'),
             sum(unattributed_ttft_ms + unattributed_decode_ms)
         from request_attribution where run_id = $r
-        """, {"r": run_id}).fetchall()[0]
+        """,
+        {"r": run_id},
+    ).fetchall()[0]
 
 
 @pytest.mark.parametrize("which", ["incident_run", "kv_run", "kv_run_no_tokens"])
@@ -146,7 +192,9 @@ def test_preemption_matches_simulator_truth(kv_run):
     gaps = (t_end[first[1:]] - t_end[last[:-1]]) * 1000
     truth = np.bincount(req[1:][same], weights=gaps[same], minlength=res.n_requests)
     ids = np.asarray(res.requests["req_id"]).astype(str)
-    got = dict(kv_run.con.execute("select req_id, preemption_ms from request_attribution where run_id = 'kv'").fetchall())
+    got = dict(
+        kv_run.con.execute("select req_id, preemption_ms from request_attribution where run_id = 'kv'").fetchall()
+    )
     ok = res.requests["status"] == "ok"
     assert truth[ok].sum() > 1000  # preemption actually happened
     np.testing.assert_allclose([got[i] for i in ids[ok]], truth[ok], atol=1e-6)
@@ -198,16 +246,21 @@ def test_step_sums_are_running_sums_of_the_step_parts(incident_run):
     from pipeline.fit import sql
 
     con, run = incident_run.con, incident_run.run_id
-    it = con.sql("select t_end, iter, span_ms, predicted_ms, decode_baseline_ms, prefill_ms_part, residual_ms, "
-                 "host_gap_ms from iteration_fit where run_id = ? and t_end is not null and span_ms is not null "
-                 "order by t_end, iter", params=[run]).pl()
+    it = con.sql(
+        "select t_end, iter, span_ms, predicted_ms, decode_baseline_ms, prefill_ms_part, residual_ms, "
+        "host_gap_ms from iteration_fit where run_id = ? and t_end is not null and span_ms is not null "
+        "order by t_end, iter",
+        params=[run],
+    ).pl()
     fitted = it["predicted_ms"].is_not_null().to_numpy()
     span = it["span_ms"].to_numpy()
-    parts = {"span": span,
-             "base": np.where(fitted, it["decode_baseline_ms"].fill_null(0).to_numpy(), 0),
-             "pf": np.where(fitted, it["prefill_ms_part"].fill_null(0).to_numpy(), 0),
-             "ux": np.where(fitted, (it["residual_ms"] + it["host_gap_ms"]).fill_null(0).to_numpy(), 0),
-             "ua": np.where(fitted, 0, span)}
+    parts = {
+        "span": span,
+        "base": np.where(fitted, it["decode_baseline_ms"].fill_null(0).to_numpy(), 0),
+        "pf": np.where(fitted, it["prefill_ms_part"].fill_null(0).to_numpy(), 0),
+        "ux": np.where(fitted, (it["residual_ms"] + it["host_gap_ms"]).fill_null(0).to_numpy(), 0),
+        "ua": np.where(fitted, 0, span),
+    }
     with sql.step_sums(con, run):
         got = con.sql("select * from fit_step_sums order by k").pl()
     assert got.height == it.height + 1 and got["t_end"][0] == -math.inf
@@ -239,8 +292,11 @@ def test_stall_stats_and_top_spikes_against_numpy(incident_run):
     from pipeline.fit import stalls
 
     con, run = incident_run.con, incident_run.run_id
-    it = con.sql("select iter, iteration_ms, predicted_ms, decode_baseline_ms, residual_ms, is_spike, is_stall, "
-                 "spike_cause, t_end from iteration_fit where run_id = ?", params=[run]).pl()
+    it = con.sql(
+        "select iter, iteration_ms, predicted_ms, decode_baseline_ms, residual_ms, is_spike, is_stall, "
+        "spike_cause, t_end from iteration_fit where run_id = ?",
+        params=[run],
+    ).pl()
     stall = it["is_stall"].fill_null(False).to_numpy()
     r = it["residual_ms"].to_numpy()[stall].astype(float)
     got = stalls.stats(con, run, 2.0)
@@ -256,9 +312,11 @@ def test_stall_stats_and_top_spikes_against_numpy(incident_run):
     for cause, n in causes.iter_rows():
         assert got["spikes"][cause] == n
     top = stalls.top_spikes(con, run, limit=5)
-    spikes = it.filter(pl.col("is_spike").fill_null(False)).with_columns(
-        excess_ms=pl.col("iteration_ms") - pl.col("decode_baseline_ms")).sort(["excess_ms", "iter"],
-                                                                             descending=[True, False])
+    spikes = (
+        it.filter(pl.col("is_spike").fill_null(False))
+        .with_columns(excess_ms=pl.col("iteration_ms") - pl.col("decode_baseline_ms"))
+        .sort(["excess_ms", "iter"], descending=[True, False])
+    )
     assert [t["iter"] for t in top] == spikes["iter"].head(5).to_list()
     assert top[0]["t_offset_s"] == pytest.approx(spikes["t_end"][0] - it["t_end"].min())
 
@@ -272,8 +330,9 @@ def test_tail_parts_order_is_total(incident_run):
     explain(con, run, "ttft")  # fitted and attributed
     section = tail_section(con, run)
     for metric in ("ttft", "tpot", "e2e"):
-        df = store.select(con, "fit/tail_parts", {"run_id": run, "metric": metric, "t_from": -math.inf,
-                                                  "t_to": math.inf})
+        df = store.select(
+            con, "fit/tail_parts", {"run_id": run, "metric": metric, "t_from": -math.inf, "t_to": math.inf}
+        )
         rows = list(zip((-g for g in df["growth_ms"].to_list()), df["part"].to_list()))
         assert len(rows) > 2 and rows == sorted(rows), metric
         assert list(section[metric]) == df["part"].to_list()

@@ -21,8 +21,16 @@ def test_kv_bytes_per_token_by_hand():
 def test_every_entry_has_a_source_and_the_required_entries_exist():
     for name in ("a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "b200", "l40s", "mi300x", "cpu"):
         assert catalog.find_gpu(name).source
-    for name in ("llama-3.1-8b", "llama-3.1-70b", "llama-2-7b", "llama-2-70b", "mistral-7b", "qwen2.5-7b",
-                 "qwen2.5-72b", "mixtral-8x7b"):
+    for name in (
+        "llama-3.1-8b",
+        "llama-3.1-70b",
+        "llama-2-7b",
+        "llama-2-70b",
+        "mistral-7b",
+        "qwen2.5-7b",
+        "qwen2.5-72b",
+        "mixtral-8x7b",
+    ):
         assert catalog.find_model(name).source
 
 
@@ -43,10 +51,19 @@ def test_gpu_aliases_and_user_bandwidth():
 
 
 def _llama_config(**extra):
-    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
-            "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32,
-            "num_key_value_heads": 8, "vocab_size": 128256, "tie_word_embeddings": False,
-            "torch_dtype": "bfloat16", **extra}
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_attention_heads": 32,
+        "num_hidden_layers": 32,
+        "num_key_value_heads": 8,
+        "vocab_size": 128256,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        **extra,
+    }
 
 
 def test_hf_config_matches_catalogue(tmp_path):
@@ -65,8 +82,9 @@ def test_hf_config_matches_catalogue(tmp_path):
 
 def test_hf_config_mixture_of_experts(tmp_path):
     p = tmp_path / "config.json"
-    p.write_text(json.dumps(_llama_config(model_type="mixtral", vocab_size=32000, num_local_experts=8,
-                                          num_experts_per_tok=2)))
+    p.write_text(
+        json.dumps(_llama_config(model_type="mixtral", vocab_size=32000, num_local_experts=8, num_experts_per_tok=2))
+    )
     spec = catalog.model_from_hf_config(p)
     ref = catalog.get_model("mistralai/Mixtral-8x7B-v0.1")
     assert spec.params_b == pytest.approx(ref.params_b, rel=0.01)

@@ -75,8 +75,15 @@ def test_explain_and_summary(small_db):
     r = run("explain", "small", "--from", "14:03", "--db", db)
     assert r.returncode == 2 and "not unix time" in r.stderr
     s = json.loads(run("summary", "small", "--db", db, "--json").stdout)
-    assert set(s["fit"]) >= {"t0_ms", "ms_per_1k_context_tokens", "ms_per_1k_prefill_tokens", "r2", "mape",
-                             "effective_bandwidth_gbps", "bandwidth_fraction_of_peak"}
+    assert set(s["fit"]) >= {
+        "t0_ms",
+        "ms_per_1k_context_tokens",
+        "ms_per_1k_prefill_tokens",
+        "r2",
+        "mape",
+        "effective_bandwidth_gbps",
+        "bandwidth_fraction_of_peak",
+    }
     assert set(s["spikes"]) == {"count", "prefill", "preemption", "unexplained", "stall_detection_limit_ms"}
     fit = json.loads(run("fit", "small", "--db", db, "--json").stdout)
     lim = s["spikes"]["stall_detection_limit_ms"]
@@ -95,8 +102,17 @@ def _ingest(tmp: Path, lines: list[dict]):
 
 
 def test_steps_without_context_say_so(tmp_path):
-    steps = [{"kind": "iteration", "iter": k, "t_start": k * 0.01, "t_end": k * 0.01 + (2 + 0.01 * (k % 7) * 10) / 1000,
-              "prefill_tokens": (k % 7) * 10, "decode_tokens": 4} for k in range(60)]
+    steps = [
+        {
+            "kind": "iteration",
+            "iter": k,
+            "t_start": k * 0.01,
+            "t_end": k * 0.01 + (2 + 0.01 * (k % 7) * 10) / 1000,
+            "prefill_tokens": (k % 7) * 10,
+            "decode_tokens": 4,
+        }
+        for k in range(60)
+    ]
     con = _ingest(tmp_path, [{"kind": "run", "run_id": "noctx", "model": "vllm-cpu-tiny", "gpu": "cpu"}] + steps)
     f = get_or_fit(con, "noctx")
     assert f.a_ms_per_ctx is None and f.c_ms_per_decode is None
@@ -108,8 +124,20 @@ def test_steps_without_context_say_so(tmp_path):
 
 
 def test_requests_without_steps_are_unattributed(tmp_path):
-    reqs = [{"kind": "request", "req_id": f"q{i}", "t_arrival": i, "t_scheduled": i + 0.1, "t_first_token": i + 0.2,
-             "t_finish": i + 1.0 + i / 100, "prompt_tokens": 10, "output_tokens": 9, "status": "ok"} for i in range(50)]
+    reqs = [
+        {
+            "kind": "request",
+            "req_id": f"q{i}",
+            "t_arrival": i,
+            "t_scheduled": i + 0.1,
+            "t_first_token": i + 0.2,
+            "t_finish": i + 1.0 + i / 100,
+            "prompt_tokens": 10,
+            "output_tokens": 9,
+            "status": "ok",
+        }
+        for i in range(50)
+    ]
     con = _ingest(tmp_path, [{"kind": "run", "run_id": "client"}] + reqs)
     f = get_or_fit(con, "client")
     assert f.n_iterations == 0 and any("no steps" in s for s in f.statements)

@@ -23,17 +23,21 @@ def _log(n: int, dummy_every: int | None, dummy_as_plain: bool = False) -> str:
         if dummy_every and k % dummy_every == 0:
             t += 0.030
             mark = "" if dummy_as_plain else " (dummy)"
-            lines.append(f"{t:.6f} INFO [loggers.py:231] Engine 000: Iteration({it}): 0 context requests, 0 context "
-                         f"tokens, 0 generation requests, 0 generation tokens, iteration elapsed time: 25.00 ms, "
-                         f"GPU KV cache usage: 10.0%{mark}")
+            lines.append(
+                f"{t:.6f} INFO [loggers.py:231] Engine 000: Iteration({it}): 0 context requests, 0 context "
+                f"tokens, 0 generation requests, 0 generation tokens, iteration elapsed time: 25.00 ms, "
+                f"GPU KV cache usage: 10.0%{mark}"
+            )
             it += 1
         pf = int(rng.choice([0, 0, 0, 256, 512]))
         dec = int(rng.integers(1, 64))
         ms = (T0 + B * pf + C * dec) * float(np.exp(rng.normal(0, 0.02)))
         t += ms / 1000 + 0.001
-        lines.append(f"{t:.6f} INFO [loggers.py:231] Engine 000: Iteration({it}): {1 if pf else 0} context requests, "
-                     f"{pf} context tokens, {dec} generation requests, {dec} generation tokens, iteration elapsed "
-                     f"time: {ms:.2f} ms, GPU KV cache usage: 10.0%")
+        lines.append(
+            f"{t:.6f} INFO [loggers.py:231] Engine 000: Iteration({it}): {1 if pf else 0} context requests, "
+            f"{pf} context tokens, {dec} generation requests, {dec} generation tokens, iteration elapsed "
+            f"time: {ms:.2f} ms, GPU KV cache usage: 10.0%"
+        )
         it += 1
     return "\n".join(lines) + "\n"
 
@@ -54,15 +58,18 @@ def _fit(tmp_path, name: str, text: str):
 @pytest.fixture(scope="module")
 def fits(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("dummy")
-    return {name: _fit(tmp, name, _log(400, every, plain))
-            for name, every, plain in (("clean", None, False), ("dummy", 3, False), ("plain", 3, True))}
+    return {
+        name: _fit(tmp, name, _log(400, every, plain))
+        for name, every, plain in (("clean", None, False), ("dummy", 3, False), ("plain", 3, True))
+    }
 
 
 def test_dummy_steps_do_not_change_the_fit(fits):
     _, clean = fits["clean"]
     con, dummy = fits["dummy"]
-    n_dummy = con.execute("select count(*) from iterations where json_extract(extra, '$.is_dummy')::boolean"
-                          ).fetchall()[0][0]
+    n_dummy = con.execute(
+        "select count(*) from iterations where json_extract(extra, '$.is_dummy')::boolean"
+    ).fetchall()[0][0]
     assert n_dummy == 134  # steps 0, 3, ..., 399 have a dummy step before them
     for key in ("t0_ms", "b_ms_per_prefill", "c_ms_per_decode"):
         assert getattr(dummy, key) == pytest.approx(getattr(clean, key), rel=1e-12), key
@@ -87,8 +94,10 @@ def test_dummy_steps_get_no_prediction_and_are_never_stalls(fits):
     rows = con.execute(
         "select f.predicted_ms is null, f.is_stall, f.is_spike, count(*) from iteration_fit f "
         "join iterations i using (run_id, iter) where f.run_id = 'dummy' "
-        "and json_extract(i.extra, '$.is_dummy')::boolean group by all").fetchall()
+        "and json_extract(i.extra, '$.is_dummy')::boolean group by all"
+    ).fetchall()
     assert rows == [(True, False, False, 134)]
-    n_real = con.execute("select count(*) from iteration_fit where run_id = 'dummy' and predicted_ms is not null"
-                         ).fetchall()[0][0]
+    n_real = con.execute(
+        "select count(*) from iteration_fit where run_id = 'dummy' and predicted_ms is not null"
+    ).fetchall()[0][0]
     assert n_real == 400

@@ -11,8 +11,6 @@ from pipeline.cli import run_captured as cli
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
 
 
-
-
 @pytest.fixture(scope="module")
 def db(tmp_path_factory):
     db = tmp_path_factory.mktemp("explain") / "v.duckdb"
@@ -36,11 +34,17 @@ def test_trailing_z_is_accepted(db):
     assert "(requests arriving 2026-11-30T04:47:29.000Z (+1.050 s) .. 2026-11-30T04:47:31.000Z (+3.050 s))" in out
 
 
-@pytest.mark.parametrize("window,message", [
-    (("--from", "3", "--to", "1"), "--from 3 is after --to 1"),
-    (("--from", "300"), "--from 300 lies after the run's end (the run spans 2026-11-30T04:47:27.949Z (+0.000 s) .."),
-    (("--to", "@5"), "--to @5 lies before the run's start"),
-])
+@pytest.mark.parametrize(
+    "window,message",
+    [
+        (("--from", "3", "--to", "1"), "--from 3 is after --to 1"),
+        (
+            ("--from", "300"),
+            "--from 300 lies after the run's end (the run spans 2026-11-30T04:47:27.949Z (+0.000 s) ..",
+        ),
+        (("--to", "@5"), "--to @5 lies before the run's start"),
+    ],
+)
 def test_reversed_or_outside_windows_are_errors(db, window, message):
     code, out = cli("explain", "v", "--db", db, *window)
     assert code == 2 and message in out, out
@@ -58,10 +62,25 @@ def test_fit_hardware_line_has_no_none():
     from pipeline.fit.text import format_fit
     import dataclasses
 
-    fields = {f.name: None for f in dataclasses.fields(FitResult) if f.default is dataclasses.MISSING
-              and f.default_factory is dataclasses.MISSING}
+    fields = {
+        f.name: None
+        for f in dataclasses.fields(FitResult)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
     hw = {"model": None, "gpu": "H100", "num_gpus": None, "weight_dtype": None, "kv_dtype": None}
-    f = FitResult(**{**fields, "run_id": "r", "n_iterations": 0, "n_fitted": 0, "hardware": hw, "phases": {},
-                     "claims": [], "spikes": {}, "stall_ms": {}, "statements": []})
+    f = FitResult(
+        **{
+            **fields,
+            "run_id": "r",
+            "n_iterations": 0,
+            "n_fitted": 0,
+            "hardware": hw,
+            "phases": {},
+            "claims": [],
+            "spikes": {},
+            "stall_ms": {},
+            "statements": [],
+        }
+    )
     text = format_fit(f)
     assert "hardware: model ?, GPU H100 x?, weights ?, KV ?" in text and "None" not in text

@@ -32,8 +32,14 @@ def extended_run(tmp_path_factory):
     from pipeline.sim.writer import write_trace
 
     tmp = tmp_path_factory.mktemp("ext")
-    model = IterationModel(t0_ms=T0_TRUE, a_ms_per_ctx=A_TRUE, b_ms_per_prefill=B_TRUE, c_ms_per_decode=0.0,
-                           d_ms_per_req=D_TRUE, e_ms_per_prefill_attn=E_TRUE)
+    model = IterationModel(
+        t0_ms=T0_TRUE,
+        a_ms_per_ctx=A_TRUE,
+        b_ms_per_prefill=B_TRUE,
+        c_ms_per_decode=0.0,
+        d_ms_per_req=D_TRUE,
+        e_ms_per_prefill_attn=E_TRUE,
+    )
     noise = NoiseModel(sigma=0.03, stall_rate=0.01, stall_ms_mean=50.0)
     policy = Policy(max_num_seqs=128, max_num_batched_tokens=2048)
     res = simulate(poisson_workload(12000, 12, 1500, 0.9, 200, 0.8, seed=1), policy, model, noise, seed=1)
@@ -60,8 +66,12 @@ def test_extended_terms_recovered(extended_run):
     assert ex["better"] and xt["mape_pct"] < mb["mape_pct"] and xt["p90_abs_ms"] < mb["p90_abs_ms"]
     # the held-out errors are those of the whole model: recompute them from the blocks
     it = res.iterations
-    cols = {"context_tokens": it["context_tokens"].astype(float), "prefill_tokens": it["prefill_tokens"].astype(float),
-            "batch_reqs": (it["decode_reqs"] + it["prefill_reqs"]).astype(float), "prefill_attn": it["prefill_attn"]}
+    cols = {
+        "context_tokens": it["context_tokens"].astype(float),
+        "prefill_tokens": it["prefill_tokens"].astype(float),
+        "batch_reqs": (it["decode_reqs"] + it["prefill_reqs"]).astype(float),
+        "prefill_attn": it["prefill_attn"],
+    }
     y = (it["t_end"] - it["t_start"]) * 1000
     again = cross_validate(tuple(t for t in ex["terms"]), cols, y)
     assert again["mape_pct"] == pytest.approx(xt["mape_pct"], rel=1e-6)
@@ -75,7 +85,9 @@ def test_replay_uses_the_extended_model_when_it_predicts_better(extended_run):
     assert cal.details["iteration_model"] == "extended"
     scale = cal.details["mean_scale"]
     assert cal.model.d_ms_per_req == pytest.approx(f.extended["coef"]["d_ms_per_req"] * scale, rel=1e-12)
-    assert cal.model.e_ms_per_prefill_attn == pytest.approx(f.extended["coef"]["e_ms_per_prefill_attn"] * scale, rel=1e-12)
+    assert cal.model.e_ms_per_prefill_attn == pytest.approx(
+        f.extended["coef"]["e_ms_per_prefill_attn"] * scale, rel=1e-12
+    )
     assert any(n.startswith("iteration model: extended") for n in cal.notes)
 
 

@@ -53,8 +53,9 @@ def test_bandwidth_recovered_within_3_percent(acc_fit, accuracy_run):
 
 
 def _flags_and_predicted(run) -> tuple[np.ndarray, np.ndarray]:
-    rows = run.con.execute("select iter, is_stall, predicted_ms from iteration_fit where run_id = ? order by iter",
-                           [run.run_id]).fetchnumpy()
+    rows = run.con.execute(
+        "select iter, is_stall, predicted_ms from iteration_fit where run_id = ? order by iter", [run.run_id]
+    ).fetchnumpy()
     assert np.array_equal(rows["iter"], np.arange(len(run.result.iterations["t_end"])))
     return rows["is_stall"].astype(bool), rows["predicted_ms"]
 
@@ -67,9 +68,15 @@ def _oracle(run) -> float:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_stall_recall_and_false_positives_on_chat_load(tmp_path, seed):
     """The acceptance figure: >= 95% of ALL injected stalls found, <= 5% of the flagged steps false."""
-    run = make_run(tmp_path, f"chat{seed}", chat_workload(seed), Policy(max_num_seqs=128, max_num_batched_tokens=2048),
-                   NoiseModel(sigma=0.03, stall_rate=0.02, stall_ms_mean=50.0),
-                   tokens=False, seed=seed + 1)
+    run = make_run(
+        tmp_path,
+        f"chat{seed}",
+        chat_workload(seed),
+        Policy(max_num_seqs=128, max_num_batched_tokens=2048),
+        NoiseModel(sigma=0.03, stall_rate=0.02, stall_ms_mean=50.0),
+        tokens=False,
+        seed=seed + 1,
+    )
     flagged, _ = _flags_and_predicted(run)
     score = score_stalls(flagged, run.result.iterations["stall_ms"])
     assert score["stalls"] > 200
@@ -84,8 +91,9 @@ def test_stall_detection_on_prefill_heavy_load(acc_fit, accuracy_run):
     flagged, predicted = _flags_and_predicted(accuracy_run)
     assert set(np.flatnonzero(flagged).tolist()) == stall_iters(accuracy_run.con, accuracy_run.run_id)
     limit = acc_fit.detection_limit_ms(predicted)
-    np.testing.assert_allclose(limit, predicted * np.exp(acc_fit.log_center)
-                               * (np.exp(acc_fit.k * acc_fit.residual_log_sigma) - 1), rtol=1e-12)
+    np.testing.assert_allclose(
+        limit, predicted * np.exp(acc_fit.log_center) * (np.exp(acc_fit.k * acc_fit.residual_log_sigma) - 1), rtol=1e-12
+    )
     lim = acc_fit.stall_detection_limit_ms
     assert lim["median_step"] == pytest.approx(np.median(limit), rel=1e-6)
     assert lim["p90_step"] == pytest.approx(np.quantile(limit, 0.9), rel=1e-6)
@@ -139,17 +147,24 @@ def test_stored_fit_is_reused_and_models_round_trip(acc_fit, accuracy_run):
     h200 = get_or_fit(accuracy_run.con, accuracy_run.run_id, HardwareSpec(gpu="h200"))
     assert h200.t0_ms == acc_fit.t0_ms
     assert h200.hardware["bandwidth_fraction_of_peak"] == pytest.approx(
-        acc_fit.hardware["effective_bandwidth_gbps"] / 4800, rel=1e-9)
+        acc_fit.hardware["effective_bandwidth_gbps"] / 4800, rel=1e-9
+    )
 
 
 def test_iteration_fit_parts_add_up(accuracy_run, acc_fit):
     con, run = accuracy_run.con, accuracy_run.run_id
     rows = con.execute(
         "select max(abs(decode_baseline_ms + prefill_ms_part + residual_ms - iteration_ms)), "
-        "max(abs(span_ms - iteration_ms - host_gap_ms)), count(*) from iteration_fit where run_id = ?", [run]).fetchall()
+        "max(abs(span_ms - iteration_ms - host_gap_ms)), count(*) from iteration_fit where run_id = ?",
+        [run],
+    ).fetchall()
     assert rows[0][0] < 1e-9 and rows[0][1] < 1e-9 and rows[0][2] == len(accuracy_run.result.iterations["t_end"])
     # decode baseline = t0 + a*ctx + c*decode computed independently
     it = accuracy_run.result.iterations
     base = con.execute("select decode_baseline_ms from iteration_fit where run_id = ? order by iter", [run]).fetchall()
-    expect = acc_fit.t0_ms + acc_fit.a_ms_per_ctx * it["context_tokens"] + (acc_fit.c_ms_per_decode or 0) * it["decode_tokens"]
+    expect = (
+        acc_fit.t0_ms
+        + acc_fit.a_ms_per_ctx * it["context_tokens"]
+        + (acc_fit.c_ms_per_decode or 0) * it["decode_tokens"]
+    )
     np.testing.assert_allclose([b[0] for b in base], expect, rtol=1e-12)

@@ -109,8 +109,16 @@ def test_newton_solution_matches_scipy_least_squares():
     t = y / (X @ np.array(list(TRUTH.values())))
     start = np.linalg.lstsq(A, t, rcond=None)[0]
     # a copy: older scipy scales the returned Jacobian in place
-    ref = least_squares(lambda b: A @ b - t, start, jac=lambda b: A.copy(), loss="soft_l1", f_scale=0.03,
-                        ftol=1e-15, xtol=1e-15, gtol=1e-15).x
+    ref = least_squares(
+        lambda b: A @ b - t,
+        start,
+        jac=lambda b: A.copy(),
+        loss="soft_l1",
+        f_scale=0.03,
+        ftol=1e-15,
+        xtol=1e-15,
+        gtol=1e-15,
+    ).x
     np.testing.assert_allclose(M._soft_l1_newton(A, t, 0.03, start), ref, rtol=1e-8)
 
 
@@ -118,8 +126,10 @@ def test_stale_stored_fit_is_refitted(incident_run):
     con, run = incident_run.con, incident_run.run_id
     fresh = get_or_fit(con, run)
     # a fit stored by an older version (v1 had no log_center): never read, refitted
-    con.execute("update fits set fit_version = ?, numbers = ? where run_id = ?",
-                [FIT_VERSION - 1, json.dumps({"coef": {"t0_ms": 1.0}}), run])
+    con.execute(
+        "update fits set fit_version = ?, numbers = ? where run_id = ?",
+        [FIT_VERSION - 1, json.dumps({"coef": {"t0_ms": 1.0}}), run],
+    )
     again = get_or_fit(con, run)
     assert again.t0_ms == fresh.t0_ms and again.ci == fresh.ci
     rows = con.execute("select fit_version from fits where run_id = ?", [run]).fetchall()

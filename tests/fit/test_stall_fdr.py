@@ -34,8 +34,9 @@ def template():
     from .conftest import chat_workload
 
     model = IterationModel(t0_ms=T0_TRUE, a_ms_per_ctx=A_TRUE, b_ms_per_prefill=B_TRUE, c_ms_per_decode=0.0)
-    return simulate(chat_workload(1), Policy(max_num_seqs=128, max_num_batched_tokens=2048), model,
-                    NoiseModel(sigma=0.0), seed=1).iterations, model
+    return simulate(
+        chat_workload(1), Policy(max_num_seqs=128, max_num_batched_tokens=2048), model, NoiseModel(sigma=0.0), seed=1
+    ).iterations, model
 
 
 def _detect(template, n: int, rate: float, law: str, seed: int) -> dict:

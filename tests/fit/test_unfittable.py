@@ -9,18 +9,46 @@ import sys
 import pytest
 
 README_RUN = [  # the README's canonical example: a run record, one step, one request
-    {"kind": "run", "run_id": "night-42", "engine": "myengine", "model": "llama-3.1-8b", "gpu": "H100-SXM",
-     "clock": "monotonic"},
-    {"kind": "iteration", "iter": 0, "t_start": 10.000, "t_end": 10.021, "prefill_tokens": 512, "prefill_reqs": 1,
-     "decode_tokens": 0, "decode_reqs": 0, "context_tokens": 0},
-    {"kind": "request", "req_id": "r1", "t_arrival": 9.998, "t_scheduled": 10.000, "t_first_token": 10.021,
-     "t_finish": 10.900, "prompt_tokens": 512, "output_tokens": 64, "token_times": [10.021, 10.035, 10.9]},
+    {
+        "kind": "run",
+        "run_id": "night-42",
+        "engine": "myengine",
+        "model": "llama-3.1-8b",
+        "gpu": "H100-SXM",
+        "clock": "monotonic",
+    },
+    {
+        "kind": "iteration",
+        "iter": 0,
+        "t_start": 10.000,
+        "t_end": 10.021,
+        "prefill_tokens": 512,
+        "prefill_reqs": 1,
+        "decode_tokens": 0,
+        "decode_reqs": 0,
+        "context_tokens": 0,
+    },
+    {
+        "kind": "request",
+        "req_id": "r1",
+        "t_arrival": 9.998,
+        "t_scheduled": 10.000,
+        "t_first_token": 10.021,
+        "t_finish": 10.900,
+        "prompt_tokens": 512,
+        "output_tokens": 64,
+        "token_times": [10.021, 10.035, 10.9],
+    },
 ]
 
 
 def cli(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    r = subprocess.run([sys.executable, "-m", "pipeline", *args, "--db", str(tmp_path / "u.duckdb")],
-                       capture_output=True, text=True, cwd=tmp_path)
+    r = subprocess.run(
+        [sys.executable, "-m", "pipeline", *args, "--db", str(tmp_path / "u.duckdb")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert r.returncode == 0 and "Traceback" not in r.stderr and "Error" not in r.stderr, (args, r.stderr)
     return r
 
@@ -32,8 +60,19 @@ def ingest(tmp_path, lines: list[dict]) -> None:
 
 
 def steps(n: int, dur_s: float = 0.02, **kw) -> list[dict]:
-    return [{"kind": "iteration", "iter": i, "t_start": 1.0 + i * 0.05, "t_end": 1.0 + i * 0.05 + dur_s,
-             "decode_tokens": 4, "decode_reqs": 4, "context_tokens": 100 * i} | kw for i in range(n)]
+    return [
+        {
+            "kind": "iteration",
+            "iter": i,
+            "t_start": 1.0 + i * 0.05,
+            "t_end": 1.0 + i * 0.05 + dur_s,
+            "decode_tokens": 4,
+            "decode_reqs": 4,
+            "context_tokens": 100 * i,
+        }
+        | kw
+        for i in range(n)
+    ]
 
 
 def test_readme_example_with_catalogued_model_and_gpu(tmp_path):
@@ -61,8 +100,9 @@ def test_report_on_a_run_of_one_or_two_steps(tmp_path, n):
 
 
 def test_all_zero_length_steps(tmp_path):
-    ingest(tmp_path, [{"kind": "run", "run_id": "zero", "model": "llama-3.1-8b", "gpu": "H100-SXM"},
-                      *steps(30, dur_s=0.0)])
+    ingest(
+        tmp_path, [{"kind": "run", "run_id": "zero", "model": "llama-3.1-8b", "gpu": "H100-SXM"}, *steps(30, dur_s=0.0)]
+    )
     fit = json.loads(cli(tmp_path, "fit", "zero", "--json").stdout)
     assert fit["t0_ms"] is None and "all 30 steps last 0 ms: iteration time cannot be fitted" in fit["statements"]
     assert "not fitted" in cli(tmp_path, "fit", "zero").stdout

@@ -13,9 +13,18 @@ from pipeline.fit import explain, fit_run
 from pipeline.ingest import ingest_paths
 
 VLLM = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
-TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
-              "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
-              "vocab_size": 1024, "torch_dtype": "bfloat16", "tie_word_embeddings": False}  # fixtures/vllm/NOTE.md
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 1024,
+    "torch_dtype": "bfloat16",
+    "tie_word_embeddings": False,
+}  # fixtures/vllm/NOTE.md
 
 
 @pytest.fixture(scope="module")

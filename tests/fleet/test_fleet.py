@@ -26,13 +26,21 @@ def _replica(tmp, name: str, seed: int, burst: bool = False, slow_gpu: bool = Fa
     w = poisson_workload(400, 8, 300, 0.6, 120, 0.6, seed=seed)
     if burst:
         w = add_burst(w, 20.0, 12, 16000, 16, spread_s=1.0)
-    model = IterationModel(t0_ms=6.8, a_ms_per_ctx=0.00025 * (2.0 if slow_gpu else 1.0), b_ms_per_prefill=0.032,
-                           c_ms_per_decode=0.0)
+    model = IterationModel(
+        t0_ms=6.8, a_ms_per_ctx=0.00025 * (2.0 if slow_gpu else 1.0), b_ms_per_prefill=0.032, c_ms_per_decode=0.0
+    )
     pol = Policy(max_num_seqs=128, max_num_batched_tokens=2048)
     result = simulate(w, pol, model, NoiseModel(sigma=0.03, stall_rate=0.002, stall_ms_mean=40.0), seed=seed)
-    return write_trace(result, tmp / f"{name}.jsonl", name, pol, model,
-                       NoiseModel(sigma=0.03, stall_rate=0.002, stall_ms_mean=40.0),
-                       model_name="meta-llama/Llama-3.1-8B", gpu="H100-SXM")
+    return write_trace(
+        result,
+        tmp / f"{name}.jsonl",
+        name,
+        pol,
+        model,
+        NoiseModel(sigma=0.03, stall_rate=0.002, stall_ms_mean=40.0),
+        model_name="meta-llama/Llama-3.1-8B",
+        gpu="H100-SXM",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +82,9 @@ def test_fleet_numbers(lake):
         allv = con.execute(f"select {m} from {table} where {m} is not null and {where}").fetchnumpy()[m]
         f = out["fleet"][m]
         assert f["count"] == len(allv) and f["min"] == allv.min() and f["max"] == allv.max()
-        assert f["mean"] == pytest.approx(allv.mean(), rel=1e-12) and f["std"] == pytest.approx(allv.std(ddof=1), rel=1e-9)
+        assert f["mean"] == pytest.approx(allv.mean(), rel=1e-12) and f["std"] == pytest.approx(
+            allv.std(ddof=1), rel=1e-9
+        )
     ranked = [r["run_id"] for r in out["runs"]]
     assert ranked[0] in ("hol", "slowgpu") and set(ranked[:2]) == {"hol", "slowgpu"}
     assert "ttft_p99_ms" in by["hol"]["outlier"]
@@ -110,23 +120,44 @@ def test_fleet_slo_junit_and_page(lake, tmp_path):
     limit = (hol + slow) / 2
     slo = tmp_path / "slo.toml"
     slo.write_text(f"[slo]\nttft_ms.p99 = {limit}\ntpot_ms.mean = 1e6\n[goodput]\nttft_ms = {limit}\n")
-    code, text = run_captured("fleet", lake / "lake", "--runs", "*o*", "--workers", "1", "--slo", slo, "--json",
-                              "--junit", tmp_path / "j.xml", "--out", tmp_path / "page")
+    code, text = run_captured(
+        "fleet",
+        lake / "lake",
+        "--runs",
+        "*o*",
+        "--workers",
+        "1",
+        "--slo",
+        slo,
+        "--json",
+        "--junit",
+        tmp_path / "j.xml",
+        "--out",
+        tmp_path / "page",
+    )
     assert code == 1, text
     out = json.JSONDecoder().raw_decode(text)[0]  # stdout's JSON; the `Error:` line of the failed check follows
     verdicts = {r["run_id"]: r["slo"]["verdict"] for r in out["runs"]}
     assert verdicts == {"hol": "fail", "slowgpu": "pass"}
     for run in ("hol", "slowgpu"):  # the same verdict and checks as `audit`
         a = run_captured("audit", run, "--slo", slo, "--json", "--db", lake / "s.duckdb")[1]
-        assert json.JSONDecoder().raw_decode(a)[0]["checks"] == next(r for r in out["runs"] if r["run_id"] == run)["slo"]["checks"]
-    allv = con.execute("select ttft_ms from request_latency where run_id in ('hol', 'slowgpu') and status = 'ok' "
-                       "and ttft_ms is not null").fetchnumpy()["ttft_ms"]
+        assert (
+            json.JSONDecoder().raw_decode(a)[0]["checks"]
+            == next(r for r in out["runs"] if r["run_id"] == run)["slo"]["checks"]
+        )
+    allv = con.execute(
+        "select ttft_ms from request_latency where run_id in ('hol', 'slowgpu') and status = 'ok' "
+        "and ttft_ms is not null"
+    ).fetchnumpy()["ttft_ms"]
     fl = next(c for c in out["slo"]["fleet"]["checks"] if c["name"].startswith("ttft_ms.p99"))
     exact = np.quantile(allv, 0.99, method="lower")
     assert abs(fl["observed"] - exact) <= ALPHA * exact * 1.0001
     assert fl["status"] == ("pass" if fl["observed"] <= limit else "fail")
-    good = con.execute("select count(*) filter (where status = 'ok' and ttft_ms <= ?) / count(*) from request_latency "
-                       "where run_id in ('hol', 'slowgpu')", [limit]).fetchone()[0]
+    good = con.execute(
+        "select count(*) filter (where status = 'ok' and ttft_ms <= ?) / count(*) from request_latency "
+        "where run_id in ('hol', 'slowgpu')",
+        [limit],
+    ).fetchone()[0]
     assert out["slo"]["fleet"]["goodput"]["attainment"] == pytest.approx(good, rel=1e-12)
     root = ET.parse(tmp_path / "j.xml").getroot()
     suites = root.findall("testsuite")
@@ -154,8 +185,9 @@ def tiny_lake(tmp_path_factory):
     from pipeline.cli import run_captured
 
     d = tmp_path_factory.mktemp("tiny")
-    first, rest = (Path(__file__).resolve().parents[2] / "fixtures" / "canonical" / "tiny.jsonl").read_text().split(
-        "\n", 1)
+    first, rest = (
+        (Path(__file__).resolve().parents[2] / "fixtures" / "canonical" / "tiny.jsonl").read_text().split("\n", 1)
+    )
     for name in ("a", "b", "c"):
         (d / f"{name}.jsonl").write_text(json.dumps({**json.loads(first), "run_id": name}) + "\n" + rest)
     code, out = run_captured("ingest", d / "a.jsonl", d / "b.jsonl", d / "c.jsonl", "--lake", d / "lake")

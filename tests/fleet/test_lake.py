@@ -43,11 +43,18 @@ def pair(tmp_path_factory):
     return db, lake, d
 
 
-@pytest.mark.parametrize("args", [
-    ("summary", "v", "--json"), ("summary", "q"), ("runs", "--json"), ("fit", "v", "--json"),
-    ("explain", "q", "--json"), ("rejects", "--json"),
-    ("audit", "v", "--slo", REPO / "examples" / "slo.toml", "--json"),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("summary", "v", "--json"),
+        ("summary", "q"),
+        ("runs", "--json"),
+        ("fit", "v", "--json"),
+        ("explain", "q", "--json"),
+        ("rejects", "--json"),
+        ("audit", "v", "--slo", REPO / "examples" / "slo.toml", "--json"),
+    ],
+)
 def test_read_commands_same_from_lake_and_store(pair, args):
     db, lake, _ = pair
     code_db, out_db = run_captured(*args, "--db", db)
@@ -130,7 +137,7 @@ def test_rejects_keep_line_numbers(tmp_path):
 
 def test_hostile_run_ids_round_trip(tmp_path):
     first, rest = (REPO / "fixtures" / "canonical" / "tiny.jsonl").read_text().split("\n", 1)
-    names = ["a/b", "..", "it's \"q\" %2F", "ü x=1", "123"]
+    names = ["a/b", "..", 'it\'s "q" %2F', "ü x=1", "123"]
     for i, name in enumerate(names):
         (tmp_path / f"f{i}.jsonl").write_text(json.dumps({**json.loads(first), "run_id": name}) + "\n" + rest)
         _ok("ingest", tmp_path / f"f{i}.jsonl", "--db", tmp_path / "s.duckdb")
@@ -145,8 +152,9 @@ def test_hostile_run_ids_round_trip(tmp_path):
     assert sorted(p.name for p in (tmp_path / "lake" / "iterations").iterdir()) == sorted(map(part_name, names))
     assert not any(p.name.startswith(".") for p in (tmp_path / "lake").iterdir() if p.name != ".lock")
     for name in names:  # parsed: the order of a summary's tail parts follows row order, which may differ
-        assert json.loads(_ok("summary", name, "--json", "--lake", tmp_path / "lake")) == \
-            json.loads(_ok("summary", name, "--json", "--db", tmp_path / "s.duckdb"))
+        assert json.loads(_ok("summary", name, "--json", "--lake", tmp_path / "lake")) == json.loads(
+            _ok("summary", name, "--json", "--db", tmp_path / "s.duckdb")
+        )
 
 
 # A child that ingests bench.json into the lake and kills itself at a chosen point of the write.
@@ -178,11 +186,19 @@ def test_killed_ingest_leaves_no_partial_run(pair, tmp_path, where):
     lake = tmp_path / "lake"
     _ok("ingest", VLLM / "server.log", "--run-id", "v", "--lake", lake)
     before = {p.relative_to(lake): p.read_bytes() for p in lake.rglob("*.parquet")}
-    child = subprocess.run([sys.executable, "-c", KILLER, where, str(VLLM / "bench.json"), str(lake)],
-                           cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    child = subprocess.run(
+        [sys.executable, "-c", KILLER, where, str(VLLM / "bench.json"), str(lake)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert child.returncode == -9, child.stderr
-    visible = {p.relative_to(lake): p.read_bytes() for p in lake.rglob("*.parquet") if not
-               any(s.startswith(".") for s in p.relative_to(lake).parts)}
+    visible = {
+        p.relative_to(lake): p.read_bytes()
+        for p in lake.rglob("*.parquet")
+        if not any(s.startswith(".") for s in p.relative_to(lake).parts)
+    }
     if where == "staged":
         # nothing of the killed ingest is visible: the lake holds exactly what it held
         assert visible == before
@@ -192,7 +208,9 @@ def test_killed_ingest_leaves_no_partial_run(pair, tmp_path, where):
     else:
         assert list(lake.glob(".commit-*.json"))  # killed mid-swap: the journal says what to finish
     # either way the run now reads whole: the same as both files ingested into a store
-    assert json.loads(_ok("summary", "v", "--json", "--lake", lake)) == json.loads(_ok("summary", "v", "--json", "--db", db))
+    assert json.loads(_ok("summary", "v", "--json", "--lake", lake)) == json.loads(
+        _ok("summary", "v", "--json", "--db", db)
+    )
     assert not list(lake.glob(".commit-*.json"))
 
 
@@ -206,7 +224,9 @@ def test_runs_from_two_stores_keep_both_ingest_records(tmp_path):
         _ok("ingest", tmp_path / f"{name}.jsonl", "--db", tmp_path / f"{name}.duckdb")
         _ok("export", name, "--db", tmp_path / f"{name}.duckdb", "--lake", tmp_path / "lake")
     con = open_runs(tmp_path / "lake")
-    assert con.execute("select ingest_id, path from ingests order by path").fetchall() == \
-        [(1, str(tmp_path / "x.jsonl")), (1, str(tmp_path / "y.jsonl"))]
+    assert con.execute("select ingest_id, path from ingests order by path").fetchall() == [
+        (1, str(tmp_path / "x.jsonl")),
+        (1, str(tmp_path / "y.jsonl")),
+    ]
     got = json.loads(_ok("rejects", "--json", "--lake", tmp_path / "lake"))
     assert got["total"] == 2 and {r["line_no"] for r in got["rejects"]} == {3}

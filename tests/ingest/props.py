@@ -27,8 +27,10 @@ def non_finite(con) -> dict[str, int]:
     out = {}
     for table, column, is_list in _float_columns(con):
         if (table, column) in INFINITE_BY_DEFINITION:
-            n = con.execute(f"select count(*) from {quote_ident(table)} where isnan({quote_ident(column)}) "
-                            f"or {quote_ident(column)} = '-inf'::double").fetchall()[0][0]
+            n = con.execute(
+                f"select count(*) from {quote_ident(table)} where isnan({quote_ident(column)}) "
+                f"or {quote_ident(column)} = '-inf'::double"
+            ).fetchall()[0][0]
             if n:
                 out[f"{table}.{column}"] = n
             continue

@@ -28,7 +28,7 @@ def independent(path: Path) -> dict[str, np.ndarray]:
     return {
         "ttft_ms": ttft,
         "e2e_ms": lat,
-        "tpot_ms": (lat - ttft) / (osl - 1),                       # AIPerf's own "inter_token_latency"
+        "tpot_ms": (lat - ttft) / (osl - 1),  # AIPerf's own "inter_token_latency"
         "itl_ms": np.concatenate([x["inter_chunk_latency"]["value"] for x in m]),
         "aiperf_itl": np.array([x["inter_token_latency"]["value"] for x in m]),
     }
@@ -45,15 +45,20 @@ def test_realdata_latencies(con, realdata, run):
     for metric in ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms"):
         v = want[metric]
         # epoch-ns stamps as float64 seconds carry ~0.2 µs: compare to 1 µs
-        np.testing.assert_allclose(stat(con, metric), [len(v), v.mean(), np.median(v), np.percentile(v, 99), v.max()],
-                                   rtol=1e-6, atol=1e-3)
+        np.testing.assert_allclose(
+            stat(con, metric), [len(v), v.mean(), np.median(v), np.percentile(v, 99), v.max()], rtol=1e-6, atol=1e-3
+        )
     assert con.execute("select count(*) from tokens").fetchall()[0][0] == 10 * 200
 
 
 def test_broken_and_failed_records(con, realdata, tmp_path):
-    lines = (realdata / "aiperf/tests/unit/plot/fixtures/qwen_concurrency1/profile_export.jsonl").read_text().splitlines()
-    lines[1] = lines[1][:300]                                     # truncated
-    rec = json.loads(lines[2]); rec["metadata"].pop("request_start_ns"); lines[2] = json.dumps(rec)
+    lines = (
+        (realdata / "aiperf/tests/unit/plot/fixtures/qwen_concurrency1/profile_export.jsonl").read_text().splitlines()
+    )
+    lines[1] = lines[1][:300]  # truncated
+    rec = json.loads(lines[2])
+    rec["metadata"].pop("request_start_ns")
+    lines[2] = json.dumps(rec)
     rec = json.loads(lines[3])
     rec["metrics"] = {"error_isl": {"value": 100, "unit": "tokens"}}
     rec["error"] = {"code": 499, "type": "RequestCancellationError", "message": "cancelled"}
@@ -62,9 +67,13 @@ def test_broken_and_failed_records(con, realdata, tmp_path):
     path.write_text("\n".join(lines) + "\n")
     (res,) = load(con, path)
     rej = dict(con.execute("select line_no, reason from rejects").fetchall())
-    assert rej == {2: "not valid JSON (truncated or garbage line)", 3: "AIPerf record without metadata.request_start_ns"}
-    assert con.execute("select status, t_first_token, prompt_tokens, extra->>'$.error' from requests where line_no = 4").fetchall() \
-        == [("error", None, 100, "cancelled")]
+    assert rej == {
+        2: "not valid JSON (truncated or garbage line)",
+        3: "AIPerf record without metadata.request_start_ns",
+    }
+    assert con.execute(
+        "select status, t_first_token, prompt_tokens, extra->>'$.error' from requests where line_no = 4"
+    ).fetchall() == [("error", None, 100, "cancelled")]
     assert stat(con, "ttft_ms", "count") == (7,)
 
 
@@ -72,13 +81,20 @@ def test_genai_perf_profile_export(con):
     (res,) = load(con, FIX / "profile_export.json")
     assert (res.format, res.accepted, res.rejected) == ("genai-perf", 2, 0)
     base = 1_717_000_000.0
-    got = con.execute("select req_id, t_arrival - $b, t_first_token - $b, t_finish - $b, output_tokens from requests order by req_id",
-                      {"b": base}).fetchall()
+    got = con.execute(
+        "select req_id, t_arrival - $b, t_first_token - $b, t_finish - $b, output_tokens from requests order by req_id",
+        {"b": base},
+    ).fetchall()
     # text-bearing responses only: request 0 at 5, 8, 12 ms; request 1 at 7, 11, 15 ms (fixture NOTE)
-    assert [(r[0], *np.round(r[1:4], 6), r[4]) for r in got] == [("0", 0.001, 0.005, 0.012, 3), ("1", 0.002, 0.007, 0.015, 3)]
+    assert [(r[0], *np.round(r[1:4], 6), r[4]) for r in got] == [
+        ("0", 0.001, 0.005, 0.012, 3),
+        ("1", 0.002, 0.007, 0.015, 3),
+    ]
     # Unix seconds in float64 resolve ~0.24 µs at 1.7e9 s: compare to 1 µs
     np.testing.assert_allclose(stat(con, "ttft_ms", "mean, max"), [4.5, 5.0], atol=1e-3)
-    np.testing.assert_allclose(sorted(r[0] for r in con.execute("select itl_ms from token_gaps").fetchall()), [3, 4, 4, 4], atol=1e-3)
+    np.testing.assert_allclose(
+        sorted(r[0] for r in con.execute("select itl_ms from token_gaps").fetchall()), [3, 4, 4, 4], atol=1e-3
+    )
     meta = json.loads(con.execute("select meta from runs").fetchall()[0][0])
     assert (meta["service_kind"], meta["experiment_mode"], meta["experiment_value"]) == ("openai", "concurrency", 10)
 
@@ -101,8 +117,9 @@ def test_in_repo_aiperf_fixture(tmp_path):
     assert (res.lines_read, res.accepted, res.rejected) == (len(recs), len(recs), 0)
     ttft = dict(con.execute("select req_id, ttft_ms from request_latency").fetchall())
     for r in recs:
-        assert ttft[r["metadata"]["x_request_id"]] == pytest.approx(r["metrics"]["time_to_first_token"]["value"],
-                                                                    abs=1e-3)
+        assert ttft[r["metadata"]["x_request_id"]] == pytest.approx(
+            r["metrics"]["time_to_first_token"]["value"], abs=1e-3
+        )
     itl = con.execute("select itl_ms from token_gaps order by 1").fetchnumpy()["itl_ms"]
     want = np.sort(np.concatenate([r["metrics"]["inter_chunk_latency"]["value"] for r in recs]))
     assert np.allclose(itl, want, atol=1e-3)

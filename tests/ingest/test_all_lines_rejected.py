@@ -28,7 +28,7 @@ def test_every_line_rejected(con, tmp_path, fmt):
     assert res.run_ids == [] and store.known_runs(con) == []  # nothing loaded: no run either
     assert con.execute("select count(*) from iterations").fetchall()[0][0] == 0
     assert con.execute("select count(*) from requests").fetchall()[0][0] == 0
-    (line_no, reason), = con.execute("select line_no, reason from rejects").fetchall()
+    ((line_no, reason),) = con.execute("select line_no, reason from rejects").fetchall()
     assert line_no == 1 and reason
 
 
@@ -44,17 +44,31 @@ def test_only_blank_lines(con, tmp_path, fmt):
 
 def test_rejected_run_record_of_a_converter_keeps_the_sums(con, tmp_path):
     path = tmp_path / "b.json"  # the run record of this bench file is fine; its model id is a number
-    path.write_text(json.dumps({"model_id": 123, "ttfts": [0.1, 0.2], "itls": [[0.01], [0.02]], "input_lens": [3, 4],
-                                "output_lens": [2, 2], "start_times": [1, 2], "latencies": [0.2, 0.3]}))
+    path.write_text(
+        json.dumps(
+            {
+                "model_id": 123,
+                "ttfts": [0.1, 0.2],
+                "itls": [[0.01], [0.02]],
+                "input_lens": [3, 4],
+                "output_lens": [2, 2],
+                "start_times": [1, 2],
+                "latencies": [0.2, 0.3],
+            }
+        )
+    )
     (res,) = ingest.ingest_paths(con, [path], fmt="vllm-bench")
     assert (res.lines_read, res.accepted, res.rejected) == (2, 2, 0)
     assert con.execute("select model from runs").fetchall() == [("123",)]
 
 
-@pytest.mark.parametrize("fmt, doc", [
-    ("vllm-bench", {"model_id": "m", "ttfts": [], "itls": []}),
-    ("genai-perf", {"experiments": []}),
-])
+@pytest.mark.parametrize(
+    "fmt, doc",
+    [
+        ("vllm-bench", {"model_id": "m", "ttfts": [], "itls": []}),
+        ("genai-perf", {"experiments": []}),
+    ],
+)
 def test_empty_documents_create_no_run(con, tmp_path, fmt, doc):
     path = tmp_path / "doc.json"
     path.write_text(json.dumps(doc))

@@ -34,8 +34,10 @@ def counts(con) -> tuple[int, int, int]:
 
 
 def snapshot(con) -> dict:
-    return {t: sorted(map(str, con.execute(f"select * exclude (ingest_id) from {t}").fetchall()))
-            for t in ("iterations", "requests", "tokens", "runs", "rejects")}
+    return {
+        t: sorted(map(str, con.execute(f"select * exclude (ingest_id) from {t}").fetchall()))
+        for t in ("iterations", "requests", "tokens", "runs", "rejects")
+    }
 
 
 def test_read_equals_accepted_plus_rejected_plus_skipped(con, tmp_path):
@@ -83,9 +85,18 @@ def test_garbage_in_the_middle_does_not_abort(con, tmp_path):
         (it(0, t_start=1.0, t_end=1.5, dur_ms=20.0), "dur_ms (20.0) disagrees with (t_end - t_start) * 1000 (500.0)"),
         (it(0, kv_usage=1.5), "kv_usage: expected a fraction 0..1"),
         ({"kind": "iteration", "t_start": 0, "t_end": 1}, "missing required field iter"),
-        ({"kind": "request", "req_id": "a", "t_arrival": 2.0, "t_first_token": 1.0}, "t_first_token is before t_arrival"),
-        ({"kind": "request", "req_id": "a", "t_arrival": 0.0, "status": "weird"}, "status: expected one of ok, error, aborted"),
-        ({"kind": "request", "req_id": "a", "t_arrival": 0, "token_times": [0.2, 0.1]}, "token_times must be non-decreasing"),
+        (
+            {"kind": "request", "req_id": "a", "t_arrival": 2.0, "t_first_token": 1.0},
+            "t_first_token is before t_arrival",
+        ),
+        (
+            {"kind": "request", "req_id": "a", "t_arrival": 0.0, "status": "weird"},
+            "status: expected one of ok, error, aborted",
+        ),
+        (
+            {"kind": "request", "req_id": "a", "t_arrival": 0, "token_times": [0.2, 0.1]},
+            "token_times must be non-decreasing",
+        ),
         ('{"kind":"request","req_id":"a","t_arrival":0,"token_times":[0.1,NaN]}', "token_times: contains null, NaN"),
         ({"kind": "request", "req_id": "a", "t_arrival": 0, "token_times": [0.1, None]}, "token_times: contains null"),
         ({"kind": "request", "req_id": "a", "t_arrival": 0, "token_times": [0.1, "x"]}, "token_times: contains null"),
@@ -216,7 +227,9 @@ def test_file_name_is_last_resort_and_run_carries_across_batches(con, tmp_path, 
     from pipeline.ingest import reader
 
     monkeypatch.setattr(reader, "BATCH_BYTES", 64)  # many batches: the run must carry over
-    f = write(tmp_path / "night-01.trace.jsonl", [it(0), {"kind": "run", "run_id": "Z"}] + [it(i) for i in range(1, 30)])
+    f = write(
+        tmp_path / "night-01.trace.jsonl", [it(0), {"kind": "run", "run_id": "Z"}] + [it(i) for i in range(1, 30)]
+    )
     ingest.ingest_paths(con, [f])
     got = dict(con.execute("select run_id, count(*) from iterations group by 1").fetchall())
     assert got == {"night-01": 1, "Z": 29}
@@ -305,7 +318,9 @@ def test_a_failing_file_keeps_the_files_before_it_and_says_so(con, tmp_path):
     blob = bytearray(gzip.compress(("".join(json.dumps(it(i)) + "\n" for i in range(20000))).encode()))
     blob[len(blob) // 2 : len(blob) // 2 + 64] = b"\xff" * 64
     bad.write_bytes(bytes(blob))
-    with pytest.raises(InputError, match=r"corrupt after line .*1 file\(s\) before it were ingested and kept: .*a_good"):
+    with pytest.raises(
+        InputError, match=r"corrupt after line .*1 file\(s\) before it were ingested and kept: .*a_good"
+    ):
         ingest.ingest_paths(con, [good, bad])
     assert con.execute("select run_id, count(*) from iterations group by 1").fetchall() == [("a_good", 1)]
 
@@ -345,8 +360,11 @@ def test_report_after_an_extreme_value(tmp_path):
     lines = [{"kind": "run", "run_id": "x"}, *steps, REQ]
     f = write(tmp_path / "x.jsonl", lines)
     db = str(tmp_path / "x.duckdb")
-    run = lambda *a: subprocess.run([sys.executable, "-m", "pipeline", *a, "--db", db],  # noqa: E731
-                                    capture_output=True, text=True)
+    run = lambda *a: subprocess.run(
+        [sys.executable, "-m", "pipeline", *a, "--db", db],  # noqa: E731
+        capture_output=True,
+        text=True,
+    )
     r = run("ingest", str(f))
     assert r.returncode == 0 and "1 rejected" in r.stdout, r.stdout + r.stderr
     r = run("report", "x", "--out", str(tmp_path / "rep"))

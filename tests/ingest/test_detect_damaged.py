@@ -14,12 +14,15 @@ from .conftest import load
 FIX = Path(__file__).resolve().parents[2] / "fixtures"
 
 
-@pytest.mark.parametrize("fixture,fmt", [
-    ("canonical/tiny.jsonl", "jsonl"),
-    ("vllm/requests.jsonl", "vllm-requests"),
-    ("sglang/sglang-request-metrics-20260301_10.log", "sglang-metrics"),
-    ("trtllm/iteration_log.txt", "trtllm-iterlog"),
-])
+@pytest.mark.parametrize(
+    "fixture,fmt",
+    [
+        ("canonical/tiny.jsonl", "jsonl"),
+        ("vllm/requests.jsonl", "vllm-requests"),
+        ("sglang/sglang-request-metrics-20260301_10.log", "sglang-metrics"),
+        ("trtllm/iteration_log.txt", "trtllm-iterlog"),
+    ],
+)
 def test_damaged_first_line_is_a_reject(con, tmp_path, fixture, fmt):
     lines = (FIX / fixture).read_text().splitlines()
     lines[0] = lines[0][: len(lines[0]) // 3]  # a truncated copy: the first line cut short
@@ -52,4 +55,6 @@ def test_same_named_files_in_same_named_folders_stay_apart(con, tmp_path):
     assert sorted(r for x in res for r in x.run_ids) == ["solo", "x/vllm/requests", "y/vllm/requests"]
     assert [(r.accepted, r.rejected) for r in res] == [(len(src.splitlines()), 0)] * 3, [r.line() for r in res]
     assert ingest._distinct_run_names([Path("a/p.jsonl"), Path("b/p.jsonl")]) == {
-        Path("a/p.jsonl"): "a/p", Path("b/p.jsonl"): "b/p"}
+        Path("a/p.jsonl"): "a/p",
+        Path("b/p.jsonl"): "b/p",
+    }

@@ -60,7 +60,10 @@ def test_detect_2026_formats_from_content_not_name(tmp_path, rel, name):
 
 
 def test_detect_aiperf(realdata):
-    assert ingest.detect(realdata / "aiperf/tests/unit/plot/fixtures/qwen_concurrency1/profile_export.jsonl").name == "aiperf"
+    assert (
+        ingest.detect(realdata / "aiperf/tests/unit/plot/fixtures/qwen_concurrency1/profile_export.jsonl").name
+        == "aiperf"
+    )
 
 
 def test_unknown_format_lists_known_ones(tmp_path):
@@ -93,8 +96,9 @@ def test_cli_mixed_directory_reports_each_file(tmp_path):
     out = CliRunner().invoke(cli, ["ingest", str(d), "--db", str(db), "--json"])
     assert out.exit_code == 0, out.output
     results = {Path(r["path"]).name: r for r in json.loads(out.output)}
-    assert {k: r["format"] for k, r in results.items()} == {rel.replace("/", "_"): f for rel, f in SAMPLES.items()
-                                                           if not rel.startswith("vllm/server_epoch")}
+    assert {k: r["format"] for k, r in results.items()} == {
+        rel.replace("/", "_"): f for rel, f in SAMPLES.items() if not rel.startswith("vllm/server_epoch")
+    }
     assert all(r["rejected"] == 0 and r["lines_read"] == r["accepted"] + r["skipped"] for r in results.values())
     text = CliRunner().invoke(cli, ["ingest", str(d), "--db", str(tmp_path / "n.duckdb")])
     assert text.exit_code == 0

@@ -20,8 +20,15 @@ def it(i: int, **kw) -> dict:
 
 def req(r: str, t0: float, n: int = 3, **kw) -> dict:
     times = [t0 + 0.01 * (k + 1) for k in range(n)]
-    return {"kind": "request", "req_id": r, "t_arrival": t0, "t_first_token": times[0], "t_finish": times[-1],
-            "output_tokens": n, "token_times": times} | kw
+    return {
+        "kind": "request",
+        "req_id": r,
+        "t_arrival": t0,
+        "t_first_token": times[0],
+        "t_finish": times[-1],
+        "output_tokens": n,
+        "token_times": times,
+    } | kw
 
 
 def text(lines: list) -> str:
@@ -29,10 +36,13 @@ def text(lines: list) -> str:
 
 
 def state(con) -> dict:
-    out = {t: sorted(map(str, con.execute(f"select * exclude (ingest_id) from {t}").fetchall()))
-           for t in ("iterations", "requests", "tokens", "runs", "run_records", "rejects")}
-    out["ingests"] = con.execute("select lines_read, lines_accepted, lines_rejected, lines_skipped, run_ids "
-                                 "from ingests").fetchall()
+    out = {
+        t: sorted(map(str, con.execute(f"select * exclude (ingest_id) from {t}").fetchall()))
+        for t in ("iterations", "requests", "tokens", "runs", "run_records", "rejects")
+    }
+    out["ingests"] = con.execute(
+        "select lines_read, lines_accepted, lines_rejected, lines_skipped, run_ids from ingests"
+    ).fetchall()
     return out
 
 
@@ -70,16 +80,42 @@ def both_paths(tmp_path, monkeypatch, name: str, content: bytes, **kw) -> tuple[
 
 MIXED = [
     {"kind": "run", "run_id": "A", "engine": "e", "meta": {"max_num_seqs": 8}},
-    it(0), it(1, gpu_temp_c=70), "", "garbage", "[1,2]", it(1),  # duplicate of line 3
-    {"kind": "nope"}, {"x": 1}, {"kind": 5},
-    it(2, t_start="abc"), it(3, iter=3.5), it(4, decode_tokens=-1, kv_usage=2.0),
-    it(5, decode_tokens=True), it(6, decode_tokens="7"), it(7, t_start=None), it(8, dur_ms=float("nan")),
-    req("a", 0.0), req("b", 0.5, token_times=[0.6, 0.55, 0.7]), req("a", 1.0),  # duplicate req a
-    req("c", 0.0, token_times="soon"), req("d", 0.0, req_note={"k": "v"}), req("e", 0.0, status="odd"),
-    req("f", 0.0, run_id="B"), {"kind": "run", "run_id": "C"}, it(0), req(7, 0.0), req("g", 0.0, req_id=1.5),
-    {"kind": "run"}, it(9), {"kind": "run", "run_id": {"x": 1}}, it(10, req_ids=["a", 1]), it(11, req_ids="a"),
-    '{"kind":"iteration","iter":12,"dur_ms":1,"note":"say \\"hi\\""}', '  {"kind":"iteration", "iter":13, "dur_ms":1}  ',
-    '{"kind":"iteration","iter":14,"dur_ms":1,"x":{"y":"z"}}', '{"kind":"iteration","iter":15,"dur_ms":1,"iter":16}',
+    it(0),
+    it(1, gpu_temp_c=70),
+    "",
+    "garbage",
+    "[1,2]",
+    it(1),  # duplicate of line 3
+    {"kind": "nope"},
+    {"x": 1},
+    {"kind": 5},
+    it(2, t_start="abc"),
+    it(3, iter=3.5),
+    it(4, decode_tokens=-1, kv_usage=2.0),
+    it(5, decode_tokens=True),
+    it(6, decode_tokens="7"),
+    it(7, t_start=None),
+    it(8, dur_ms=float("nan")),
+    req("a", 0.0),
+    req("b", 0.5, token_times=[0.6, 0.55, 0.7]),
+    req("a", 1.0),  # duplicate req a
+    req("c", 0.0, token_times="soon"),
+    req("d", 0.0, req_note={"k": "v"}),
+    req("e", 0.0, status="odd"),
+    req("f", 0.0, run_id="B"),
+    {"kind": "run", "run_id": "C"},
+    it(0),
+    req(7, 0.0),
+    req("g", 0.0, req_id=1.5),
+    {"kind": "run"},
+    it(9),
+    {"kind": "run", "run_id": {"x": 1}},
+    it(10, req_ids=["a", 1]),
+    it(11, req_ids="a"),
+    '{"kind":"iteration","iter":12,"dur_ms":1,"note":"say \\"hi\\""}',
+    '  {"kind":"iteration", "iter":13, "dur_ms":1}  ',
+    '{"kind":"iteration","iter":14,"dur_ms":1,"x":{"y":"z"}}',
+    '{"kind":"iteration","iter":15,"dur_ms":1,"iter":16}',
     '{"kind":"request","req_id":"h","t_arrival":0,"token_times":[0.1,NaN]}',
     '{"kind":"request","req_id":"i","t_arrival":0,"token_times":[0.1,"x"]}',
     json.dumps(it(17))[:30],  # truncated last line
@@ -120,7 +156,8 @@ def test_reject_on_the_last_line_with_a_newline(con, tmp_path, used):
     f.write_text(text([it(0), it(1), it(0)]))
     ingest.ingest_paths(con, [f])
     assert con.execute("select line_no, reason, raw from rejects").fetchall() == [
-        (3, "duplicate iter 0 in run last (first at line 1)", json.dumps(it(0)))]
+        (3, "duplicate iter 0 in run last (first at line 1)", json.dumps(it(0)))
+    ]
 
 
 def test_line_numbers_follow_the_file_in_a_parallel_scan(con, tmp_path, monkeypatch, used):
@@ -151,8 +188,10 @@ def test_duplicates_across_batches_name_the_first_line_and_keep_raw(con, tmp_pat
     assert used == ["fast"]
     assert (res.accepted, res.rejected) == (2001, 2)
     rows = con.execute("select line_no, reason, raw from rejects order by line_no").fetchall()
-    assert rows == [(2001, "duplicate iter 10 in run d (first at line 11)", json.dumps(it(10, t_end=99.0))),
-                    (2003, "duplicate req_id a in run d (first at line 2002)", json.dumps(req("a", 1.0)))]
+    assert rows == [
+        (2001, "duplicate iter 10 in run d (first at line 11)", json.dumps(it(10, t_end=99.0))),
+        (2003, "duplicate req_id a in run d (first at line 2002)", json.dumps(req("a", 1.0))),
+    ]
 
 
 def test_file_larger_than_a_batch_with_runs_in_the_middle(con, tmp_path, monkeypatch, used):

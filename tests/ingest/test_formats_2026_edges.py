@@ -35,8 +35,10 @@ def test_aiperf_server_metrics_rejects(tmp_path):
     text = "\n".join([*good, '{"endpoint_url": "x", "timestamp_', '{"endpoint_url": "x", "metrics": {}}', ""]) + "\n"
     con, res, rej = _ingest(tmp_path, "server_metrics_export.jsonl", text)
     assert res.format == "aiperf-server-metrics"
-    assert rej == {3: "not valid JSON (one AIPerf server-metrics record per line)",
-                   4: "AIPerf server-metrics record without timestamp_ns or metrics"}
+    assert rej == {
+        3: "not valid JSON (one AIPerf server-metrics record per line)",
+        4: "AIPerf server-metrics record without timestamp_ns or metrics",
+    }
     assert (res.lines_read, res.accepted, res.rejected, res.skipped) == (5, 2, 2, 1)
     assert con.execute("select count(distinct t) from metric_samples").fetchall() == [(2,)]
 
@@ -45,16 +47,19 @@ def test_the_fixtures_own_reject_is_the_truncated_scrape(tmp_path):
     con = store.connect(tmp_path / "f.duckdb")
     ingest_paths(con, [FIX / "prometheus" / "server_metrics_export.jsonl"], run_id="f")
     assert con.execute("select line_no, reason from rejects").fetchall() == [
-        (4, "not valid JSON (one AIPerf server-metrics record per line)")]
+        (4, "not valid JSON (one AIPerf server-metrics record per line)")
+    ]
 
 
 def test_text_exposition_rejects(tmp_path):
     snap = (FIX / "prometheus" / "vllm-0_metrics.log").read_text().splitlines()[:13]
     lines = ["vllm:num_requests_running 3", *snap, 'vllm:num_requests_running{model_name="t"} three', "garbage line"]
     con, res, rej = _ingest(tmp_path, "metrics.log", "\n".join(lines) + "\n", fmt="prometheus-text")
-    assert rej == {1: "sample before any '# Timestamp:' line",
-                   15: "not a Prometheus sample line (name{labels} value)",
-                   16: "not a Prometheus sample line (name{labels} value)"}
+    assert rej == {
+        1: "sample before any '# Timestamp:' line",
+        15: "not a Prometheus sample line (name{labels} value)",
+        16: "not a Prometheus sample line (name{labels} value)",
+    }
     assert (res.lines_read, res.accepted, res.rejected, res.skipped) == (16, 9, 3, 4)  # 4 comment lines
 
 
@@ -66,9 +71,11 @@ def test_query_range_documents(tmp_path):
     assert con.execute("select count(*) from metric_samples").fetchall() == [(n,)]
     for text, message in (
         (good[:70], r"q\.json:1: not a JSON document \(Unterminated string"),
-        ('{"status": "error", "errorType": "bad_data", "error": "parse error at char 4"}',
-         r"q\.json: Prometheus answered this query with an error \(bad_data: parse error at char 4\); "
-         "it holds no samples"),
+        (
+            '{"status": "error", "errorType": "bad_data", "error": "parse error at char 4"}',
+            r"q\.json: Prometheus answered this query with an error \(bad_data: parse error at char 4\); "
+            "it holds no samples",
+        ),
         ("[1, 2]", r"q\.json: not a Prometheus query_range answer \(a JSON list, not an object\)"),
     ):
         sub = tmp_path / f"case{len(text)}"
@@ -88,9 +95,11 @@ def test_sglang_request_metrics_rejects(tmp_path):
     text = "\n".join([src[0], json.dumps(no_ts), json.dumps(no_id), src[0][:50]]) + "\n"
     con, res, rej = _ingest(tmp_path, "sglang-request-metrics-20260301_11.log", text)
     assert res.format == "sglang-metrics"
-    assert rej == {2: "SGLang request metrics without request_received_ts",
-                   3: "SGLang request metrics without id",
-                   4: "not valid JSON (truncated or garbage line)"}
+    assert rej == {
+        2: "SGLang request metrics without request_received_ts",
+        3: "SGLang request metrics without id",
+        4: "not valid JSON (truncated or garbage line)",
+    }
     assert con.execute("select req_id from requests").fetchall() == [(json.loads(src[0])["id"],)]
 
 
@@ -99,7 +108,8 @@ def test_inference_perf_reject_names_the_field(tmp_path):
     res = ingest_paths(con, [FIX / "inference_perf" / "per_request_lifecycle_metrics.json"], run_id="i")[0]
     # the fixture's fourth record has no start_time (records are "lines" 1..n of the list)
     assert con.execute("select line_no, reason from rejects").fetchall() == [
-        (4, "inference-perf request without start_time")]
+        (4, "inference-perf request without start_time")
+    ]
     assert (res.accepted, res.rejected) == (3, 1)
 
 
@@ -119,5 +129,6 @@ def test_guidellm_sweep_gives_one_run_per_benchmark(tmp_path):
     got = dict(con.execute("select run_id, count(*) from requests group by 1").fetchall())
     rejected = 1  # the fixture's request without request_start, once per benchmark
     assert got == {"sweep-1": n - rejected, "sweep-2": n - rejected}
-    assert con.execute("select count(*) from requests where run_id = 'sweep-2' and req_id not like 'b2-%'"
-                       ).fetchall() == [(0,)]
+    assert con.execute(
+        "select count(*) from requests where run_id = 'sweep-2' and req_id not like 'b2-%'"
+    ).fetchall() == [(0,)]

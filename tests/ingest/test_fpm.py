@@ -23,8 +23,10 @@ def _load(tmp_path, path):
 def test_ranks_are_joined_per_step(tmp_path):
     assert detect(FIX).name == "fpm"
     con, res = _load(tmp_path, FIX)
-    rows = con.execute("select iter, dur_ms, prefill_reqs, prefill_tokens, decode_reqs, decode_tokens, "
-                       "context_tokens, waiting_reqs, t_end from iterations order by iter").fetchall()
+    rows = con.execute(
+        "select iter, dur_ms, prefill_reqs, prefill_tokens, decode_reqs, decode_tokens, "
+        "context_tokens, waiting_reqs, t_end from iterations order by iter"
+    ).fetchall()
     src = [json.loads(line) for line in FIX.read_text().splitlines()]
     recs = [r.get("event", {}).get("fpm", r) for r in src if r]
     for it, dur, pr, pt, dr, dt, ctx, wait, t_end in rows:
@@ -34,8 +36,9 @@ def test_ranks_are_joined_per_step(tmp_path):
         assert (pr, pt) == (sum(x["num_prefill_requests"] for x in s), sum(x["sum_prefill_tokens"] for x in s))
         assert dr == dt == sum(x["num_decode_requests"] for x in s)
         assert ctx == sum(x["sum_decode_kv_tokens"] for x in s)
-        assert wait == sum(r["queued_requests"]["num_prefill_requests"] + r["queued_requests"]["num_decode_requests"]
-                           for r in ranks)
+        assert wait == sum(
+            r["queued_requests"]["num_prefill_requests"] + r["queued_requests"]["num_decode_requests"] for r in ranks
+        )
         assert t_end == pytest.approx(max(r["timestamp"] for r in ranks))
     assert len(rows) == 4
     # 8 lines: 4 steps accepted, 3 rank lines merged into them and 1 heartbeat skipped

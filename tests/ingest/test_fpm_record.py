@@ -17,16 +17,37 @@ from pipeline.ingest.fpm_record import FPM_FIELDS, record  # noqa: E402
 
 
 def _step(counter: int, as_list: bool):
-    sched = {"num_prefill_requests": counter % 2, "sum_prefill_tokens": 128 * (counter % 2), "var_prefill_length": 0.0,
-             "sum_prefill_kv_tokens": 0, "num_decode_requests": 3, "sum_decode_kv_tokens": 900 + counter,
-             "var_decode_kv_tokens": 1.5}
-    queued = {"num_prefill_requests": 1, "sum_prefill_tokens": 64, "var_prefill_length": 0.0,
-              "num_decode_requests": 0, "sum_decode_kv_tokens": 0, "var_decode_kv_tokens": 0.0}
-    rec = {"version": 1, "worker_id": "w", "dp_rank": 0, "counter_id": counter, "timing_scope": "execute_model_cuda",
-           "wall_time": 0.01 + counter / 1000, "scheduled_requests": sched, "queued_requests": queued}
+    sched = {
+        "num_prefill_requests": counter % 2,
+        "sum_prefill_tokens": 128 * (counter % 2),
+        "var_prefill_length": 0.0,
+        "sum_prefill_kv_tokens": 0,
+        "num_decode_requests": 3,
+        "sum_decode_kv_tokens": 900 + counter,
+        "var_decode_kv_tokens": 1.5,
+    }
+    queued = {
+        "num_prefill_requests": 1,
+        "sum_prefill_tokens": 64,
+        "var_prefill_length": 0.0,
+        "num_decode_requests": 0,
+        "sum_decode_kv_tokens": 0,
+        "var_decode_kv_tokens": 0.0,
+    }
+    rec = {
+        "version": 1,
+        "worker_id": "w",
+        "dp_rank": 0,
+        "counter_id": counter,
+        "timing_scope": "execute_model_cuda",
+        "wall_time": 0.01 + counter / 1000,
+        "scheduled_requests": sched,
+        "queued_requests": queued,
+    }
     if as_list:  # msgspec array_like structs arrive as lists in schema order
-        rec = [rec[f] if f not in ("scheduled_requests", "queued_requests") else list(rec[f].values())
-               for f in FPM_FIELDS]
+        rec = [
+            rec[f] if f not in ("scheduled_requests", "queued_requests") else list(rec[f].values()) for f in FPM_FIELDS
+        ]
     return rec
 
 

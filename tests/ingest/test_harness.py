@@ -36,7 +36,8 @@ def test_guidellm_requests(tmp_path):
         # guidellm's "inter_token_latency_ms" is our TPOT
         out = q["output_metrics"]["total_tokens"]
         assert by[q["request_id"]][2] == pytest.approx(
-            1000 * (tm["last_token_iteration"] - tm["first_token_iteration"]) / (out - 1))
+            1000 * (tm["last_token_iteration"] - tm["first_token_iteration"]) / (out - 1)
+        )
     assert by["req-3"][3] == "aborted" and by["req-4"][3] == "error"
     assert (res.lines_read, res.accepted, res.rejected) == (6, 5, 1)
     reason = con.execute("select reason from rejects").fetchone()[0]
@@ -47,10 +48,18 @@ def test_inference_perf_requests(tmp_path):
     assert detect(IPERF).name == "inference-perf"
     con, res = _load(tmp_path, IPERF)
     doc = json.loads(IPERF.read_text())
-    rows = con.execute("select req_id, t_arrival, t_first_token, t_finish, prompt_tokens, output_tokens, status "
-                       "from requests order by req_id").fetchall()
-    assert rows[0][1:] == (doc[0]["start_time"], doc[0]["info"]["response_metrics"]["output_token_times"][0],
-                           doc[0]["end_time"], 256, 4, "ok")
+    rows = con.execute(
+        "select req_id, t_arrival, t_first_token, t_finish, prompt_tokens, output_tokens, status "
+        "from requests order by req_id"
+    ).fetchall()
+    assert rows[0][1:] == (
+        doc[0]["start_time"],
+        doc[0]["info"]["response_metrics"]["output_token_times"][0],
+        doc[0]["end_time"],
+        256,
+        4,
+        "ok",
+    )
     assert rows[1][4] == 100  # request_metrics.text.input_tokens
     assert rows[2][6] == "error" and rows[2][2] is None
     itl = con.execute("select itl_ms from token_gaps where req_id = '0' order by 1").fetchnumpy()["itl_ms"]

@@ -88,11 +88,13 @@ def test_vllm_bench_wrong_types_reject_their_entries(tmp_path):
 
 def test_trtllm_dict_repr_hazards_reject_one_line(tmp_path):
     lines = (FIX / "trtllm" / "iteration_log.txt").read_text().splitlines()
-    bad = {2: "{(1, 2): 3, " + lines[1][1:],    # tuple key: json.dumps fails
-           3: "{[1]: 2, " + lines[2][1:],       # unhashable key: literal_eval fails
-           4: "{{1}: 2, " + lines[3][1:],       # set key
-           # a tuple sends the line to literal_eval; its 5000-digit int is too long for json.dumps
-           5: "{'t': (1,), 'big': " + "9" * 5000 + ", " + lines[4][1:]}
+    bad = {
+        2: "{(1, 2): 3, " + lines[1][1:],  # tuple key: json.dumps fails
+        3: "{[1]: 2, " + lines[2][1:],  # unhashable key: literal_eval fails
+        4: "{{1}: 2, " + lines[3][1:],  # set key
+        # a tuple sends the line to literal_eval; its 5000-digit int is too long for json.dumps
+        5: "{'t': (1,), 'big': " + "9" * 5000 + ", " + lines[4][1:],
+    }
     for no, text in bad.items():
         lines[no - 1] = text
     f = tmp_path / "iteration_log.txt"
@@ -113,8 +115,9 @@ def test_trtllm_json_array_deep_nesting(tmp_path):
 
 
 def test_parquet_corrupt_page_is_one_error(tmp_path):
-    table = pa.table({"kind": ["request"] * 50, "req_id": [f"r{i}" for i in range(50)],
-                      "t_arrival": [float(i) for i in range(50)]})
+    table = pa.table(
+        {"kind": ["request"] * 50, "req_id": [f"r{i}" for i in range(50)], "t_arrival": [float(i) for i in range(50)]}
+    )
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="snappy")
     data = bytearray(buf.getvalue())
@@ -148,7 +151,9 @@ def test_one_line_error_is_clipped():
 
 
 def test_parquet_column_name_not_utf8(tmp_path):
-    table = pa.table({"kind": ["request"] * 3, "req_id": ["a", "b", "c"], "t_arrival": [1.0, 2.0, 3.0], "zzqq": [1, 2, 3]})
+    table = pa.table(
+        {"kind": ["request"] * 3, "req_id": ["a", "b", "c"], "t_arrival": [1.0, 2.0, 3.0], "zzqq": [1, 2, 3]}
+    )
     buf = io.BytesIO()
     pq.write_table(table, buf)
     f = tmp_path / "t.parquet"
@@ -161,12 +166,14 @@ def test_genai_perf_wrong_types_reject_their_requests(tmp_path):
     doc = json.loads((FIX / "genai_perf" / "profile_export.json").read_text())
     good = doc["experiments"][0]["requests"]
     r0 = good[0]
-    reqs = [*good,
-            {**r0, "timestamp": "soon"},                                    # 3: not an integer
-            5,                                                               # 4: not an object
-            {**r0, "response_timestamps": [1, "a"]},                         # 5: not a list of integers
-            {**r0, "response_timestamps": r0["response_timestamps"][:2]},    # 6: shorter than the outputs: loads
-            {k: v for k, v in r0.items() if k != "timestamp"}]               # 7: no timestamp
+    reqs = [
+        *good,
+        {**r0, "timestamp": "soon"},  # 3: not an integer
+        5,  # 4: not an object
+        {**r0, "response_timestamps": [1, "a"]},  # 5: not a list of integers
+        {**r0, "response_timestamps": r0["response_timestamps"][:2]},  # 6: shorter than the outputs: loads
+        {k: v for k, v in r0.items() if k != "timestamp"},
+    ]  # 7: no timestamp
     doc["experiments"][0]["requests"] = reqs
     doc["experiments"][0]["experiment"] = 7  # not an object: no metadata, no crash
     f = tmp_path / "profile_export.json"
@@ -182,17 +189,22 @@ def test_genai_perf_wrong_types_reject_their_requests(tmp_path):
 
 
 def test_huge_integer_in_a_json_document(tmp_path):
-    doc = (FIX / "vllm" / "bench.json").read_text().replace('"completed": ', '"completed": ' + "9" * 5000 + ', "x": ', 1)
+    doc = (
+        (FIX / "vllm" / "bench.json").read_text().replace('"completed": ', '"completed": ' + "9" * 5000 + ', "x": ', 1)
+    )
     for fmt, name in (("vllm-bench", "bench.json"), ("genai-perf", "profile_export.json")):
         f = tmp_path / name
-        f.write_text(doc if fmt == "vllm-bench" else
-                     (FIX / "genai_perf" / "profile_export.json").read_text().replace("{", '{"n": ' + "9" * 5000 + ", ", 1))
+        f.write_text(
+            doc
+            if fmt == "vllm-bench"
+            else (FIX / "genai_perf" / "profile_export.json").read_text().replace("{", '{"n": ' + "9" * 5000 + ", ", 1)
+        )
         code, out = cli("ingest", f, "--db", tmp_path / "t.duckdb", "--format", fmt)
         assert code == 2 and "damaged" in out and "internal error" not in out, out
 
 
 def test_damaged_sidecar_meta_json_is_ignored(tmp_path):
-    (tmp_path / "meta.json").write_text('[1, 2]')
+    (tmp_path / "meta.json").write_text("[1, 2]")
     f = tmp_path / "requests.jsonl"
     f.write_text((FIX / "vllm" / "requests.jsonl").read_text())
     code, out = cli("ingest", f, "--db", tmp_path / "t.duckdb")

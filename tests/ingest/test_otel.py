@@ -22,10 +22,20 @@ def test_llm_request_spans_become_requests(tmp_path):
     con = store.connect(tmp_path / "o.duckdb")
     res = ingest_paths(con, [FIX], run_id="o")[0]
     store.build_derived(con)
-    spans = [s for line in FIX.read_text().splitlines() for rs in json.loads(line)["resourceSpans"]
-             for ss in rs["scopeSpans"] for s in ss["spans"] if s["name"] == "llm_request"]
-    got = {r[0]: r[1:] for r in con.execute(
-        "select req_id, queue_ms, ttft_ms, e2e_ms, prompt_tokens, output_tokens from request_latency").fetchall()}
+    spans = [
+        s
+        for line in FIX.read_text().splitlines()
+        for rs in json.loads(line)["resourceSpans"]
+        for ss in rs["scopeSpans"]
+        for s in ss["spans"]
+        if s["name"] == "llm_request"
+    ]
+    got = {
+        r[0]: r[1:]
+        for r in con.execute(
+            "select req_id, queue_ms, ttft_ms, e2e_ms, prompt_tokens, output_tokens from request_latency"
+        ).fetchall()
+    }
     checked = 0  # to a microsecond: unix seconds in a double hold 0.24 us
     for s in spans:
         a = _attrs(s)
@@ -41,7 +51,8 @@ def test_llm_request_spans_become_requests(tmp_path):
     # 5 spans: 3 accepted, 1 rejected (no id), 1 other span skipped
     assert (res.lines_read, res.accepted, res.rejected, res.skipped) == (5, 3, 1, 1)
     assert con.execute("select reason, line_no from rejects").fetchall() == [
-        ("vLLM llm_request span without gen_ai.request.id", 2)]
+        ("vLLM llm_request span without gen_ai.request.id", 2)
+    ]
 
 
 def test_lines_that_are_not_traces_are_rejected(tmp_path):
@@ -51,5 +62,6 @@ def test_lines_that_are_not_traces_are_rejected(tmp_path):
     res = ingest_paths(con, [p], fmt="otel", run_id="t")[0]
     assert dict(con.execute("select line_no, reason from rejects").fetchall()) == {
         2: "not valid JSON (one OTLP TracesData object per line)",
-        4: "not an OTLP TracesData object (no resourceSpans list)"}
+        4: "not an OTLP TracesData object (no resourceSpans list)",
+    }
     assert res.lines_read == res.accepted + res.rejected + res.skipped

@@ -14,8 +14,11 @@ from pipeline.ingest import detect, ingest_paths
 from pipeline.summary import summary
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "prometheus"
-FILES = {"aiperf-server-metrics": FIX / "server_metrics_export.jsonl", "prometheus-text": FIX / "vllm-0_metrics.log",
-         "prometheus-range": FIX / "query_range.json"}
+FILES = {
+    "aiperf-server-metrics": FIX / "server_metrics_export.jsonl",
+    "prometheus-text": FIX / "vllm-0_metrics.log",
+    "prometheus-range": FIX / "query_range.json",
+}
 
 
 def _ttft_buckets():

@@ -42,8 +42,14 @@ PERCENTILES = {"p50": 50, "p90": 90, "p95": 95, "p99": 99, "p999": 99.9}
 
 
 def _settings(n: int):
-    return settings(max_examples=n, deadline=None, derandomize=True, database=None, print_blob=True,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    return settings(
+        max_examples=n,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
 
 
 BUDGETS = budgets(FEW, MANY)
@@ -62,8 +68,15 @@ def requests(draw, t0: float) -> dict:
     f = s + draw(st.floats(0, 60))
     c = f + draw(spans)
     n = draw(st.integers(1, 40))
-    rec = {"kind": "request", "t_arrival": a, "t_scheduled": s, "t_first_token": f, "t_finish": c,
-           "prompt_tokens": draw(st.integers(0, 100_000)), "output_tokens": n}
+    rec = {
+        "kind": "request",
+        "t_arrival": a,
+        "t_scheduled": s,
+        "t_first_token": f,
+        "t_finish": c,
+        "prompt_tokens": draw(st.integers(0, 100_000)),
+        "output_tokens": n,
+    }
     status = draw(st.sampled_from([None, "ok", "ok", "error", "aborted"]))
     if status is not None:
         rec["status"] = status
@@ -77,8 +90,13 @@ def requests(draw, t0: float) -> dict:
 @st.composite
 def steps(draw, t0: float) -> dict:
     t_start = t0 + draw(st.floats(0, 100))
-    rec = {"kind": "iteration", "t_start": t_start, "t_end": t_start + draw(st.floats(0, 10)),
-           "decode_tokens": draw(st.integers(0, 512)), "prefill_tokens": draw(st.integers(0, 8192))}
+    rec = {
+        "kind": "iteration",
+        "t_start": t_start,
+        "t_end": t_start + draw(st.floats(0, 10)),
+        "decode_tokens": draw(st.integers(0, 512)),
+        "prefill_tokens": draw(st.integers(0, 8192)),
+    }
     if draw(st.booleans()):
         rec["kv_usage"] = draw(st.floats(0, 1))
     return rec
@@ -96,8 +114,13 @@ def traces(draw) -> list[dict]:
         r["req_id"] = i
     for s, i in zip(its, iters):
         s["iter"] = i
-    run = {"kind": "run", "run_id": RUN, "engine": "hypothesis", "model": draw(st.text(max_size=20)),
-           "clock": "monotonic"}
+    run = {
+        "kind": "run",
+        "run_id": RUN,
+        "engine": "hypothesis",
+        "model": draw(st.text(max_size=20)),
+        "clock": "monotonic",
+    }
     return [run, *its, *reqs]
 
 
@@ -111,12 +134,28 @@ def write_parquet(path: Path, records: list[dict]) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    cols = {"kind": pa.string(), "run_id": pa.string(), "engine": pa.string(), "model": pa.string(),
-            "clock": pa.string(), "iter": pa.int64(), "t_start": pa.float64(), "t_end": pa.float64(),
-            "decode_tokens": pa.int64(), "prefill_tokens": pa.int64(), "kv_usage": pa.float64(),
-            "req_id": pa.string(), "t_arrival": pa.float64(), "t_scheduled": pa.float64(),
-            "t_first_token": pa.float64(), "t_finish": pa.float64(), "prompt_tokens": pa.int64(),
-            "output_tokens": pa.int64(), "status": pa.string(), "token_times": pa.list_(pa.float64())}
+    cols = {
+        "kind": pa.string(),
+        "run_id": pa.string(),
+        "engine": pa.string(),
+        "model": pa.string(),
+        "clock": pa.string(),
+        "iter": pa.int64(),
+        "t_start": pa.float64(),
+        "t_end": pa.float64(),
+        "decode_tokens": pa.int64(),
+        "prefill_tokens": pa.int64(),
+        "kv_usage": pa.float64(),
+        "req_id": pa.string(),
+        "t_arrival": pa.float64(),
+        "t_scheduled": pa.float64(),
+        "t_first_token": pa.float64(),
+        "t_finish": pa.float64(),
+        "prompt_tokens": pa.int64(),
+        "output_tokens": pa.int64(),
+        "status": pa.string(),
+        "token_times": pa.list_(pa.float64()),
+    }
     rows = [{k: (str(v) if k == "req_id" else v) for k, v in r.items()} for r in records]
     table = pa.table({k: pa.array([r.get(k) for r in rows], type=t) for k, t in cols.items()})
     pq.write_table(table, path)
@@ -128,8 +167,13 @@ def _stats(values: list[float]) -> dict:
     x = np.asarray(values, dtype=float)
     if not len(x):
         return {"count": 0}
-    out = {"count": len(x), "mean": float(np.mean(x)), "min": float(x.min()), "max": float(x.max()),
-           "std": float(np.std(x, ddof=1)) if len(x) > 1 else None}
+    out = {
+        "count": len(x),
+        "mean": float(np.mean(x)),
+        "min": float(x.min()),
+        "max": float(x.max()),
+        "std": float(np.std(x, ddof=1)) if len(x) > 1 else None,
+    }
     out |= {k: float(np.percentile(x, q)) for k, q in PERCENTILES.items()}
     return out
 
@@ -141,8 +185,9 @@ def expected_metrics(records: list[dict]) -> dict[str, dict]:
         "ttft_ms": [(r["t_first_token"] - r["t_arrival"]) * 1000 for r in ok],
         "queue_ms": [(r["t_scheduled"] - r["t_arrival"]) * 1000 for r in ok],
         "e2e_ms": [(r["t_finish"] - r["t_arrival"]) * 1000 for r in ok],
-        "tpot_ms": [(r["t_finish"] - r["t_first_token"]) * 1000 / (r["output_tokens"] - 1)
-                    for r in ok if r["output_tokens"] > 1],
+        "tpot_ms": [
+            (r["t_finish"] - r["t_first_token"]) * 1000 / (r["output_tokens"] - 1) for r in ok if r["output_tokens"] > 1
+        ],
         "itl_ms": [(b - a) * 1000 for r in ok for a, b in zip(r.get("token_times", []), r.get("token_times", [])[1:])],
         "iteration_ms": [(s["t_end"] - s["t_start"]) * 1000 for s in records if s["kind"] == "iteration"],
     }
@@ -183,8 +228,7 @@ def test_valid_traces_load_whole_and_match_numpy(form, budget, tmp_path):
             s = ingest_and_summarize(con, writer(tmp_path / f"t.{form}", records), fmt=form)
             reqs = [r for r in records if r["kind"] == "request"]
             n_ok = sum(r.get("status", "ok") == "ok" for r in reqs)
-            assert (s["requests"], s["requests_ok"], s["iterations"]) == (
-                len(reqs), n_ok, len(records) - 1 - len(reqs))
+            assert (s["requests"], s["requests_ok"], s["iterations"]) == (len(reqs), n_ok, len(records) - 1 - len(reqs))
             for metric, want in expected_metrics(records).items():
                 got = s[metric]
                 assert got["count"] == want["count"], (metric, got, want)

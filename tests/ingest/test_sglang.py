@@ -21,8 +21,10 @@ def unix(s: str) -> float:
 def test_docs_lines(con):
     (res,) = load(con, FIX / "server.log")
     assert (res.format, res.accepted, res.rejected, res.skipped) == ("sglang-log", 3, 0, 2)
-    got = con.execute("select iter, t_end, dur_ms, prefill_tokens, prefill_reqs, decode_reqs, context_tokens, "
-                      "running_reqs, waiting_reqs, kv_usage, extra->>'$.cached_tokens' from iterations order by iter").fetchall()
+    got = con.execute(
+        "select iter, t_end, dur_ms, prefill_tokens, prefill_reqs, decode_reqs, context_tokens, "
+        "running_reqs, waiting_reqs, kv_usage, extra->>'$.cached_tokens' from iterations order by iter"
+    ).fetchall()
     t = unix("2025-09-03 05:49:04")
     assert got == [
         (0, t, None, 115, 1, 0, None, 0, 0, 0.02, "351"),
@@ -39,10 +41,12 @@ def test_docs_lines(con):
 def test_wording_variants_and_step_counters(con):
     (res,) = load(con, FIX / "server_tp.log")
     assert (res.accepted, res.rejected) == (6, 0)
-    got = con.execute("select extra->>'$.phase', extra->>'$.sglang_iter', prefill_tokens, running_reqs, decode_reqs, "
-                      "context_tokens, waiting_reqs, extra->>'$.graph' from iterations order by iter").fetchall()
+    got = con.execute(
+        "select extra->>'$.phase', extra->>'$.sglang_iter', prefill_tokens, running_reqs, decode_reqs, "
+        "context_tokens, waiting_reqs, extra->>'$.graph' from iterations order by iter"
+    ).fetchall()
     assert got == [
-        ("Prefill", None, 200, 0, 0, None, 0, None),   # older lines say nothing about graphs
+        ("Prefill", None, 200, 0, 0, None, 0, None),  # older lines say nothing about graphs
         ("Decode", None, 0, 1, 1, 234, 0, None),
         ("Decode", None, 0, 1, 1, 2154, 0, None),
         ("Prefill", "41", 300, 3, 0, None, 1, "false"),
@@ -56,14 +60,16 @@ def test_wording_variants_and_step_counters(con):
 
 def test_broken_lines(con, tmp_path):
     lines = (FIX / "server.log").read_text().splitlines()
-    lines[2] = lines[2].split("gen throughput")[0]        # truncated decode line
-    lines[1] = lines[1].replace("#new-token: 115, ", "")   # prefill line missing a field
+    lines[2] = lines[2].split("gen throughput")[0]  # truncated decode line
+    lines[1] = lines[1].replace("#new-token: 115, ", "")  # prefill line missing a field
     path = tmp_path / "s.log"
     path.write_text("\n".join(lines) + "\n")
     load(con, path)
     rej = dict(con.execute("select line_no, reason from rejects").fetchall())
-    assert rej == {2: "SGLang Prefill batch line without #new-token",
-                   3: "SGLang Decode batch line without #queue-req, gen throughput (token/s)"}
+    assert rej == {
+        2: "SGLang Prefill batch line without #new-token",
+        3: "SGLang Decode batch line without #queue-req, gen throughput (token/s)",
+    }
     assert con.execute("select count(*) from iterations").fetchall() == [(1,)]
 
 
@@ -71,15 +77,18 @@ def test_request_metrics_export(con):
     path = FIX / "sglang-request-metrics-20260301_10.log"
     (res,) = load(con, path)
     assert (res.format, res.accepted, res.rejected) == ("sglang-metrics", 3, 0)
-    got = con.execute("select req_id, t_arrival, t_finish, prompt_tokens, output_tokens, cached_tokens, status "
-                      "from requests order by req_id").fetchall()
+    got = con.execute(
+        "select req_id, t_arrival, t_finish, prompt_tokens, output_tokens, cached_tokens, status "
+        "from requests order by req_id"
+    ).fetchall()
     assert got == [
         ("a1", 1772359200.125, 1772359200.537, 5, 16, 0, "ok"),
-        ("a2", 1772359200.5, pytest.approx(1772359200.7), 7, 8, 5, "ok"),   # finish = arrival + e2e_latency
+        ("a2", 1772359200.5, pytest.approx(1772359200.7), 7, 8, 5, "ok"),  # finish = arrival + e2e_latency
         ("a3", 1772359201.0, 1772359201.01, 3, 0, 0, "aborted"),
     ]
-    assert con.execute("select count from metric_stats where metric = 'e2e_ms' and run_id = ?",
-                       [path.name.split(".")[0]]).fetchall() == [(2,)]
+    assert con.execute(
+        "select count from metric_stats where metric = 'e2e_ms' and run_id = ?", [path.name.split(".")[0]]
+    ).fetchall() == [(2,)]
 
 
 def test_current_line_variants(tmp_path):
@@ -93,8 +102,10 @@ def test_current_line_variants(tmp_path):
     con = store.connect(tmp_path / "s.duckdb")
     res = ingest_paths(con, [src], run_id="s")[0]
     assert (res.lines_read, res.accepted, res.rejected) == (5, 5, 0)
-    rows = con.execute("select prefill_tokens, prefill_reqs, decode_reqs, decode_tokens, context_tokens, kv_usage, "
-                       "dur_ms from iterations order by iter").fetchall()
+    rows = con.execute(
+        "select prefill_tokens, prefill_reqs, decode_reqs, decode_tokens, context_tokens, kv_usage, "
+        "dur_ms from iterations order by iter"
+    ).fetchall()
     assert rows[0][:2] == (64, 1) and rows[1][:2] == (128, 2)
     assert rows[3][2:6] == (3, 3, 960, 0.31)  # '#full token', 'full token usage'
     # first graph replay, accept len 4.75: 3 requests x 4.75 tokens; step = tokens / throughput

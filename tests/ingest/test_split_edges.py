@@ -57,9 +57,16 @@ def test_client_with_three_requests_is_refused_not_guessed(split, tmp_path):
 
 def test_client_whose_requests_all_failed(split, tmp_path):
     d, _, _ = split
-    client = _client_variant(d, "failed.jsonl", lambda r: r.with_columns(
-        status=pl.lit("error"), t_first_token=pl.lit(None, pl.Float64), t_finish=pl.lit(None, pl.Float64),
-        token_times=pl.lit(None, pl.List(pl.Float64))))
+    client = _client_variant(
+        d,
+        "failed.jsonl",
+        lambda r: r.with_columns(
+            status=pl.lit("error"),
+            t_first_token=pl.lit(None, pl.Float64),
+            t_finish=pl.lit(None, pl.Float64),
+            token_times=pl.lit(None, pl.List(pl.Float64)),
+        ),
+    )
     info = _align(tmp_path, [d / "server.jsonl", client])
     assert info["status"] == "failed"
 
@@ -67,9 +74,15 @@ def test_client_whose_requests_all_failed(split, tmp_path):
 def test_two_request_sources_are_aligned_each(split, tmp_path):
     """A bench file and a gateway's copy of the same requests on another clock: each gets its offset."""
     d, truth, med = split
-    other = _client_variant(d, "gateway.jsonl", lambda r: r.with_columns(
-        pl.col("t_arrival", "t_first_token", "t_finish") + 1000.0,
-        pl.col("token_times").list.eval(pl.element() + 1000.0), req_id=pl.lit("g") + pl.col("req_id")))
+    other = _client_variant(
+        d,
+        "gateway.jsonl",
+        lambda r: r.with_columns(
+            pl.col("t_arrival", "t_first_token", "t_finish") + 1000.0,
+            pl.col("token_times").list.eval(pl.element() + 1000.0),
+            req_id=pl.lit("g") + pl.col("req_id"),
+        ),
+    )
     info = _align(tmp_path, [d / "server.jsonl", d / "client.jsonl", other])
     offs = sorted(s["offset_s"] for s in info["sources"])
     assert info["status"] == "aligned" and len(offs) == 2

@@ -43,8 +43,9 @@ def _truth(rec: Path) -> dict:
 
 
 def _alignment(con) -> dict:
-    return json.loads(con.execute("select json_extract(meta, '$.clock_alignment') from runs "
-                                  "where run_id = 'joint'").fetchone()[0])
+    return json.loads(
+        con.execute("select json_extract(meta, '$.clock_alignment') from runs where run_id = 'joint'").fetchone()[0]
+    )
 
 
 @pytest.mark.parametrize("name", list(PAIRS))
@@ -72,8 +73,9 @@ def test_offset_and_queueing_against_the_server_stats(tmp_path, name):
     # (within one median step), +13.5 ms for the CPU-starved client at 40 req/s.
     err_ms = (src["offset_s"] - truth["offset_s"]) * 1e3
     assert abs(err_ms) <= max(steps, 15.0), (err_ms, steps)
-    q = con.execute("select queue_ms from request_latency where run_id = 'joint' order by req_id::int"
-                    ).fetchnumpy()["queue_ms"]
+    q = con.execute("select queue_ms from request_latency where run_id = 'joint' order by req_id::int").fetchnumpy()[
+        "queue_ms"
+    ]
     err = np.abs(q - truth["queue_ms"])
     assert np.median(err) <= 10.0  # ms, against queues of up to 4 s
     for p in (50, 90, 99):
@@ -134,12 +136,32 @@ def test_ingest_line_warns_with_the_match_rate(tmp_path):
     from pipeline.cli import cli
 
     db = str(tmp_path / "w.duckdb")
-    res = CliRunner().invoke(cli, ["ingest", str(PAIRS["vllm"] / "server.log"), str(PAIRS["vllm_queue"] / "bench.json"),
-                                    "--run-id", "joint", "--db", db])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "ingest",
+            str(PAIRS["vllm"] / "server.log"),
+            str(PAIRS["vllm_queue"] / "bench.json"),
+            "--run-id",
+            "joint",
+            "--db",
+            db,
+        ],
+    )
     assert res.exit_code == 0
     assert "NOT aligned" in res.output and "do not look like one run" in res.output
-    res = CliRunner().invoke(cli, ["ingest", str(PAIRS["vllm"] / "server.log"), str(PAIRS["vllm"] / "bench.json"),
-                                    "--run-id", "good", "--db", db])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "ingest",
+            str(PAIRS["vllm"] / "server.log"),
+            str(PAIRS["vllm"] / "bench.json"),
+            "--run-id",
+            "good",
+            "--db",
+            db,
+        ],
+    )
     assert "bench.json aligned with server.log: offset +1796014047.9" in res.output
 
 
@@ -172,7 +194,9 @@ def test_override_and_order_of_ingest(tmp_path):
     np.testing.assert_allclose(np.array(t_c, dtype=float), np.array(t_a, dtype=float), atol=1e-6)
     # --clock-offset wins over the estimate, exactly
     c = store.connect(tmp_path / "c.duckdb")
-    ingest_paths(c, [rec / "server.log", rec / "bench.json"], run_id="joint", clock_offsets=("bench.json=1796014047.5",))
+    ingest_paths(
+        c, [rec / "server.log", rec / "bench.json"], run_id="joint", clock_offsets=("bench.json=1796014047.5",)
+    )
     first = c.execute("select min(t_arrival) from requests where run_id = 'joint'").fetchone()[0]
     assert first == pytest.approx(1796014047.5, abs=1e-6)  # the bench's first start is its origin, 0
 
@@ -215,8 +239,9 @@ def test_second_stamped_steps_are_retimed_from_the_client(tmp_path):
     assert np.max(np.abs(after - truth)) < 0.006 and np.median(np.abs(after - truth)) < 0.002
     src = _alignment(con)["sources"][0]
     assert src["retime"]["retimed"] and src["steps_matched_share"] > 0.99
-    q = con.execute("select queue_ms from request_latency where run_id = 'joint' order by req_id::int"
-                    ).fetchnumpy()["queue_ms"]
+    q = con.execute("select queue_ms from request_latency where run_id = 'joint' order by req_id::int").fetchnumpy()[
+        "queue_ms"
+    ]
     assert np.median(np.abs(q - _truth(rec)["queue_ms"])) < 10.0
     # undone exactly: the steps go back to the timeline rebuilt from the stamps
     ing = con.execute("select ingest_id from ingests where path like '%server.log'").fetchone()[0]

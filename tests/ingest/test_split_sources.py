@@ -23,8 +23,9 @@ def _pair(tmp, kind: str, seed: int, client_origin: float):
 
     result, pol, model, noise = _simulate(kind, seed)
     single = write_trace(result, tmp / "single.jsonl", "single", pol, model, noise)
-    truth = write_split(result, tmp / "server.jsonl", tmp / "client.jsonl", "split", pol, model, noise,
-                        client_origin_s=client_origin)
+    truth = write_split(
+        result, tmp / "server.jsonl", tmp / "client.jsonl", "split", pol, model, noise, client_origin_s=client_origin
+    )
     con = store.connect(tmp / "t.duckdb")
     ingest_paths(con, [single])
     ingest_paths(con, [tmp / "server.jsonl", tmp / "client.jsonl"], run_id="split")
@@ -33,8 +34,9 @@ def _pair(tmp, kind: str, seed: int, client_origin: float):
 
 
 def _pct(con, run, metric):
-    vals = con.execute(f"select {metric} from request_latency where run_id = ? and status = 'ok' "
-                       f"and {metric} is not null", [run]).fetchnumpy()[metric]
+    vals = con.execute(
+        f"select {metric} from request_latency where run_id = ? and status = 'ok' and {metric} is not null", [run]
+    ).fetchnumpy()[metric]
     return np.percentile(vals, [50, 90, 99]), len(vals)
 
 
@@ -49,8 +51,9 @@ def _explain(con, run, metric):
 
 def check_split(tmp, kind: str, seed: int, client_origin: float = 5000.0) -> dict:
     con, truth, result = _pair(tmp, kind, seed, client_origin)
-    info = con.execute("select json_extract(meta, '$.clock_alignment.sources[0]') from runs where run_id = 'split'"
-                       ).fetchone()[0]
+    info = con.execute(
+        "select json_extract(meta, '$.clock_alignment.sources[0]') from runs where run_id = 'split'"
+    ).fetchone()[0]
     import json
 
     info = json.loads(info)
@@ -145,8 +148,11 @@ def test_engine_formats_vllm_log_and_aiperf(tmp_path, kind):
     res = ingest_paths(con, [tmp_path / "server.log", tmp_path / "profile_export.jsonl"], run_id="split")
     assert [r.format for r in res] == ["vllm-log", "aiperf"]
     store.build_derived(con)
-    info = json.loads(con.execute("select json_extract(meta, '$.clock_alignment.sources[0]') from runs "
-                                  "where run_id = 'split'").fetchone()[0])
+    info = json.loads(
+        con.execute(
+            "select json_extract(meta, '$.clock_alignment.sources[0]') from runs where run_id = 'split'"
+        ).fetchone()[0]
+    )
     med = float(np.median(result.iterations["t_end"] - result.iterations["t_start"]))
     assert info["status"] == "aligned" and info["retime"]["retimed"], info
     assert abs(info["offset_s"] - truth) <= med

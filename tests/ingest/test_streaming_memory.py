@@ -29,7 +29,10 @@ def _peak_mib(tmp_path, trace) -> int:
     env = dict(os.environ, TRACELAT_MEMORY_LIMIT="256MB")
     out = subprocess.run(
         [sys.executable, "-c", INGEST, str(tmp_path / f"{trace.stem}.duckdb"), str(trace)],
-        capture_output=True, text=True, env=env, check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
     )
     return int(out.stdout.split()[-1])
 

@@ -26,9 +26,20 @@ def expected(rec: dict) -> tuple:
     pre_t = rec["scheduledSumPrefillTokens"] if flat else ib["numCtxTokens"]
     waiting = rec["queuedNumPrefillRequests"] + rec["queuedNumDecodeRequests"] if flat else rec["numQueuedRequests"]
     ctx = rec["scheduledSumPrefillKvTokens"] + rec["scheduledSumDecodeKvTokens"] if flat else None
-    return (rec["iter"], rec["iterLatencyMS"], pytest.approx(ts, abs=1e-6), pre_r, pre_t, dec, dec,
-            rec["numActiveRequests"], waiting, pytest.approx(kv["usedNumBlocks"] / kv["maxNumBlocks"]),
-            ib["numPausedRequests"], ctx)
+    return (
+        rec["iter"],
+        rec["iterLatencyMS"],
+        pytest.approx(ts, abs=1e-6),
+        pre_r,
+        pre_t,
+        dec,
+        dec,
+        rec["numActiveRequests"],
+        waiting,
+        pytest.approx(kv["usedNumBlocks"] / kv["maxNumBlocks"]),
+        ib["numPausedRequests"],
+        ctx,
+    )
 
 
 def test_iteration_log_dict_repr(con):
@@ -52,11 +63,13 @@ def test_metrics_json_array_with_flat_fields(con):
 def test_json_lines_and_broken_lines(con, tmp_path):
     recs = json.loads((FIX / "metrics.json").read_text())
     lines = [json.dumps(r) for r in recs]
-    lines[1] = lines[1][:80]                                              # truncated
-    bad = dict(recs[2]); bad.pop("iterLatencyMS"); lines[2] = json.dumps(bad)   # field missing
-    lines.append('{"end": true}')                                         # the writer's end marker
-    odd = {**recs[3], "iter": 9, "note": "don't"}                          # a quote inside a string:
-    lines.append(repr(odd))                                               # only literal_eval reads it
+    lines[1] = lines[1][:80]  # truncated
+    bad = dict(recs[2])
+    bad.pop("iterLatencyMS")
+    lines[2] = json.dumps(bad)  # field missing
+    lines.append('{"end": true}')  # the writer's end marker
+    odd = {**recs[3], "iter": 9, "note": "don't"}  # a quote inside a string:
+    lines.append(repr(odd))  # only literal_eval reads it
     lines.append("{'iter': 10, 'iterLatencyMS': 1.0, 'timestamp': '13-45-2024 99:00:00'}")
     path = tmp_path / "stats.jsonl"
     path.write_text("\n".join(lines) + "\n")

@@ -17,7 +17,9 @@ BENCH = FIX / "bench.json"
 
 
 def stat(con, run_id, metric, col):
-    return con.execute(f"select {col} from metric_stats where run_id = ? and metric = ?", [run_id, metric]).fetchall()[0][0]
+    return con.execute(f"select {col} from metric_stats where run_id = ? and metric = ?", [run_id, metric]).fetchall()[
+        0
+    ][0]
 
 
 def test_detected_and_every_request_accepted(con):
@@ -25,7 +27,11 @@ def test_detected_and_every_request_accepted(con):
     (res,) = load(con, BENCH)
     assert res.format == "vllm-bench"
     n = len(doc["ttfts"])
-    assert (res.lines_read, res.accepted, res.rejected) == (n, n, 0)  # the converter's run record is no entry of the file
+    assert (res.lines_read, res.accepted, res.rejected) == (
+        n,
+        n,
+        0,
+    )  # the converter's run record is no entry of the file
     assert con.execute("select count(*) from tokens").fetchall()[0][0] == sum(len(i) + 1 for i in doc["itls"])
 
 
@@ -62,12 +68,15 @@ def test_failed_requests_become_errors_not_latencies(con, tmp_path):
         for i in (3, 10):
             doc["ttfts"][i], doc["itls"][i], doc["output_lens"][i] = 0.0, [], 0
             doc["errors"][i] = "Bad Request" if i == 3 else ""
+
     path = _variant(tmp_path, fail)
     load(con, path)
     doc = json.loads(path.read_text())
     bad = dict(con.execute("select req_id, status from requests where status <> 'ok'").fetchall())
     assert bad == {"3": "error", "10": "error"}
-    assert con.execute("select t_first_token, t_finish, output_tokens from requests where req_id = '3'").fetchall() == [(None, None, None)]
+    assert con.execute("select t_first_token, t_finish, output_tokens from requests where req_id = '3'").fetchall() == [
+        (None, None, None)
+    ]
     ok = [i for i in range(len(doc["ttfts"])) if i not in (3, 10)]
     ttfts = np.array([doc["ttfts"][i] for i in ok]) * 1000
     assert stat(con, "variant", "ttft_ms", "count") == len(ok)
@@ -78,9 +87,11 @@ def test_failed_requests_become_errors_not_latencies(con, tmp_path):
 
 def test_bundled_chunks_keep_vllm_tpot(con, tmp_path):
     """A streamed chunk carrying two tokens: fewer ITLs than output tokens, TPOT still vLLM's."""
+
     def bundle(doc):
         itl = doc["itls"][0]
         doc["itls"][0] = [itl[0] + itl[1]] + itl[2:]
+
     path = _variant(tmp_path, bundle)
     (res,) = load(con, path)
     assert res.rejected == 0
@@ -95,6 +106,7 @@ def test_without_detail_arrays_is_a_clear_error(con, tmp_path):
     def strip(doc):
         for k in ("ttfts", "itls", "input_lens", "output_lens", "errors", "start_times"):
             doc.pop(k)
+
     with pytest.raises(InputError, match="--save-detailed"):
         load(con, _variant(tmp_path, strip), fmt="vllm-bench")
     assert con.execute("select count(*) from requests").fetchall()[0][0] == 0

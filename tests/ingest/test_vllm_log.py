@@ -14,8 +14,10 @@ from pipeline import store
 from .conftest import load
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
-ITER = re.compile(r"Iteration\((\d+)\): (\d+) context requests, (\d+) context tokens, (\d+) generation requests, "
-                  r"(\d+) generation tokens, iteration elapsed time: ([0-9.]+) ms")
+ITER = re.compile(
+    r"Iteration\((\d+)\): (\d+) context requests, (\d+) context tokens, (\d+) generation requests, "
+    r"(\d+) generation tokens, iteration elapsed time: ([0-9.]+) ms"
+)
 
 
 def truth(path: Path) -> list[tuple]:
@@ -31,7 +33,9 @@ def test_iteration_count_and_time_equal_the_log(con, name):
     n_lines = len((FIX / name).read_text().splitlines())
     assert (res.accepted, res.rejected, res.skipped) == (len(steps), 0, n_lines - len(steps))
     assert res.lines_read == n_lines
-    got = con.execute("select count(*), sum(dur_ms), sum(prefill_tokens), sum(decode_tokens) from iterations").fetchall()[0]
+    got = con.execute(
+        "select count(*), sum(dur_ms), sum(prefill_tokens), sum(decode_tokens) from iterations"
+    ).fetchall()[0]
     want = np.array(steps)
     assert got[0] == len(steps)
     assert got[1] == pytest.approx(want[:, 5].sum(), rel=1e-12)
@@ -43,7 +47,9 @@ def test_iteration_count_and_time_equal_the_log(con, name):
 
 def test_run_metadata_from_startup_lines(con):
     load(con, FIX / "server.log")
-    ver, model, dtype, clock, meta = con.execute("select engine_version, model, dtype, clock, meta from runs").fetchall()[0]
+    ver, model, dtype, clock, meta = con.execute(
+        "select engine_version, model, dtype, clock, meta from runs"
+    ).fetchall()[0]
     meta = json.loads(meta)
     assert (ver, model, dtype, clock) == ("0.32.0", "tiny-llama", "bfloat16", "unix")
     assert (meta["max_num_seqs"], meta["max_num_batched_tokens"], meta["kv_cache_tokens"]) == (8, 256, 2048)
@@ -54,11 +60,14 @@ def test_run_metadata_from_startup_lines(con):
     assert np.allclose(usage * 15, np.round(usage * 15), atol=0.01)  # the log's usage counts 15 blocks
 
 
-@pytest.mark.parametrize("args, want", [
-    ({"kv_cache_tokens": 41408, "kv_block_size": 16}, (2588, 16, 2587 * 16)),  # block_size argument
-    ({"kv_cache_tokens": 2048, "num_gpu_blocks": 16}, (16, 128, 1920)),  # override: size = tokens / blocks
-    ({"kv_cache_tokens": 41408}, None),  # a GPU log without either: block size unknown, nothing derived
-])
+@pytest.mark.parametrize(
+    "args, want",
+    [
+        ({"kv_cache_tokens": 41408, "kv_block_size": 16}, (2588, 16, 2587 * 16)),  # block_size argument
+        ({"kv_cache_tokens": 2048, "num_gpu_blocks": 16}, (16, 128, 1920)),  # override: size = tokens / blocks
+        ({"kv_cache_tokens": 41408}, None),  # a GPU log without either: block size unknown, nothing derived
+    ],
+)
 def test_kv_blocks_derivation(args, want):
     from pipeline.ingest.engines.vllm_log import _kv_blocks
 
@@ -72,50 +81,70 @@ def test_one_second_stamps_rebuild_the_timeline(con):
     """The default 1-s log, rebuilt, against the same records' epoch stamps (µs) from the same run."""
     load(con, FIX / "server.log", run_id="coarse")
     load(con, FIX / "server_epoch.log", run_id="fine")
-    err = np.array(con.execute(
-        "select a.t_end - b.t_end from iterations a join iterations b using (iter) "
-        "where a.run_id = 'coarse' and b.run_id = 'fine' order by iter").fetchall()).ravel()
+    err = np.array(
+        con.execute(
+            "select a.t_end - b.t_end from iterations a join iterations b using (iter) "
+            "where a.run_id = 'coarse' and b.run_id = 'fine' order by iter"
+        ).fetchall()
+    ).ravel()
     assert len(err) == len(truth(FIX / "server.log"))
     assert np.abs(err).max() < 1.0
     assert np.median(np.abs(err)) < 0.25
-    ends = np.array(con.execute("select t_start, t_end from iterations where run_id = 'coarse' order by iter").fetchall())
-    assert (np.diff(ends[:, 1]) > 0).all() and (ends[1:, 0] >= ends[:-1, 1] - 1e-6).all()  # no overlap (float64 at 1.8e9 s: ~0.2 µs)
+    ends = np.array(
+        con.execute("select t_start, t_end from iterations where run_id = 'coarse' order by iter").fetchall()
+    )
+    assert (np.diff(ends[:, 1]) > 0).all() and (
+        ends[1:, 0] >= ends[:-1, 1] - 1e-6
+    ).all()  # no overlap (float64 at 1.8e9 s: ~0.2 µs)
     fine = json.loads(con.execute("select meta from runs where run_id = 'fine'").fetchall()[0][0])
     assert fine["timestamps_reconstructed"] is False and fine["timestamp_resolution_s"] == pytest.approx(1e-6)
 
 
-LINE = ("Iteration(7): 1 context requests, 255 context tokens, 1 generation requests, 1 generation tokens, "
-        "iteration elapsed time: 16.31 ms, CPU KV cache usage: 33.3%")
+LINE = (
+    "Iteration(7): 1 context requests, 255 context tokens, 1 generation requests, 1 generation tokens, "
+    "iteration elapsed time: 16.31 ms, CPU KV cache usage: 33.3%"
+)
 
 
-@pytest.mark.parametrize("prefix, t_end", [
-    ("(APIServer pid=3646) INFO 05-19 10:13:11 [loggers.py:199] Engine 000: ", None),
-    ("2026-05-12T08:01:39.331095044Z (APIServer pid=1) INFO 05-12 08:01:39 [loggers.py:199] Engine 000: ", 1778572899.331095),
-    ("1796013811.091940 INFO [loggers.py:199] Engine 000: ", 1796013811.09194),
-    ("[2025-01-02 03:04:05,250] INFO ", 1735787045.25),
-])
+@pytest.mark.parametrize(
+    "prefix, t_end",
+    [
+        ("(APIServer pid=3646) INFO 05-19 10:13:11 [loggers.py:199] Engine 000: ", None),
+        (
+            "2026-05-12T08:01:39.331095044Z (APIServer pid=1) INFO 05-12 08:01:39 [loggers.py:199] Engine 000: ",
+            1778572899.331095,
+        ),
+        ("1796013811.091940 INFO [loggers.py:199] Engine 000: ", 1796013811.09194),
+        ("[2025-01-02 03:04:05,250] INFO ", 1735787045.25),
+    ],
+)
 def test_prefixes(con, tmp_path, prefix, t_end):
     path = tmp_path / "x.log"
     path.write_text("some start-up line\n" + prefix + LINE + "\n")
     (res,) = load(con, path)
     assert (res.format, res.accepted, res.skipped) == ("vllm-log", 1, 1)
-    row = con.execute("select iter, prefill_reqs, prefill_tokens, decode_reqs, decode_tokens, dur_ms, kv_usage, t_end "
-                      "from iterations").fetchall()[0]
+    row = con.execute(
+        "select iter, prefill_reqs, prefill_tokens, decode_reqs, decode_tokens, dur_ms, kv_usage, t_end from iterations"
+    ).fetchall()[0]
     assert row[:7] == (7, 1, 255, 1, 1, 16.31, pytest.approx(0.333))
     if t_end is not None:
         assert row[7] == pytest.approx(t_end, abs=1e-6)
     else:  # year-less, whole second: reconstructed inside its second
-        sec = np.datetime64(f"{con.execute('select meta->>$k from runs', {'k': '$.assumed_year'}).fetchall()[0][0]}-05-19T10:13:11")
+        sec = np.datetime64(
+            f"{con.execute('select meta->>$k from runs', {'k': '$.assumed_year'}).fetchall()[0][0]}-05-19T10:13:11"
+        )
         assert 0 <= row[7] - sec.astype("datetime64[s]").astype(float) <= 1
 
 
 def test_broken_lines_are_rejects_other_lines_skipped(con, tmp_path):
     lines = (FIX / "server_epoch.log").read_text().splitlines()
     idx = [i for i, l in enumerate(lines) if "Iteration(" in l]
-    lines[idx[5]] = lines[idx[5]].split("iteration elapsed time")[0]                       # truncated
-    lines[idx[6]] = lines[idx[6]].replace(" 0 generation requests,", "").replace(" 1 generation requests,", "")  # field lost
-    lines[idx[7]], lines[idx[8]] = lines[idx[8]], lines[idx[7]]                             # reordered
-    lines.insert(idx[9], lines[idx[9]])                                                     # duplicated
+    lines[idx[5]] = lines[idx[5]].split("iteration elapsed time")[0]  # truncated
+    lines[idx[6]] = (
+        lines[idx[6]].replace(" 0 generation requests,", "").replace(" 1 generation requests,", "")
+    )  # field lost
+    lines[idx[7]], lines[idx[8]] = lines[idx[8]], lines[idx[7]]  # reordered
+    lines.insert(idx[9], lines[idx[9]])  # duplicated
     path = tmp_path / "broken.log"
     path.write_text("\n".join(lines) + "\n")
     (res,) = load(con, path)
@@ -150,9 +179,13 @@ def _two_engine_log(tmp_path: Path) -> tuple[Path, list[tuple], list[tuple]]:
     for line in (FIX / "server.log").read_text().splitlines():
         out.append(line)
         if ITER.search(line):
-            out.append(re.sub(r"elapsed time: ([0-9.]+) ms",
-                              lambda m: f"elapsed time: {float(m.group(1)) * 0.5:.2f} ms",
-                              line.replace("Engine 000:", "Engine 001:")))
+            out.append(
+                re.sub(
+                    r"elapsed time: ([0-9.]+) ms",
+                    lambda m: f"elapsed time: {float(m.group(1)) * 0.5:.2f} ms",
+                    line.replace("Engine 000:", "Engine 001:"),
+                )
+            )
     path = tmp_path / "dp.log"
     path.write_text("\n".join(out) + "\n")
     text = path.read_text().splitlines()
@@ -171,13 +204,15 @@ def test_data_parallel_engines_become_runs(con, tmp_path, run_id):
     assert res.run_ids == [f"{base}-engine000", f"{base}-engine001"]
     for k, steps in enumerate((e0, e1)):
         rid = f"{base}-engine{k:03d}"
-        n, dur, last_iter = con.execute("select count(*), sum(dur_ms), max(iter) from iterations where run_id = ?",
-                                        [rid]).fetchall()[0]
+        n, dur, last_iter = con.execute(
+            "select count(*), sum(dur_ms), max(iter) from iterations where run_id = ?", [rid]
+        ).fetchall()[0]
         assert n == len(steps) and last_iter == max(s[0] for s in steps)
         assert dur == pytest.approx(sum(s[5] for s in steps), rel=1e-12)
         # each engine's rebuilt timeline is its own: steps never overlap within a run
-        t = np.array(con.execute("select t_start, t_end from iterations where run_id = ? order by iter",
-                                 [rid]).fetchall())
+        t = np.array(
+            con.execute("select t_start, t_end from iterations where run_id = ? order by iter", [rid]).fetchall()
+        )
         assert np.all(t[1:, 0] >= t[:-1, 1] - 1e-6)  # float64 at 1.8e9 s: ~0.2 us
         meta = json.loads(con.execute("select meta from runs where run_id = ?", [rid]).fetchall()[0][0])
         assert (meta["dp_engine_index"], meta["dp_engines"], meta["max_num_seqs"]) == (k, 2, 8)
@@ -185,8 +220,11 @@ def test_data_parallel_engines_become_runs(con, tmp_path, run_id):
     alone = tmp_path / "alone.log"
     alone.write_text("\n".join(ln for ln in path.read_text().splitlines() if "Engine 000: Iteration" not in ln) + "\n")
     load(con, alone, run_id="alone")
-    diff = con.execute("select max(abs(a.t_end - b.t_end)), count(*) from iterations a join iterations b using (iter) "
-                       "where a.run_id = 'alone' and b.run_id = ?", [f"{base}-engine001"]).fetchall()[0]
+    diff = con.execute(
+        "select max(abs(a.t_end - b.t_end)), count(*) from iterations a join iterations b using (iter) "
+        "where a.run_id = 'alone' and b.run_id = ?",
+        [f"{base}-engine001"],
+    ).fetchall()[0]
     assert diff == (0.0, len(e1))
 
 
@@ -202,7 +240,7 @@ def test_absurd_elapsed_time_is_rejected_and_moves_no_other_step(con, tmp_path, 
     k = idx[100]
     without = tmp_path / "without" / name
     without.parent.mkdir()
-    without.write_text("\n".join(lines[:k] + lines[k + 1:]) + "\n")  # the step's line left out altogether
+    without.write_text("\n".join(lines[:k] + lines[k + 1 :]) + "\n")  # the step's line left out altogether
     lines[k] = re.sub(r"elapsed time: [0-9.]+ ms", "elapsed time: 999999.00 ms", lines[k])
     bad = tmp_path / name
     bad.write_text("\n".join(lines) + "\n")
@@ -252,11 +290,18 @@ def test_three_generations_of_the_iteration_line(tmp_path):
     con = store.connect(tmp_path / "g.duckdb")
     res = ingest_paths(con, [p], run_id="g")[0]
     assert (res.accepted, res.rejected) == (7, 0)
-    rows = con.execute("select iter, prefill_tokens, decode_tokens, dur_ms, kv_usage, "
-                       "json_extract(extra, '$.is_dummy')::boolean from iterations order by iter").fetchall()
-    assert rows == [(515, 0, 20, 10.99, None, False), (516, 0, 0, 1.25, None, True),
-                    (517, 4096, 6, 18.42, pytest.approx(0.371), False), (518, 0, 0, 2.0, pytest.approx(0.371), True),
-                    (519, 0, 0, 3.1, pytest.approx(0.371), True), (520, 0, 3, 9.5, pytest.approx(0.125), False),
-                    (521, 0, 0, 1.75, pytest.approx(0.125), True)]
+    rows = con.execute(
+        "select iter, prefill_tokens, decode_tokens, dur_ms, kv_usage, "
+        "json_extract(extra, '$.is_dummy')::boolean from iterations order by iter"
+    ).fetchall()
+    assert rows == [
+        (515, 0, 20, 10.99, None, False),
+        (516, 0, 0, 1.25, None, True),
+        (517, 4096, 6, 18.42, pytest.approx(0.371), False),
+        (518, 0, 0, 2.0, pytest.approx(0.371), True),
+        (519, 0, 0, 3.1, pytest.approx(0.371), True),
+        (520, 0, 3, 9.5, pytest.approx(0.125), False),
+        (521, 0, 0, 1.75, pytest.approx(0.125), True),
+    ]
     scope = json.loads(con.execute("select meta from runs where run_id = 'g'").fetchall()[0][0])["elapsed_time_scope"]
     assert "waiting for the executor" in scope  # the report must say what the elapsed time is

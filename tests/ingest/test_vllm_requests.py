@@ -19,12 +19,18 @@ def independent(path: Path) -> dict[str, np.ndarray]:
     """Plain numpy over the JSON: the clock offset is max(arrival - queued) (see vllm_requests)."""
     recs = [json.loads(l) for l in path.read_text().splitlines() if l.strip()]
     a = np.array([r["arrival_time"] for r in recs])
-    q, s, f, l = (np.array([r[k] for r in recs]) for k in ("queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts"))
+    q, s, f, l = (
+        np.array([r[k] for r in recs]) for k in ("queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
+    )
     n = np.array([r["output_toks"] for r in recs])
     arrival_mono = a - (a - q).max()
     ok = n > 1
-    return {"ttft_ms": (f - arrival_mono) * 1000, "queue_ms": (s - arrival_mono) * 1000,
-            "tpot_ms": ((l - f) * 1000 / (n - 1))[ok], "e2e_ms": (l - arrival_mono) * 1000}
+    return {
+        "ttft_ms": (f - arrival_mono) * 1000,
+        "queue_ms": (s - arrival_mono) * 1000,
+        "tpot_ms": ((l - f) * 1000 / (n - 1))[ok],
+        "e2e_ms": (l - arrival_mono) * 1000,
+    }
 
 
 @pytest.mark.parametrize("metric", ["ttft_ms", "tpot_ms", "queue_ms", "e2e_ms"])
@@ -33,23 +39,36 @@ def test_realdata_percentiles_equal_numpy(con, realdata, metric):
     (res,) = load(con, path)
     assert (res.format, res.accepted, res.rejected) == ("vllm-requests", 300, 0)
     want = independent(path)[metric]
-    got = con.execute("select count, mean, p50, p90, p99, max from metric_stats where run_id = 'requests' and metric = ?",
-                      [metric]).fetchall()[0]
+    got = con.execute(
+        "select count, mean, p50, p90, p99, max from metric_stats where run_id = 'requests' and metric = ?", [metric]
+    ).fetchall()[0]
     assert got[0] == len(want)
-    np.testing.assert_allclose(got[1:], [want.mean(), *np.percentile(want, [50, 90, 99]), want.max()], rtol=1e-9, atol=1e-6)
+    np.testing.assert_allclose(
+        got[1:], [want.mean(), *np.percentile(want, [50, 90, 99]), want.max()], rtol=1e-9, atol=1e-6
+    )
 
 
 def test_realdata_run_facts_from_meta_json(con, realdata):
     load(con, realdata / RUN / "requests.jsonl")
     ver, model, gpu, dtype, clock, meta = con.execute(
-        "select engine_version, model, gpu, dtype, clock, meta from runs").fetchall()[0]
+        "select engine_version, model, gpu, dtype, clock, meta from runs"
+    ).fetchall()[0]
     meta = json.loads(meta)
-    assert (ver, model, gpu, dtype, clock) == ("0.19.0", "meta-llama/Llama-3.1-8B", "NVIDIA GeForce RTX 4090", "bfloat16", "unix")
+    assert (ver, model, gpu, dtype, clock) == (
+        "0.19.0",
+        "meta-llama/Llama-3.1-8B",
+        "NVIDIA GeForce RTX 4090",
+        "bfloat16",
+        "unix",
+    )
     assert (meta["max_num_seqs"], meta["max_num_batched_tokens"], meta["kv_cache_tokens"]) == (256, 2048, 41408)
     # arrival_time is kept exactly; queued/scheduled/... moved by one offset
     first = json.loads((realdata / RUN / "requests.jsonl").read_text().splitlines()[0])
-    t_arr, t_q = con.execute("select t_arrival, t_queued from requests r, lateral (select (extra->>'t_queued')::double as t_queued) "
-                             "where req_id = ?", [first["request_id"]]).fetchall()[0]
+    t_arr, t_q = con.execute(
+        "select t_arrival, t_queued from requests r, lateral (select (extra->>'t_queued')::double as t_queued) "
+        "where req_id = ?",
+        [first["request_id"]],
+    ).fetchall()[0]
     assert t_arr == first["arrival_time"]
     assert t_q - first["queued_ts"] == pytest.approx(meta["monotonic_to_unix_s"], abs=1e-6)
 
@@ -58,16 +77,22 @@ def test_recorded_run_preemptions_and_tokens(con):
     path = FIX / "requests.jsonl"
     load(con, path)
     recs = [json.loads(l) for l in path.read_text().splitlines()]
-    got = con.execute("select sum(preemptions), sum(output_tokens), count(*) filter (status = 'ok') from requests").fetchall()[0]
+    got = con.execute(
+        "select sum(preemptions), sum(output_tokens), count(*) filter (status = 'ok') from requests"
+    ).fetchall()[0]
     assert got == (sum(r["num_preemptions"] for r in recs), sum(r["output_toks"] for r in recs), len(recs))
     assert got[0] > 0  # the small KV cache of the recording forced preemptions
 
 
 def test_broken_lines(con, tmp_path):
     lines = (FIX / "requests.jsonl").read_text().splitlines()
-    lines[2] = lines[2][:60]                                                   # truncated
-    rec = json.loads(lines[4]); rec.pop("first_token_ts"); lines[4] = json.dumps(rec)   # field missing
-    rec = json.loads(lines[5]); rec["first_token_ts"] = 0.0; lines[5] = json.dumps(rec)  # never got a token
+    lines[2] = lines[2][:60]  # truncated
+    rec = json.loads(lines[4])
+    rec.pop("first_token_ts")
+    lines[4] = json.dumps(rec)  # field missing
+    rec = json.loads(lines[5])
+    rec["first_token_ts"] = 0.0
+    lines[5] = json.dumps(rec)  # never got a token
     lines.insert(7, "")
     path = tmp_path / "req.jsonl"
     path.write_text("\n".join(lines) + "\n")

@@ -16,10 +16,23 @@ N, STEP = 24, 14
 
 
 def _history(series: dict[str, np.ndarray], failed: set[int] = frozenset()) -> tuple[list[Night], pl.DataFrame]:
-    nights = [Night(i + 1, f"n{i:02d}", f"2026-11-{i + 1:02d}", slo_verdict="fail" if i in failed else "pass")
-              for i in range(N)]
-    rows = [{"run_id": nights[i].run_id, "seq": i + 1, "night": nights[i].night, "metric": m, "value": float(v[i]),
-             "ci_low": None, "ci_high": None} for m, v in series.items() for i in range(N)]
+    nights = [
+        Night(i + 1, f"n{i:02d}", f"2026-11-{i + 1:02d}", slo_verdict="fail" if i in failed else "pass")
+        for i in range(N)
+    ]
+    rows = [
+        {
+            "run_id": nights[i].run_id,
+            "seq": i + 1,
+            "night": nights[i].night,
+            "metric": m,
+            "value": float(v[i]),
+            "ci_low": None,
+            "ci_high": None,
+        }
+        for m, v in series.items()
+        for i in range(N)
+    ]
     return nights, pl.DataFrame(rows)
 
 
@@ -33,13 +46,16 @@ def _step(size: float, at: int = STEP) -> np.ndarray:
 
 @pytest.fixture
 def history():
-    return _history({
-        "tpot_ms.p99": 10 * _noise(1) * _step(0.25),
-        "throughput.output_tokens_per_s": 1000 * _noise(2) * _step(-0.2),
-        "ttft_ms.p99": 50 * _noise(3),
-        "tail.tpot.decode_baseline": 0.2 + 0.3 * (np.arange(N) >= STEP) + 0.01 * _noise(4),
-        "tail.tpot.prefill_interference": 0.8 - 0.3 * (np.arange(N) >= STEP) + 0.01 * _noise(5),
-    }, failed={20})
+    return _history(
+        {
+            "tpot_ms.p99": 10 * _noise(1) * _step(0.25),
+            "throughput.output_tokens_per_s": 1000 * _noise(2) * _step(-0.2),
+            "ttft_ms.p99": 50 * _noise(3),
+            "tail.tpot.decode_baseline": 0.2 + 0.3 * (np.arange(N) >= STEP) + 0.01 * _noise(4),
+            "tail.tpot.prefill_interference": 0.8 - 0.3 * (np.arange(N) >= STEP) + 0.01 * _noise(5),
+        },
+        failed={20},
+    )
 
 
 def test_changes_before_after_and_direction(history):
@@ -61,7 +77,7 @@ def test_new_only_when_not_found_the_night_before(history):
     seen = []
     for k in range(STEP + 1, N + 1):  # evaluate every night as the command does
         now = analysis.changes(series, nights[:k], s)
-        before = analysis.changes(series, nights[:k - 1], s)
+        before = analysis.changes(series, nights[: k - 1], s)
         seen += [(k, c.metric) for c in analysis.new_changes(now, before)]
     # each change is new on exactly one night (the night it is first confirmed)
     assert sorted(m for _, m in seen) == ["throughput.output_tokens_per_s", "tpot_ms.p99"]
@@ -71,8 +87,9 @@ def test_new_only_when_not_found_the_night_before(history):
 def test_open_until_recovered():
     up = 10 * _noise(6) * _step(0.3, 8)
     recovered = up * np.where(np.arange(N) >= 16, 1 / 1.3, 1.0)
-    nights, series = _history({"tpot_ms.p99": up, "e2e_ms.p99": 10 * _noise(7) * _step(0.3, 8) * np.where(
-        np.arange(N) >= 16, 1 / 1.3, 1.0)})
+    nights, series = _history(
+        {"tpot_ms.p99": up, "e2e_ms.p99": 10 * _noise(7) * _step(0.3, 8) * np.where(np.arange(N) >= 16, 1 / 1.3, 1.0)}
+    )
     found = analysis.changes(series, nights, Settings())
     rows = analysis.open_regressions(found, series, nights, 0.05)
     assert [r["metric"] for r in rows] == ["tpot_ms.p99"]  # e2e came back

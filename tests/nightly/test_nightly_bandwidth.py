@@ -21,8 +21,20 @@ def test_slower_gpu_shows_in_tpot_and_bandwidth(tmp_path, capsys):
     for i in range(1, NIGHTS + 1):
         a = 0.0002 if i < CHANGE else 0.0004  # half the effective KV bandwidth
         night = simulate_night(tmp_path / f"n{i}", seed=i, a_ms_per_ctx=a, requests=150)
-        code, stdout, _ = cli(capsys, "nightly", str(night), "--history", str(hist), "--out", str(out),
-                              "--label", f"date=2026-11-{i:02d}", "--json", "--junit", str(tmp_path / f"j{i}.xml"))
+        code, stdout, _ = cli(
+            capsys,
+            "nightly",
+            str(night),
+            "--history",
+            str(hist),
+            "--out",
+            str(out),
+            "--label",
+            f"date=2026-11-{i:02d}",
+            "--json",
+            "--junit",
+            str(tmp_path / f"j{i}.xml"),
+        )
         codes.append(code)
         last = json.loads(stdout)
         # the JUnit file fails exactly the statistics whose new change fails the night

@@ -20,8 +20,10 @@ FAIL_SLO = "[slo]\ntpot_ms.p50 = 0.001\n"
 def _counts(hist: Path) -> tuple[int, int]:
     con = duckdb.connect(str(hist / "history.duckdb"), read_only=True)
     try:
-        return (con.execute("select count(*) from nightly_runs").fetchone()[0],
-                con.execute("select count(*) from nightly_history").fetchone()[0])
+        return (
+            con.execute("select count(*) from nightly_runs").fetchone()[0],
+            con.execute("select count(*) from nightly_history").fetchone()[0],
+        )
     finally:
         con.close()
 
@@ -29,8 +31,9 @@ def _counts(hist: Path) -> tuple[int, int]:
 def _history_value(hist: Path, run_id: str, metric: str) -> tuple[float, float, float]:
     con = duckdb.connect(str(hist / "history.duckdb"), read_only=True)
     try:
-        return con.execute("select value, ci_low, ci_high from nightly_history where run_id = ? and metric = ?",
-                           [run_id, metric]).fetchone()
+        return con.execute(
+            "select value, ci_low, ci_high from nightly_history where run_id = ? and metric = ?", [run_id, metric]
+        ).fetchone()
     finally:
         con.close()
 
@@ -87,8 +90,18 @@ def test_nights_history_json_rerun_and_failures(nights, tmp_path, capsys):
     tight = tmp_path / "tight.toml"
     tight.write_text(FAIL_SLO)
     junit = tmp_path / "junit.xml"
-    code, stdout, err = cli(capsys, *base[:-3], "--slo", str(tight), "--json", "--junit", str(junit), str(nights[3]),
-                            "--label", "date=2026-11-04")
+    code, stdout, err = cli(
+        capsys,
+        *base[:-3],
+        "--slo",
+        str(tight),
+        "--json",
+        "--junit",
+        str(junit),
+        str(nights[3]),
+        "--label",
+        "date=2026-11-04",
+    )
     res = json.loads(stdout)
     assert code == 1 and res["slo"]["passed"] is False and res["slo"]["failed"] == ["tpot_ms.p50 <= 0.001"]
     assert err.startswith(f"Error: night {res['run_id']}: SLO fail")
@@ -110,8 +123,19 @@ def test_nights_history_json_rerun_and_failures(nights, tmp_path, capsys):
 def test_labels_are_escaped_and_dates_checked(nights, tmp_path, capsys):
     hist, out = tmp_path / "hist", tmp_path / "out"
     hostile = '<script>alert("x")</script><!--'
-    code, stdout, _ = cli(capsys, "nightly", str(nights[0]), "--history", str(hist), "--out", str(out),
-                          "--label", "date=2026-11-01", "--label", f"commit={hostile}")
+    code, stdout, _ = cli(
+        capsys,
+        "nightly",
+        str(nights[0]),
+        "--history",
+        str(hist),
+        "--out",
+        str(out),
+        "--label",
+        "date=2026-11-01",
+        "--label",
+        f"commit={hostile}",
+    )
     assert code == 0
     page = (out / "index.html").read_text()
     assert hostile not in page and "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page
@@ -119,16 +143,27 @@ def test_labels_are_escaped_and_dates_checked(nights, tmp_path, capsys):
     md = (out / "2026-11-01" / "nightly.md").read_text()
     assert "<script>" not in md
     # a second night on the same date gets the next id
-    code, stdout, _ = cli(capsys, "nightly", str(nights[1]), "--history", str(hist), "--out", str(out),
-                          "--label", "date=2026-11-01", "--json")
+    code, stdout, _ = cli(
+        capsys,
+        "nightly",
+        str(nights[1]),
+        "--history",
+        str(hist),
+        "--out",
+        str(out),
+        "--label",
+        "date=2026-11-01",
+        "--json",
+    )
     assert code == 0 and json.loads(stdout)["run_id"] == "2026-11-01.2"
     for bad in (["--label", "date=11/01/2026"], ["--label", "nokey"], ["--baseline", "no-such-night"]):
         code, _, err = cli(capsys, "nightly", str(nights[2]), "--history", str(hist), *bad)
         assert code == 2 and err
     assert _counts(hist)[0] == 2
     # an id from a label or option cannot pick a folder outside the history and the output
-    code, stdout, _ = cli(capsys, "nightly", str(nights[2]), "--history", str(hist), "--out", str(out),
-                          "--run-id", "../evil", "--json")
+    code, stdout, _ = cli(
+        capsys, "nightly", str(nights[2]), "--history", str(hist), "--out", str(out), "--run-id", "../evil", "--json"
+    )
     res = json.loads(stdout)
     assert code == 0 and res["run_id"] == "../evil"
     report = Path(res["files"]["report"]).resolve()
@@ -136,7 +171,18 @@ def test_labels_are_escaped_and_dates_checked(nights, tmp_path, capsys):
     assert [p.name for p in (hist / "runs").iterdir() if "evil" in p.name][0].startswith("_evil")
     assert not list(tmp_path.glob("evil*"))
     # control characters from a label reach neither the terminal nor the summary
-    code, stdout, _ = cli(capsys, "nightly", str(nights[3]), "--history", str(hist), "--out", str(out),
-                          "--label", "date=2026-11-03", "--label", "engine=\x1b]0;pwned\x07vllm\r")
+    code, stdout, _ = cli(
+        capsys,
+        "nightly",
+        str(nights[3]),
+        "--history",
+        str(hist),
+        "--out",
+        str(out),
+        "--label",
+        "date=2026-11-03",
+        "--label",
+        "engine=\x1b]0;pwned\x07vllm\r",
+    )
     assert code == 0 and "vllm" in stdout
-    assert not any(ord(c) < 32 and c not in "\t\n" or 0x7f <= ord(c) <= 0x9f for c in stdout)
+    assert not any(ord(c) < 32 and c not in "\t\n" or 0x7F <= ord(c) <= 0x9F for c in stdout)

@@ -20,8 +20,14 @@ from .conftest import simulate_night, tpot_from_trace
 
 
 def test_fit_intervals_by_hand():
-    s = {"fit": {"t0_ms": 5.0, "ms_per_1k_context_tokens": 0.2, "effective_bandwidth_gbps": 500.0,
-                 "ci": {"t0_ms": [4.9, 5.1], "a_ms_per_ctx": [0.00018, 0.00025]}}}
+    s = {
+        "fit": {
+            "t0_ms": 5.0,
+            "ms_per_1k_context_tokens": 0.2,
+            "effective_bandwidth_gbps": 500.0,
+            "ci": {"t0_ms": [4.9, 5.1], "a_ms_per_ctx": [0.00018, 0.00025]},
+        }
+    }
     got = {st.metric: st for st in _fit(s)}
     assert (got["fit.t0_ms"].ci_low, got["fit.t0_ms"].ci_high) == (4.9, 5.1)
     slope = got["fit.ms_per_1k_context_tokens"]
@@ -34,7 +40,11 @@ def test_fit_intervals_by_hand():
 
 def test_proportion_interval():
     (st,) = _proportion("goodput.attainment", 90, 100, 1.96)
-    assert st.value == 0.9 and st.ci_low == pytest.approx(0.9 - 1.96 * 0.03) and st.ci_high == pytest.approx(0.9 + 1.96 * 0.03)
+    assert (
+        st.value == 0.9
+        and st.ci_low == pytest.approx(0.9 - 1.96 * 0.03)
+        and st.ci_high == pytest.approx(0.9 + 1.96 * 0.03)
+    )
 
 
 def test_night_statistics_on_a_simulated_run(tmp_path):
@@ -55,8 +65,10 @@ def test_night_statistics_on_a_simulated_run(tmp_path):
     assert stats["iteration_ms.cv"].value == pytest.approx(s["iteration_ms"]["cv"])
     assert stats["fit.effective_bandwidth_gbps"].value == pytest.approx(s["fit"]["effective_bandwidth_gbps"])
     assert stats["stalls.rate"].value == pytest.approx(s["spikes"]["unexplained"] / s["iterations"])
-    assert {m for m in stats if m.startswith("tail.tpot.")} >= {"tail.tpot.decode_baseline",
-                                                               "tail.tpot.prefill_interference"}
+    assert {m for m in stats if m.startswith("tail.tpot.")} >= {
+        "tail.tpot.decode_baseline",
+        "tail.tpot.prefill_interference",
+    }
     assert "goodput.attainment" not in stats  # only with an SLO file that has [goodput]
     con.close()
 
@@ -66,13 +78,30 @@ HOSTILE = '"><img src=x onerror=alert(1)><!--</script>'
 
 def _trend(tmp_path):
     n = 14
-    nights = [Night(i + 1, f"{HOSTILE}{i}" if i == 3 else f"2026-11-{i + 1:02d}", f"2026-11-{i + 1:02d}",
-                    labels={"commit": HOSTILE}, report=str(tmp_path / "out" / f"r{i}")) for i in range(n)]
+    nights = [
+        Night(
+            i + 1,
+            f"{HOSTILE}{i}" if i == 3 else f"2026-11-{i + 1:02d}",
+            f"2026-11-{i + 1:02d}",
+            labels={"commit": HOSTILE},
+            report=str(tmp_path / "out" / f"r{i}"),
+        )
+        for i in range(n)
+    ]
     vals = 10 * np.exp(np.random.default_rng(0).normal(0, 0.02, n)) * np.where(np.arange(n) >= 7, 1.3, 1.0)
-    rows = [{"run_id": nights[i].run_id, "seq": i + 1, "night": nights[i].night, "metric": m, "value": float(v),
-             "ci_low": float(v) * 0.97, "ci_high": float(v) * 1.03}
-            for i in range(n) for m, v in (("tpot_ms.p99", vals[i]), ("throughput.requests_per_s", 5.0),
-                                           ("tail.tpot.decode_baseline", 0.3))]
+    rows = [
+        {
+            "run_id": nights[i].run_id,
+            "seq": i + 1,
+            "night": nights[i].night,
+            "metric": m,
+            "value": float(v),
+            "ci_low": float(v) * 0.97,
+            "ci_high": float(v) * 1.03,
+        }
+        for i in range(n)
+        for m, v in (("tpot_ms.p99", vals[i]), ("throughput.requests_per_s", 5.0), ("tail.tpot.decode_baseline", 0.3))
+    ]
     series = pl.DataFrame(rows)
     found = changes(series, nights, Settings())
     return write_trend(tmp_path / "out", nights, series, found, [], 0.05), found

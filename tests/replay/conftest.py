@@ -13,14 +13,21 @@ TRUE_MODEL = IterationModel(t0_ms=5.0, a_ms_per_ctx=0.0002, b_ms_per_prefill=0.0
 TRUE_NOISE = NoiseModel(sigma=0.03, stall_rate=0.001, stall_ms_mean=40.0)
 
 
-def simulated_store(directory: Path, run_id: str, spec: WorkloadSpec, policy: Policy = TRUE_POLICY,
-                    noise: NoiseModel = TRUE_NOISE, seed: int = 0) -> Path:
+def simulated_store(
+    directory: Path,
+    run_id: str,
+    spec: WorkloadSpec,
+    policy: Policy = TRUE_POLICY,
+    noise: NoiseModel = TRUE_NOISE,
+    seed: int = 0,
+) -> Path:
     """Simulate a run, ingest it into ``directory/store.duckdb`` and return the store path."""
     from pipeline import ingest, store
 
     trace = directory / f"{run_id}.jsonl"
-    run_simulation(trace, truth=False, run_id=run_id, spec=spec, policy=policy, model=TRUE_MODEL, noise=noise,
-                   seed=seed)
+    run_simulation(
+        trace, truth=False, run_id=run_id, spec=spec, policy=policy, model=TRUE_MODEL, noise=noise, seed=seed
+    )
     db = directory / "store.duckdb"
     con = store.connect(db)
     ingest.ingest_paths(con, [trace])

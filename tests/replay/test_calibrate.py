@@ -15,16 +15,27 @@ from .conftest import TRUE_MODEL, TRUE_NOISE, TRUE_POLICY
 
 
 def test_recorded_policy_reads_vllm_and_simulator_keys():
-    vllm_meta = {"max_num_seqs": 8, "max_num_batched_tokens": "256", "kv_cache_tokens": "2,048",
-                 "enable_chunked_prefill": "True"}
+    vllm_meta = {
+        "max_num_seqs": 8,
+        "max_num_batched_tokens": "256",
+        "kv_cache_tokens": "2,048",
+        "enable_chunked_prefill": "True",
+    }
     values, sources = recorded_policy(vllm_meta)
-    assert values == {"max_num_seqs": 8, "max_num_batched_tokens": 256, "kv_capacity_tokens": 2048,
-                      "chunked_prefill": True, "kv_block_size": None, "admit_full_prompt": None,
-                      "prefix_caching": None}
+    assert values == {
+        "max_num_seqs": 8,
+        "max_num_batched_tokens": 256,
+        "kv_capacity_tokens": 2048,
+        "chunked_prefill": True,
+        "kv_block_size": None,
+        "admit_full_prompt": None,
+        "prefix_caching": None,
+    }
     assert sources["kv_capacity_tokens"] == "runs.meta.kv_cache_tokens"
     # the vLLM log ingestor's block facts: usable capacity wins over the reported cache size
-    values, sources = recorded_policy({**vllm_meta, "kv_capacity_tokens": 1920, "block_size": "128",
-                                       "scheduler_reserve_full_isl": False})
+    values, sources = recorded_policy(
+        {**vllm_meta, "kv_capacity_tokens": 1920, "block_size": "128", "scheduler_reserve_full_isl": False}
+    )
     assert (values["kv_capacity_tokens"], values["kv_block_size"], values["admit_full_prompt"]) == (1920, 128, False)
     assert sources["kv_block_size"] == "runs.meta.block_size"
     assert sources["admit_full_prompt"] == "runs.meta.scheduler_reserve_full_isl"
@@ -44,17 +55,23 @@ def test_missing_policy_fields_name_the_options_to_pass():
 def test_options_fill_gaps_into_the_baseline_and_change_recorded_fields():
     values, sources = recorded_policy({"max_num_batched_tokens": 512, "max_num_seqs": 16})
     policy, baseline, src, notes = resolve_policy(
-        "r", values, sources, {"kv_capacity_tokens": 10_000, "max_num_batched_tokens": 256})
+        "r", values, sources, {"kv_capacity_tokens": 10_000, "max_num_batched_tokens": 256}
+    )
     assert (policy.max_num_seqs, policy.max_num_batched_tokens, policy.kv_capacity_tokens) == (16, 256, 10_000)
     # kv capacity was not recorded: the option completes the baseline; the token budget is a change
-    assert baseline == {"max_num_seqs": 16, "max_num_batched_tokens": 512, "kv_capacity_tokens": 10_000,
-                        "chunked_prefill": True, "kv_block_size": 1, "admit_full_prompt": True,
-                        "prefix_caching": False}
+    assert baseline == {
+        "max_num_seqs": 16,
+        "max_num_batched_tokens": 512,
+        "kv_capacity_tokens": 10_000,
+        "chunked_prefill": True,
+        "kv_block_size": 1,
+        "admit_full_prompt": True,
+        "prefix_caching": False,
+    }
     assert src["kv_capacity_tokens"] == "option" and "chunked" in notes[0]
     assert "whole prompt" in notes[1] and "--kv-block-size" in notes[2]
     # a block size given for a run that does not record one completes the baseline, as kv capacity does
-    policy, baseline, src, _ = resolve_policy("r", values, sources, {"kv_capacity_tokens": 10_000,
-                                                                     "kv_block_size": 16})
+    policy, baseline, src, _ = resolve_policy("r", values, sources, {"kv_capacity_tokens": 10_000, "kv_block_size": 16})
     assert policy.kv_block_size == baseline["kv_block_size"] == 16 and src["kv_block_size"] == "option"
 
 
@@ -81,8 +98,10 @@ def test_calibration_recovers_the_simulated_truth(steady_db):
     assert cal.details["mean_scale"] == pytest.approx(1.0, abs=0.01)
     assert cal.details["host_gap_ms"] == pytest.approx(0.0, abs=1e-6)  # the simulator runs steps back to back
     # workload: recorded arrivals relative to the first, sizes as recorded
-    ref = con.execute("select t_arrival, prompt_tokens, output_tokens from requests where run_id = 'steady' "
-                      "order by t_arrival, req_id").fetchall()
+    ref = con.execute(
+        "select t_arrival, prompt_tokens, output_tokens from requests where run_id = 'steady' "
+        "order by t_arrival, req_id"
+    ).fetchall()
     t, p, o = (np.array(c) for c in zip(*ref))
     np.testing.assert_allclose(cal.workload.t_arrival, t - t.min(), atol=1e-9)
     np.testing.assert_array_equal(cal.workload.prompt_tokens, p)
@@ -101,8 +120,12 @@ def edited_db(steady_db, tmp_path):
 
 def test_failed_requests_are_load_but_not_compared(edited_db):
     con = store.connect(edited_db)
-    ids = [r[0] for r in con.execute("select req_id from requests where run_id = 'steady' order by t_arrival "
-                                      "limit 6").fetchall()]
+    ids = [
+        r[0]
+        for r in con.execute(
+            "select req_id from requests where run_id = 'steady' order by t_arrival limit 6"
+        ).fetchall()
+    ]
     con.execute("update requests set status = 'error' where req_id in (?, ?)", ids[:2])
     con.execute("update requests set status = 'error', output_tokens = 0 where req_id = ?", [ids[2]])
     con.execute("update requests set t_arrival = null where req_id = ?", [ids[3]])
@@ -110,8 +133,13 @@ def test_failed_requests_are_load_but_not_compared(edited_db):
     cal = calibrate(con, "steady")
     n = con.execute("select count(*) from requests where run_id = 'steady'").fetchall()[0][0]
     assert len(cal.workload) == n - 2
-    assert cal.details["requests"] == {"recorded": n, "replayed": n - 2, "replayed_not_ok": 2,
-                                       "dropped_no_arrival_time": 1, "dropped_no_output_tokens": 1}
+    assert cal.details["requests"] == {
+        "recorded": n,
+        "replayed": n - 2,
+        "replayed_not_ok": 2,
+        "dropped_no_arrival_time": 1,
+        "dropped_no_output_tokens": 1,
+    }
     ids_replayed = list(cal.workload.ids())
     assert not cal.recorded_ok[ids_replayed.index(ids[0])] and cal.recorded_ok[ids_replayed.index(ids[4])]
     assert any("left out of the comparison" in s for s in cal.notes)
@@ -123,8 +151,9 @@ def test_failed_requests_are_load_but_not_compared(edited_db):
 def test_host_time_between_steps_is_added_to_t0(edited_db):
     """Shift every step 1 ms later than the previous: 1 ms of host time per busy step."""
     con = store.connect(edited_db)
-    con.execute("update iterations set t_start = t_start + iter * 0.001, t_end = t_end + iter * 0.001 "
-                "where run_id = 'steady'")
+    con.execute(
+        "update iterations set t_start = t_start + iter * 0.001, t_end = t_end + iter * 0.001 where run_id = 'steady'"
+    )
     store.build_derived(con, force=True)
     cal = calibrate(con, "steady")
     assert cal.details["host_gap_ms"] == pytest.approx(1.0, abs=1e-6)

@@ -12,8 +12,20 @@ from pipeline.cli import run_captured
 
 
 def test_per_request_errors_match_the_ingested_replay(steady_db, tmp_path):
-    code, text = run_captured("replay", "steady", "--db", steady_db, "--json", "--seeds", "1", "--seed", "7",
-                              "--out", tmp_path / "r.jsonl", "--ingest")
+    code, text = run_captured(
+        "replay",
+        "steady",
+        "--db",
+        steady_db,
+        "--json",
+        "--seeds",
+        "1",
+        "--seed",
+        "7",
+        "--out",
+        tmp_path / "r.jsonl",
+        "--ingest",
+    )
     assert code == 0, text
     doc = json.loads(text)
     rid = doc["replay_run_ids"][0]
@@ -22,7 +34,9 @@ def test_per_request_errors_match_the_ingested_replay(steady_db, tmp_path):
     rows = con.execute(
         "select o.ttft_ms, r.ttft_ms, o.e2e_ms, r.e2e_ms, o.tpot_ms, r.tpot_ms from request_latency o "
         "join request_latency r on r.req_id = o.req_id and r.run_id = ? "
-        "where o.run_id = 'steady' and o.status = 'ok' and r.status = 'ok'", [rid]).fetchall()
+        "where o.run_id = 'steady' and o.status = 'ok' and r.status = 'ok'",
+        [rid],
+    ).fetchall()
     con.close()
     a = np.array(rows, dtype=float)
     for k, m in enumerate(("ttft_ms", "e2e_ms", "tpot_ms")):

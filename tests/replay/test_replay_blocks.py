@@ -18,21 +18,28 @@ from pipeline.sim import Policy, WorkloadSpec
 
 from .conftest import simulated_store
 
-PAGED = Policy(max_num_seqs=32, max_num_batched_tokens=512, kv_capacity_tokens=4096, kv_block_size=128,
-               admit_full_prompt=True)
+PAGED = Policy(
+    max_num_seqs=32, max_num_batched_tokens=512, kv_capacity_tokens=4096, kv_block_size=128, admit_full_prompt=True
+)
 SEEDS = [0, 1, 2, 3]
 
 
 @pytest.fixture(scope="module")
 def replays(tmp_path_factory):
-    spec = WorkloadSpec(requests=1500, rate_rps=15.0, prompt_mean=300, prompt_sigma=0.6, output_mean=60,
-                        output_sigma=0.6)
+    spec = WorkloadSpec(
+        requests=1500, rate_rps=15.0, prompt_mean=300, prompt_sigma=0.6, output_mean=60, output_sigma=0.6
+    )
     db = simulated_store(tmp_path_factory.mktemp("paged"), "paged", spec, policy=PAGED)
     con = store.open_for_reading(db)
     cal = calibrate(con, "paged")
-    out = {name: compare(con, c, SEEDS) for name, c in (
-        ("recorded", cal), ("tokens", cal.with_policy(kv_block_size=1)),
-        ("first_chunk", cal.with_policy(admit_full_prompt=False)))}
+    out = {
+        name: compare(con, c, SEEDS)
+        for name, c in (
+            ("recorded", cal),
+            ("tokens", cal.with_policy(kv_block_size=1)),
+            ("first_chunk", cal.with_policy(admit_full_prompt=False)),
+        )
+    }
     con.close()
     return cal, out
 
@@ -75,11 +82,30 @@ def test_run_ids_and_cli_options_for_the_block_policy(replays, tmp_path_factory)
     from pipeline.replay import replay_run_id
 
     cal, _ = replays
-    assert replay_run_id(cal.with_policy(kv_block_size=16, admit_full_prompt=False), 0) == \
-        "paged~replay~kvb16-nofullprompt-seed0"
+    assert (
+        replay_run_id(cal.with_policy(kv_block_size=16, admit_full_prompt=False), 0)
+        == "paged~replay~kvb16-nofullprompt-seed0"
+    )
     db = next(tmp_path_factory.getbasetemp().glob("paged*/store.duckdb"))
-    r = subprocess.run([sys.executable, "-m", "pipeline", "replay", "paged", "--db", str(db), "--seeds", "1",
-                        "--kv-block-size", "16", "--no-admit-full-prompt", "--json"], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "replay",
+            "paged",
+            "--db",
+            str(db),
+            "--seeds",
+            "1",
+            "--kv-block-size",
+            "16",
+            "--no-admit-full-prompt",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["mode"] == "what-if" and doc["changed"] == {"kv_block_size": 16, "admit_full_prompt": False}

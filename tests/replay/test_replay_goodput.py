@@ -15,25 +15,50 @@ from pipeline.metrics import run_info
 
 def _good(rows: list[tuple], ttft_lim: float, tpot_lim: float) -> np.ndarray:
     """Per request: ok, TTFT within its limit, TPOT within its limit (a one-token output has none and passes)."""
-    return np.array([s == "ok" and t is not None and t <= ttft_lim
-                     and ((p is not None and p <= tpot_lim) or (p is None and n <= 1)) for s, t, p, n in rows])
+    return np.array(
+        [
+            s == "ok"
+            and t is not None
+            and t <= ttft_lim
+            and ((p is not None and p <= tpot_lim) or (p is None and n <= 1))
+            for s, t, p, n in rows
+        ]
+    )
 
 
 def test_goodput_observed_and_replayed_match_numpy(steady_db, tmp_path):
     con = store.connect(steady_db, read_only=True)
-    ttft_lim, tpot_lim = con.execute("select median(ttft_ms), quantile_cont(tpot_ms, 0.9) from request_latency "
-                                     "where run_id = 'steady' and status = 'ok'").fetchone()
+    ttft_lim, tpot_lim = con.execute(
+        "select median(ttft_ms), quantile_cont(tpot_ms, 0.9) from request_latency "
+        "where run_id = 'steady' and status = 'ok'"
+    ).fetchone()
     con.close()
     slo = tmp_path / "slo.toml"
     slo.write_text(f"[goodput]\nttft_ms = {ttft_lim}\ntpot_ms = {tpot_lim}\n")
-    code, text = run_captured("replay", "steady", "--db", steady_db, "--json", "--seeds", "1", "--seed", "3",
-                              "--slo", slo, "--out", tmp_path / "r.jsonl", "--ingest")
+    code, text = run_captured(
+        "replay",
+        "steady",
+        "--db",
+        steady_db,
+        "--json",
+        "--seeds",
+        "1",
+        "--seed",
+        "3",
+        "--slo",
+        slo,
+        "--out",
+        tmp_path / "r.jsonl",
+        "--ingest",
+    )
     assert code == 0, text
     doc = json.loads(text)
     gp = {r["stat"]: r for r in doc["calibration_report"]["goodput"]}
     con = store.connect(steady_db, read_only=True)
-    q = "select status, ttft_ms, tpot_ms, output_tokens from request_latency where run_id = ? and req_id in " \
+    q = (
+        "select status, ttft_ms, tpot_ms, output_tokens from request_latency where run_id = ? and req_id in "
         "(select req_id from request_latency where run_id = 'steady' and status = 'ok')"
+    )
     obs = con.execute(q, ["steady"]).fetchall()
     rep = con.execute(q, [doc["replay_run_ids"][0]]).fetchall()
     duration_s = run_info(con, "steady")["duration_s"]

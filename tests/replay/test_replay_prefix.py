@@ -30,8 +30,17 @@ def write_mooncake(path: Path, n: int, seed: int, rate_rps: float, roots: int = 
             root, depth, own = int(rng.integers(roots)), int(rng.integers(1, 5)), int(rng.integers(1, 3))
             ids = [root * 100 + j for j in range(depth)] + list(range(nxt, nxt + own))
             nxt += own
-            fh.write(json.dumps({"timestamp": int(t[i] * 1000), "input_length": len(ids) * BT - int(rng.integers(BT)),
-                                 "output_length": int(rng.integers(4, 60)), "hash_ids": ids}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "timestamp": int(t[i] * 1000),
+                        "input_length": len(ids) * BT - int(rng.integers(BT)),
+                        "output_length": int(rng.integers(4, 60)),
+                        "hash_ids": ids,
+                    }
+                )
+                + "\n"
+            )
     return path
 
 
@@ -43,8 +52,16 @@ def prefix_db(tmp_path_factory):
     """A simulated recording of a server with prefix caching (run ``pc``), its workload file and store."""
     d = tmp_path_factory.mktemp("prefix")
     wl = write_mooncake(d / "trace.jsonl", 1200, seed=5, rate_rps=8.0)
-    sim = run_simulation(d / "pc.jsonl", truth=False, run_id="pc", workload=workload_from_file(wl), policy=POLICY,
-                         model=TRUE_MODEL, noise=TRUE_NOISE, seed=0)
+    sim = run_simulation(
+        d / "pc.jsonl",
+        truth=False,
+        run_id="pc",
+        workload=workload_from_file(wl),
+        policy=POLICY,
+        model=TRUE_MODEL,
+        noise=TRUE_NOISE,
+        seed=0,
+    )
     con = store.connect(d / "store.duckdb")
     ingest.ingest_paths(con, [d / "pc.jsonl"])
     store.build_derived(con)
@@ -62,8 +79,11 @@ def test_the_recording_stores_each_requests_cached_tokens(prefix_db):
 
 
 def _ttft_errors(cmp) -> dict[str, float]:
-    return {r["stat"]: r["rel_error"] for r in cmp.calibration_report()["rows"] if r["metric"] == "ttft_ms"} \
-        if cmp.mode == "validation" else {r["stat"]: r["rel_error"] for r in cmp.rows() if r["metric"] == "ttft_ms"}
+    return (
+        {r["stat"]: r["rel_error"] for r in cmp.calibration_report()["rows"] if r["metric"] == "ttft_ms"}
+        if cmp.mode == "validation"
+        else {r["stat"]: r["rel_error"] for r in cmp.rows() if r["metric"] == "ttft_ms"}
+    )
 
 
 def test_recorded_cached_tokens_replay_closer_to_the_observed_than_recomputing(prefix_db):
@@ -100,7 +120,9 @@ def test_prefix_caching_is_inferred_from_cached_tokens_when_the_run_does_not_say
         meta.pop("prefix_caching")
         con.execute("update runs set meta = ? where run_id = 'pc'", [json.dumps(meta)])
         cal = calibrate(con, "pc")
-        assert cal.policy.prefix_caching and cal.details["policy_sources"]["prefix_caching"] == "requests' cached_tokens"
+        assert (
+            cal.policy.prefix_caching and cal.details["policy_sources"]["prefix_caching"] == "requests' cached_tokens"
+        )
         con.execute("update requests set cached_tokens = 0 where run_id = 'pc'")
         cal = calibrate(con, "pc")
         assert not cal.policy.prefix_caching
@@ -127,8 +149,22 @@ def test_workload_hash_ids_replay_a_prefix_cache(prefix_db, tmp_path):
     wl = write_mooncake(tmp_path / "other.jsonl", 600, seed=9, rate_rps=6.0)
     stats = {}
     for mode in ("recorded", "off"):
-        code, out = run_captured(*["replay", "pc", "--db", str(db), "--json", "--seeds", "1", "--noise", "none",
-                                  "--workload", str(wl), *({"off": ["--no-prefix-caching"]}.get(mode, []))])
+        code, out = run_captured(
+            *[
+                "replay",
+                "pc",
+                "--db",
+                str(db),
+                "--json",
+                "--seeds",
+                "1",
+                "--noise",
+                "none",
+                "--workload",
+                str(wl),
+                *({"off": ["--no-prefix-caching"]}.get(mode, [])),
+            ]
+        )
         assert code == 0, out
         doc = json.loads(out)
         assert doc["policy"]["prefix_caching"] is (mode == "recorded")
@@ -138,24 +174,34 @@ def test_workload_hash_ids_replay_a_prefix_cache(prefix_db, tmp_path):
 
 def test_mooncake_reader_maps_hash_ids_and_infers_the_block_size(tmp_path):
     f = tmp_path / "m.jsonl"
-    rows = [{"timestamp": 5, "input_length": 300, "output_length": 2, "hash_ids": ["s", "x"]},
-            {"timestamp": 0, "input_length": 250, "output_length": 2, "hash_ids": ["s"]},
-            {"timestamp": 9, "input_length": 600, "output_length": 2, "hash_ids": ["s", "y", "z"]}]
+    rows = [
+        {"timestamp": 5, "input_length": 300, "output_length": 2, "hash_ids": ["s", "x"]},
+        {"timestamp": 0, "input_length": 250, "output_length": 2, "hash_ids": ["s"]},
+        {"timestamp": 9, "input_length": 600, "output_length": 2, "hash_ids": ["s", "y", "z"]},
+    ]
     f.write_text("".join(json.dumps(r) + "\n" for r in rows))
     w = workload_from_file(f)
     # sorted by arrival; equal strings are equal ids; 300 tokens in 2 ids and 600 in 3: 256 per id
-    ids = [w.hash_values[w.hash_offsets[i]:w.hash_offsets[i + 1]].tolist() for i in range(3)]
+    ids = [w.hash_values[w.hash_offsets[i] : w.hash_offsets[i + 1]].tolist() for i in range(3)]
     assert [len(x) for x in ids] == [1, 2, 3] and ids[0][0] == ids[1][0] == ids[2][0]
     assert len({ids[1][1], ids[2][1], ids[2][2], ids[0][0]}) == 4
     assert w.hash_block_tokens == 256
 
 
-@pytest.mark.parametrize("rows, message", [
-    ([{"timestamp": 0, "input_length": 600, "output_length": 2, "hash_ids": [1]},
-      {"timestamp": 1, "input_length": 100, "output_length": 2, "hash_ids": [1, 2]}], "fit no single block size"),
-    ([{"timestamp": 0, "input_length": 600, "output_length": 2, "hash_ids": [1, None]}], "null block id"),
-    ([{"timestamp": 0, "input_length": 600, "output_length": 2, "hash_ids": "abc"}], "not lists of block ids"),
-])
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        (
+            [
+                {"timestamp": 0, "input_length": 600, "output_length": 2, "hash_ids": [1]},
+                {"timestamp": 1, "input_length": 100, "output_length": 2, "hash_ids": [1, 2]},
+            ],
+            "fit no single block size",
+        ),
+        ([{"timestamp": 0, "input_length": 600, "output_length": 2, "hash_ids": [1, None]}], "null block id"),
+        ([{"timestamp": 0, "input_length": 600, "output_length": 2, "hash_ids": "abc"}], "not lists of block ids"),
+    ],
+)
 def test_mooncake_reader_rejects_hash_ids_it_cannot_use(tmp_path, rows, message):
     f = tmp_path / "bad.jsonl"
     f.write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -87,9 +87,15 @@ def rows(comparison):
 
 def test_policy_comes_from_the_server_log(replayed):
     cal = replayed[0].calibration
-    assert cal.baseline_policy == {"max_num_seqs": 8, "max_num_batched_tokens": 256, "kv_capacity_tokens": 1920,
-                                   "chunked_prefill": True, "kv_block_size": 128, "admit_full_prompt": True,
-                                   "prefix_caching": False}
+    assert cal.baseline_policy == {
+        "max_num_seqs": 8,
+        "max_num_batched_tokens": 256,
+        "kv_capacity_tokens": 1920,
+        "chunked_prefill": True,
+        "kv_block_size": 128,
+        "admit_full_prompt": True,
+        "prefix_caching": False,
+    }
     src = cal.details["policy_sources"]
     assert src["kv_capacity_tokens"] == "runs.meta.kv_capacity_tokens"
     assert src["kv_block_size"] == "runs.meta.kv_block_size"

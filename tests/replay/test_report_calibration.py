@@ -52,8 +52,9 @@ def test_a_run_that_cannot_be_replayed_says_why(tmp_path):
     ingest.ingest_paths(con, [VLLM / "server_epoch.log"], run_id="steps-only")  # steps, no request records
     store.build_derived(con)
     con.close()
-    code, text = run_captured("report", "steps-only", "--db", tmp_path / "s.duckdb", "--out", tmp_path / "r",
-                              "--calibrate")
+    code, text = run_captured(
+        "report", "steps-only", "--db", tmp_path / "s.duckdb", "--out", tmp_path / "r", "--calibrate"
+    )
     assert code == 0, text
     cal = json.loads((tmp_path / "r" / "summary.json").read_text())["replay_calibration"]
     assert cal["available"] is False and "request" in cal["reason"]
@@ -63,8 +64,9 @@ def test_a_run_that_cannot_be_replayed_says_why(tmp_path):
 def test_report_calibration_with_slo_shows_goodput_as_replay(steady_db, tmp_path):
     slo = tmp_path / "slo.toml"
     slo.write_text("[goodput]\nttft_ms = 60\n[slo]\nttft_ms.p99 = 1000\n")
-    code, text = run_captured("report", "steady", "--db", steady_db, "--out", tmp_path / "rep", "--calibrate", "1",
-                              "--slo", slo)
+    code, text = run_captured(
+        "report", "steady", "--db", steady_db, "--out", tmp_path / "rep", "--calibrate", "1", "--slo", slo
+    )
     assert code == 0, text
     cal = json.loads((tmp_path / "rep" / "summary.json").read_text())["replay_calibration"]
     code, text = run_captured("replay", "steady", "--db", steady_db, "--json", "--seeds", "1", "--slo", slo)

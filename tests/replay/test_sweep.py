@@ -36,11 +36,23 @@ min_attainment = 0.9
 def incident(tmp_path_factory):
     """Steady load (10 req/s) plus a burst of 20 prompts of 6000 tokens at t = 30 s; recorded chunk 2048."""
     d = tmp_path_factory.mktemp("incident")
-    spec = WorkloadSpec(requests=800, rate_rps=10.0, prompt_mean=400, output_mean=120, burst_at_s=30.0,
-                        burst_count=20, burst_prompt_tokens=6000, burst_output_tokens=40, burst_spread_s=1.0)
-    db = simulated_store(d, "incident", spec,
-                         policy=Policy(max_num_seqs=64, max_num_batched_tokens=2048, kv_capacity_tokens=400_000,
-                                       chunked_prefill=True))
+    spec = WorkloadSpec(
+        requests=800,
+        rate_rps=10.0,
+        prompt_mean=400,
+        output_mean=120,
+        burst_at_s=30.0,
+        burst_count=20,
+        burst_prompt_tokens=6000,
+        burst_output_tokens=40,
+        burst_spread_s=1.0,
+    )
+    db = simulated_store(
+        d,
+        "incident",
+        spec,
+        policy=Policy(max_num_seqs=64, max_num_batched_tokens=2048, kv_capacity_tokens=400_000, chunked_prefill=True),
+    )
     (d / "slo.toml").write_text(SLO)
     con = store.open_for_reading(db)
     cal = calibrate(con, "incident")
@@ -74,8 +86,10 @@ def test_slo_marks_only_the_settings_that_meet_it_in_every_seed(incident):
     assert [r.meets for r in sweep.rows] == [False, True, False, False]
     for row in sweep.rows:  # re-judge each limit from the per-seed statistics
         checks = {c["slo"]: c for c in row.slo}
-        for name, (metric, stat, limit) in {"tpot_ms.p99": ("tpot_ms", "p99", 25),
-                                            "ttft_ms.p99": ("ttft_ms", "p99", 4500)}.items():
+        for name, (metric, stat, limit) in {
+            "tpot_ms.p99": ("tpot_ms", "p99", 25),
+            "ttft_ms.p99": ("ttft_ms", "p99", 4500),
+        }.items():
             vals = [s[metric][stat] for s in row.per_seed]
             assert checks[name]["values"] == vals
             assert checks[name]["meets"] == all(v <= limit for v in vals)
@@ -117,7 +131,12 @@ def test_table_and_json(incident):
     header = text.splitlines()[2]
     assert header.split()[:3] == ["max_num_batched_tokens", "ttft", "p50"] and header.rstrip().endswith("SLO")
     doc = sweep.to_dict()
-    assert [r["value"] for r in doc["rows"]] == VALUES and [r["meets_slo"] for r in doc["rows"]] == [False, True, False, False]
+    assert [r["value"] for r in doc["rows"]] == VALUES and [r["meets_slo"] for r in doc["rows"]] == [
+        False,
+        True,
+        False,
+        False,
+    ]
     assert doc["rows"][0]["tpot_ms_p99"] == pytest.approx(sweep.rows[0].mean("tpot_ms", "p99"))
     json.dumps(doc)  # plain JSON types only
 
@@ -139,9 +158,28 @@ def test_chart_is_self_contained_html(incident):
 def test_cli_sweep_writes_table_and_chart(incident, tmp_path):
     db, _, _, d = incident
     chart = tmp_path / "c.html"
-    r = subprocess.run([sys.executable, "-m", "pipeline", "replay", "incident", "--db", str(db), "--seeds", "1",
-                        "--sweep", "max_num_batched_tokens=512,2048", "--slo", str(d / "slo.toml"),
-                        "--chart", str(chart), "--json"], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "replay",
+            "incident",
+            "--db",
+            str(db),
+            "--seeds",
+            "1",
+            "--sweep",
+            "max_num_batched_tokens=512,2048",
+            "--slo",
+            str(d / "slo.toml"),
+            "--chart",
+            str(chart),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["param"] == "max_num_batched_tokens" and doc["chart"] == str(chart) and chart.exists()
@@ -153,7 +191,13 @@ def test_parse_sweep():
     assert parse_sweep("chunked_prefill=on,false") == ("chunked_prefill", [True, False])
     assert parse_sweep("kv-block-size=1,16,128") == ("kv_block_size", [1, 16, 128])
     assert parse_sweep("admit_full_prompt=no,yes") == ("admit_full_prompt", [False, True])
-    for bad in ("max_num_seqs", "max_num_seqs=", "max_num_seqs=8,x", "max_num_seqs=0", "foo=1",
-                "admit_full_prompt=maybe"):
+    for bad in (
+        "max_num_seqs",
+        "max_num_seqs=",
+        "max_num_seqs=8,x",
+        "max_num_seqs=0",
+        "foo=1",
+        "admit_full_prompt=maybe",
+    ):
         with pytest.raises(InputError):
             parse_sweep(bad)

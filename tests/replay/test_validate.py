@@ -61,19 +61,28 @@ def test_cli_writes_ingests_and_reports_replays(steady_db, tmp_path):
     assert doc["replay_run_ids"] == ["steady~replay~recorded-seed0", "steady~replay~recorded-seed1"]
     assert doc["written"] == [str(tmp_path / "rep-seed0.jsonl"), str(tmp_path / "rep-seed1.jsonl")]
     con = store.open_for_reading(steady_db)
-    meta = json.loads(con.execute("select meta from runs where run_id = 'steady~replay~recorded-seed1'").fetchall()[0][0])
+    meta = json.loads(
+        con.execute("select meta from runs where run_id = 'steady~replay~recorded-seed1'").fetchall()[0][0]
+    )
     assert meta["replay"]["replay_of"] == "steady" and meta["replay"]["seed"] == 1
     assert meta["max_num_batched_tokens"] == 1024 and meta["simulated"] is True
     # the ingested replays, through the SQL pipeline, give the numbers the command reported
     rows = {(x["metric"], x["stat"]): x for x in doc["rows"]}
     for metric, stat in (("ttft_ms", "p50"), ("tpot_ms", "p99"), ("itl_ms", "p90")):
-        sql = [con.execute(f"select {stat} from metric_stats where run_id = ? and metric = ?",
-                           [f"steady~replay~recorded-seed{k}", metric]).fetchall()[0][0] for k in (0, 1)]
+        sql = [
+            con.execute(
+                f"select {stat} from metric_stats where run_id = ? and metric = ?",
+                [f"steady~replay~recorded-seed{k}", metric],
+            ).fetchall()[0][0]
+            for k in (0, 1)
+        ]
         assert rows[(metric, stat)]["replay"] == pytest.approx(np.mean(sql), rel=1e-6)
         assert rows[(metric, stat)]["replay_min"] == pytest.approx(min(sql), rel=1e-6)
     n_recorded = con.execute("select count(*) from requests where run_id = 'steady'").fetchall()[0][0]
-    n_replayed = con.execute("select count(*) from requests where run_id = 'steady~replay~recorded-seed0' "
-                             "and (extra->>'recorded_status') = 'ok'").fetchall()[0][0]
+    n_replayed = con.execute(
+        "select count(*) from requests where run_id = 'steady~replay~recorded-seed0' "
+        "and (extra->>'recorded_status') = 'ok'"
+    ).fetchall()[0][0]
     assert n_replayed == n_recorded
     con.close()
 
@@ -112,8 +121,10 @@ def test_cli_errors(tmp_path, steady_db):
     assert run("ingest", str(TINY), "--db", db).returncode == 0
     r = run("replay", "tiny", "--db", db)
     assert r.returncode == 2
-    assert r.stderr.strip() == ("Error: run 'tiny' does not record kv_capacity_tokens in its metadata (runs.meta); "
-                                "pass --kv-capacity-tokens N to say what the engine used")
+    assert r.stderr.strip() == (
+        "Error: run 'tiny' does not record kv_capacity_tokens in its metadata (runs.meta); "
+        "pass --kv-capacity-tokens N to say what the engine used"
+    )
     r = run("replay", "nope", "--db", db)
     assert r.returncode == 2 and "run 'nope' is not in the store" in r.stderr
     r = run("replay", "steady", "--db", str(steady_db), "--chart", "x.html")
@@ -130,7 +141,8 @@ def test_calibration_report(validation):
     """Mean/p50/p90/p99 of TTFT, TPOT, ITL, E2E and queueing; bias from the per-seed values; verdict."""
     rep = validation.calibration_report()
     assert {(r["metric"], r["stat"]) for r in rep["rows"]} == {
-        (m, s) for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms") for s in ("mean", "p50", "p90", "p99")}
+        (m, s) for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms") for s in ("mean", "p50", "p90", "p99")
+    }
     for r in rep["rows"]:
         per_seed = np.array([s[r["metric"]][r["stat"]] for s in validation.replays]) / r["observed"] - 1
         assert r["rel_error"] == pytest.approx(per_seed.mean(), rel=1e-9, abs=1e-12)

@@ -22,8 +22,10 @@ def db(tmp_path_factory):
     con = store.connect(d / "w.duckdb")
     ingest_paths(con, [VLLM / "server_epoch.log", VLLM / "requests.jsonl"], run_id="cpu")
     store.build_derived(con)
-    rows = con.execute("select t_arrival + coalesce(try_cast(extra->>'t_queued' as double) - t_arrival, 0), "
-                       "prompt_tokens, output_tokens from requests where run_id = 'cpu' order by 1").fetchall()
+    rows = con.execute(
+        "select t_arrival + coalesce(try_cast(extra->>'t_queued' as double) - t_arrival, 0), "
+        "prompt_tokens, output_tokens from requests where run_id = 'cpu' order by 1"
+    ).fetchall()
     con.close()
     return d / "w.duckdb", np.array(rows, dtype=float)
 
@@ -34,8 +36,17 @@ def _mooncake(path: Path, arrivals_s, prompts, outputs) -> Path:
     with open(path, "w") as fh:
         for t, p, o in zip(arrivals_s, prompts, outputs):  # a test fixture writer
             n = -(-int(p) // 512)  # Mooncake: one id per 512 prompt tokens; new ids, so no shared prefix
-            fh.write(json.dumps({"timestamp": int(round((t - t0) * 1000)), "input_length": int(p),
-                                 "output_length": int(o), "hash_ids": list(range(nxt, nxt + n))}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "timestamp": int(round((t - t0) * 1000)),
+                        "input_length": int(p),
+                        "output_length": int(o),
+                        "hash_ids": list(range(nxt, nxt + n)),
+                    }
+                )
+                + "\n"
+            )
             nxt += n
     return path
 

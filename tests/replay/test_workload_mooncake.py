@@ -29,18 +29,28 @@ def test_real_sample_reads_as_its_lines_say():
 GOOD = '{"timestamp": 0, "input_length": 6758, "output_length": 500, "hash_ids": [0, 1]}'
 
 
-@pytest.mark.parametrize("line, message", [
-    ('{"timestamp": 5, "input_length": 10, "hash_ids": [1]}',
-     ":2: column 'output_length' has None, not a non-negative number. Fix or remove that row."),
-    ('{"timestamp": "soon", "input_length": 10, "output_length": 3, "hash_ids": [1]}',
-     ":2: column 'timestamp' has 'soon', not a non-negative number. Fix or remove that row."),
-    ('{"timestamp": -5, "input_length": 10, "output_length": 3, "hash_ids": [1]}',
-     ":2: column 'timestamp' has -5, not a non-negative number. Fix or remove that row."),
-    ('{"timestamp": 72000, "input_length": 1997',
-     ":2: cannot be read as JSON Lines"),
-    ('{"timestamp": 5, "input_length": 10, "output_length": 0, "hash_ids": [1]}',
-     "output-length must be a whole number >= 1. Fix or remove that row."),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        (
+            '{"timestamp": 5, "input_length": 10, "hash_ids": [1]}',
+            ":2: column 'output_length' has None, not a non-negative number. Fix or remove that row.",
+        ),
+        (
+            '{"timestamp": "soon", "input_length": 10, "output_length": 3, "hash_ids": [1]}',
+            ":2: column 'timestamp' has 'soon', not a non-negative number. Fix or remove that row.",
+        ),
+        (
+            '{"timestamp": -5, "input_length": 10, "output_length": 3, "hash_ids": [1]}',
+            ":2: column 'timestamp' has -5, not a non-negative number. Fix or remove that row.",
+        ),
+        ('{"timestamp": 72000, "input_length": 1997', ":2: cannot be read as JSON Lines"),
+        (
+            '{"timestamp": 5, "input_length": 10, "output_length": 0, "hash_ids": [1]}',
+            "output-length must be a whole number >= 1. Fix or remove that row.",
+        ),
+    ],
+)
 def test_broken_lines_name_the_line_and_the_fix(tmp_path, line, message):
     p = tmp_path / "trace.jsonl"
     p.write_text(GOOD + "\n" + line + "\n")

@@ -14,8 +14,16 @@ SCRIPT_PAYLOAD = "</script><script>alert(1)</script>"
 SCRIPT_RUN = "evil" + SCRIPT_PAYLOAD
 
 
-def synth_lines(run_id: str, n_iter: int = 400, n_req: int = 120, seed: int = 0, scale: float = 1.0,
-                model: str = "toy-7b", req_prefix: str = "r", meta: dict | None = None) -> list[dict]:
+def synth_lines(
+    run_id: str,
+    n_iter: int = 400,
+    n_req: int = 120,
+    seed: int = 0,
+    scale: float = 1.0,
+    model: str = "toy-7b",
+    req_prefix: str = "r",
+    meta: dict | None = None,
+) -> list[dict]:
     """A run: steps with t0 + a*ctx + b*prefill (+ noise, a few stalls), requests with token times."""
     rng = np.random.default_rng(seed)
     ctx = rng.integers(500, 20000, n_iter)
@@ -24,14 +32,34 @@ def synth_lines(run_id: str, n_iter: int = 400, n_req: int = 120, seed: int = 0,
     dur_ms[rng.random(n_iter) < 0.01] += 40 * scale
     t_end = 100.0 + np.cumsum(dur_ms) / 1000
     t_start = t_end - dur_ms / 1000
-    lines: list[dict] = [{"kind": "run", "run_id": run_id, "engine": "synthetic", "model": model, "gpu": "H100",
-                          "clock": "monotonic", "meta": meta or {"note": "synthetic"}}]
+    lines: list[dict] = [
+        {
+            "kind": "run",
+            "run_id": run_id,
+            "engine": "synthetic",
+            "model": model,
+            "gpu": "H100",
+            "clock": "monotonic",
+            "meta": meta or {"note": "synthetic"},
+        }
+    ]
     for i in range(n_iter):
-        lines.append({"kind": "iteration", "iter": i, "t_start": float(t_start[i]), "t_end": float(t_end[i]),
-                      "prefill_tokens": int(prefill[i]), "prefill_reqs": int(prefill[i] > 0),
-                      "decode_tokens": 16, "decode_reqs": 16, "context_tokens": int(ctx[i]),
-                      "running_reqs": int(16 + (prefill[i] > 0)), "waiting_reqs": int(rng.integers(0, 5)),
-                      "kv_usage": float(ctx[i] / 40000)})
+        lines.append(
+            {
+                "kind": "iteration",
+                "iter": i,
+                "t_start": float(t_start[i]),
+                "t_end": float(t_end[i]),
+                "prefill_tokens": int(prefill[i]),
+                "prefill_reqs": int(prefill[i] > 0),
+                "decode_tokens": 16,
+                "decode_reqs": 16,
+                "context_tokens": int(ctx[i]),
+                "running_reqs": int(16 + (prefill[i] > 0)),
+                "waiting_reqs": int(rng.integers(0, 5)),
+                "kv_usage": float(ctx[i] / 40000),
+            }
+        )
     span = float(t_end[-1] - t_start[0])
     for k in range(n_req):
         arrival = 100.0 + span * k / n_req
@@ -39,10 +67,19 @@ def synth_lines(run_id: str, n_iter: int = 400, n_req: int = 120, seed: int = 0,
         ttft = rng.gamma(2.0, 40.0) * scale / 1000
         gaps = rng.gamma(2.0, 4.0, n_out - 1) * scale / 1000
         times = arrival + ttft + np.concatenate([[0.0], np.cumsum(gaps)])
-        lines.append({"kind": "request", "req_id": f"{req_prefix}{k}", "t_arrival": arrival,
-                      "t_scheduled": arrival + ttft / 4, "t_first_token": float(times[0]),
-                      "t_finish": float(times[-1]), "prompt_tokens": int(rng.integers(10, 2000)),
-                      "output_tokens": n_out, "token_times": times.tolist()})
+        lines.append(
+            {
+                "kind": "request",
+                "req_id": f"{req_prefix}{k}",
+                "t_arrival": arrival,
+                "t_scheduled": arrival + ttft / 4,
+                "t_first_token": float(times[0]),
+                "t_finish": float(times[-1]),
+                "prompt_tokens": int(rng.integers(10, 2000)),
+                "output_tokens": n_out,
+                "token_times": times.tolist(),
+            }
+        )
     return lines
 
 
@@ -67,8 +104,14 @@ def synth_run(tmp_path, db_path):
 @pytest.fixture
 def hostile_run(tmp_path, db_path):
     """(connection, run id, strings) of a run whose id, model, request ids and metadata try to inject markup."""
-    lines = synth_lines(HOSTILE_RUN, n_iter=60, n_req=30, model=HOSTILE_MODEL, req_prefix=HOSTILE_REQ,
-                        meta={"</script>": "<script>alert(3)</script>", "quote": "\"'`"})
+    lines = synth_lines(
+        HOSTILE_RUN,
+        n_iter=60,
+        n_req=30,
+        model=HOSTILE_MODEL,
+        req_prefix=HOSTILE_REQ,
+        meta={"</script>": "<script>alert(3)</script>", "quote": "\"'`"},
+    )
     con = ingest_lines(tmp_path / "hostile.jsonl", db_path, lines)
     yield con, HOSTILE_RUN, {"run": HOSTILE_RUN, "model": HOSTILE_MODEL, "req": HOSTILE_REQ}
     con.close()
@@ -79,12 +122,16 @@ def simulate_into(con, directory, run_id: str, seed: int) -> None:
     from pipeline.sim import IterationModel, NoiseModel, Policy, WorkloadSpec, run_simulation
 
     trace = directory / f"{seed}.jsonl"
-    run_simulation(trace, truth=False, run_id=run_id, spec=WorkloadSpec(requests=150, rate_rps=10.0, prompt_mean=300,
-                                                                        output_mean=40),
-                   policy=Policy(max_num_seqs=32, max_num_batched_tokens=512, kv_capacity_tokens=100_000,
-                                 chunked_prefill=True),
-                   model=IterationModel(t0_ms=5.0, a_ms_per_ctx=2e-4, b_ms_per_prefill=0.02, c_ms_per_decode=0.0),
-                   noise=NoiseModel(sigma=0.03, stall_rate=0.0, stall_ms_mean=0.0), seed=seed)
+    run_simulation(
+        trace,
+        truth=False,
+        run_id=run_id,
+        spec=WorkloadSpec(requests=150, rate_rps=10.0, prompt_mean=300, output_mean=40),
+        policy=Policy(max_num_seqs=32, max_num_batched_tokens=512, kv_capacity_tokens=100_000, chunked_prefill=True),
+        model=IterationModel(t0_ms=5.0, a_ms_per_ctx=2e-4, b_ms_per_prefill=0.02, c_ms_per_decode=0.0),
+        noise=NoiseModel(sigma=0.03, stall_rate=0.0, stall_ms_mean=0.0),
+        seed=seed,
+    )
     ingest.ingest_paths(con, [trace])
 
 

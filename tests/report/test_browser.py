@@ -81,6 +81,8 @@ def test_hostile_compare_page_renders_without_injection(chromium, script_store, 
     assert "evil&lt;/script&gt;" in body  # the run id is shown, as text
     assert console == [], f"console messages: {console}"
     assert 'data-failed="0"' in dom and 'data-done="1"' in dom
+
+
 def test_hostile_fleet_page_renders_without_injection(chromium, hostile_run, tmp_path):
     """The fleet page of a lake holding a run whose id and model try to inject markup: drawn under the
     CSP, the strings shown as text, nothing run."""

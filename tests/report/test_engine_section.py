@@ -14,8 +14,15 @@ FIX = Path(__file__).resolve().parents[2] / "fixtures"
 
 def test_engine_section_draws_the_scraped_gauges(tmp_path):
     con = store.connect(tmp_path / "r.duckdb")
-    ingest_paths(con, [FIX / "vllm" / "server_epoch.log", FIX / "vllm" / "requests.jsonl",
-                       FIX / "prometheus" / "server_metrics_export.jsonl"], run_id="j")
+    ingest_paths(
+        con,
+        [
+            FIX / "vllm" / "server_epoch.log",
+            FIX / "vllm" / "requests.jsonl",
+            FIX / "prometheus" / "server_metrics_export.jsonl",
+        ],
+        run_id="j",
+    )
     ingest_paths(con, [FIX / "canonical" / "tiny.jsonl"])  # its run record names it "tiny"
     store.build_derived(con)
     secs = {s.key: s for s in build_sections(con, "j", summary(con, "j"))}

@@ -32,10 +32,13 @@ def test_timeline_raw_then_bucketed(synth_run):
     assert "time buckets" in big.method
 
 
-@pytest.mark.parametrize("metric, sql", [
-    ("ttft_ms", "select ttft_ms from request_latency where run_id = ? and status = 'ok'"),
-    ("itl_ms", "select itl_ms from token_gaps where run_id = ?"),
-])
+@pytest.mark.parametrize(
+    "metric, sql",
+    [
+        ("ttft_ms", "select ttft_ms from request_latency where run_id = ? and status = 'ok'"),
+        ("itl_ms", "select itl_ms from token_gaps where run_id = ?"),
+    ],
+)
 def test_cdf_exact_and_quantile_grid(synth_run, metric, sql):
     con, rid = synth_run
     v = np.sort(raw(con, sql, rid))
@@ -44,8 +47,9 @@ def test_cdf_exact_and_quantile_grid(synth_run, metric, sql):
     np.testing.assert_allclose(exact.df["fraction"].to_numpy(), np.arange(1, len(v) + 1) / len(v), atol=1e-6)
     grid = frames.cdf(con, rid, metric, points=50)
     assert grid.df.height == 50 and grid.df["fraction"][0] == 0 and grid.df["fraction"][-1] == 1
-    np.testing.assert_allclose(grid.df["value_ms"].to_numpy(),
-                               np.percentile(v, grid.df["fraction"].to_numpy() * 100), atol=2e-6)
+    np.testing.assert_allclose(
+        grid.df["value_ms"].to_numpy(), np.percentile(v, grid.df["fraction"].to_numpy() * 100), atol=2e-6
+    )
     assert (grid.df["fraction"] >= 0.99).sum() == 10  # a fifth of the points spent on the top 1%
 
 
@@ -90,5 +94,7 @@ def test_tail_shares_tolerates_odd_sections():
     assert frames.tail_shares({}) is None
     assert frames.tail_shares({"tail": None}) is None
     df = frames.tail_shares({"tail": {"ttft": {"waiting": 0.7, "prefill": 0.3, "bad": "x"}, "tpot": None}})
-    assert df.to_dicts() == [{"metric": "ttft", "part": "waiting", "share": 0.7},
-                             {"metric": "ttft", "part": "prefill", "share": 0.3}]
+    assert df.to_dicts() == [
+        {"metric": "ttft", "part": "waiting", "share": 0.7},
+        {"metric": "ttft", "part": "prefill", "share": 0.3},
+    ]

@@ -32,8 +32,11 @@ def test_outputs_and_structure(synth_run, tmp_path):
     assert not re.search(r"https?://", own)  # the specs carry no $schema URL either
     # one div per spec, every spec drawn by the embed script
     divs = re.findall(r'<div class="chart" id="chart-([a-z_]+)"></div>', own)
-    assert sorted(divs) == sorted(specs) == sorted(
-        ["timeline", "context", "cdf_ttft_ms", "cdf_tpot_ms", "cdf_itl_ms", "tail", "queue"])
+    assert (
+        sorted(divs)
+        == sorted(specs)
+        == sorted(["timeline", "context", "cdf_ttft_ms", "cdf_tpot_ms", "cdf_itl_ms", "tail", "queue"])
+    )
     summary = json.loads((tmp_path / "rep" / "summary.json").read_text())
     want = json.loads(json.dumps(run_summary.summary(con, rid), default=str))
     assert summary == want
@@ -60,11 +63,11 @@ def test_missing_fit_is_stated_not_fatal(synth_run, tmp_path, monkeypatch):
 def test_requests_only_run(tmp_path, db_path):
     from pipeline import ingest, store
 
-    lines = [{"kind": "run", "run_id": "client", "clock": "unix"},
-             {"kind": "request", "req_id": "a", "t_arrival": 1.0, "t_first_token": 1.1, "t_finish": 1.5,
-              "output_tokens": 5},
-             {"kind": "request", "req_id": "b", "t_arrival": 1.2, "t_first_token": 1.4, "t_finish": 1.9,
-              "output_tokens": 3}]
+    lines = [
+        {"kind": "run", "run_id": "client", "clock": "unix"},
+        {"kind": "request", "req_id": "a", "t_arrival": 1.0, "t_first_token": 1.1, "t_finish": 1.5, "output_tokens": 5},
+        {"kind": "request", "req_id": "b", "t_arrival": 1.2, "t_first_token": 1.4, "t_finish": 1.9, "output_tokens": 3},
+    ]
     (tmp_path / "c.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     con = store.connect(db_path)
     ingest.ingest_paths(con, [tmp_path / "c.jsonl"])
@@ -99,7 +102,7 @@ def test_default_out_dir_is_safe():
     import hashlib
 
     h = lambda s: hashlib.sha256(s.encode()).hexdigest()[:8]  # noqa: E731
-    assert default_out_dir("run-1.a") .as_posix() == "reports/run-1.a"  # kept as is: no digest
+    assert default_out_dir("run-1.a").as_posix() == "reports/run-1.a"  # kept as is: no digest
     assert default_out_dir("../../etc/passwd").as_posix() == f"reports/_.._etc_passwd~{h('../../etc/passwd')}"
     assert default_out_dir("<script>/x").as_posix() == f"reports/_script_x~{h('<script>/x')}"
     assert default_out_dir("x" * 500).name == "x" * 91 + "~" + h("x" * 500)

@@ -34,7 +34,7 @@ def shared_prefix_workload(n: int, seed: int, gap_s: float, roots: int = 5, root
 def set_based_hits(w: Workload, t_sched: np.ndarray, t_prefilled: np.ndarray) -> np.ndarray:
     """Hit blocks of each request: its leading blocks found among the blocks of every request whose
     prompt was prefilled by the time it was scheduled (an unbounded cache, no LRU)."""
-    lists = [w.hash_values[w.hash_offsets[i]:w.hash_offsets[i + 1]].tolist() for i in range(len(w))]
+    lists = [w.hash_values[w.hash_offsets[i] : w.hash_offsets[i + 1]].tolist() for i in range(len(w))]
     hits = np.zeros(len(w), dtype=np.int64)
     for i in range(len(w)):
         seen = set()
@@ -97,8 +97,7 @@ def test_lru_evicts_a_prefix_that_other_blocks_pushed_out():
     def run(capacity_blocks: int) -> np.ndarray:
         lists = [[1, 2], [3, 4], [5, 6], [7, 8], [1, 2]]
         off = np.concatenate([[0], np.cumsum([len(x) for x in lists])])
-        w = Workload(np.arange(5) * 10.0, np.full(5, 2 * BT), np.full(5, 2), None, None, off,
-                     np.concatenate(lists), BT)
+        w = Workload(np.arange(5) * 10.0, np.full(5, 2 * BT), np.full(5, 2), None, None, off, np.concatenate(lists), BT)
         policy = Policy(max_num_batched_tokens=4096, kv_capacity_tokens=capacity_blocks * BT, prefix_caching=True)
         return simulate(w, policy, MODEL, NO_NOISE, 0).requests["cached_tokens"]
 

@@ -15,7 +15,7 @@ def test_log_odds_match_direct_integration():
     noise = NoiseModel(sigma=0.05, stall_rate=0.03, stall_ms_mean=20.0)
     base = np.array([10.0, 10.0, 40.0, 40.0, 80.0])
     y = np.array([10.2, 13.0, 41.0, 55.0, 120.0])
-    lognorm = stats.lognorm(s=noise.sigma, scale=np.exp(-0.5 * noise.sigma ** 2))
+    lognorm = stats.lognorm(s=noise.sigma, scale=np.exp(-0.5 * noise.sigma**2))
     expon = stats.expon(scale=noise.stall_ms_mean)
     want = []
     for b, t in zip(base, y):
@@ -38,7 +38,7 @@ def test_oracle_finds_stalls_far_above_noise_and_misses_those_inside_it():
     rng = np.random.default_rng(0)
     n = 20_000
     base = rng.uniform(10, 60, n)
-    factor = np.exp(rng.normal(-0.5 * 0.03 ** 2, 0.03, n))
+    factor = np.exp(rng.normal(-0.5 * 0.03**2, 0.03, n))
     stalled = rng.random(n) < 0.02
     # stalls of ~200 ms on 10-60 ms steps: all visible
     big = NoiseModel(sigma=0.03, stall_rate=0.02, stall_ms_mean=200.0)
@@ -48,8 +48,10 @@ def test_oracle_finds_stalls_far_above_noise_and_misses_those_inside_it():
     tiny = NoiseModel(sigma=0.03, stall_rate=0.02, stall_ms_mean=0.05)
     s_tiny = np.where(stalled, rng.exponential(0.05, n), 0.0)
     assert oracle_recall(base * factor + s_tiny, base, stalled, tiny) < 0.05
-    assert oracle_recall(base * factor + s_big, base, stalled,
-                         NoiseModel(sigma=0.0, stall_rate=0.02, stall_ms_mean=200.0)) == 1.0
+    assert (
+        oracle_recall(base * factor + s_big, base, stalled, NoiseModel(sigma=0.0, stall_rate=0.02, stall_ms_mean=200.0))
+        == 1.0
+    )
 
 
 def test_score_stalls_by_hand():

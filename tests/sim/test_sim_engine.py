@@ -32,6 +32,7 @@ def reference_simulate(w, policy, model, noise, seed):
 
     def blocks(tokens):
         return math.ceil(tokens / bs)
+
     stored = [0] * n  # KV tokens held
     gen = [0] * n
     prefilling = [True] * n
@@ -121,9 +122,21 @@ def reference_simulate(w, policy, model, noise, seed):
         j = k % NOISE_CHUNK
         t_start = clock
         clock = t_start + (base * fac[j] + stl[j]) * 1e-3
-        rows.append(dict(t_start=t_start, t_end=clock, prefill_tokens=pf, prefill_reqs=len(pf_sched),
-                         decode_tokens=len(decs), context_tokens=ctx, running_reqs=len(running),
-                         waiting_reqs=len(waiting), kv_usage=kv / cap, preempted_reqs=preempted, base_ms=base))
+        rows.append(
+            dict(
+                t_start=t_start,
+                t_end=clock,
+                prefill_tokens=pf,
+                prefill_reqs=len(pf_sched),
+                decode_tokens=len(decs),
+                context_tokens=ctx,
+                running_reqs=len(running),
+                waiting_reqs=len(waiting),
+                kv_usage=kv / cap,
+                preempted_reqs=preempted,
+                base_ms=base,
+            )
+        )
         finished = []
         for r in decs:
             stored[r] += 1
@@ -152,19 +165,25 @@ def small_workload(n=120, rate=40.0, seed=3, prompt=300, output=40):
 CASES = {
     "chunked": Policy(max_num_seqs=16, max_num_batched_tokens=256, kv_capacity_tokens=100_000),
     "chunked-kv-tight": Policy(max_num_seqs=16, max_num_batched_tokens=256, kv_capacity_tokens=3_000),
-    "whole-prompts-kv-tight": Policy(max_num_seqs=8, max_num_batched_tokens=512, kv_capacity_tokens=3_000,
-                                     chunked_prefill=False),
+    "whole-prompts-kv-tight": Policy(
+        max_num_seqs=8, max_num_batched_tokens=512, kv_capacity_tokens=3_000, chunked_prefill=False
+    ),
     "few-seqs": Policy(max_num_seqs=3, max_num_batched_tokens=64, kv_capacity_tokens=100_000),
-    "chunked-blocks16-tight": Policy(max_num_seqs=16, max_num_batched_tokens=256, kv_capacity_tokens=3_000,
-                                     kv_block_size=16),
-    "chunked-blocks128-tight": Policy(max_num_seqs=16, max_num_batched_tokens=200, kv_capacity_tokens=3_000,
-                                      kv_block_size=128),
-    "whole-prompts-blocks7-tight": Policy(max_num_seqs=8, max_num_batched_tokens=512, kv_capacity_tokens=3_000,
-                                          chunked_prefill=False, kv_block_size=7),
-    "chunked-blocks16-fullprompt-tight": Policy(max_num_seqs=16, max_num_batched_tokens=128, kv_capacity_tokens=3_000,
-                                                kv_block_size=16, admit_full_prompt=True),
-    "chunked-fullprompt-kv-tight": Policy(max_num_seqs=16, max_num_batched_tokens=256, kv_capacity_tokens=3_000,
-                                          admit_full_prompt=True),
+    "chunked-blocks16-tight": Policy(
+        max_num_seqs=16, max_num_batched_tokens=256, kv_capacity_tokens=3_000, kv_block_size=16
+    ),
+    "chunked-blocks128-tight": Policy(
+        max_num_seqs=16, max_num_batched_tokens=200, kv_capacity_tokens=3_000, kv_block_size=128
+    ),
+    "whole-prompts-blocks7-tight": Policy(
+        max_num_seqs=8, max_num_batched_tokens=512, kv_capacity_tokens=3_000, chunked_prefill=False, kv_block_size=7
+    ),
+    "chunked-blocks16-fullprompt-tight": Policy(
+        max_num_seqs=16, max_num_batched_tokens=128, kv_capacity_tokens=3_000, kv_block_size=16, admit_full_prompt=True
+    ),
+    "chunked-fullprompt-kv-tight": Policy(
+        max_num_seqs=16, max_num_batched_tokens=256, kv_capacity_tokens=3_000, admit_full_prompt=True
+    ),
 }
 
 
@@ -307,8 +326,9 @@ def test_deterministic_for_a_seed():
 
 
 def test_fcfs_scheduling_order():
-    res = simulate(small_workload(200, 80.0), Policy(max_num_seqs=4, max_num_batched_tokens=256), MODEL,
-                   NO_NOISE, seed=0)
+    res = simulate(
+        small_workload(200, 80.0), Policy(max_num_seqs=4, max_num_batched_tokens=256), MODEL, NO_NOISE, seed=0
+    )
     ts = res.requests["t_scheduled"]
     assert np.all(np.diff(ts) >= 0)
     assert res.iterations["waiting_reqs"].max() > 0  # the queue was really used
@@ -328,8 +348,9 @@ def test_chunked_prefill_splits_a_long_prompt():
 
 def test_whole_prompt_longer_than_budget_runs_alone():
     w = Workload(np.array([0.0, 0.0, 0.0]), np.array([100, 5000, 100]), np.array([5, 2, 2]))
-    res = simulate(w, Policy(max_num_seqs=8, max_num_batched_tokens=1024, chunked_prefill=False), MODEL,
-                   NO_NOISE, seed=0)
+    res = simulate(
+        w, Policy(max_num_seqs=8, max_num_batched_tokens=1024, chunked_prefill=False), MODEL, NO_NOISE, seed=0
+    )
     it = res.iterations
     big = np.flatnonzero(it["prefill_tokens"] == 5000)
     assert len(big) == 1 and it["prefill_reqs"][big[0]] == 1
@@ -378,16 +399,22 @@ def test_blocks_limit_admission_where_tokens_would_fit():
     # 4 blocks of 4 tokens: A and B (5 tokens = 2 blocks each) fill the cache, C (1 token) waits;
     # counted in tokens (11 of 16) all three would run at once
     w = Workload(np.zeros(3), np.array([5, 5, 1]), np.array([2, 2, 1]))
-    blocks = simulate(w, Policy(max_num_seqs=4, max_num_batched_tokens=64, kv_capacity_tokens=16, kv_block_size=4),
-                      MODEL, NO_NOISE, seed=0)
+    blocks = simulate(
+        w,
+        Policy(max_num_seqs=4, max_num_batched_tokens=64, kv_capacity_tokens=16, kv_block_size=4),
+        MODEL,
+        NO_NOISE,
+        seed=0,
+    )
     it = blocks.iterations
     assert it["prefill_tokens"].tolist() == [10, 0, 1]
     assert it["decode_tokens"].tolist() == [0, 2, 0]
     assert it["kv_usage"].tolist() == [1.0, 1.0, 0.25]  # step 1: contexts of 6 tokens still fit in 2 blocks each
     assert it["waiting_reqs"].tolist() == [1, 1, 0]
     assert blocks.requests["t_first_token"][2] == it["t_end"][2]
-    tokens = simulate(w, Policy(max_num_seqs=4, max_num_batched_tokens=64, kv_capacity_tokens=16), MODEL, NO_NOISE,
-                      seed=0)
+    tokens = simulate(
+        w, Policy(max_num_seqs=4, max_num_batched_tokens=64, kv_capacity_tokens=16), MODEL, NO_NOISE, seed=0
+    )
     assert tokens.iterations["prefill_tokens"].tolist() == [11, 0]
 
 
@@ -396,8 +423,13 @@ def test_decode_crossing_a_block_boundary_preempts_the_newest():
     # decode has context 5: a second block; the cache is full, so B (newest) is preempted and recomputed
     # (prompt + its first token = 4 tokens) only after A finishes. In tokens, 5 + 4 <= 9: no preemption.
     w = Workload(np.zeros(2), np.array([4, 3]), np.array([3, 2]))
-    res = simulate(w, Policy(max_num_seqs=4, max_num_batched_tokens=64, kv_capacity_tokens=9, kv_block_size=4),
-                   MODEL, NO_NOISE, seed=0)
+    res = simulate(
+        w,
+        Policy(max_num_seqs=4, max_num_batched_tokens=64, kv_capacity_tokens=9, kv_block_size=4),
+        MODEL,
+        NO_NOISE,
+        seed=0,
+    )
     it, rq = res.iterations, res.requests
     assert it["prefill_tokens"].tolist() == [7, 0, 0, 4]
     assert it["decode_tokens"].tolist() == [0, 1, 1, 0]
@@ -408,8 +440,9 @@ def test_decode_crossing_a_block_boundary_preempts_the_newest():
     assert it["context_tokens"].tolist() == [0, 5, 6, 0]
     assert rq["preemptions"].tolist() == [0, 1]
     assert token_times(res, 1).tolist() == [it["t_end"][0], it["t_end"][3]]
-    tokens = simulate(w, Policy(max_num_seqs=4, max_num_batched_tokens=64, kv_capacity_tokens=9), MODEL, NO_NOISE,
-                      seed=0)
+    tokens = simulate(
+        w, Policy(max_num_seqs=4, max_num_batched_tokens=64, kv_capacity_tokens=9), MODEL, NO_NOISE, seed=0
+    )
     assert tokens.iterations["preempted_reqs"].sum() == 0
 
 
@@ -417,11 +450,17 @@ def test_block_rounding_caps_concurrency():
     # 129-token contexts take 2 blocks of 128: 15 blocks hold 7 such requests, not 1920 // 130 = 14
     n = 30
     w = Workload(np.zeros(n), np.full(n, 129), np.full(n, 2))
-    res = simulate(w, Policy(max_num_seqs=32, max_num_batched_tokens=8192, kv_capacity_tokens=1920, kv_block_size=128),
-                   MODEL, NO_NOISE, seed=0)
+    res = simulate(
+        w,
+        Policy(max_num_seqs=32, max_num_batched_tokens=8192, kv_capacity_tokens=1920, kv_block_size=128),
+        MODEL,
+        NO_NOISE,
+        seed=0,
+    )
     assert res.iterations["running_reqs"].max() == 7
-    tok = simulate(w, Policy(max_num_seqs=32, max_num_batched_tokens=8192, kv_capacity_tokens=1920), MODEL, NO_NOISE,
-                   seed=0)
+    tok = simulate(
+        w, Policy(max_num_seqs=32, max_num_batched_tokens=8192, kv_capacity_tokens=1920), MODEL, NO_NOISE, seed=0
+    )
     assert tok.iterations["running_reqs"].max() == 1920 // 130
 
 
@@ -453,8 +492,9 @@ def test_full_prompt_admission_avoids_self_preemption():
     w = Workload(np.zeros(2), np.array([8, 12]), np.array([6, 2]))
     runs = {}
     for full in (False, True):
-        pol = Policy(max_num_seqs=4, max_num_batched_tokens=8, kv_capacity_tokens=20, kv_block_size=4,
-                     admit_full_prompt=full)
+        pol = Policy(
+            max_num_seqs=4, max_num_batched_tokens=8, kv_capacity_tokens=20, kv_block_size=4, admit_full_prompt=full
+        )
         runs[full] = simulate(w, pol, MODEL, NO_NOISE, seed=0)
     chunk, whole = runs[False], runs[True]
     assert chunk.iterations["prefill_tokens"].tolist() == [8, 7, 0, 7, 0, 0, 8, 4, 0]

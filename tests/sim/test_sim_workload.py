@@ -78,8 +78,10 @@ def test_from_jsonl_gz_and_mooncake_ms(tmp_path):
 
 def test_from_azure_datetimes(tmp_path):
     p = tmp_path / "azure.csv"
-    p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
-                 "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109")
+    p.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109"
+    )
     w = workload_from_file(p)
     assert w.t_arrival[0] == 0.0 and abs(w.t_arrival[1] - 4.314579) < 1e-6
     assert w.output_tokens.tolist() == [44, 109]

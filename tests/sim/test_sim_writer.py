@@ -11,7 +11,14 @@ from click.testing import CliRunner
 
 from pipeline import __version__
 from pipeline.sim import (
-    NO_NOISE, IterationModel, NoiseModel, Policy, WorkloadSpec, poisson_workload, run_simulation, simulate,
+    NO_NOISE,
+    IterationModel,
+    NoiseModel,
+    Policy,
+    WorkloadSpec,
+    poisson_workload,
+    run_simulation,
+    simulate,
     token_times,
 )
 from pipeline.sim.writer import TRACE_ITERATION_FIELDS, write_trace, write_truth
@@ -36,7 +43,7 @@ def result():
 def test_trace_round_trips_exactly(tmp_path, result, name):
     path = write_trace(result, tmp_path / name, "r1", POLICY, MODEL, NO_NOISE, {"requests": 80})
     recs = read_jsonl(path)
-    run, its, reqs = recs[0], recs[1:1 + result.n_iterations], recs[1 + result.n_iterations:]
+    run, its, reqs = recs[0], recs[1 : 1 + result.n_iterations], recs[1 + result.n_iterations :]
     assert run["kind"] == "run" and run["run_id"] == "r1" and run["engine"] == "tracelat-sim"
     assert run["engine_version"] == __version__ and run["clock"] == "monotonic"
     assert run["meta"]["simulated"] is True and run["meta"]["max_num_seqs"] == 16
@@ -58,8 +65,9 @@ def test_trace_round_trips_exactly(tmp_path, result, name):
 def test_no_token_times_and_nulls_for_unfinished(tmp_path):
     w = poisson_workload(50, 30.0, 300, 0.8, 30, 0.8, seed=1)
     res = simulate(w, POLICY, MODEL, NO_NOISE, seed=0, max_iterations=40)
-    recs = read_jsonl(write_trace(res, tmp_path / "t.jsonl", "r", POLICY, MODEL, NO_NOISE, None,
-                                  with_token_times=False))
+    recs = read_jsonl(
+        write_trace(res, tmp_path / "t.jsonl", "r", POLICY, MODEL, NO_NOISE, None, with_token_times=False)
+    )
     reqs = [r for r in recs if r["kind"] == "request"]
     assert all("token_times" not in r for r in reqs)
     aborted = [r for r in reqs if r["status"] == "aborted"]
@@ -70,8 +78,9 @@ def test_truth_lists_exactly_the_stalls(tmp_path):
     w = poisson_workload(200, 30.0, 200, 0.8, 40, 0.8, seed=4)
     noise = NoiseModel(sigma=0.0, stall_rate=0.03, stall_ms_mean=40.0)
     res = simulate(w, POLICY, MODEL, noise, seed=5)
-    truth = json.loads(write_truth(tmp_path / "t.truth.json", res, "r", POLICY, MODEL, noise, 5,
-                                   {"requests": 200}).read_text())
+    truth = json.loads(
+        write_truth(tmp_path / "t.truth.json", res, "r", POLICY, MODEL, noise, 5, {"requests": 200}).read_text()
+    )
     it = res.iterations
     slow = np.flatnonzero((it["t_end"] - it["t_start"]) * 1000 - it["base_ms"] > 1e-6)
     assert [s["iter"] for s in truth["stalls"]] == slow.tolist() and len(slow) > 3
@@ -95,9 +104,31 @@ def test_simulate_command(tmp_path):
     from pipeline.commands.simulate import simulate as cmd
 
     out = tmp_path / "demo.jsonl"
-    args = ["--out", str(out), "--requests", "60", "--rate", "20", "--stall-rate", "0.05", "--seed", "3",
-            "--burst-at", "1.0", "--burst-count", "3", "--burst-prompt-tokens", "3000", "--max-num-seqs", "32",
-            "--kv-capacity-tokens", "50000", "--no-chunked-prefill", "--max-num-batched-tokens", "4096"]
+    args = [
+        "--out",
+        str(out),
+        "--requests",
+        "60",
+        "--rate",
+        "20",
+        "--stall-rate",
+        "0.05",
+        "--seed",
+        "3",
+        "--burst-at",
+        "1.0",
+        "--burst-count",
+        "3",
+        "--burst-prompt-tokens",
+        "3000",
+        "--max-num-seqs",
+        "32",
+        "--kv-capacity-tokens",
+        "50000",
+        "--no-chunked-prefill",
+        "--max-num-batched-tokens",
+        "4096",
+    ]
     res = CliRunner().invoke(cmd, args)
     assert res.exit_code == 0, res.output
     assert "iterations, 63 requests (63 finished)" in res.output and str(out) in res.output
@@ -114,8 +145,9 @@ def test_simulate_command(tmp_path):
 def test_simulate_command_usage_errors(tmp_path):
     from pipeline.commands.simulate import simulate as cmd
 
-    res = CliRunner().invoke(cmd, ["--out", str(tmp_path / "x.jsonl"), "--max-num-seqs", "999",
-                                   "--max-num-batched-tokens", "100"])
+    res = CliRunner().invoke(
+        cmd, ["--out", str(tmp_path / "x.jsonl"), "--max-num-seqs", "999", "--max-num-batched-tokens", "100"]
+    )
     assert res.exit_code == 2 and "max_num_batched_tokens" in res.output
     bad = tmp_path / "bad.csv"
     bad.write_text("t_arrival,prompt_tokens,output_tokens\n0,x,1\n")
@@ -130,9 +162,28 @@ def test_simulate_command_kv_blocks(tmp_path):
     from pipeline.commands.simulate import simulate as cmd
 
     out = tmp_path / "blocks.jsonl"
-    args = ["--out", str(out), "--requests", "80", "--rate", "40", "--prompt-mean", "300", "--output-mean", "30",
-            "--max-num-seqs", "16", "--max-num-batched-tokens", "256", "--kv-capacity-tokens", "2000",
-            "--kv-block-size", "128", "--seed", "1"]
+    args = [
+        "--out",
+        str(out),
+        "--requests",
+        "80",
+        "--rate",
+        "40",
+        "--prompt-mean",
+        "300",
+        "--output-mean",
+        "30",
+        "--max-num-seqs",
+        "16",
+        "--max-num-batched-tokens",
+        "256",
+        "--kv-capacity-tokens",
+        "2000",
+        "--kv-block-size",
+        "128",
+        "--seed",
+        "1",
+    ]
     res = CliRunner().invoke(cmd, args)
     assert res.exit_code == 0, res.output
     recs = read_jsonl(out)
@@ -140,6 +191,7 @@ def test_simulate_command_kv_blocks(tmp_path):
     usage = np.array([r["kv_usage"] for r in recs if r["kind"] == "iteration"])
     held = usage * (2000 // 128)  # 15 blocks: usage is whole blocks over 15
     assert usage.max() == 1.0 and np.allclose(held, np.round(held), atol=1e-9)
-    res = CliRunner().invoke(cmd, ["--out", str(tmp_path / "x.jsonl"), "--kv-capacity-tokens", "100",
-                                   "--kv-block-size", "128"])
+    res = CliRunner().invoke(
+        cmd, ["--out", str(tmp_path / "x.jsonl"), "--kv-capacity-tokens", "100", "--kv-block-size", "128"]
+    )
     assert res.exit_code == 2 and "kv_block_size" in res.output

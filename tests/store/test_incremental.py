@@ -86,8 +86,12 @@ def test_replace_and_metadata_merge_are_tracked(con, tmp_path, spy):
     assert_same_as_full_rebuild(con)
     # run records only: metadata merged into run b, and a new run z without steps or requests
     meta = tmp_path / "meta.jsonl"
-    meta.write_text(json.dumps({"kind": "run", "run_id": "b", "gpu": "h100-sxm"}) + "\n"
-                    + json.dumps({"kind": "run", "run_id": "z", "gpu": "h100-sxm"}) + "\n")
+    meta.write_text(
+        json.dumps({"kind": "run", "run_id": "b", "gpu": "h100-sxm"})
+        + "\n"
+        + json.dumps({"kind": "run", "run_id": "z", "gpu": "h100-sxm"})
+        + "\n"
+    )
     ingest.ingest_paths(con, [meta])
     assert store.pending_runs(con) == ["b", "z"]
     store.build_derived(con)
@@ -98,8 +102,22 @@ def test_replace_and_metadata_merge_are_tracked(con, tmp_path, spy):
 
 def test_replace_that_moves_rows_to_another_run(con, tmp_path, spy):
     a = tmp_path / "a.jsonl"  # records without run ids: the run is --run-id or the file name
-    a.write_text("".join(json.dumps({"kind": "request", "req_id": f"r{i}", "t_arrival": i, "t_first_token": i + 0.1,
-                                     "t_finish": i + 0.5, "output_tokens": 5}) + "\n" for i in range(4)))
+    a.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "kind": "request",
+                    "req_id": f"r{i}",
+                    "t_arrival": i,
+                    "t_first_token": i + 0.1,
+                    "t_finish": i + 0.5,
+                    "output_tokens": 5,
+                }
+            )
+            + "\n"
+            for i in range(4)
+        )
+    )
     ingest.ingest_paths(con, [sim_trace(tmp_path, "other", 2), a])
     store.build_derived(con)
     ingest.ingest_paths(con, [a], run_id="renamed", replace=True)  # same path: the old ingest goes
@@ -116,7 +134,9 @@ def test_post_ingest_context_estimate_is_tracked(con, tmp_path, spy):
     ingest.ingest_paths(con, [FIX / "vllm" / "server_epoch.log", FIX / "vllm" / "requests.jsonl"], run_id="vllm")
     assert store.pending_runs(con) == ["vllm"]
     store.build_derived(con)
-    estimated = con.execute("select count(context_tokens) from iteration_metrics where run_id = 'vllm'").fetchall()[0][0]
+    estimated = con.execute("select count(context_tokens) from iteration_metrics where run_id = 'vllm'").fetchall()[0][
+        0
+    ]
     assert estimated > 0
     assert_same_as_full_rebuild(con)
     assert spy == [["vllm"]]
@@ -148,7 +168,9 @@ def test_failed_build_leaves_no_filter_views(con, tmp_path, monkeypatch):
     last = broken[-1]
     broken[-1] = store.QueryFile(last.path, last.table, last.grain, last.inputs, "select nosuchcolumn from runs")
     monkeypatch.setattr(store, "query_files", lambda *a: broken)
-    monkeypatch.setattr(store, "_sql_digest", lambda files: store.scalar(con, "select value from _state where key = 'derived_sql'"))
+    monkeypatch.setattr(
+        store, "_sql_digest", lambda files: store.scalar(con, "select value from _state where key = 'derived_sql'")
+    )
     with pytest.raises(store.StoreError, match="building derived tables failed"):
         store.build_derived(con)
     monkeypatch.undo()

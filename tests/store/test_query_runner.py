@@ -38,8 +38,15 @@ def body(text: str) -> str:
 
 def test_the_moved_queries_are_there():
     names = {f"{p.parent.name}/{p.stem}" for p in ON_DEMAND}
-    assert {"audit/fluidity", "ingest/context_estimate", "ingest/context_candidates", "fit/tail_coverage",
-            "fit/tail_top_requests", "fit/stall_stats", "engine_metrics/counter_increase"} <= names
+    assert {
+        "audit/fluidity",
+        "ingest/context_estimate",
+        "ingest/context_candidates",
+        "fit/tail_coverage",
+        "fit/tail_top_requests",
+        "fit/stall_stats",
+        "engine_metrics/counter_increase",
+    } <= names
 
 
 @pytest.mark.parametrize("path", ON_DEMAND, ids=lambda p: f"{p.parent.name}/{p.stem}")

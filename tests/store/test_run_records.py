@@ -28,16 +28,24 @@ STEP = {"kind": "iteration", "iter": 0, "t_start": 0.0, "t_end": 0.01}
 
 
 def test_replacing_the_file_that_created_a_run_keeps_what_other_files_said(con, tmp_path):
-    log = write(tmp_path / "log.jsonl", {"kind": "run", "run_id": "x", "engine": "vllm", "meta": {"block": 16, "tp": 1}},
-                STEP | {"run_id": "x"})
-    extra = write(tmp_path / "extra.jsonl", {"kind": "run", "run_id": "x", "gpu": "h100-sxm", "meta": {"tp": 2, "note": "b"}})
+    log = write(
+        tmp_path / "log.jsonl",
+        {"kind": "run", "run_id": "x", "engine": "vllm", "meta": {"block": 16, "tp": 1}},
+        STEP | {"run_id": "x"},
+    )
+    extra = write(
+        tmp_path / "extra.jsonl", {"kind": "run", "run_id": "x", "gpu": "h100-sxm", "meta": {"tp": 2, "note": "b"}}
+    )
     ingest.ingest_paths(con, [log, extra])
     before = run_row(con, "x")
     assert before["engine"] == "vllm" and before["gpu"] == "h100-sxm"
     assert before["meta"] == {"block": 16, "tp": 2, "note": "b"}  # later files patch earlier ones
     # the log is re-recorded (new content, same path) and replaces its old ingest
-    write(log, {"kind": "run", "run_id": "x", "engine": "vllm", "engine_version": "0.9", "meta": {"block": 32}},
-          STEP | {"run_id": "x"})
+    write(
+        log,
+        {"kind": "run", "run_id": "x", "engine": "vllm", "engine_version": "0.9", "meta": {"block": 32}},
+        STEP | {"run_id": "x"},
+    )
     (res,) = ingest.ingest_paths(con, [log], replace=True)
     assert res.status == "replaced"
     after = run_row(con, "x")
@@ -72,8 +80,12 @@ def test_run_without_records_keeps_a_row_while_it_has_data(con, tmp_path):
 
 
 def test_two_records_for_one_run_in_one_file_merge_like_two_files(con, tmp_path):
-    f = write(tmp_path / "two.jsonl", {"kind": "run", "run_id": "x", "meta": {"a": 1, "b": 1}},
-              {"kind": "run", "run_id": "x", "meta": {"b": 2}}, STEP | {"run_id": "x"})
+    f = write(
+        tmp_path / "two.jsonl",
+        {"kind": "run", "run_id": "x", "meta": {"a": 1, "b": 1}},
+        {"kind": "run", "run_id": "x", "meta": {"b": 2}},
+        STEP | {"run_id": "x"},
+    )
     ingest.ingest_paths(con, [f])
     assert run_row(con, "x")["meta"] == {"a": 1, "b": 2}
 
@@ -103,8 +115,16 @@ STEPS = [{"kind": "iteration", "iter": i, "t_start": i * 0.01, "t_end": (i + 1) 
 
 
 def request(prompt: int) -> dict:
-    return {"kind": "request", "req_id": "A", "t_arrival": 0.0, "t_scheduled": 0.0, "t_first_token": 0.01,
-            "t_finish": 0.05, "prompt_tokens": prompt, "output_tokens": 5}
+    return {
+        "kind": "request",
+        "req_id": "A",
+        "t_arrival": 0.0,
+        "t_scheduled": 0.0,
+        "t_first_token": 0.01,
+        "t_finish": 0.05,
+        "prompt_tokens": prompt,
+        "output_tokens": 5,
+    }
 
 
 def contexts(con) -> list:
@@ -112,8 +132,9 @@ def contexts(con) -> list:
 
 
 def test_context_estimate_follows_a_replaced_request_file(con, tmp_path):
-    steps = write(tmp_path / "it.jsonl", {"kind": "run", "run_id": "r", "model": "m",
-                                          "meta": {"estimated": ["dur_ms"]}}, *STEPS)
+    steps = write(
+        tmp_path / "it.jsonl", {"kind": "run", "run_id": "r", "model": "m", "meta": {"estimated": ["dur_ms"]}}, *STEPS
+    )
     reqs = write(tmp_path / "rq.jsonl", {"kind": "run", "run_id": "r"}, request(100))
     ingest.ingest_paths(con, [steps, reqs])
     first = contexts(con)
@@ -147,8 +168,9 @@ def test_a_patch_that_removes_a_key_means_the_same_at_ingest_and_after_a_replace
 
 
 def test_replace_says_which_runs_of_the_path_it_removed(con, tmp_path):
-    p = write(tmp_path / "p.jsonl", {"kind": "request", "req_id": "a", "t_arrival": 0, "t_first_token": 0.1,
-                                     "t_finish": 0.2})
+    p = write(
+        tmp_path / "p.jsonl", {"kind": "request", "req_id": "a", "t_arrival": 0, "t_first_token": 0.1, "t_finish": 0.2}
+    )
     ingest.ingest_paths(con, [p], run_id="A")
     ingest.ingest_paths(con, [p], run_id="B")
     (res,) = ingest.ingest_paths(con, [p], run_id="C", replace=True)

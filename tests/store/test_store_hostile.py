@@ -17,8 +17,6 @@ REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "fixtures" / "canonical" / "tiny.jsonl"
 
 
-
-
 def test_empty_db_is_an_error(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, out = cli("ingest", TINY, "--db", "")
@@ -44,7 +42,7 @@ def test_failed_commit_reports_its_cause(tmp_path, monkeypatch):
 
     def failing_commit(c):  # what DuckDB does when the disk is full: the commit ends the transaction
         c.execute("rollback")
-        raise duckdb.IOException("IO Error: Could not write file \"t.duckdb.wal\": No space left on device")
+        raise duckdb.IOException('IO Error: Could not write file "t.duckdb.wal": No space left on device')
 
     monkeypatch.setattr(store, "commit", failing_commit)
     with pytest.raises(InputError) as err:

@@ -21,9 +21,17 @@ def _requests(rng: random.Random, n: int) -> list[dict]:
         for _ in range(rng.choice([0, 1, 2, 7, 40])):
             times.append(round(t, 6))
             t += rng.choice([0.0, rng.expovariate(50)])  # equal times (one chunk) happen too
-        out.append({"kind": "request", "req_id": f"r{k}", "t_arrival": t0, "token_times": times,
-                    "output_tokens": len(times), "t_first_token": times[0] if times else None,
-                    "t_finish": times[-1] if times else None})
+        out.append(
+            {
+                "kind": "request",
+                "req_id": f"r{k}",
+                "t_arrival": t0,
+                "token_times": times,
+                "output_tokens": len(times),
+                "t_first_token": times[0] if times else None,
+                "t_finish": times[-1] if times else None,
+            }
+        )
     return out
 
 
@@ -48,8 +56,9 @@ def test_tokens_view_matches_each_files_lists(tmp_path):
     # once per request with tokens: no list for the rejected request, none for those without times
     n_lists = con.execute("select count(*), sum(len(t_s)) from token_lists").fetchall()[0]
     assert n_lists == (sum(1 for r in reqs if r["token_times"]), len(expect))
-    assert con.execute("select data_type from duckdb_columns() where table_name = 'tokens' and column_name = 'idx'"
-                       ).fetchall() == [("INTEGER",)]
+    assert con.execute(
+        "select data_type from duckdb_columns() where table_name = 'tokens' and column_name = 'idx'"
+    ).fetchall() == [("INTEGER",)]
 
 
 def test_replace_removes_the_old_lists(tmp_path):
@@ -70,15 +79,19 @@ def test_a_store_with_one_row_per_token_is_migrated(tmp_path):
     shuffled = rows[:]
     random.Random(1).shuffle(shuffled)  # stored order is not idx order
     old = duckdb.connect(str(db))
-    old.execute("create table tokens (run_id varchar, req_id varchar, idx integer, t double, itl_ms double, "
-                "ingest_id bigint)")
+    old.execute(
+        "create table tokens (run_id varchar, req_id varchar, idx integer, t double, itl_ms double, ingest_id bigint)"
+    )
     old.executemany("insert into tokens values (?, ?, ?, ?, ?, ?)", shuffled)
     old.close()
     con = store.connect(db)
-    assert con.execute("select table_type from information_schema.tables where table_name = 'tokens'"
-                       ).fetchall() == [("VIEW",)]
+    assert con.execute("select table_type from information_schema.tables where table_name = 'tokens'").fetchall() == [
+        ("VIEW",)
+    ]
     assert sorted(con.execute("select run_id, req_id, t_s, ingest_id from token_lists").fetchall()) == [
-        ("a", "r1", [10.0, 10.5, 11.0, 11.5, 12.0], 1), ("b", "r1", [20.0, 21.0, 22.0], 2)]
+        ("a", "r1", [10.0, 10.5, 11.0, 11.5, 12.0], 1),
+        ("b", "r1", [20.0, 21.0, 22.0], 2),
+    ]
     assert con.execute("select * from tokens order by run_id, idx").fetchall() == rows
     con.close()
     assert store.connect(db).execute("select count(*) from tokens").fetchall()[0][0] == len(rows)  # opens again

@@ -39,7 +39,8 @@ SLOW_INGEST = textwrap.dedent(
 def _trace(path: Path, n: int, run: str) -> Path:
     path.write_text(
         "".join(
-            json.dumps({"kind": "iteration", "run_id": run, "iter": i, "t_start": i / 100, "t_end": (i + 1) / 100}) + "\n"
+            json.dumps({"kind": "iteration", "run_id": run, "iter": i, "t_start": i / 100, "t_end": (i + 1) / 100})
+            + "\n"
             for i in range(n)
         )
     )
@@ -49,8 +50,10 @@ def _trace(path: Path, n: int, run: str) -> Path:
 def _contents(db: Path) -> list:
     con = store.connect(db)
     try:
-        return con.execute("select run_id, count(*), sum(iter) from iterations group by 1 order by 1").fetchall() + \
-            con.execute("select count(*) from ingests").fetchall()
+        return (
+            con.execute("select run_id, count(*), sum(iter) from iterations group by 1 order by 1").fetchall()
+            + con.execute("select count(*) from ingests").fetchall()
+        )
     finally:
         con.close()
 
@@ -83,8 +86,13 @@ def test_locked_database_is_a_clear_error(tmp_path):
     db = tmp_path / "l.duckdb"
     store.connect(db).close()
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"import duckdb, time; c = duckdb.connect({str(db)!r}); print('HELD', flush=True); time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb, time; c = duckdb.connect({str(db)!r}); print('HELD', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout.readline().strip() == "HELD"

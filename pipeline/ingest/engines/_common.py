@@ -25,12 +25,32 @@ from ..load import default_run_id as stem  # noqa: F401 - re-exported: the loade
 
 # Canonical columns in the order we write them (the loader does not care about order).
 ITERATION_COLS = (
-    "iter", "t_start", "t_end", "dur_ms", "prefill_tokens", "prefill_reqs", "decode_tokens",
-    "decode_reqs", "context_tokens", "running_reqs", "waiting_reqs", "kv_usage", "preempted_reqs",
+    "iter",
+    "t_start",
+    "t_end",
+    "dur_ms",
+    "prefill_tokens",
+    "prefill_reqs",
+    "decode_tokens",
+    "decode_reqs",
+    "context_tokens",
+    "running_reqs",
+    "waiting_reqs",
+    "kv_usage",
+    "preempted_reqs",
 )
 REQUEST_COLS = (
-    "req_id", "t_arrival", "t_scheduled", "t_first_token", "t_finish", "prompt_tokens",
-    "output_tokens", "cached_tokens", "preemptions", "status", "token_times",
+    "req_id",
+    "t_arrival",
+    "t_scheduled",
+    "t_first_token",
+    "t_finish",
+    "prompt_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "preemptions",
+    "status",
+    "token_times",
 )
 
 
@@ -91,7 +111,9 @@ def batch(
     """
     parts = []
     if run is not None:
-        parts.append(pl.DataFrame({"line_no": [0], "raw": [run_json(run)]}, schema={"line_no": pl.Int64, "raw": pl.String}))
+        parts.append(
+            pl.DataFrame({"line_no": [0], "raw": [run_json(run)]}, schema={"line_no": pl.Int64, "raw": pl.String})
+        )
     if records is not None and records.height:
         parts.append(records)
     lines = pl.concat(parts) if parts else pl.DataFrame(schema={"line_no": pl.Int64, "raw": pl.String})
@@ -101,9 +123,6 @@ def batch(
             pl.col("line_no").cast(pl.Int64), pl.col("reason").cast(pl.String), pl.col("raw").cast(pl.String)
         ).to_arrow()
     return Batch(lines.to_arrow(), lines_read, rows, skipped)
-
-
-
 
 
 # ---------------------------------------------------------------------------
@@ -119,8 +138,10 @@ _VLLM = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(\d{2}-\d{2}) (\d{2}:\d{2}:\d{
 
 def _frac(col: pl.Expr) -> pl.Expr:
     """Digits after the decimal point as a fraction of a second (NULL -> 0)."""
-    return pl.when(col.is_null()).then(0.0).otherwise(
-        col.cast(pl.Float64) / pl.lit(10.0).pow(col.str.len_chars().cast(pl.Float64))
+    return (
+        pl.when(col.is_null())
+        .then(0.0)
+        .otherwise(col.cast(pl.Float64) / pl.lit(10.0).pow(col.str.len_chars().cast(pl.Float64)))
     )
 
 
@@ -156,7 +177,9 @@ def check_zone(tz: str) -> str:
     try:
         zoneinfo.ZoneInfo(tz)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise InputError(f"--tz {tz!r} is not a known time zone; use an IANA name such as UTC or Europe/Berlin") from None
+        raise InputError(
+            f"--tz {tz!r} is not a known time zone; use an IANA name such as UTC or Europe/Berlin"
+        ) from None
     return tz
 
 
@@ -170,21 +193,24 @@ def with_log_times(df: pl.DataFrame, prefix: str, assumed_year: int, tz: str = "
     would run its pattern again (4 s instead of 0.3 s on 300k lines).
     """
     p = pl.col(prefix)
-    df = df.with_columns(_ep=p.str.extract(_EPOCH, 1), _iso=p.str.extract_groups(_ISO),
-                         _vl=p.str.extract_groups(_VLLM))
+    df = df.with_columns(_ep=p.str.extract(_EPOCH, 1), _iso=p.str.extract_groups(_ISO), _vl=p.str.extract_groups(_VLLM))
     epoch, iso, vl = pl.col("_ep"), pl.col("_iso"), pl.col("_vl")
     iso_t = _epoch_s(iso.struct.field("1"), iso.struct.field("2"), tz) + _frac(iso.struct.field("3"))
-    vl_t = _epoch_s(pl.lit(f"{assumed_year}-") + vl.struct.field("1"), vl.struct.field("2"), tz) \
-        + _frac(vl.struct.field("3"))
+    vl_t = _epoch_s(pl.lit(f"{assumed_year}-") + vl.struct.field("1"), vl.struct.field("2"), tz) + _frac(
+        vl.struct.field("3")
+    )
 
     def res(digits: pl.Expr) -> pl.Expr:
         return pl.when(digits.is_null()).then(1.0).otherwise(pl.lit(10.0).pow(-digits.str.len_chars().cast(pl.Float64)))
 
     return df.with_columns(
         stamp_s=pl.coalesce(epoch.cast(pl.Float64, strict=False), iso_t, vl_t),
-        stamp_resolution_s=pl.when(epoch.is_not_null()).then(res(epoch.str.extract(r"\.(\d+)$", 1)))
-        .when(iso.struct.field("1").is_not_null()).then(res(iso.struct.field("3")))
-        .when(vl.struct.field("1").is_not_null()).then(res(vl.struct.field("3"))),
+        stamp_resolution_s=pl.when(epoch.is_not_null())
+        .then(res(epoch.str.extract(r"\.(\d+)$", 1)))
+        .when(iso.struct.field("1").is_not_null())
+        .then(res(iso.struct.field("3")))
+        .when(vl.struct.field("1").is_not_null())
+        .then(res(vl.struct.field("3"))),
     ).drop("_ep", "_iso", "_vl")
 
 
@@ -265,12 +291,15 @@ def read_document_text(path: Path) -> str:
         with reader.open_binary(path) as f:
             data = f.read()
     except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
-        raise InputError(f"{path}: compressed data is corrupt or truncated ({exc}); the file was not ingested. "
-                         "Re-copy it") from exc
+        raise InputError(
+            f"{path}: compressed data is corrupt or truncated ({exc}); the file was not ingested. Re-copy it"
+        ) from exc
     depth = json_depth(data)
     if depth > MAX_JSON_DEPTH:
-        raise InputError(f"{path}: JSON nested {depth} levels deep (at most {MAX_JSON_DEPTH} expected); "
-                         "the file is damaged or not this format")
+        raise InputError(
+            f"{path}: JSON nested {depth} levels deep (at most {MAX_JSON_DEPTH} expected); "
+            "the file is damaged or not this format"
+        )
     return data.decode("utf-8", errors="replace")
 
 
@@ -285,8 +314,10 @@ def read_json_document(path: Path) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(f"{path}:{exc.lineno}: not a JSON document ({exc.msg} at column {exc.colno}); "
-                         "is the file complete, and is --format right?") from exc
+        raise InputError(
+            f"{path}:{exc.lineno}: not a JSON document ({exc.msg} at column {exc.colno}); "
+            "is the file complete, and is --format right?"
+        ) from exc
     except RecursionError as exc:  # unbalanced brackets can hide depth from json_depth's count
         raise InputError(f"{path}: JSON nested too deeply to read; the file is damaged or not this format") from exc
     except ValueError as exc:  # an integer of more than 4300 digits (Python's conversion limit)

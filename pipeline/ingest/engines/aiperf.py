@@ -39,7 +39,10 @@ def sniff_aiperf(path: Path, head: str) -> bool:
     return first.lstrip().startswith("{") and '"request_start_ns"' in first and '"metrics"' in first
 
 
-AIPERF_SQL = "with j as (" + c.JSON_OBJECTS + """)
+AIPERF_SQL = (
+    "with j as ("
+    + c.JSON_OBJECTS
+    + """)
 select line_no, raw,
   case when trim(raw) = '' then 'blank'
        when not ok then 'not valid JSON (truncated or garbage line)' end as perr,
@@ -60,9 +63,12 @@ select line_no, raw,
   js->>'$.metadata.worker_id' as worker_id
 from j
 """
+)
 
 
-def convert_aiperf(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
+def convert_aiperf(
+    path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None
+) -> Iterator[Batch]:
     con = store.scratch()  # $TRACELAT_MEMORY_LIMIT applies here too
     first = True
     for table in reader.line_batches(path, progress):
@@ -71,13 +77,23 @@ def convert_aiperf(path: Path, progress: Callable[[int], None] | None = None, ru
         con.unregister("lines")
         failed = pl.col("has_error").fill_null(False) | pl.col("cancelled").fill_null(False)
         df = df.with_columns(  # a blank line is skipped, not rejected
-            reason=pl.when(pl.col("perr") == "blank").then(None).otherwise(pl.coalesce(
-                pl.col("perr"),
-                c.missing_reason([("metadata.x_request_id", pl.col("req_id")),
-                                  ("metadata.request_start_ns", pl.col("start_ns"))], "AIPerf record without "),
-                pl.when(~failed & pl.col("ttft_ms").is_null())
-                .then(pl.lit("AIPerf record without metrics.time_to_first_token (and no error)")),
-            ))
+            reason=pl.when(pl.col("perr") == "blank")
+            .then(None)
+            .otherwise(
+                pl.coalesce(
+                    pl.col("perr"),
+                    c.missing_reason(
+                        [
+                            ("metadata.x_request_id", pl.col("req_id")),
+                            ("metadata.request_start_ns", pl.col("start_ns")),
+                        ],
+                        "AIPerf record without ",
+                    ),
+                    pl.when(~failed & pl.col("ttft_ms").is_null()).then(
+                        pl.lit("AIPerf record without metrics.time_to_first_token (and no error)")
+                    ),
+                )
+            )
         )
         good = df.filter(pl.col("reason").is_null() & pl.col("perr").is_null())
         arrival = pl.col("start_ns").cast(pl.Float64) / 1e9
@@ -89,31 +105,51 @@ def convert_aiperf(path: Path, progress: Callable[[int], None] | None = None, ru
             t_first_token=ok.then(first_tok),
             token_times=ok.then(tokens.list.eval(pl.element().cum_sum()) / 1000.0 + first_tok),
             t_ack=pl.col("ack_ns").cast(pl.Float64) / 1e9,
-            status=pl.when(pl.col("cancelled").fill_null(False)).then(pl.lit("aborted"))
-            .when(failed).then(pl.lit("error")).otherwise(pl.lit("ok")),
+            status=pl.when(pl.col("cancelled").fill_null(False))
+            .then(pl.lit("aborted"))
+            .when(failed)
+            .then(pl.lit("error"))
+            .otherwise(pl.lit("ok")),
             output_tokens=ok.then(pl.col("output_tokens")),
         ).with_columns(
             t_finish=ok.then(pl.coalesce(arrival + pl.col("latency_ms") / 1000.0, pl.col("token_times").list.last())),
         )
         run = None
         if first:
-            run = {"engine": "aiperf-client", "clock": "unix",
-                   "meta": {"source_format": "aiperf-profile-export",
-                            "token_times_are": "streamed chunk arrival times; itl_ms = AIPerf inter_chunk_latency"}}
+            run = {
+                "engine": "aiperf-client",
+                "clock": "unix",
+                "meta": {
+                    "source_format": "aiperf-profile-export",
+                    "token_times_are": "streamed chunk arrival times; itl_ms = AIPerf inter_chunk_latency",
+                },
+            }
             first = False
         skipped = df.filter(pl.col("perr") == "blank").height
-        yield c.batch(c.encode(good, "request", ("t_ack", "error", "benchmark_phase", "worker_id")), table.num_rows,
-                      run=run, rejects=df.filter(pl.col("reason").is_not_null()), skipped=skipped)
+        yield c.batch(
+            c.encode(good, "request", ("t_ack", "error", "benchmark_phase", "worker_id")),
+            table.num_rows,
+            run=run,
+            rejects=df.filter(pl.col("reason").is_not_null()),
+            skipped=skipped,
+        )
     con.close()
 
 
 # --- GenAI-Perf -------------------------------------------------------------------------
 
+
 def sniff_genai_perf(path: Path, head: str) -> bool:
-    return head.lstrip().startswith("{") and '"experiments"' in head and ('"response_timestamps"' in head or '"service_kind"' in head)
+    return (
+        head.lstrip().startswith("{")
+        and '"experiments"' in head
+        and ('"response_timestamps"' in head or '"service_kind"' in head)
+    )
 
 
-def convert_genai_perf(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
+def convert_genai_perf(
+    path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None
+) -> Iterator[Batch]:
     doc = c.read_json_document(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("experiments"), list):
         raise InputError(f"{path}: GenAI-Perf profile export without an 'experiments' list")
@@ -121,28 +157,46 @@ def convert_genai_perf(path: Path, progress: Callable[[int], None] | None = None
     first_line = 1
     for k, exp in enumerate(exps):
         if not isinstance(exp, dict) or not isinstance(exp.get("requests") or [], list):
-            raise InputError(f"{path}: GenAI-Perf experiment {k} is not an object with a 'requests' list; "
-                             "the file is damaged or not this format")
+            raise InputError(
+                f"{path}: GenAI-Perf experiment {k} is not an object with a 'requests' list; "
+                "the file is damaged or not this format"
+            )
         reqs = exp.get("requests") or []
         n = len(reqs)
         df = _requests_frame(reqs).with_columns(
             line_no=pl.col("idx").cast(pl.Int64) + first_line,
             req_id=pl.col("idx").cast(pl.String) if len(exps) == 1 else pl.lit(f"{k}-") + pl.col("idx").cast(pl.String),
         )
-        good = df.filter(pl.col("reason").is_null()).with_columns(
-            t_arrival=pl.col("timestamp").cast(pl.Float64) / 1e9,
-            t_first_token=pl.col("token_times").list.first(),
-            t_finish=pl.col("token_times").list.last(),
-            output_tokens=pl.col("token_times").list.len(),
-            status=pl.when(pl.col("token_times").list.len().fill_null(0) > 0).then(pl.lit("ok")).otherwise(pl.lit("error")),
-        ).with_columns(token_times=pl.when(pl.col("status") == "ok").then(pl.col("token_times")),
-                       output_tokens=pl.when(pl.col("status") == "ok").then(pl.col("output_tokens")))
+        good = (
+            df.filter(pl.col("reason").is_null())
+            .with_columns(
+                t_arrival=pl.col("timestamp").cast(pl.Float64) / 1e9,
+                t_first_token=pl.col("token_times").list.first(),
+                t_finish=pl.col("token_times").list.last(),
+                output_tokens=pl.col("token_times").list.len(),
+                status=pl.when(pl.col("token_times").list.len().fill_null(0) > 0)
+                .then(pl.lit("ok"))
+                .otherwise(pl.lit("error")),
+            )
+            .with_columns(
+                token_times=pl.when(pl.col("status") == "ok").then(pl.col("token_times")),
+                output_tokens=pl.when(pl.col("status") == "ok").then(pl.col("output_tokens")),
+            )
+        )
         experiment = exp.get("experiment") if isinstance(exp.get("experiment"), dict) else {}
-        run = {"engine": "genai-perf-client", "clock": "unix", "meta": {
-            "source_format": "genai-perf-profile-export", "genai_perf_version": doc.get("version"),
-            "service_kind": doc.get("service_kind"), "endpoint": doc.get("endpoint"),
-            "experiment_mode": experiment.get("mode"), "experiment_value": experiment.get("value"),
-            "output_tokens_are": "text-bearing responses (the export holds no token counts)"}}
+        run = {
+            "engine": "genai-perf-client",
+            "clock": "unix",
+            "meta": {
+                "source_format": "genai-perf-profile-export",
+                "genai_perf_version": doc.get("version"),
+                "service_kind": doc.get("service_kind"),
+                "endpoint": doc.get("endpoint"),
+                "experiment_mode": experiment.get("mode"),
+                "experiment_value": experiment.get("value"),
+                "output_tokens_are": "text-bearing responses (the export holds no token counts)",
+            },
+        }
         if len(exps) > 1:
             run["run_id"] = f"{run_name or c.stem(path)}-{experiment.get('mode', 'exp')}{experiment.get('value', k)}"
         bad = df.filter(pl.col("reason").is_not_null()).select("line_no", "reason", "raw")

@@ -43,9 +43,15 @@ def estimate_context(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None
         if not (n_null or was_estimated):
             continue
         if n_inside < 0.5 * n_iter:
-            _derive(con, run_id, was_estimated, {
-                "skipped": f"only {n_inside} of {n_iter} steps lie inside the requests' time span; "
-                           "iteration and request clocks differ, so context_tokens stays unknown"})
+            _derive(
+                con,
+                run_id,
+                was_estimated,
+                {
+                    "skipped": f"only {n_inside} of {n_iter} steps lie inside the requests' time span; "
+                    "iteration and request clocks differ, so context_tokens stays unknown"
+                },
+            )
             continue
         store.materialise(con, "ingest/context_estimate", {"run": run_id}, table="ctx_est", temp=True)
         cond = "" if was_estimated else "and i.context_tokens is null"
@@ -55,20 +61,29 @@ def estimate_context(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None
             {"run": run_id},
         )
         mean_active = scalar(con, "select avg(active_reqs) from ctx_est")
-        _derive(con, run_id, True, {
-            "method": "sum over requests running at each step's midpoint of prompt share computed "
-                      "(prefill) or prompt + tokens emitted (decode, ASOF join on token times)",
-            "requests": int(n_req),
-            "steps": int(n_iter),
-            "mean_active_requests": round(float(mean_active or 0.0), 3),
-        })
+        _derive(
+            con,
+            run_id,
+            True,
+            {
+                "method": "sum over requests running at each step's midpoint of prompt share computed "
+                "(prefill) or prompt + tokens emitted (decode, ASOF join on token times)",
+                "requests": int(n_req),
+                "steps": int(n_iter),
+                "mean_active_requests": round(float(mean_active or 0.0), 3),
+            },
+        )
         con.execute("drop table if exists ctx_est")
     # runs whose estimate lost its requests (a --replace removed them): the values go, not just the flag
     with_requests = [r[0] for r in rows]
-    gone = [r[0] for r in con.execute(
-        "select run_id from runs where run_id = any($runs) and not list_contains($kept, run_id) "
-        "and list_contains(try_cast(json_extract(meta, '$.estimated') as varchar[]), 'context_tokens')",
-        {"runs": run_ids, "kept": with_requests}).fetchall()]
+    gone = [
+        r[0]
+        for r in con.execute(
+            "select run_id from runs where run_id = any($runs) and not list_contains($kept, run_id) "
+            "and list_contains(try_cast(json_extract(meta, '$.estimated') as varchar[]), 'context_tokens')",
+            {"runs": run_ids, "kept": with_requests},
+        ).fetchall()
+    ]
     for run_id in gone:
         con.execute("update iterations set context_tokens = null where run_id = ?", [run_id])
         _derive(con, run_id, False, {"skipped": "no request records to estimate context_tokens from"})

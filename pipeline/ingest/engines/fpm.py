@@ -43,7 +43,10 @@ def sniff(path: Path, head: str) -> bool:
     return first.lstrip().startswith("{") and '"scheduled_requests"' in first and '"wall_time"' in first
 
 
-SQL = "with j as (" + c.JSON_OBJECTS + """),
+SQL = (
+    "with j as ("
+    + c.JSON_OBJECTS
+    + """),
 r as (select line_no, raw, ok, coalesce(js->'$.event.fpm', js) as f, js from j)
 select line_no, raw,
   case when not ok then 'not valid JSON (truncated or garbage line)' end as perr,
@@ -64,19 +67,29 @@ select line_no, raw,
   try_cast(f->>'$.queued_requests.num_decode_requests' as bigint) as queued_decode
 from r
 """
+)
 
 REQUIRED = ("counter_id", "wall_time", "prefill_reqs", "prefill_tokens", "decode_reqs")
 
 
 def _reasons(df: pl.DataFrame) -> pl.DataFrame:
     missing = c.missing_reason([(f, pl.col(f)) for f in REQUIRED], "FPM record without ")
-    negative = pl.when(pl.any_horizontal(*[pl.col(f) < 0 for f in REQUIRED])).then(pl.lit("FPM record with a negative count or wall_time"))
+    negative = pl.when(pl.any_horizontal(*[pl.col(f) < 0 for f in REQUIRED])).then(
+        pl.lit("FPM record with a negative count or wall_time")
+    )
     first = pl.col("line_no").min().over("worker_id", "counter_id", "dp_rank")
     dup = pl.when(pl.col("line_no") != first).then(
-        pl.lit("duplicate FPM record of rank ") + pl.col("dp_rank").cast(pl.String) + pl.lit(" of step ")
-        + pl.col("counter_id").cast(pl.String) + pl.lit(" (first at line ") + first.cast(pl.String) + pl.lit(")"))
-    return df.with_columns(reason=pl.when(pl.col("heartbeat")).then(None)
-                           .otherwise(pl.coalesce(pl.col("perr"), missing, negative, dup)))
+        pl.lit("duplicate FPM record of rank ")
+        + pl.col("dp_rank").cast(pl.String)
+        + pl.lit(" of step ")
+        + pl.col("counter_id").cast(pl.String)
+        + pl.lit(" (first at line ")
+        + first.cast(pl.String)
+        + pl.lit(")")
+    )
+    return df.with_columns(
+        reason=pl.when(pl.col("heartbeat")).then(None).otherwise(pl.coalesce(pl.col("perr"), missing, negative, dup))
+    )
 
 
 def convert(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
@@ -99,26 +112,38 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
     good = df.filter(pl.col("reason").is_null() & ~pl.col("heartbeat"))
     heartbeats = df.filter(pl.col("heartbeat") & pl.col("reason").is_null()).height
     stamp = pl.col("stamp")
-    steps = good.group_by("worker_id", "counter_id").agg(
-        line_no=pl.col("line_no").min(),
-        ranks=pl.len(),
-        dur_ms=pl.col("wall_time").max() * 1000.0,
-        prefill_reqs=pl.col("prefill_reqs").sum(), prefill_tokens=pl.col("prefill_tokens").sum(),
-        prefill_kv_tokens=pl.col("prefill_kv_tokens").sum(),
-        decode_reqs=pl.col("decode_reqs").sum(), context_tokens=pl.col("context_tokens").sum(),
-        waiting_reqs=(pl.col("queued_prefill").fill_null(0) + pl.col("queued_decode").fill_null(0)).sum(),
-        t_end=pl.when(stamp > 1e14).then(stamp / 1e9).otherwise(stamp).max(),
-        timing_scope=pl.col("timing_scope").drop_nulls().first(),
-    ).with_columns(iter=pl.col("counter_id"), decode_tokens=pl.col("decode_reqs")).sort("worker_id", "counter_id")
+    steps = (
+        good.group_by("worker_id", "counter_id")
+        .agg(
+            line_no=pl.col("line_no").min(),
+            ranks=pl.len(),
+            dur_ms=pl.col("wall_time").max() * 1000.0,
+            prefill_reqs=pl.col("prefill_reqs").sum(),
+            prefill_tokens=pl.col("prefill_tokens").sum(),
+            prefill_kv_tokens=pl.col("prefill_kv_tokens").sum(),
+            decode_reqs=pl.col("decode_reqs").sum(),
+            context_tokens=pl.col("context_tokens").sum(),
+            waiting_reqs=(pl.col("queued_prefill").fill_null(0) + pl.col("queued_decode").fill_null(0)).sum(),
+            t_end=pl.when(stamp > 1e14).then(stamp / 1e9).otherwise(stamp).max(),
+            timing_scope=pl.col("timing_scope").drop_nulls().first(),
+        )
+        .with_columns(iter=pl.col("counter_id"), decode_tokens=pl.col("decode_reqs"))
+        .sort("worker_id", "counter_id")
+    )
     merged = int(steps.get_column("ranks").sum() - steps.height)
     scopes = good.get_column("timing_scope").drop_nulls().unique().sort().to_list()
     workers = steps.get_column("worker_id").fill_null("").unique().sort().to_list()
-    meta = {"source_format": "forward-pass-metrics", "fpm_version": 1,
-            "elapsed_time_scope": ", ".join(scopes) if scopes else "not stated by the producer",
-            "fpm_dp_ranks": int(good.get_column("dp_rank").n_unique()),
-            "fpm_rank_lines_merged": merged, "fpm_heartbeats": heartbeats,
-            "step_times": "wall_time of each step; time of day from the records' timestamp field"
-                          if steps.get_column("t_end").is_not_null().any() else "durations only (no time of day)"}
+    meta = {
+        "source_format": "forward-pass-metrics",
+        "fpm_version": 1,
+        "elapsed_time_scope": ", ".join(scopes) if scopes else "not stated by the producer",
+        "fpm_dp_ranks": int(good.get_column("dp_rank").n_unique()),
+        "fpm_rank_lines_merged": merged,
+        "fpm_heartbeats": heartbeats,
+        "step_times": "wall_time of each step; time of day from the records' timestamp field"
+        if steps.get_column("t_end").is_not_null().any()
+        else "durations only (no time of day)",
+    }
     run = {"engine": "fpm", "clock": "unix", "meta": meta}
     skipped = blank + heartbeats + merged
     extra = ("prefill_kv_tokens", "timing_scope")
@@ -130,6 +155,8 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
         part = steps.filter(pl.col("worker_id").fill_null("") == w).with_columns(run_id=pl.lit(f"{base}-{w}"))
         run_k = run | {"run_id": f"{base}-{w}", "meta": meta | {"fpm_worker_id": w}}
         if k == 0:
-            yield c.batch(c.encode(part, "iteration", (*extra, "run_id")), total, run=run_k, rejects=bad, skipped=skipped)
+            yield c.batch(
+                c.encode(part, "iteration", (*extra, "run_id")), total, run=run_k, rejects=bad, skipped=skipped
+            )
         else:
             yield c.batch(c.encode(part, "iteration", (*extra, "run_id")), 0, run=run_k)

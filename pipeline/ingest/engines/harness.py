@@ -40,20 +40,34 @@ from ..load import Batch
 from . import _common as c
 
 STATUSES = (("successful", "ok"), ("incomplete", "aborted"), ("errored", "error"))
-EMPTY_GUIDELLM = {"req_id": pl.String, "t_arrival": pl.Float64, "t_first_token": pl.Float64, "t_finish": pl.Float64,
-                  "prompt_tokens": pl.Int64, "output_tokens": pl.Int64, "status": pl.String,
-                  "guidellm_status": pl.String}
+EMPTY_GUIDELLM = {
+    "req_id": pl.String,
+    "t_arrival": pl.Float64,
+    "t_first_token": pl.Float64,
+    "t_finish": pl.Float64,
+    "prompt_tokens": pl.Int64,
+    "output_tokens": pl.Int64,
+    "status": pl.String,
+    "guidellm_status": pl.String,
+}
 
 
 def sniff_guidellm(path: Path, head: str) -> bool:
-    return head.lstrip().startswith("{") and '"benchmarks"' in head and (
-        '"guidellm_version"' in head or '"generative_benchmark"' in head or '"scheduler_metrics"' in head)
+    return (
+        head.lstrip().startswith("{")
+        and '"benchmarks"' in head
+        and ('"guidellm_version"' in head or '"generative_benchmark"' in head or '"scheduler_metrics"' in head)
+    )
 
 
 def sniff_inference_perf(path: Path, head: str) -> bool:
     text = head.lstrip()
-    return text.startswith("[") and '"start_time"' in head and '"end_time"' in head and (
-        '"response_metrics"' in head or '"request_metrics"' in head)
+    return (
+        text.startswith("[")
+        and '"start_time"' in head
+        and '"end_time"' in head
+        and ('"response_metrics"' in head or '"request_metrics"' in head)
+    )
 
 
 def _field(df: pl.DataFrame, dotted: str, dtype: pl.DataType = pl.Float64) -> pl.Expr:
@@ -82,8 +96,9 @@ def _frame(items: list, what: str, path: Path) -> pl.DataFrame:
         raise InputError(f"{path}: {what}: fields of mixed types ({exc}); is --format right?") from exc
 
 
-def convert_guidellm(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None
-                     ) -> Iterator[Batch]:
+def convert_guidellm(
+    path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None
+) -> Iterator[Batch]:
     doc = c.read_json_document(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
         raise InputError(f"{path}: guidellm report without a 'benchmarks' list")
@@ -99,38 +114,60 @@ def convert_guidellm(path: Path, progress: Callable[[int], None] | None = None, 
             if not df.height:
                 continue
             t = "info.timings."
-            frames.append(df.select(
-                req_id=_field(df, "request_id", pl.String),
-                t_arrival=pl.coalesce(_field(df, t + "request_start"), _field(df, t + "resolve_start")),
-                t_first_token=_field(df, t + "first_token_iteration"),
-                t_finish=pl.coalesce(_field(df, t + "last_token_iteration"), _field(df, t + "request_end"),
-                                     _field(df, t + "resolve_end")),
-                prompt_tokens=_field(df, "input_metrics.total_tokens", pl.Int64),
-                output_tokens=pl.coalesce(_field(df, "output_metrics.total_tokens", pl.Int64),
-                                          _field(df, t + "token_iterations", pl.Int64)),
-                status=pl.lit(status),
-                guidellm_status=pl.lit(key),
-            ))
+            frames.append(
+                df.select(
+                    req_id=_field(df, "request_id", pl.String),
+                    t_arrival=pl.coalesce(_field(df, t + "request_start"), _field(df, t + "resolve_start")),
+                    t_first_token=_field(df, t + "first_token_iteration"),
+                    t_finish=pl.coalesce(
+                        _field(df, t + "last_token_iteration"),
+                        _field(df, t + "request_end"),
+                        _field(df, t + "resolve_end"),
+                    ),
+                    prompt_tokens=_field(df, "input_metrics.total_tokens", pl.Int64),
+                    output_tokens=pl.coalesce(
+                        _field(df, "output_metrics.total_tokens", pl.Int64),
+                        _field(df, t + "token_iterations", pl.Int64),
+                    ),
+                    status=pl.lit(status),
+                    guidellm_status=pl.lit(key),
+                )
+            )
         # a benchmark without requests still needs every column the checks below name
         df = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame(schema=EMPTY_GUIDELLM)
         df = df.with_row_index("idx").with_columns(
             line_no=pl.col("idx").cast(pl.Int64) + line,
-            req_id=pl.coalesce(pl.col("req_id"), pl.lit(f"{k}-") + pl.col("idx").cast(pl.String)))
+            req_id=pl.coalesce(pl.col("req_id"), pl.lit(f"{k}-") + pl.col("idx").cast(pl.String)),
+        )
         ok = pl.col("status") == "ok"
-        df = df.with_columns(reason=pl.coalesce(
-            c.missing_reason([("info.timings.request_start", pl.col("t_arrival"))], "guidellm request without "),
-            pl.when(ok & pl.col("t_first_token").is_null()).then(
-                pl.lit("successful guidellm request without info.timings.first_token_iteration"))))
+        df = df.with_columns(
+            reason=pl.coalesce(
+                c.missing_reason([("info.timings.request_start", pl.col("t_arrival"))], "guidellm request without "),
+                pl.when(ok & pl.col("t_first_token").is_null()).then(
+                    pl.lit("successful guidellm request without info.timings.first_token_iteration")
+                ),
+            )
+        )
         good = df.filter(pl.col("reason").is_null()).with_columns(
-            t_first_token=pl.when(ok).then(pl.col("t_first_token")), t_finish=pl.when(ok).then(pl.col("t_finish")))
-        meta = {"source_format": "guidellm-benchmarks", "guidellm_version": version,
-                "benchmark_index": k, "token_times_are": "not recorded by guidellm (no itl_ms)"}
+            t_first_token=pl.when(ok).then(pl.col("t_first_token")), t_finish=pl.when(ok).then(pl.col("t_finish"))
+        )
+        meta = {
+            "source_format": "guidellm-benchmarks",
+            "guidellm_version": version,
+            "benchmark_index": k,
+            "token_times_are": "not recorded by guidellm (no itl_ms)",
+        }
         if isinstance(bench, dict):
             sm = bench.get("scheduler_metrics") or {}
             cfg = bench.get("config") or {}
-            meta["strategy"] = (cfg.get("strategy") or {}).get("type_") if isinstance(cfg.get("strategy"), dict) else None
-            meta["measure_window_s"] = [sm.get("measure_start_time"), sm.get("measure_end_time")] \
-                if isinstance(sm, dict) and sm.get("measure_start_time") else None
+            meta["strategy"] = (
+                (cfg.get("strategy") or {}).get("type_") if isinstance(cfg.get("strategy"), dict) else None
+            )
+            meta["measure_window_s"] = (
+                [sm.get("measure_start_time"), sm.get("measure_end_time")]
+                if isinstance(sm, dict) and sm.get("measure_start_time")
+                else None
+            )
         run = {"engine": "guidellm-client", "clock": "unix", "meta": meta}
         if len(benches) > 1:
             run["run_id"] = f"{run_name or c.stem(path)}-{k + 1}"
@@ -139,8 +176,9 @@ def convert_guidellm(path: Path, progress: Callable[[int], None] | None = None, 
         line += df.height
 
 
-def convert_inference_perf(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None
-                           ) -> Iterator[Batch]:
+def convert_inference_perf(
+    path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None
+) -> Iterator[Batch]:
     doc = c.read_json_document(path)
     if not isinstance(doc, list):
         raise InputError(f"{path}: inference-perf lifecycle metrics must be a JSON list of request objects")
@@ -149,35 +187,55 @@ def convert_inference_perf(path: Path, progress: Callable[[int], None] | None = 
         yield c.batch(None, 0)
         return
     r = "info.response_metrics."
-    toks = pl.coalesce(_field(df, r + "output_token_times", pl.List(pl.Float64)),
-                       _field(df, r + "chunk_times", pl.List(pl.Float64)))
-    df = df.with_row_index("idx").select(
-        line_no=pl.col("idx").cast(pl.Int64) + 1,
-        req_id=pl.col("idx").cast(pl.String),
-        t_arrival=_field(df, "start_time"),
-        t_finish=_field(df, "end_time"),
-        token_times=toks,
-        prompt_tokens=pl.coalesce(_field(df, "info.input_tokens", pl.Int64),
-                                  _field(df, "info.request_metrics.text.input_tokens", pl.Int64)),
-        output_tokens=_field(df, r + "output_tokens", pl.Int64),
-        error=pl.coalesce(_field(df, "error.error_type", pl.String), _field(df, "error.error_msg", pl.String),
-                          _field(df, "error", pl.String)),
-    ).with_columns(t_first_token=pl.col("token_times").list.first())
+    toks = pl.coalesce(
+        _field(df, r + "output_token_times", pl.List(pl.Float64)), _field(df, r + "chunk_times", pl.List(pl.Float64))
+    )
+    df = (
+        df.with_row_index("idx")
+        .select(
+            line_no=pl.col("idx").cast(pl.Int64) + 1,
+            req_id=pl.col("idx").cast(pl.String),
+            t_arrival=_field(df, "start_time"),
+            t_finish=_field(df, "end_time"),
+            token_times=toks,
+            prompt_tokens=pl.coalesce(
+                _field(df, "info.input_tokens", pl.Int64),
+                _field(df, "info.request_metrics.text.input_tokens", pl.Int64),
+            ),
+            output_tokens=_field(df, r + "output_tokens", pl.Int64),
+            error=pl.coalesce(
+                _field(df, "error.error_type", pl.String),
+                _field(df, "error.error_msg", pl.String),
+                _field(df, "error", pl.String),
+            ),
+        )
+        .with_columns(t_first_token=pl.col("token_times").list.first())
+    )
     failed = pl.col("error").is_not_null()
-    df = df.with_columns(reason=pl.coalesce(
-        c.missing_reason([("start_time", pl.col("t_arrival"))], "inference-perf request without "),
-        pl.when(~failed & pl.col("t_first_token").is_null()).then(
-            pl.lit("inference-perf request without output_token_times or chunk_times (and no error)"))))
+    df = df.with_columns(
+        reason=pl.coalesce(
+            c.missing_reason([("start_time", pl.col("t_arrival"))], "inference-perf request without "),
+            pl.when(~failed & pl.col("t_first_token").is_null()).then(
+                pl.lit("inference-perf request without output_token_times or chunk_times (and no error)")
+            ),
+        )
+    )
     good = df.filter(pl.col("reason").is_null()).with_columns(
         status=pl.when(failed).then(pl.lit("error")).otherwise(pl.lit("ok")),
         t_first_token=pl.when(~failed).then(pl.col("t_first_token")),
         t_finish=pl.when(~failed).then(pl.col("t_finish")),
         token_times=pl.when(~failed).then(pl.col("token_times")),
-        output_tokens=pl.when(~failed).then(pl.col("output_tokens")))
+        output_tokens=pl.when(~failed).then(pl.col("output_tokens")),
+    )
     first = good.get_column("t_arrival").min() if good.height else None
     clock = "unix" if first is not None and first > 1e9 else "monotonic"
-    run = {"engine": "inference-perf-client", "clock": clock,
-           "meta": {"source_format": "inference-perf-lifecycle",
-                    "token_times_are": "output_token_times (else chunk_times) as recorded by the client"}}
+    run = {
+        "engine": "inference-perf-client",
+        "clock": clock,
+        "meta": {
+            "source_format": "inference-perf-lifecycle",
+            "token_times_are": "output_token_times (else chunk_times) as recorded by the client",
+        },
+    }
     bad = df.filter(pl.col("reason").is_not_null()).select("line_no", "reason", raw=pl.col("req_id"))
     yield c.batch(c.encode(good, "request", ("error",)), df.height, run=run, rejects=bad)

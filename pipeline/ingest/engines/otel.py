@@ -47,7 +47,10 @@ def _attr(key: str, kind: str) -> str:
     return f"coalesce({pick}->>'$.value.{kind}', {pick}->>'$.value.doubleValue', {pick}->>'$.value.intValue')"
 
 
-SQL = "with j as (" + c.JSON_OBJECTS + """),
+SQL = (
+    "with j as ("
+    + c.JSON_OBJECTS
+    + """),
 docs as (
   select line_no, raw, ok, js,
     coalesce(case when ok then json_type(js, '$.resourceSpans') = 'ARRAY' end, false) as is_doc
@@ -63,25 +66,46 @@ flat as (select line_no, span->>'$.name' as name,
            from_json(coalesce(span->'$.attributes', '[]'), '["JSON"]') as attrs
          from sp)
 select line_no, name, t_arrival, t_end,
-  """ + _attr("gen_ai.request.id", "stringValue") + """ as req_id,
-  try_cast(""" + _attr("gen_ai.usage.prompt_tokens", "intValue") + """ as bigint) as prompt_tokens,
-  try_cast(""" + _attr("gen_ai.usage.completion_tokens", "intValue") + """ as bigint) as output_tokens,
-  try_cast(""" + _attr("gen_ai.latency.time_in_queue", "doubleValue") + """ as double) as queue_s,
-  try_cast(""" + _attr("gen_ai.latency.time_to_first_token", "doubleValue") + """ as double) as ttft_s,
-  try_cast(""" + _attr("gen_ai.latency.e2e", "doubleValue") + """ as double) as e2e_s,
-  try_cast(""" + _attr("gen_ai.latency.time_in_model_prefill", "doubleValue") + """ as double) as model_prefill_s,
-  try_cast(""" + _attr("gen_ai.latency.time_in_model_decode", "doubleValue") + """ as double) as model_decode_s
+  """
+    + _attr("gen_ai.request.id", "stringValue")
+    + """ as req_id,
+  try_cast("""
+    + _attr("gen_ai.usage.prompt_tokens", "intValue")
+    + """ as bigint) as prompt_tokens,
+  try_cast("""
+    + _attr("gen_ai.usage.completion_tokens", "intValue")
+    + """ as bigint) as output_tokens,
+  try_cast("""
+    + _attr("gen_ai.latency.time_in_queue", "doubleValue")
+    + """ as double) as queue_s,
+  try_cast("""
+    + _attr("gen_ai.latency.time_to_first_token", "doubleValue")
+    + """ as double) as ttft_s,
+  try_cast("""
+    + _attr("gen_ai.latency.e2e", "doubleValue")
+    + """ as double) as e2e_s,
+  try_cast("""
+    + _attr("gen_ai.latency.time_in_model_prefill", "doubleValue")
+    + """ as double) as model_prefill_s,
+  try_cast("""
+    + _attr("gen_ai.latency.time_in_model_decode", "doubleValue")
+    + """ as double) as model_decode_s
 from flat
 """
+)
 
-BAD_LINES = """
+BAD_LINES = (
+    """
 select line_no, left(raw, 1024) as raw,
   case when not ok then 'not valid JSON (one OTLP TracesData object per line)'
        else 'not an OTLP TracesData object (no resourceSpans list)' end as reason
 from (select *, coalesce(case when ok then json_type(js, '$.resourceSpans') = 'ARRAY' end, false) as is_doc
-      from (""" + c.JSON_OBJECTS + """))
+      from ("""
+    + c.JSON_OBJECTS
+    + """))
 where not is_doc and trim(raw) <> ''
 """
+)
 
 
 def convert(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
@@ -98,12 +122,19 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
     df = pl.concat(spans) if spans else pl.DataFrame()
     bad_lines = pl.concat(bads).select("line_no", "reason", "raw") if bads else None
     if not df.height:
-        yield c.batch(None, n_lines, rejects=bad_lines, skipped=n_lines - (bad_lines.height if bad_lines is not None else 0))
+        yield c.batch(
+            None, n_lines, rejects=bad_lines, skipped=n_lines - (bad_lines.height if bad_lines is not None else 0)
+        )
         return
     is_req = pl.col("name") == SPAN
-    df = df.with_columns(reason=pl.when(is_req).then(c.missing_reason(
-        [("gen_ai.request.id", pl.col("req_id")), ("startTimeUnixNano", pl.col("t_arrival"))],
-        "vLLM llm_request span without ")))
+    df = df.with_columns(
+        reason=pl.when(is_req).then(
+            c.missing_reason(
+                [("gen_ai.request.id", pl.col("req_id")), ("startTimeUnixNano", pl.col("t_arrival"))],
+                "vLLM llm_request span without ",
+            )
+        )
+    )
     other = df.filter(~is_req.fill_null(False)).height
     good = df.filter(is_req & pl.col("reason").is_null()).with_columns(
         t_scheduled=pl.col("t_arrival") + pl.col("queue_s"),
@@ -112,12 +143,24 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
         status=pl.lit("ok"),
     )
     span_bad = df.filter(is_req & pl.col("reason").is_not_null()).select(
-        "line_no", "reason", raw=pl.col("req_id").fill_null(""))
-    run = {"engine": "vllm", "clock": "unix", "meta": {
-        "source_format": "otel-otlp-json", "spans_other_than_llm_request": other,
-        "times_are": "server side: the span's start is the request's arrival at vLLM"}}
+        "line_no", "reason", raw=pl.col("req_id").fill_null("")
+    )
+    run = {
+        "engine": "vllm",
+        "clock": "unix",
+        "meta": {
+            "source_format": "otel-otlp-json",
+            "spans_other_than_llm_request": other,
+            "times_are": "server side: the span's start is the request's arrival at vLLM",
+        },
+    }
     # the file's records are spans (many per line): read = spans + bad lines + blank lines
     n_bad = bad_lines.height if bad_lines is not None else 0
     rejects = pl.concat([x for x in (bad_lines, span_bad) if x is not None])
-    yield c.batch(c.encode(good, "request", ("model_prefill_s", "model_decode_s")), df.height + n_bad + blank,
-                  run=run, rejects=rejects, skipped=other + blank)
+    yield c.batch(
+        c.encode(good, "request", ("model_prefill_s", "model_decode_s")),
+        df.height + n_bad + blank,
+        run=run,
+        rejects=rejects,
+        skipped=other + blank,
+    )

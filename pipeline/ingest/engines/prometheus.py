@@ -34,19 +34,31 @@ from .. import reader
 from ..load import Batch
 from . import _common as c
 
-SCHEMA = {"line_no": pl.Int64, "t": pl.Float64, "family": pl.String, "labels": pl.String, "kind": pl.String,
-          "le": pl.Float64, "value": pl.Float64}
+SCHEMA = {
+    "line_no": pl.Int64,
+    "t": pl.Float64,
+    "family": pl.String,
+    "labels": pl.String,
+    "kind": pl.String,
+    "le": pl.Float64,
+    "value": pl.Float64,
+}
 
 
 def sniff_aiperf_metrics(path: Path, head: str) -> bool:
     first = next((ln for ln in head.splitlines() if ln.strip()), "")
-    return first.lstrip().startswith("{") and '"endpoint_url"' in first and '"timestamp_ns"' in first \
+    return (
+        first.lstrip().startswith("{")
+        and '"endpoint_url"' in first
+        and '"timestamp_ns"' in first
         and '"metrics"' in first
+    )
 
 
 def sniff_exposition(path: Path, head: str) -> bool:
     return "# Timestamp:" in head and any(
-        ln.split("{")[0].split(" ")[0].count(":") or ln.startswith("# TYPE") for ln in head.splitlines()[1:20])
+        ln.split("{")[0].split(" ")[0].count(":") or ln.startswith("# TYPE") for ln in head.splitlines()[1:20]
+    )
 
 
 def sniff_query_range(path: Path, head: str) -> bool:
@@ -61,8 +73,9 @@ def _frame(df: pl.DataFrame) -> pa.Table:
     return df.select([pl.col(k).cast(v) for k, v in SCHEMA.items()]).to_arrow()
 
 
-def _batch(read: int, run: dict | None, bad: pl.DataFrame | None, skipped: int, rows: pl.DataFrame,
-           accepted_lines: int) -> Batch:
+def _batch(
+    read: int, run: dict | None, bad: pl.DataFrame | None, skipped: int, rows: pl.DataFrame, accepted_lines: int
+) -> Batch:
     b = c.batch(None, read, run=run, rejects=bad, skipped=skipped)
     b.metrics, b.metric_lines = _frame(rows), accepted_lines
     return b
@@ -72,7 +85,10 @@ def _run(fmt: str) -> dict:
     return {"clock": "unix", "meta": {"source_format": fmt, "engine_metrics": True}}
 
 
-AIPERF_SQL = "with j as (" + c.JSON_OBJECTS + """),
+AIPERF_SQL = (
+    "with j as ("
+    + c.JSON_OBJECTS
+    + """),
 rows as (
   select line_no, try_cast(js->>'$.timestamp_ns' as double) / 1e9 as t, js->>'$.endpoint_url' as endpoint,
          try_cast(js->'$.metrics' as map(varchar, json[])) as m
@@ -96,18 +112,24 @@ from (select *, unnest(map_entries(h)) as b from base where h is not null)
 union all select line_no, t, family, labels, 'sum', null, hsum from base where h is not null
 union all select line_no, t, family, labels, 'count', null, hcount from base where h is not null
 """
+)
 
-AIPERF_BAD = "with j as (" + c.JSON_OBJECTS + """)
+AIPERF_BAD = (
+    "with j as ("
+    + c.JSON_OBJECTS
+    + """)
 select line_no, left(raw, 1024) as raw,
   case when not ok then 'not valid JSON (one AIPerf server-metrics record per line)'
        else 'AIPerf server-metrics record without timestamp_ns or metrics' end as reason
 from j where trim(raw) <> '' and (not ok or try_cast(js->>'$.timestamp_ns' as double) is null
                                    or json_type(js, '$.metrics') <> 'OBJECT')
 """
+)
 
 
-def convert_aiperf_metrics(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None
-                           ) -> Iterator[Batch]:
+def convert_aiperf_metrics(
+    path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None
+) -> Iterator[Batch]:
     con = store.scratch()
     first = True
     for table in reader.line_batches(path, progress):
@@ -117,8 +139,14 @@ def convert_aiperf_metrics(path: Path, progress: Callable[[int], None] | None = 
         blank = int(con.sql("select count(*) from lines where trim(raw) = ''").fetchall()[0][0])
         con.unregister("lines")
         rows = rows.filter(pl.col("t").is_not_null()).with_columns(kind=pl.coalesce("kind", _kind(pl.col("family"))))
-        yield _batch(table.num_rows, _run("aiperf-server-metrics") if first else None, bad, blank, rows,
-                     table.num_rows - bad.height - blank)
+        yield _batch(
+            table.num_rows,
+            _run("aiperf-server-metrics") if first else None,
+            bad,
+            blank,
+            rows,
+            table.num_rows - bad.height - blank,
+        )
         first = False
     con.close()
 
@@ -128,8 +156,9 @@ def convert_aiperf_metrics(path: Path, progress: Callable[[int], None] | None = 
 SAMPLE = r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)(?:\s+\d+)?\s*$"
 
 
-def convert_exposition(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None
-                       ) -> Iterator[Batch]:
+def convert_exposition(
+    path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None
+) -> Iterator[Batch]:
     """Whole-file: a sample's time is the last ``# Timestamp:`` line above it."""
     tables = [pl.from_arrow(t) for t in reader.line_batches(path, progress)]
     if not tables:  # an empty file: no lines, nothing to concatenate
@@ -146,11 +175,16 @@ def convert_exposition(path: Path, progress: Callable[[int], None] | None = None
     ).with_columns(t=pl.col("t").forward_fill())
     types = df.select(name=pl.col("typed").struct.field("1"), type=pl.col("typed").struct.field("2")).drop_nulls()
     samples = df.filter(~pl.col("comment")).with_columns(
-        name=pl.col("m").struct.field("1"), lab=pl.col("m").struct.field("2").fill_null("{}"),
-        value=pl.col("m").struct.field("3").str.replace(r"^\+Inf$", "inf").cast(pl.Float64, strict=False))
-    reason = (pl.when(pl.col("name").is_null() | pl.col("value").is_null())
-              .then(pl.lit("not a Prometheus sample line (name{labels} value)"))
-              .when(pl.col("t").is_null()).then(pl.lit("sample before any '# Timestamp:' line")))
+        name=pl.col("m").struct.field("1"),
+        lab=pl.col("m").struct.field("2").fill_null("{}"),
+        value=pl.col("m").struct.field("3").str.replace(r"^\+Inf$", "inf").cast(pl.Float64, strict=False),
+    )
+    reason = (
+        pl.when(pl.col("name").is_null() | pl.col("value").is_null())
+        .then(pl.lit("not a Prometheus sample line (name{labels} value)"))
+        .when(pl.col("t").is_null())
+        .then(pl.lit("sample before any '# Timestamp:' line"))
+    )
     samples = samples.with_columns(reason=reason)
     good = samples.filter(pl.col("reason").is_null())
     suffix = pl.col("name").str.extract(r"_(bucket|sum|count)$", 1)
@@ -160,12 +194,20 @@ def convert_exposition(path: Path, progress: Callable[[int], None] | None = None
     is_hist = suffix.is_not_null() & (base.is_in(hist) | (suffix == "bucket"))
     good = good.with_columns(
         family=pl.when(is_hist).then(base).otherwise(pl.col("name")),
-        kind=pl.when(is_hist).then(suffix).when(pl.col("name").is_in(counters)).then(pl.lit("counter"))
+        kind=pl.when(is_hist)
+        .then(suffix)
+        .when(pl.col("name").is_in(counters))
+        .then(pl.lit("counter"))
         .otherwise(_kind(pl.col("name"))),
         le=pl.col("lab").str.extract(r'le="([^"]*)"', 1).str.replace(r"^\+Inf$", "inf").cast(pl.Float64, strict=False),
         # {a="x",le="1"} -> {"a":"x"}: label values are kept as text, escapes as written
-        labels=pl.lit("{") + pl.col("lab").str.strip_chars("{}").str.replace_all(r'(?:^|,)\s*le="[^"]*"', "")
-        .str.strip_chars(",").str.replace_all(r'([a-zA-Z_][a-zA-Z0-9_]*)="', '"$1":"') + pl.lit("}"),
+        labels=pl.lit("{")
+        + pl.col("lab")
+        .str.strip_chars("{}")
+        .str.replace_all(r'(?:^|,)\s*le="[^"]*"', "")
+        .str.strip_chars(",")
+        .str.replace_all(r'([a-zA-Z_][a-zA-Z0-9_]*)="', '"$1":"')
+        + pl.lit("}"),
     )
     bad = samples.filter(pl.col("reason").is_not_null()).select("line_no", "reason", "raw")
     skipped = df.filter(pl.col("comment")).height
@@ -186,8 +228,9 @@ from s
 """
 
 
-def convert_query_range(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None
-                        ) -> Iterator[Batch]:
+def convert_query_range(
+    path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None
+) -> Iterator[Batch]:
     # Read in Python first: a damaged or gzipped document then gets the clean error every
     # whole-document format gives, and an error answer says what Prometheus said.
     doc = c.read_json_document(path)
@@ -204,8 +247,9 @@ def convert_query_range(path: Path, progress: Callable[[int], None] | None = Non
     finally:
         con.close()
     suffix = pl.col("name").str.extract(r"_(bucket|sum|count)$", 1)
-    is_hist = (suffix == "bucket") | (suffix.is_in(["sum", "count"]) & pl.col("le").is_null()
-                                      & pl.col("name").str.contains("_seconds|_tokens"))
+    is_hist = (suffix == "bucket") | (
+        suffix.is_in(["sum", "count"]) & pl.col("le").is_null() & pl.col("name").str.contains("_seconds|_tokens")
+    )
     df = df.filter(pl.col("t").is_not_null() & pl.col("name").is_not_null()).with_columns(
         family=pl.when(is_hist).then(pl.col("name").str.replace(r"_(bucket|sum|count)$", "")).otherwise(pl.col("name")),
         kind=pl.when(is_hist).then(suffix).otherwise(_kind(pl.col("name"))),

@@ -60,9 +60,9 @@ def _kv(body: pl.Expr) -> pl.Expr:
 
 def _get(kv: str, key: str) -> pl.Expr:
     """Value of ``key`` in the pair list (NULL when absent)."""
-    return pl.col(kv).list.eval(
-        pl.element().filter(pl.element().struct.field("k") == key).struct.field("v")
-    ).list.first()
+    return (
+        pl.col(kv).list.eval(pl.element().filter(pl.element().struct.field("k") == key).struct.field("v")).list.first()
+    )
 
 
 def _num(kv: str, *keys: str, cast=pl.Float64) -> pl.Expr:
@@ -75,7 +75,8 @@ def _parse(lines: pl.DataFrame, year: int, tz: str = "UTC") -> pl.DataFrame:
     prefix = raw.str.split_exact(" batch", 1).struct.field("field_0")
     df = c.with_log_times(lines.filter(raw.str.contains(LINE)).with_columns(_prefix=prefix), "_prefix", year, tz)
     df = df.with_columns(
-        phase=m.struct.field("1"), sglang_iter=m.struct.field("2").cast(pl.Int64, strict=False),
+        phase=m.struct.field("1"),
+        sglang_iter=m.struct.field("2").cast(pl.Int64, strict=False),
         sglang_label=pl.when(m.struct.field("2").cast(pl.Int64, strict=False).is_null()).then(m.struct.field("2")),
         kv=_kv(m.struct.field("3")),
         ranks=pl.col("_prefix").str.extract(r"((?:\s(?:DP|TP|PP|EP|ATTN_CP|MOE_DP)\d+)+)\]", 1).str.strip_chars(),
@@ -106,18 +107,32 @@ def _parse(lines: pl.DataFrame, year: int, tz: str = "UTC") -> pl.DataFrame:
 def _reasons(df: pl.DataFrame) -> pl.DataFrame:
     prefill = pl.col("phase") == "Prefill"
     # every wording variant has these; a line without them was cut off or garbled
-    need = [("#running-req", pl.col("running_reqs")), ("#queue-req", pl.col("waiting_reqs")),
-            ("timestamp", pl.col("stamp_s"))]
-    reason = pl.when(prefill).then(
-        c.missing_reason([("#new-token", pl.col("prefill_tokens")), ("#new-seq", pl.col("prefill_reqs")), *need],
-                         "SGLang Prefill batch line without ")
-    ).otherwise(c.missing_reason([*need, ("gen throughput (token/s)", pl.col("gen_throughput_tok_s"))],
-                                 "SGLang Decode batch line without "))
+    need = [
+        ("#running-req", pl.col("running_reqs")),
+        ("#queue-req", pl.col("waiting_reqs")),
+        ("timestamp", pl.col("stamp_s")),
+    ]
+    reason = (
+        pl.when(prefill)
+        .then(
+            c.missing_reason(
+                [("#new-token", pl.col("prefill_tokens")), ("#new-seq", pl.col("prefill_reqs")), *need],
+                "SGLang Prefill batch line without ",
+            )
+        )
+        .otherwise(
+            c.missing_reason(
+                [*need, ("gen throughput (token/s)", pl.col("gen_throughput_tok_s"))],
+                "SGLang Decode batch line without ",
+            )
+        )
+    )
     return df.with_columns(reason=reason)
 
 
-def convert_log(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None,
-                tz: str | None = None) -> Iterator[Batch]:
+def convert_log(
+    path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None, tz: str | None = None
+) -> Iterator[Batch]:
     year = c.file_year(path)
     zone = c.check_zone(tz) if tz else c.local_zone()
     goods, bads, total, n_rec = [], [], 0, 0
@@ -134,35 +149,51 @@ def convert_log(path: Path, progress: Callable[[int], None] | None = None, run_n
         yield c.batch(None, total, rejects=pl.concat(bads) if bads else None, skipped=total - n_rec)
         return
     # Only the decode lines carry a (mean) duration; prefill steps keep their end time only.
-    good = good.with_columns(iter=pl.col("iter").cast(pl.Int64), t_end=pl.col("stamp_s"),
-                             t_start=pl.when(pl.col("dur_ms").is_not_null()).then(pl.col("stamp_s") - pl.col("dur_ms") / 1000))
-    intervals = good.filter(pl.col("sglang_iter").is_not_null() & (pl.col("phase") == "Decode")).get_column("sglang_iter").diff()
+    good = good.with_columns(
+        iter=pl.col("iter").cast(pl.Int64),
+        t_end=pl.col("stamp_s"),
+        t_start=pl.when(pl.col("dur_ms").is_not_null()).then(pl.col("stamp_s") - pl.col("dur_ms") / 1000),
+    )
+    intervals = (
+        good.filter(pl.col("sglang_iter").is_not_null() & (pl.col("phase") == "Decode"))
+        .get_column("sglang_iter")
+        .diff()
+    )
     observed = intervals.filter(intervals > 0).mode().to_list() if intervals.len() > 1 else []
     meta = {
         "source_format": "sglang-log",
         "decode_lines_sampled": True,
         "decode_log_interval": int(observed[0]) if observed else DEFAULT_DECODE_INTERVAL,
-        "decode_log_interval_source": "step counters in the log" if observed else "SGLang default (--decode-log-interval)",
+        "decode_log_interval_source": "step counters in the log"
+        if observed
+        else "SGLang default (--decode-log-interval)",
         "timestamp_resolution_s": float(good.get_column("stamp_resolution_s").max()),
         "estimated": ["dur_ms"],
         "dur_ms_estimate": "decode lines: #running-req / gen throughput (mean step time over the logging interval); "
-                           "prefill lines: no duration in SGLang logs",
+        "prefill lines: no duration in SGLang logs",
         "ranks": good.get_column("ranks").drop_nulls().unique().sort().to_list() or None,
     }
     run = {"engine": "sglang", "clock": "unix", "meta": meta}
-    records = c.encode(good, "iteration", ("phase", "sglang_iter", "sglang_label", "cached_tokens",
-                                           "gen_throughput_tok_s", "accept_len", "graph"))
+    records = c.encode(
+        good,
+        "iteration",
+        ("phase", "sglang_iter", "sglang_label", "cached_tokens", "gen_throughput_tok_s", "accept_len", "graph"),
+    )
     yield c.batch(records, total, run=run, rejects=pl.concat(bads), skipped=total - n_rec)
 
 
 # --- --export-metrics-to-file request records -------------------------------------------
+
 
 def sniff_metrics(path: Path, head: str) -> bool:
     first = next((ln for ln in head.splitlines() if ln.strip()), "")
     return first.lstrip().startswith("{") and '"request_parameters"' in first and '"completion_tokens"' in first
 
 
-METRICS_SQL = "with j as (" + c.JSON_OBJECTS + """)
+METRICS_SQL = (
+    "with j as ("
+    + c.JSON_OBJECTS
+    + """)
 select line_no, raw,
   case when not ok then 'not valid JSON (truncated or garbage line)' end as perr,
   coalesce(js->>'$.id', js->>'$.rid') as req_id,
@@ -177,9 +208,12 @@ select line_no, raw,
   coalesce(js->>'$.finish_reason.type', js->>'$.finish_reason') as finish_reason
 from j
 """
+)
 
 
-def convert_metrics(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
+def convert_metrics(
+    path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None
+) -> Iterator[Batch]:
     """One request per line: ``request_received_ts`` (Unix s) is the arrival; the finish is
     ``request_finished_ts`` or arrival + ``e2e_latency``.  SGLang exports no first-token
     time, so TTFT/TPOT stay unknown for these requests (NULL, not zero)."""
@@ -191,17 +225,33 @@ def convert_metrics(path: Path, progress: Callable[[int], None] | None = None, r
         con.unregister("lines")
         blank = df.filter(pl.col("raw").str.strip_chars() == "")
         df = df.filter(pl.col("raw").str.strip_chars() != "").with_columns(
-            reason=pl.coalesce(pl.col("perr"), c.missing_reason(
-                [("id", pl.col("req_id")), ("request_received_ts", pl.col("received"))], "SGLang request metrics without ")))
+            reason=pl.coalesce(
+                pl.col("perr"),
+                c.missing_reason(
+                    [("id", pl.col("req_id")), ("request_received_ts", pl.col("received"))],
+                    "SGLang request metrics without ",
+                ),
+            )
+        )
         good = df.filter(pl.col("reason").is_null()).with_columns(
             t_arrival=pl.col("received"),
             t_scheduled=pl.when(pl.col("queue_s").is_not_null()).then(pl.col("received") + pl.col("queue_s")),
             t_finish=pl.coalesce(pl.col("finished"), pl.col("received") + pl.col("e2e_s")),
             status=pl.when(pl.col("finish_reason").fill_null("").str.to_lowercase().str.contains("abort"))
-            .then(pl.lit("aborted")).otherwise(pl.lit("ok")),
+            .then(pl.lit("aborted"))
+            .otherwise(pl.lit("ok")),
         )
-        run = {"engine": "sglang", "clock": "unix", "meta": {"source_format": "sglang-request-metrics"}} if first else None
+        run = (
+            {"engine": "sglang", "clock": "unix", "meta": {"source_format": "sglang-request-metrics"}}
+            if first
+            else None
+        )
         first = False
-        yield c.batch(c.encode(good, "request", ("finish_reason", "e2e_s")), table.num_rows, run=run,
-                      rejects=df.filter(pl.col("reason").is_not_null()), skipped=blank.height)
+        yield c.batch(
+            c.encode(good, "request", ("finish_reason", "e2e_s")),
+            table.num_rows,
+            run=run,
+            rejects=df.filter(pl.col("reason").is_not_null()),
+            skipped=blank.height,
+        )
     con.close()

@@ -86,41 +86,44 @@ def _v(path: str, typ: str = "double") -> str:
 
 EXTRACT = f"""
 select line_no, raw, valid,
-  {_v('$.iter', 'bigint')} as iter,
-  {_v('$.iterLatencyMS')} as dur_ms,
+  {_v("$.iter", "bigint")} as iter,
+  {_v("$.iterLatencyMS")} as dur_ms,
   epoch(timezone($tz, coalesce(try_strptime(js->>'$.timestamp', '%m-%d-%Y %H:%M:%S.%f'),
                               try_strptime(js->>'$.timestamp', '%m-%d-%Y %H:%M:%S')))) as t_end,
-  coalesce({_v('$.scheduledNumPrefillRequests', 'bigint')}, {_v('$.inflightBatchingStats.numContextRequests', 'bigint')},
-           {_v('$.staticBatchingStats.numContextRequests', 'bigint')}) as prefill_reqs,
-  coalesce({_v('$.scheduledSumPrefillTokens', 'bigint')}, {_v('$.inflightBatchingStats.numCtxTokens', 'bigint')},
-           {_v('$.staticBatchingStats.numCtxTokens', 'bigint')}) as prefill_tokens,
-  coalesce({_v('$.scheduledNumDecodeRequests', 'bigint')}, {_v('$.inflightBatchingStats.numGenRequests', 'bigint')}) as decode_reqs,
-  coalesce({_v('$.scheduledNumDecodeRequests', 'bigint')}, {_v('$.inflightBatchingStats.numGenRequests', 'bigint')},
-           {_v('$.staticBatchingStats.numGenTokens', 'bigint')})
-    + coalesce({_v('$.specDecodingStats.numAcceptedTokens', 'bigint')}, 0) as decode_tokens,
-  {_v('$.scheduledSumPrefillKvTokens', 'bigint')} + {_v('$.scheduledSumDecodeKvTokens', 'bigint')} as context_tokens,
-  {_v('$.numActiveRequests', 'bigint')} as running_reqs,
-  coalesce({_v('$.queuedNumPrefillRequests', 'bigint')} + {_v('$.queuedNumDecodeRequests', 'bigint')},
-           {_v('$.numQueuedRequests', 'bigint')}) as waiting_reqs,
-  {_v('$.kvCacheStats.usedNumBlocks')} / nullif({_v('$.kvCacheStats.maxNumBlocks')}, 0) as kv_usage,
-  {_v('$.inflightBatchingStats.numPausedRequests', 'bigint')} as preempted_reqs,
-  {_v('$.numCompletedRequests', 'bigint')} as completed_reqs,
-  {_v('$.newActiveRequestsQueueLatencyMS')} as new_active_queue_ms,
-  {_v('$.maxBatchSizeRuntime', 'bigint')} as max_batch_runtime,
-  {_v('$.maxBatchSizeStatic', 'bigint')} as max_batch_static,
-  {_v('$.maxNumTokensRuntime', 'bigint')} as max_tokens_runtime,
-  {_v('$.maxNumTokensStatic', 'bigint')} as max_tokens_static,
-  {_v('$.kvCacheStats.maxNumBlocks', 'bigint')} * {_v('$.kvCacheStats.tokensPerBlock', 'bigint')} as kv_tokens,
+  coalesce({_v("$.scheduledNumPrefillRequests", "bigint")}, {_v("$.inflightBatchingStats.numContextRequests", "bigint")},
+           {_v("$.staticBatchingStats.numContextRequests", "bigint")}) as prefill_reqs,
+  coalesce({_v("$.scheduledSumPrefillTokens", "bigint")}, {_v("$.inflightBatchingStats.numCtxTokens", "bigint")},
+           {_v("$.staticBatchingStats.numCtxTokens", "bigint")}) as prefill_tokens,
+  coalesce({_v("$.scheduledNumDecodeRequests", "bigint")}, {_v("$.inflightBatchingStats.numGenRequests", "bigint")}) as decode_reqs,
+  coalesce({_v("$.scheduledNumDecodeRequests", "bigint")}, {_v("$.inflightBatchingStats.numGenRequests", "bigint")},
+           {_v("$.staticBatchingStats.numGenTokens", "bigint")})
+    + coalesce({_v("$.specDecodingStats.numAcceptedTokens", "bigint")}, 0) as decode_tokens,
+  {_v("$.scheduledSumPrefillKvTokens", "bigint")} + {_v("$.scheduledSumDecodeKvTokens", "bigint")} as context_tokens,
+  {_v("$.numActiveRequests", "bigint")} as running_reqs,
+  coalesce({_v("$.queuedNumPrefillRequests", "bigint")} + {_v("$.queuedNumDecodeRequests", "bigint")},
+           {_v("$.numQueuedRequests", "bigint")}) as waiting_reqs,
+  {_v("$.kvCacheStats.usedNumBlocks")} / nullif({_v("$.kvCacheStats.maxNumBlocks")}, 0) as kv_usage,
+  {_v("$.inflightBatchingStats.numPausedRequests", "bigint")} as preempted_reqs,
+  {_v("$.numCompletedRequests", "bigint")} as completed_reqs,
+  {_v("$.newActiveRequestsQueueLatencyMS")} as new_active_queue_ms,
+  {_v("$.maxBatchSizeRuntime", "bigint")} as max_batch_runtime,
+  {_v("$.maxBatchSizeStatic", "bigint")} as max_batch_static,
+  {_v("$.maxNumTokensRuntime", "bigint")} as max_tokens_runtime,
+  {_v("$.maxNumTokensStatic", "bigint")} as max_tokens_static,
+  {_v("$.kvCacheStats.maxNumBlocks", "bigint")} * {_v("$.kvCacheStats.tokensPerBlock", "bigint")} as kv_tokens,
   coalesce(json_exists(js, '$.end') and not json_exists(js, '$.iter'), false) as is_end,
   js->>'$.timestamp' as ts_text
 from (select line_no, raw, valid, case when valid then js end as js from src)
 """
 
 REASON = pl.coalesce(
-    pl.when(~pl.col("valid")).then(pl.lit("not a TRT-LLM IterationStats record (invalid JSON or Python literal; truncated?)")),
+    pl.when(~pl.col("valid")).then(
+        pl.lit("not a TRT-LLM IterationStats record (invalid JSON or Python literal; truncated?)")
+    ),
     c.missing_reason([("iter", pl.col("iter")), ("iterLatencyMS", pl.col("dur_ms"))], "IterationStats without "),
-    pl.when(pl.col("ts_text").is_not_null() & pl.col("t_end").is_null())
-    .then(pl.lit("timestamp not in %m-%d-%Y %H:%M:%S[.%f] form: ") + pl.col("ts_text")),
+    pl.when(pl.col("ts_text").is_not_null() & pl.col("t_end").is_null()).then(
+        pl.lit("timestamp not in %m-%d-%Y %H:%M:%S[.%f] form: ") + pl.col("ts_text")
+    ),
 )
 
 
@@ -143,12 +146,15 @@ def _source_tables(path: Path, progress) -> Iterator[tuple[pl.DataFrame, int]]:
         return
     for table in reader.line_batches(path, progress):
         frame = pl.from_arrow(table)
-        yield frame.with_columns(text=pl.when(pl.col("raw").str.strip_chars().str.starts_with("{"))
-                                 .then(pl.col("raw"))), frame.height
+        yield (
+            frame.with_columns(text=pl.when(pl.col("raw").str.strip_chars().str.starts_with("{")).then(pl.col("raw"))),
+            frame.height,
+        )
 
 
-def convert(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None,
-            tz: str | None = None) -> Iterator[Batch]:
+def convert(
+    path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None, tz: str | None = None
+) -> Iterator[Batch]:
     zone = c.check_zone(tz) if tz else c.local_zone()
     con = store.scratch()  # $TRACELAT_MEMORY_LIMIT applies here too
     run_done = False
@@ -173,8 +179,13 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
         if not run_done:
             run = _run(good, zone, bool(tz))
             run_done = True
-        yield c.batch(c.encode(good, "iteration", ("completed_reqs", "new_active_queue_ms")), n, run=run,
-                      rejects=rec.filter(pl.col("reason").is_not_null()), skipped=blank + ends)
+        yield c.batch(
+            c.encode(good, "iteration", ("completed_reqs", "new_active_queue_ms")),
+            n,
+            run=run,
+            rejects=rec.filter(pl.col("reason").is_not_null()),
+            skipped=blank + ends,
+        )
     con.close()
 
 

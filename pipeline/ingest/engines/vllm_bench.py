@@ -34,8 +34,16 @@ from ..load import Batch
 from . import _common as c
 
 ARRAYS = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "errors", "queue_times")
-SUMMARY_KEYS = ("duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
-                "request_throughput", "output_throughput", "max_concurrent_requests")
+SUMMARY_KEYS = (
+    "duration",
+    "completed",
+    "failed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "output_throughput",
+    "max_concurrent_requests",
+)
 
 
 def sniff(path: Path, head: str) -> bool:
@@ -62,16 +70,26 @@ def _documents(path: Path) -> list[dict]:
         try:
             doc = json.loads(line)
         except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
-            raise InputError(f"{path}:{n}: not a vllm bench result (invalid JSON: {exc}); "
-                             "the file is neither one JSON document nor one per line") from exc
+            raise InputError(
+                f"{path}:{n}: not a vllm bench result (invalid JSON: {exc}); "
+                "the file is neither one JSON document nor one per line"
+            ) from exc
         if not isinstance(doc, dict):
             raise InputError(f"{path}:{n}: not a vllm bench result (a JSON {type(doc).__name__}, not an object)")
         docs.append(doc)
     return docs
 
 
-SCHEMA = {"input_lens": pl.Int64, "output_lens": pl.Int64, "ttfts": pl.Float64, "itls": pl.List(pl.Float64),
-          "latencies": pl.Float64, "start_times": pl.Float64, "errors": pl.String, "queue_times": pl.Float64}
+SCHEMA = {
+    "input_lens": pl.Int64,
+    "output_lens": pl.Int64,
+    "ttfts": pl.Float64,
+    "itls": pl.List(pl.Float64),
+    "latencies": pl.Float64,
+    "start_times": pl.Float64,
+    "errors": pl.String,
+    "queue_times": pl.Float64,
+}
 _SQL_TYPE = {pl.Int64: "bigint", pl.Float64: "double", pl.String: "varchar", pl.List(pl.Float64): "double[]"}
 
 # Each entry of a damaged array, typed by DuckDB from its JSON text: ``bad`` when it holds a
@@ -131,15 +149,20 @@ def _frame(doc: dict, path: Path) -> pl.DataFrame:
         if not isinstance(vals, list):
             raise InputError(f"{path}: {key} is a JSON {type(vals).__name__}, not an array; the file is damaged")
         if len(vals) != n:
-            raise InputError(f"{path}: array {key} has {len(vals)} entries but ttfts has {n}; the file is cut or edited")
+            raise InputError(
+                f"{path}: array {key} has {len(vals)} entries but ttfts has {n}; the file is cut or edited"
+            )
         col, bad = _column(key, vals)
         cols.append(col)
         if bad is not None:
             wrong.append(pl.when(pl.lit(bad)).then(pl.lit(key)))
     df = pl.DataFrame(cols)
     reason = pl.concat_list(wrong).list.drop_nulls().list.join(", ") if wrong else pl.lit("")
-    return df.with_columns(wrong=pl.when(reason.str.len_chars() > 0).then(
-        pl.lit("vllm bench entry with a value of the wrong type in: ") + reason))
+    return df.with_columns(
+        wrong=pl.when(reason.str.len_chars() > 0).then(
+            pl.lit("vllm bench entry with a value of the wrong type in: ") + reason
+        )
+    )
 
 
 def _requests(df: pl.DataFrame, origin: float) -> pl.DataFrame:
@@ -156,25 +179,41 @@ def _requests(df: pl.DataFrame, origin: float) -> pl.DataFrame:
     latency = pl.coalesce(pl.col("latencies"), pl.col("ttfts") + pl.col("itls").list.sum())
     first = start + pl.col("ttfts")
     ok = pl.when(~failed)
-    return df.with_columns(failed=failed).select(
-        line_no=pl.col("idx").cast(pl.Int64) + 1,
-        req_id=pl.col("idx").cast(pl.String),
-        t_arrival=start,
-        t_first_token=ok.then(first),
-        t_finish=ok.then(start + latency),
-        prompt_tokens=pl.col("input_lens"),
-        output_tokens=ok.then(pl.col("output_lens")),
-        status=pl.when(pl.col("failed")).then(pl.lit("error")).otherwise(pl.lit("ok")),
-        token_times=ok.then(pl.concat_list(pl.lit(0.0), pl.col("itls")).list.eval(pl.element().cum_sum()) + first),
-        error=pl.when(pl.col("errors").fill_null("") != "").then(pl.col("errors")),
-        client_queue_s=pl.col("queue_times"),
-    ) if n else pl.DataFrame()
+    return (
+        df.with_columns(failed=failed).select(
+            line_no=pl.col("idx").cast(pl.Int64) + 1,
+            req_id=pl.col("idx").cast(pl.String),
+            t_arrival=start,
+            t_first_token=ok.then(first),
+            t_finish=ok.then(start + latency),
+            prompt_tokens=pl.col("input_lens"),
+            output_tokens=ok.then(pl.col("output_lens")),
+            status=pl.when(pl.col("failed")).then(pl.lit("error")).otherwise(pl.lit("ok")),
+            token_times=ok.then(pl.concat_list(pl.lit(0.0), pl.col("itls")).list.eval(pl.element().cum_sum()) + first),
+            error=pl.when(pl.col("errors").fill_null("") != "").then(pl.col("errors")),
+            client_queue_s=pl.col("queue_times"),
+        )
+        if n
+        else pl.DataFrame()
+    )
 
 
 def _run(doc: dict, origin: float, has_starts: bool) -> dict:
     reported = {k: v for k, v in doc.items() if k.endswith("_ms") and isinstance(v, (int, float))}
-    meta = {k: doc.get(k) for k in ("backend", "endpoint_type", "label", "tokenizer_id", "num_prompts",
-                                    "request_rate", "burstiness", "max_concurrency", "date")}
+    meta = {
+        k: doc.get(k)
+        for k in (
+            "backend",
+            "endpoint_type",
+            "label",
+            "tokenizer_id",
+            "num_prompts",
+            "request_rate",
+            "burstiness",
+            "max_concurrency",
+            "date",
+        )
+    }
     meta.update(
         source_format="vllm-bench",
         perf_counter_origin_s=origin,
@@ -204,7 +243,9 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
         if records is not None:  # entries are numbered through the whole file
             records = records.with_columns(pl.col("line_no") + (first_line - 1))
         rejects = df.filter(pl.col("wrong").is_not_null()).select(
-            line_no=pl.col("idx").cast(pl.Int64) + first_line, reason="wrong",
-            raw=pl.lit("entry ") + pl.col("idx").cast(pl.String) + pl.lit(" of the per-request arrays"))
+            line_no=pl.col("idx").cast(pl.Int64) + first_line,
+            reason="wrong",
+            raw=pl.lit("entry ") + pl.col("idx").cast(pl.String) + pl.lit(" of the per-request arrays"),
+        )
         first_line += df.height
         yield c.batch(records, df.height, run=run, rejects=rejects)

@@ -54,27 +54,47 @@ def _records(lines: pl.DataFrame, year: int, tz: str = "UTC") -> pl.DataFrame:
     """Candidate record lines with every field extracted (NULL where absent)."""
     raw = pl.col("raw")
     rec = lines.filter(raw.str.contains(MARK)).with_columns(
-        _prefix=raw.str.split_exact("Iteration(", 1).struct.field("field_0"))
+        _prefix=raw.str.split_exact("Iteration(", 1).struct.field("field_0")
+    )
     rec = c.with_log_times(rec, "_prefix", year, tz)
-    return rec.with_columns(
-        iter=c.int_field(raw, MARK),
-        prefill_reqs=c.int_field(raw, r"(\d+) context requests"),
-        prefill_tokens=c.int_field(raw, r"(\d+) context tokens"),
-        decode_reqs=c.int_field(raw, r"(\d+) generation requests"),
-        decode_tokens=c.int_field(raw, r"(\d+) generation tokens"),
-        dur_ms=c.float_field(raw, r"iteration elapsed time: ([0-9.]+) ms"),
-        kv_usage=c.float_field(raw, r"KV cache usage: ([0-9.]+)%") / 100.0,
-        # the mark follows the time (EngineCore lines) or the KV/encoder fields (front end);
-        # read anywhere after the counter, so a reordered line still marks its step
-        is_dummy=raw.str.contains(r"Iteration\(\d+\):.*\(dummy\)"),
-        engine_index=c.int_field(pl.col("_prefix"), r"Engine (\d{3}):"),
-    ).drop("_prefix").select("line_no", "raw", "iter", "prefill_reqs", "prefill_tokens", "decode_reqs",
-                             "decode_tokens", "dur_ms", "kv_usage", "is_dummy", "engine_index", "stamp_s",
-                             "stamp_resolution_s", *[x for x in lines.columns if x not in ("line_no", "raw")])
+    return (
+        rec.with_columns(
+            iter=c.int_field(raw, MARK),
+            prefill_reqs=c.int_field(raw, r"(\d+) context requests"),
+            prefill_tokens=c.int_field(raw, r"(\d+) context tokens"),
+            decode_reqs=c.int_field(raw, r"(\d+) generation requests"),
+            decode_tokens=c.int_field(raw, r"(\d+) generation tokens"),
+            dur_ms=c.float_field(raw, r"iteration elapsed time: ([0-9.]+) ms"),
+            kv_usage=c.float_field(raw, r"KV cache usage: ([0-9.]+)%") / 100.0,
+            # the mark follows the time (EngineCore lines) or the KV/encoder fields (front end);
+            # read anywhere after the counter, so a reordered line still marks its step
+            is_dummy=raw.str.contains(r"Iteration\(\d+\):.*\(dummy\)"),
+            engine_index=c.int_field(pl.col("_prefix"), r"Engine (\d{3}):"),
+        )
+        .drop("_prefix")
+        .select(
+            "line_no",
+            "raw",
+            "iter",
+            "prefill_reqs",
+            "prefill_tokens",
+            "decode_reqs",
+            "decode_tokens",
+            "dur_ms",
+            "kv_usage",
+            "is_dummy",
+            "engine_index",
+            "stamp_s",
+            "stamp_resolution_s",
+            *[x for x in lines.columns if x not in ("line_no", "raw")],
+        )
+    )
 
 
 def _reason(rec: pl.DataFrame) -> pl.Series:
-    checks = [(name, pl.col(name)) for name in ("prefill_reqs", "prefill_tokens", "decode_reqs", "decode_tokens", "dur_ms")]
+    checks = [
+        (name, pl.col(name)) for name in ("prefill_reqs", "prefill_tokens", "decode_reqs", "decode_tokens", "dur_ms")
+    ]
     checks.append(("timestamp", pl.col("stamp_s")))
     return rec.select(c.missing_reason(checks, "vLLM Iteration line without ").alias("reason")).to_series()
 
@@ -101,9 +121,17 @@ def _meta(lines: pl.DataFrame) -> dict:
             args = {}
         if not isinstance(args, dict):  # the line is run metadata only: unreadable, it is left out
             args = {}
-        for key in ("max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "max_model_len",
-                    "enable_prefix_caching", "tensor_parallel_size", "kv_cache_memory_bytes", "gpu_memory_utilization",
-                    "scheduler_reserve_full_isl"):
+        for key in (
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "enable_chunked_prefill",
+            "max_model_len",
+            "enable_prefix_caching",
+            "tensor_parallel_size",
+            "kv_cache_memory_bytes",
+            "gpu_memory_utilization",
+            "scheduler_reserve_full_isl",
+        ):
             if key in args and isinstance(args[key], (int, float, bool, str)):
                 meta["chunked_prefill" if key == "enable_chunked_prefill" else key] = args[key]
         for key, to in (("block_size", "kv_block_size"), ("num_gpu_blocks_override", "num_gpu_blocks")):
@@ -164,27 +192,40 @@ def _check_elapsed(rec: pl.DataFrame, last: pl.DataFrame) -> tuple[pl.DataFrame,
     reasons set and the engines' last stamps for the next batch of lines.
     """
     ok = rec.filter(pl.col("reason").is_null()).select(
-        "line_no", "dur_ms", "stamp_resolution_s", "stamp_s", engine=pl.col("engine_index").fill_null(0))
+        "line_no", "dur_ms", "stamp_resolution_s", "stamp_s", engine=pl.col("engine_index").fill_null(0)
+    )
     steps = pl.concat([last.with_columns(line_no=pl.lit(-1, pl.Int64)), ok], how="diagonal_relaxed")
     gap = pl.col("stamp_s") - pl.col("stamp_s").shift(1).over("engine", order_by="line_no")
-    bad = steps.with_columns(gap=gap).with_columns(
-        allowed=pl.col("gap") + pl.col("stamp_resolution_s") + LOG_LAG_S
-    ).filter((pl.col("dur_ms") / 1000.0 > pl.col("allowed")) & (pl.col("line_no") >= 0)).select(
-        "line_no",
-        elapsed_reason=pl.format("iteration elapsed time {} ms is longer than the log's timestamps allow: "
-                                 "this step's line is {} s after the previous step's (stamp resolution {} s, "
-                                 f"logging lag up to {LOG_LAG_S:g} s), so the step took at most {{}} s",
-                                 pl.col("dur_ms"), pl.col("gap").round(6), pl.col("stamp_resolution_s"),
-                                 pl.col("allowed").round(6)))
+    bad = (
+        steps.with_columns(gap=gap)
+        .with_columns(allowed=pl.col("gap") + pl.col("stamp_resolution_s") + LOG_LAG_S)
+        .filter((pl.col("dur_ms") / 1000.0 > pl.col("allowed")) & (pl.col("line_no") >= 0))
+        .select(
+            "line_no",
+            elapsed_reason=pl.format(
+                "iteration elapsed time {} ms is longer than the log's timestamps allow: "
+                "this step's line is {} s after the previous step's (stamp resolution {} s, "
+                f"logging lag up to {LOG_LAG_S:g} s), so the step took at most {{}} s",
+                pl.col("dur_ms"),
+                pl.col("gap").round(6),
+                pl.col("stamp_resolution_s"),
+                pl.col("allowed").round(6),
+            ),
+        )
+    )
     last = steps.group_by("engine").agg(pl.col("stamp_s").sort_by("line_no").last())
     if bad.height:
-        rec = rec.join(bad, on="line_no", how="left").with_columns(
-            reason=pl.coalesce("reason", "elapsed_reason")).drop("elapsed_reason")
+        rec = (
+            rec.join(bad, on="line_no", how="left")
+            .with_columns(reason=pl.coalesce("reason", "elapsed_reason"))
+            .drop("elapsed_reason")
+        )
     return rec, last
 
 
-def convert(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None,
-            tz: str | None = None) -> Iterator[Batch]:
+def convert(
+    path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None, tz: str | None = None
+) -> Iterator[Batch]:
     """Whole-file conversion: the timeline rebuild needs every step in order.
 
     Memory is bounded by the record lines (a few hundred bytes each), not the log.
@@ -228,8 +269,8 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
         # vLLM times the wait for the executor's result (dispatch happens just before, sampling
         # inside): not GPU time, and near 0 under --async-scheduling (docs/formats.md)
         elapsed_time_scope="host wait for the executor's step result (plus sampling), vLLM "
-                           "--enable-logging-iteration-details: includes waiting for the executor, "
-                           "near 0 with --async-scheduling",
+        "--enable-logging-iteration-details: includes waiting for the executor, "
+        "near 0 with --async-scheduling",
     )
     if coarse:
         meta["assumed_year"] = year
@@ -237,8 +278,14 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
     if good.height and good.get_column("stamp_resolution_s").max() >= 1.0 or bool(tz):
         # wall-clock stamps without a zone: say which zone they were read in
         meta["timestamps_time_zone"] = zone + ("" if tz else " (this machine's zone; pass --tz to change)")
-    run = {"engine": "vllm", "engine_version": info.get("engine_version"), "model": info.get("model"),
-           "dtype": info.get("dtype"), "clock": "unix", "meta": meta}
+    run = {
+        "engine": "vllm",
+        "engine_version": info.get("engine_version"),
+        "model": info.get("model"),
+        "dtype": info.get("dtype"),
+        "clock": "unix",
+        "meta": meta,
+    }
     rejects = bad
     if len(engines) <= 1:
         yield from _batches(good, run, total, rejects, total - n_rec)
@@ -257,8 +304,9 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
 EXTRA = ("engine_index", "is_dummy", "stamp_s")
 
 
-def _batches(good: pl.DataFrame, run: dict, lines_read: int, rejects: pl.DataFrame | None, skipped: int
-             ) -> Iterator[Batch]:
+def _batches(
+    good: pl.DataFrame, run: dict, lines_read: int, rejects: pl.DataFrame | None, skipped: int
+) -> Iterator[Batch]:
     """One run's steps, encoded in slices: the typed steps are small, their JSON text and
     the loader's work on it are not. The first slice carries the run record and the counts."""
     extra = EXTRA + (("run_id",) if "run_id" in good.columns else ())

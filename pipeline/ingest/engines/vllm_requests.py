@@ -47,7 +47,10 @@ LATE_TOLERANCE_S = 60.0
 
 REQUIRED = ("request_id", "arrival_time", "queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
 
-PARSE = "with j as (" + c.JSON_OBJECTS + """)
+PARSE = (
+    "with j as ("
+    + c.JSON_OBJECTS
+    + """)
 select line_no, raw,
   case when trim(raw) = '' then 'blank'
        when not ok then 'not valid JSON (truncated or garbage line)'
@@ -66,6 +69,7 @@ select line_no, raw,
   case when ok then list_filter({names}, lambda k: json_type(js, '$.' || k) is null) end as missing
 from j
 """
+)
 
 
 def sniff(path: Path, head: str) -> bool:
@@ -88,10 +92,22 @@ def _sidecar(path: Path) -> dict:
         return v if isinstance(v, dict) else {}
 
     kw, kv, hw = part("engine_kwargs"), part("kv_cache"), part("hardware")
-    meta = {k: kw.get(k) for k in ("max_num_seqs", "max_num_batched_tokens", "max_model_len",
-                                    "tensor_parallel_size", "data_parallel_size")}
-    meta.update(kv_cache_tokens=kv.get("num_kv_tokens"), kv_block_size=kv.get("block_size"),
-                enable_prefix_caching=kv.get("enable_prefix_caching"), metadata_file=side.name)
+    meta = {
+        k: kw.get(k)
+        for k in (
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "max_model_len",
+            "tensor_parallel_size",
+            "data_parallel_size",
+        )
+    }
+    meta.update(
+        kv_cache_tokens=kv.get("num_kv_tokens"),
+        kv_block_size=kv.get("block_size"),
+        enable_prefix_caching=kv.get("enable_prefix_caching"),
+        metadata_file=side.name,
+    )
     return {
         "engine_version": doc.get("vllm_version"),
         "model": doc.get("model") or kw.get("model"),
@@ -107,9 +123,11 @@ def _sidecar(path: Path) -> dict:
 _REASON = pl.coalesce(
     pl.col("perr"),
     pl.when(pl.col("missing").list.len() > 0).then(
-        pl.lit("vLLM request stats without ") + pl.col("missing").list.join(", ")),
-    pl.when(pl.col("arrival_time").is_null() | pl.col("queued_ts").is_null())
-    .then(pl.lit("arrival_time and queued_ts must be non-zero numbers")),
+        pl.lit("vLLM request stats without ") + pl.col("missing").list.join(", ")
+    ),
+    pl.when(pl.col("arrival_time").is_null() | pl.col("queued_ts").is_null()).then(
+        pl.lit("arrival_time and queued_ts must be non-zero numbers")
+    ),
 )
 
 
@@ -126,7 +144,9 @@ def _check_clock(good: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         "queued_ts {} is on another clock than the file's other lines: arrival_time - queued_ts = {} s, "
         "expected about " + expected + " s (the file's median; a request reaches the engine queue 0 to "
         f"{LATE_TOLERANCE_S:g} s after it arrives)",
-        pl.col("queued_ts"), o.round(6))
+        pl.col("queued_ts"),
+        o.round(6),
+    )
     rejects = good.filter(off).select(pl.col("line_no").cast(pl.Int64), reason.alias("reason"), "raw")
     return good.filter(~off).drop("raw"), rejects
 
@@ -143,8 +163,11 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
         con.unregister("lines")
         blank += part.filter(pl.col("reason") == "blank").height
         # only rejects keep their text
-        bads.append(part.filter(pl.col("reason").is_not_null() & (pl.col("reason") != "blank"))
-                    .select("line_no", "reason", "raw"))
+        bads.append(
+            part.filter(pl.col("reason").is_not_null() & (pl.col("reason") != "blank")).select(
+                "line_no", "reason", "raw"
+            )
+        )
         goods.append(part.filter(pl.col("reason").is_null()))  # raw kept until the clock check
     con.close()
     if not goods:  # an empty file
@@ -155,22 +178,32 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
     offset = float(good.select((pl.col("arrival_time") - pl.col("queued_ts")).max()).item()) if good.height else 0.0
     got_token = pl.col("first_token_ts").is_not_null()
     req = good.select(
-        "line_no", "req_id", "prompt_tokens", "cached_tokens", "preemptions", "finish_reason",
+        "line_no",
+        "req_id",
+        "prompt_tokens",
+        "cached_tokens",
+        "preemptions",
+        "finish_reason",
         t_arrival=pl.col("arrival_time"),
         t_queued=pl.col("queued_ts") + offset,
         t_scheduled=pl.col("scheduled_ts") + offset,
         t_first_token=pl.col("first_token_ts") + offset,
         t_finish=pl.coalesce(pl.col("last_token_ts"), pl.col("first_token_ts")) + offset,
         output_tokens=pl.col("output_tokens"),
-        status=pl.when(~got_token).then(pl.lit("error"))
-        .when(pl.col("finish_reason").fill_null("").str.to_lowercase().str.contains("abort")).then(pl.lit("aborted"))
+        status=pl.when(~got_token)
+        .then(pl.lit("error"))
+        .when(pl.col("finish_reason").fill_null("").str.to_lowercase().str.contains("abort"))
+        .then(pl.lit("aborted"))
         .otherwise(pl.lit("ok")),
     )
     run = _sidecar(path)
     meta = dict(run.pop("meta", {}))
-    meta.update(source_format="vllm-requests", monotonic_to_unix_s=offset,
-                clock_mapping="t = monotonic_ts + max(arrival_time - queued_ts) over the lines whose offset "
-                              "agrees with the file's median")
+    meta.update(
+        source_format="vllm-requests",
+        monotonic_to_unix_s=offset,
+        clock_mapping="t = monotonic_ts + max(arrival_time - queued_ts) over the lines whose offset "
+        "agrees with the file's median",
+    )
     run.update(engine="vllm", clock="unix", meta=meta)
     records = c.encode(req, "request", ("t_queued", "finish_reason"))
     yield c.batch(records, total, run=run, rejects=bad, skipped=blank)
