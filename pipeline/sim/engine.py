@@ -94,7 +94,8 @@ from pipeline.sim.model import IterationModel, NoiseModel
 from pipeline.sim.prefix import PrefixCache
 from pipeline.sim.workload import Workload
 
-ITERATION_FIELDS = (
+# what a canonical trace's iteration records carry (pipeline.sim.writer writes these)
+TRACE_ITERATION_FIELDS = (
     "iter",
     "t_start",
     "t_end",
@@ -107,6 +108,9 @@ ITERATION_FIELDS = (
     "waiting_reqs",
     "kv_usage",
     "preempted_reqs",
+)
+# and the simulator's own per-step truth besides
+ITERATION_FIELDS = TRACE_ITERATION_FIELDS + (
     "stall_ms",
     "base_ms",
     "prefill_attn",

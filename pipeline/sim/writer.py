@@ -18,24 +18,10 @@ import numpy as np
 
 from pipeline import __version__
 from pipeline.jsonplain import plain
-from pipeline.sim.engine import Policy, SimResult
+from pipeline.sim.engine import TRACE_ITERATION_FIELDS, Policy, SimResult
 from pipeline.sim.model import IterationModel, NoiseModel
 
 ENGINE = "tracelat-sim"
-TRACE_ITERATION_FIELDS = (
-    "iter",
-    "t_start",
-    "t_end",
-    "prefill_tokens",
-    "prefill_reqs",
-    "decode_tokens",
-    "decode_reqs",
-    "context_tokens",
-    "running_reqs",
-    "waiting_reqs",
-    "kv_usage",
-    "preempted_reqs",
-)
 REQUEST_BATCH = 50_000  # requests per write_ndjson call: bounds memory when token lists are long
 ITERATION_BATCH = 1_000_000
 
