@@ -73,6 +73,17 @@ def test_check_from_lake_checks_a_fitted_run(pair):
     assert not any(r["skipped"] for r in out if r["name"] == "attribution_sums")
 
 
+def _close(a, b, rel: float = 1e-12) -> bool:
+    """Equal JSON values, floats within ``rel`` of each other."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k], rel) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y, rel) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) <= rel * max(abs(a), abs(b))
+    return a == b
+
+
 def test_compare_report_and_perfetto_from_lake(pair):
     db, lake, d = pair
     code1, o1 = run_captured("compare", "v", "q", "--db", db, "--out", d / "c1", "--json", "--resamples", "200")
@@ -80,7 +91,8 @@ def test_compare_report_and_perfetto_from_lake(pair):
     # stdout's JSON; a failed comparison adds its `Error:` line on stderr after it
     j1, j2 = (json.JSONDecoder().raw_decode(o)[0] for o in (o1, o2))
     j1.pop("html"), j2.pop("html")
-    assert (code1, j1) == (code2, j2)
+    # equal, floats to 1e-12: on the floor DuckDB (1.5.6) a bootstrap bound differed in its last bit
+    assert code1 == code2 and _close(j1, j2), (j1, j2)
     _ok("report", "q", "--db", db, "--out", d / "r1")
     _ok("report", "q", "--lake", lake, "--out", d / "r2")
     assert json.loads((d / "r1" / "summary.json").read_text()) == json.loads((d / "r2" / "summary.json").read_text())
