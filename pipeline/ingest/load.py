@@ -126,14 +126,18 @@ _KEYS = {"iteration": ("iter", "v_iter"), "request": ("req_id", "v_req_id")}
 _TARGET = {"iteration": "iterations", "request": "requests"}
 
 
-def _check_duplicates_sql(kind: str) -> str:
+def _duplicates_sql(kind: str) -> str:
+    """The valid records of a kind in ``staged`` that lose their key to another record, with why.
+
+    Only keys that occur twice in the batch or are already stored are looked at: most
+    batches have none, and then nothing else of the batch is copied (accepted rows go
+    straight from ``staged`` to their table).
+    """
     col, val = _KEYS[kind]
     table = _TARGET[kind]
-    columns = ", ".join(["line_no", "run_id", "reason", "extra", "raw"] + [f"v_{f.name}" for f in FIELDS[kind]])
     return f"""
-select t.*,
-  case when t.reason is not null then t.reason
-       when d.first_line is not null and d.first_line <> t.line_no then
+select t.line_no, t.raw,
+  case when d.first_line is not null and d.first_line <> t.line_no then
          'duplicate {col} ' || t.{val} || ' in run ' || t.run_id || ' (first at line ' || d.first_line || ')'
        when e.line_no is not null and e.ingest_id = $ingest_id then
          'duplicate {col} ' || t.{val} || ' in run ' || t.run_id || ' (first at line ' || e.line_no || ')'
@@ -141,7 +145,7 @@ select t.*,
          'duplicate {col} ' || t.{val} || ' in run ' || t.run_id || ' (already stored from line '
          || e.line_no || ' of ' || e.path || '; use --replace to re-load that file)'
   end as final_reason
-from (select {columns} from staged where kind = '{kind}') t
+from (select line_no, run_id, {val}, raw from staged where kind = '{kind}' and reason is null) t
 left join (
   -- the first VALID record with this key keeps it; a rejected one never blocks a later good one.
   -- Keys seen twice only (an aggregate, not a window over every record: duplicates are rare)
@@ -157,8 +161,14 @@ left join (
   left join ingests g using (ingest_id)
   group by all
 ) e on e.run_id = t.run_id and e.{col} = t.{val}
+where (d.first_line is not null and d.first_line <> t.line_no) or e.line_no is not null
 """
 
+
+# The accepted records of a kind: valid, and not among the duplicates found (``losers``,
+# a line_no column; the condition is left out when there are none).
+ACCEPTED = "from staged where kind = '{kind}' and reason is null{without}"
+WITHOUT_LOSERS = " and line_no not in (select line_no from losers)"
 
 INSERT_SQL = {
     "iteration": """
@@ -168,14 +178,14 @@ select run_id, v_iter,
   coalesce(v_dur_ms, (v_t_end - v_t_start) * 1000),
   v_prefill_tokens, v_prefill_reqs, v_decode_tokens, v_decode_reqs, v_context_tokens,
   v_running_reqs, v_waiting_reqs, v_kv_usage, v_preempted_reqs, v_req_ids, extra, $ingest_id, line_no
-from checked where final_reason is null
+{accepted}
 """,
     "request": """
 insert into requests
 select run_id, v_req_id, v_t_arrival, v_t_scheduled, v_t_first_token, v_t_finish, v_prompt_tokens,
   coalesce(v_output_tokens, len(v_token_times)), v_cached_tokens, v_preemptions, coalesce(v_status, 'ok'),
   extra, $ingest_id, line_no
-from checked where final_reason is null
+{accepted}
 """,
 }
 
@@ -184,7 +194,7 @@ from checked where final_reason is null
 TOKENS_SQL = """
 insert into token_lists
 select run_id, v_req_id, v_token_times, $ingest_id
-from checked where final_reason is null and len(v_token_times) > 0
+{accepted} and len(v_token_times) > 0
 """
 
 RUN_FIELDS = ("engine", "engine_version", "model", "gpu", "num_gpus", "dtype", "kv_dtype", "clock")
@@ -216,18 +226,17 @@ RUN_RECORDS_SQL = (
     + ", v_meta from staged where kind = 'run' and reason is null"
 )
 
-# Lines rejected before any duplicate check: not JSON, no known kind, and run records
-# (iterations and requests are rejected from ``checked``, which adds duplicates).
+# Every line rejected before the duplicate check (duplicates are added per kind).
 LINE_REJECTS_SQL = """
 insert into rejects select $ingest_id, $path, line_no, reason, raw from staged
-where reason is not null and reason <> 'blank' and (kind is null or kind not in ('iteration', 'request'))
+where reason is not null and reason <> 'blank'
 """
 
 # What a batch's lines came to, before duplicates: skipped (blank), rejected here,
 # run records accepted, and a converter's own run record (line 0) rejected.
 LINE_COUNTS_SQL = """
 select count(*) filter (where reason = 'blank'),
-  count(*) filter (where reason is not null and reason <> 'blank' and (kind is null or kind not in ('iteration', 'request'))),
+  count(*) filter (where reason is not null and reason <> 'blank'),
   count(*) filter (where kind = 'run' and reason is null and line_no > 0),
   count(*) filter (where kind = 'run' and reason is not null and line_no = 0),
   count(*) filter (where kind = 'run'),
@@ -245,10 +254,7 @@ select distinct run_id, $ingest_id from (
 ) where run_id not in (select run_id from runs)
 """
 
-REJECT_SQL = """
-insert into rejects select $ingest_id, $path, line_no, final_reason, raw
-from checked where final_reason is not null
-"""
+DUPLICATE_REJECTS_SQL = "insert into rejects select $ingest_id, $path, line_no, final_reason, raw from losers"
 
 
 def _count(con: duckdb.DuckDBPyConnection, sql: str) -> int:
@@ -264,14 +270,14 @@ class _Scope:
     every batch's intermediates alive until commit (memory would grow with the file).
     """
 
-    NAMES = ("batch_in", "lines", "staged", "checked", "rejects_in")
+    NAMES = ("batch_in", "lines", "staged", "losers", "rejects_in")
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, batch_in: object):
-        self.con = con
+    def __init__(self, con: duckdb.DuckDBPyConnection, batch_in: object, result: IngestResult):
+        self.con, self.result = con, result
         self.tables: dict[str, object] = {"batch_in": batch_in}
 
     def _run(self, sql: str, params: dict | None, fetch: str):
-        batch_in, lines, staged, checked, rejects_in = (self.tables.get(n) for n in self.NAMES)  # noqa: F841
+        batch_in, lines, staged, losers, rejects_in = (self.tables.get(n) for n in self.NAMES)  # noqa: F841
         if fetch == "arrow":
             return self.con.sql(sql, params=params).to_arrow_table()
         return self.con.execute(sql, params).fetchall() if params else self.con.execute(sql).fetchall()
@@ -282,8 +288,8 @@ class _Scope:
     def run(self, sql: str, params: dict | None = None) -> list:
         return self._run(sql, params, "rows")
 
-    def count(self, sql: str) -> int:
-        return int(self.run(sql)[0][0])
+    def count(self, sql: str, params: dict | None = None) -> int:
+        return int(self.run(sql, params)[0][0])
 
 
 def _rejects_table(rejects: pa.Table | list[tuple[int, str, str]]) -> pa.Table:
@@ -326,7 +332,7 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
     """
     res = st.result
     assert res is not None
-    q = _Scope(con, batch.lines)
+    q = _Scope(con, batch.lines, res)
     if batch.staged is not None:
         q.tables["staged"] = batch.staged
     else:
@@ -357,22 +363,25 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
         res.accepted += runs_ok
         res.lines_read += runs_line0_bad
     for kind, present in (("iteration", has_iters), ("request", has_reqs)):
-        if not present:
-            continue
-        q.table("checked", _check_duplicates_sql(kind), {"ingest_id": st.ingest_id})
-        q.run(INSERT_SQL[kind], {"ingest_id": st.ingest_id})
-        if kind == "request":
-            q.run(TOKENS_SQL, {"ingest_id": st.ingest_id})
-        q.run(REJECT_SQL, ids)
-        ok, bad = q.run(
-            "select count(*) filter (where final_reason is null), "
-            "count(*) filter (where final_reason is not null) from checked"
-        )[0]
-        res.accepted += ok
-        res.rejected += bad
-        del q.tables["checked"]
+        if present:
+            _load_kind(q, kind, ids)
     if batch.metrics is not None and batch.metrics.num_rows:
         _load_metrics(con, batch, st)
+
+
+def _load_kind(q: _Scope, kind: str, ids: dict) -> None:
+    """Insert the accepted records of one kind and reject the duplicates among them."""
+    res = q.result
+    q.table("losers", _duplicates_sql(kind), {"ingest_id": ids["ingest_id"]})
+    n_losers = q.tables["losers"].num_rows
+    accepted = ACCEPTED.format(kind=kind, without=WITHOUT_LOSERS if n_losers else "")
+    res.accepted += q.count(INSERT_SQL[kind].format(accepted=accepted), {"ingest_id": ids["ingest_id"]})
+    if kind == "request":
+        q.run(TOKENS_SQL.format(accepted=accepted), {"ingest_id": ids["ingest_id"]})
+    if n_losers:
+        q.run(DUPLICATE_REJECTS_SQL, ids)
+        res.rejected += n_losers
+    del q.tables["losers"]
 
 
 # convert(path, progress, run_name=...) -> batches; run_name is the run of records that
