@@ -1,16 +1,16 @@
 -- table:  token_gaps
 -- grain:  one row per (run_id, req_id, idx) for every output token after the first of an ok request
--- inputs: tokens, requests
--- materialize: view (each token time is stored once, in tokens)
+-- inputs: token_lists, requests
+-- materialize: view (each token time is stored once, in token_lists)
 -- purpose: inter-token latency, token-weighted: itl_ms = (t[idx] - t[idx-1]) * 1000
---   (tokens.itl_ms is computed at ingest from each request's own token_times list)
+--   (the same formula as the tokens view; idx counts from 0 at the first token)
+--   Requests are filtered before their lists are unnested: a join per token cost more than the rest.
 select
-    t.run_id,
-    t.req_id,
-    t.idx,
-    t.t as t_token,
-    t.itl_ms
-from tokens as t
+    l.run_id,
+    l.req_id,
+    unnest(range(1, len(l.t_s)))::integer as idx,
+    unnest(l.t_s[2:]) as t_token,
+    unnest(list_transform(list_zip(l.t_s[2:], l.t_s[:-2]), lambda p: (p[1] - p[2]) * 1000)) as itl_ms
+from token_lists as l
 semi join requests as r
-    on r.run_id = t.run_id and r.req_id = t.req_id and r.status = 'ok'
-where t.idx > 0
+    on r.run_id = l.run_id and r.req_id = l.req_id and r.status = 'ok'

@@ -33,17 +33,24 @@ def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict) -> list[tuple]
 
 
 def run_stats(con: duckdb.DuckDBPyConnection, run_id: str, metric: str, stats: list[str]) -> dict[str, Any]:
-    """``{stat: value}`` for one metric of a run, plus ``count``; values are None when empty."""
+    """``{stat: value}`` for one metric of a run, plus ``count``; values are None when empty.
+
+    Count, mean, std, min and max are the run's ``metric_stats`` row (one definition for the
+    summary, reports and audits); percentiles are computed here, any of them.
+    """
     table, where = SOURCES[metric]
     qs = sorted({percentile_of(s) / 100 for s in stats if percentile_of(s) is not None}) or [0.5]
-    sql = (
-        # mean and std add in sorted order: the same values give the same bits (see metric_stats.sql)
-        f"select count({metric}), avg({metric} order by {metric}), stddev_samp({metric} order by {metric}), "
-        f"min({metric}), max({metric}), "
-        f"quantile_cont({metric}, $qs) from {table} "
-        f"where run_id = $run_id and {where} and {metric} is not null"
+    row = _rows(
+        con,
+        "select count, mean, std, min, max from metric_stats where run_id = $run_id and metric = $metric",
+        {"run_id": run_id, "metric": metric},
     )
-    count, mean, std, lo, hi, quants = _rows(con, sql, {"run_id": run_id, "qs": qs})[0]
+    count, mean, std, lo, hi = row[0] if row else (0, None, None, None, None)
+    quants = _rows(
+        con,
+        f"select quantile_cont({metric}, $qs) from {table} where run_id = $run_id and {where} and {metric} is not null",
+        {"run_id": run_id, "qs": qs},
+    )[0][0]
     out: dict[str, Any] = {"count": count, "mean": mean, "std": std, "min": lo, "max": hi}
     by_q = dict(zip(qs, quants or [None] * len(qs)))
     for s in stats:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 from .. import store
 from ..errors import InputError
-from . import align, canonical, reader
+from . import align, canonical, context, reader
 from .load import Batch, IngestResult, default_run_id, ingest_file
 
 
@@ -65,13 +65,16 @@ def _load_plugins() -> None:
 
 def detect(path: Path) -> Ingestor:
     """The ingestor whose sniff accepts the file's content."""
-    _load_plugins()
     head = "" if canonical.sniff_parquet(path, "") else reader.head_text(path)
     if not head.strip() and not canonical.sniff_parquet(path, ""):
         return INGESTORS["jsonl"]  # empty file: nothing to detect, ingest reads zero lines
-    for ing in INGESTORS.values():
-        if ing.sniff(path, head):
-            return ing
+    # the canonical formats come first: a canonical file needs no engine module imported
+    for loaded in (False, True):
+        if loaded:
+            _load_plugins()
+        for ing in INGESTORS.values():
+            if ing.sniff(path, head):
+                return ing
     voted = _sniff_later_lines(path, head)
     if voted is not None:
         return voted
@@ -109,7 +112,8 @@ def _sniff_later_lines(path: Path, head: str) -> Ingestor | None:
 
 
 def get(name: str) -> Ingestor:
-    _load_plugins()
+    if name not in INGESTORS:
+        _load_plugins()
     if name not in INGESTORS:
         raise InputError(f"unknown format {name!r}; known formats: {', '.join(INGESTORS)}")
     return INGESTORS[name]
@@ -160,7 +164,7 @@ def _distinct_run_names(files: list[Path]) -> dict[Path, str]:
 # Steps run after files were ingested, with the run ids they touched, each in its own
 # transaction: e.g. estimating context_tokens from request timelines (engine ingestors).
 PostIngest = Callable[["duckdb.DuckDBPyConnection", list[str]], None]
-POST_INGEST: list[PostIngest] = []
+POST_INGEST: list[PostIngest] = [context.estimate_context]
 
 
 def ingest_paths(

@@ -43,10 +43,11 @@ _READ = (
     "max_line_size={max_line}, compression='{compression}')"
 )
 MAX_LINE_BYTES = 16 << 20  # a longer line fails the scan: the file goes the batch path
-# Staged rows go to the store in slices of this much of the file: each slice is a few
-# set statements (no row is copied out of DuckDB), so slices can be big; they bound
-# what a slice's duplicate check holds (a file that repeats itself rejects half its lines).
-STAGED_BATCH_BYTES = 256 << 20
+# Staged rows go to the store in slices of this many reader batches of the file (256 MB):
+# each slice is a few set statements (no row is copied out of DuckDB), so slices can be
+# big; they bound what a slice's duplicate check holds (a file that repeats itself
+# rejects half its lines).
+STAGED_SLICE_BATCHES = 8
 _STAGED, _RUN_LINES, _LINES = "_tracelat_staged", "_tracelat_run_lines", "_tracelat_lines"
 
 
@@ -92,7 +93,7 @@ class StagedJsonl:
 
     def batches(self, progress: Callable[[int], None] | None = None) -> Iterator[Batch]:
         size = max(self.path.stat().st_size, 1)
-        per = max(1, int(self.n_lines * STAGED_BATCH_BYTES / size)) if self.n_lines else 1
+        per = max(1, int(self.n_lines * reader.BATCH_BYTES * STAGED_SLICE_BATCHES / size)) if self.n_lines else 1
         rows = f"(select rowid + 1 as line_no, * from temp.main.{_STAGED} where rowid >= $a and rowid < $b) s"
         params: dict = {"d": self.default_run}
         if len(self.run_lines) > 64:

@@ -13,7 +13,7 @@ FILES = store.query_files()
 
 def referenced_tables(sql: str) -> set[str]:
     body = re.sub(r"--[^\n]*", "", sql)
-    ctes = set(re.findall(r"(\w+)\s+as\s*\(", body, flags=re.IGNORECASE))
+    ctes = set(re.findall(r"(\w+)\s+as\s*(?:(?:not\s+)?materialized\s*)?\(", body, flags=re.IGNORECASE))
     names = set(re.findall(r"\b(?:from|join)\s+([a-z_][a-z0-9_]*)", body, flags=re.IGNORECASE))
     return {n for n in names if n.lower() not in ctes and n.lower() not in {"select", "lateral", "unnest"}}
 

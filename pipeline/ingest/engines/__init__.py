@@ -1,14 +1,14 @@
 """Engine ingestors: real log and benchmark formats turned into canonical records.
 
 Importing this package registers every ingestor (detection tries them in this
-order after the canonical ones) and the context-estimation post-ingest step.
+order after the canonical ones).
 docs/formats.md documents each format and its mapping to canonical fields.
 """
 
 from __future__ import annotations
 
-from .. import POST_INGEST, Ingestor, register
-from . import aiperf, context, fpm, harness, otel, prometheus, sglang, trtllm, vllm_bench, vllm_log, vllm_requests
+from .. import Ingestor, register
+from . import aiperf, fpm, harness, otel, prometheus, sglang, trtllm, vllm_bench, vllm_log, vllm_requests
 
 register(
     Ingestor(
@@ -130,6 +130,3 @@ register(
         prometheus.convert_query_range,
     )
 )
-
-if context.estimate_context not in POST_INGEST:
-    POST_INGEST.append(context.estimate_context)

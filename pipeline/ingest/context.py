@@ -32,8 +32,8 @@ import json
 
 import duckdb
 
-from ... import store
-from ...store import scalar
+from .. import store
+from ..store import scalar
 
 
 def estimate_context(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
@@ -91,7 +91,7 @@ def estimate_context(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None
 
 def _derive(con: duckdb.DuckDBPyConnection, run_id: str, estimated: bool, how: dict) -> None:
     """Record on the run whether context_tokens is estimated (keeping other estimated fields) and how."""
-    from ..load import derive_run_meta
+    from .load import derive_run_meta
 
     meta = scalar(con, "select meta from runs where run_id = ?", [run_id])
     fields = [f for f in (json.loads(meta).get("estimated") or []) if f != "context_tokens"] if meta else []

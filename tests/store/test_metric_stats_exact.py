@@ -1,0 +1,75 @@
+"""metric_stats.sql: mean and std from exact fixed-point sums, checked against numpy on hard inputs."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import duckdb
+import numpy as np
+import pytest
+
+from pipeline import store
+
+
+def _stats(values: np.ndarray, shuffle_seed: int | None = None, threads: int = 4) -> tuple:
+    """metric_stats of ``values`` as one run's iteration_ms (the other inputs empty)."""
+    if shuffle_seed is not None:
+        values = np.random.default_rng(shuffle_seed).permutation(values)
+    con = duckdb.connect()
+    con.execute(f"set threads = {threads}")
+    con.execute("create table iteration_metrics (run_id varchar, iteration_ms double)")
+    con.execute("create table token_gaps (run_id varchar, itl_ms double)")
+    con.execute("create table request_latency (run_id varchar, status varchar, ttft_ms double)")
+    con.execute("insert into iteration_metrics select 'r', unnest($v::double[])", {"v": values.tolist()})
+    row = con.execute(
+        "select count, mean, std, min, max, p50, p99 from (" + store.query_text("metric_stats") + ")"
+    ).fetchall()
+    assert len(row) == 1
+    return row[0]
+
+
+CASES = {
+    "lognormal": np.random.default_rng(1).lognormal(2.0, 0.8, 50_000),
+    # epoch-sized values with microsecond noise: a naive sum of squares cancels to garbage
+    "big offset": 1.7e9 + np.random.default_rng(2).normal(0, 1e-3, 20_000),
+    # one outlier sets the range; the rest sit within 1e-6 of each other
+    "outlier": np.concatenate([np.full(10_000, 5.0) + np.random.default_rng(3).normal(0, 1e-6, 10_000), [1e6]]),
+    "tiny": np.random.default_rng(4).uniform(1e-9, 2e-9, 5_000),
+    "negative": np.random.default_rng(5).normal(-40.0, 25.0, 30_000),
+}
+
+
+def _exact(xs: np.ndarray) -> tuple[float, float]:
+    """Mean and sample std of the doubles in ``xs``, in exact rational arithmetic, then rounded."""
+    fr = [Fraction(float(x)) for x in xs]
+    mean = sum(fr) / len(fr)
+    return float(mean), math.sqrt(sum((f - mean) ** 2 for f in fr) / (len(fr) - 1))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_mean_and_std_equal_exact_arithmetic(name):
+    """Both to about the last bit; numpy's own std is off by 2e-9 on the big-offset case."""
+    xs = CASES[name]
+    count, mean, std, lo, hi, p50, p99 = _stats(xs)
+    exact_mean, exact_std = _exact(xs)
+    assert count == len(xs)
+    assert mean == pytest.approx(exact_mean, rel=1e-15)
+    assert std == pytest.approx(exact_std, rel=1e-12)
+    assert (lo, hi) == (xs.min(), xs.max())
+    assert p50 == pytest.approx(np.percentile(xs, 50), rel=1e-15)
+    assert p99 == pytest.approx(np.percentile(xs, 99), rel=1e-15)
+
+
+def test_same_values_in_any_order_give_the_same_bits():
+    xs = CASES["lognormal"]
+    first = _stats(xs, shuffle_seed=None, threads=4)
+    for seed, threads in ((1, 1), (2, 2), (3, 4), (4, 8)):
+        assert _stats(xs, shuffle_seed=seed, threads=threads) == first
+
+
+def test_constant_values_have_their_value_as_mean_and_zero_std():
+    count, mean, std, lo, hi, *_ = _stats(np.full(7, 0.1))
+    assert (count, mean, std, lo, hi) == (7, 0.1, 0.0, 0.1, 0.1)
+    count, mean, std, *_ = _stats(np.array([3.25]))
+    assert (count, mean, std) == (1, 3.25, None)
