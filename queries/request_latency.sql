@@ -1,6 +1,7 @@
 -- table:  request_latency
 -- grain:  one row per (run_id, req_id)
 -- inputs: requests
+-- materialize: view (re-expresses each request)
 -- purpose: per-request latency in ms, formulas of docs/metrics.md (pipeline/metrics.py documents them).
 --   ttft_ms    = (t_first_token - t_arrival) * 1000
 --   queue_ms   = (t_scheduled - t_arrival) * 1000

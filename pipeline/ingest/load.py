@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import inspect
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -410,30 +411,49 @@ def ingest_file(
     ``tz`` reaches converters that read local wall-clock stamps (they take a ``tz`` argument).
     """
     reader.check_file(path)
-    digest = reader.sha256(path)
     shown = str(path)
     default_run = run_id or default_run_id(path)
-    # Same bytes under another run name (file name or --run-id) are a different ingest.
-    prior = con.execute(
-        "select path, t_ingested from ingests where sha256 = ? and default_run_id = ? order by ingest_id limit 1",
-        [digest, default_run],
-    ).fetchall()
-    prior = prior[0] if prior else None
-    if prior and not replace:
-        note = "" if prior[0] == shown else f" as {prior[0]}"
-        return IngestResult(shown, fmt, status="unchanged", note=note)
-    result = IngestResult(shown, fmt, status="replaced" if prior else "ingested")
     # a converter may read the whole file in DuckDB first (canonical JSONL: its fast path);
     # None when it cannot, and its batches are read as usual
     stage = getattr(convert, "stage", None)
-    staged = stage(con, path, default_run) if stage is not None else None
+    staged = None
     try:
+        with ThreadPoolExecutor(1) as pool:
+            hashing = pool.submit(reader.sha256, path)
+            # A file no earlier ingest could equal (no ingest of this size under this run name) is
+            # staged while its hash is computed: hashlib leaves the GIL to DuckDB's threads.
+            early = stage is not None and not _same_size_ingested(con, path, default_run)
+            if early:
+                staged = stage(con, path, default_run)
+            digest = hashing.result()
+        # Same bytes under another run name (file name or --run-id) are a different ingest.
+        prior = con.execute(
+            "select path, t_ingested from ingests where sha256 = ? and default_run_id = ? order by ingest_id limit 1",
+            [digest, default_run],
+        ).fetchall()
+        prior = prior[0] if prior else None
+        if prior and not replace:
+            note = "" if prior[0] == shown else f" as {prior[0]}"
+            return IngestResult(shown, fmt, status="unchanged", note=note)
+        result = IngestResult(shown, fmt, status="replaced" if prior else "ingested")
+        if stage is not None and not early:
+            staged = stage(con, path, default_run)
         return _ingest_transaction(
             con, path, fmt, convert, result, digest, shown, default_run, replace, progress, tz, staged
         )
     finally:
         if staged is not None:
             staged.close()
+
+
+def _same_size_ingested(con: duckdb.DuckDBPyConnection, path: Path, default_run: str) -> bool:
+    return bool(
+        scalar(
+            con,
+            "select count(*) from ingests where bytes = ? and default_run_id = ?",
+            [path.stat().st_size, default_run],
+        )
+    )
 
 
 def _ingest_transaction(

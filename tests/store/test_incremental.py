@@ -164,8 +164,9 @@ def test_failed_build_leaves_no_filter_views(con, tmp_path, monkeypatch):
     ingest.ingest_paths(con, [a])
     store.build_derived(con)
     ingest.ingest_paths(con, [b])
-    broken = [store.QueryFile(q.path, q.table, q.grain, q.inputs, q.sql) for q in store.query_files()]
+    broken = list(store.query_files())
     last = broken[-1]
+    assert not last.view
     broken[-1] = store.QueryFile(last.path, last.table, last.grain, last.inputs, "select nosuchcolumn from runs")
     monkeypatch.setattr(store, "query_files", lambda *a: broken)
     monkeypatch.setattr(
@@ -176,7 +177,7 @@ def test_failed_build_leaves_no_filter_views(con, tmp_path, monkeypatch):
     monkeypatch.undo()
     # the connection sees every run again, and the failed build left the tables as they were
     assert {r[0] for r in con.execute("select distinct run_id from iterations").fetchall()} == {"a", "b"}
-    assert {r[0] for r in con.execute("select distinct run_id from request_latency").fetchall()} == {"a"}
+    assert {r[0] for r in con.execute("select distinct run_id from metric_stats").fetchall()} == {"a"}
     assert store.pending_runs(con) == ["b"]
     store.build_derived(con)
     assert_same_as_full_rebuild(con)
