@@ -92,7 +92,13 @@ select run_id, req_id, idx::integer as idx, t, (t - prev) * 1000 as itl_ms, inge
 BASE_TABLES = ("runs", "run_records", "iterations", "requests", "tokens", "token_lists", "ingests", "rejects")
 # what ingest writes, each row with its ingest_id
 INGEST_TABLES = tuple(t for t in BASE_TABLES if t != "tokens")
-RUN_TABLES = ("runs", "iterations", "requests", "tokens", "token_lists")  # tables (and the tokens view) with a run_id column
+RUN_TABLES = (
+    "runs",
+    "iterations",
+    "requests",
+    "tokens",
+    "token_lists",
+)  # tables (and the tokens view) with a run_id column
 
 
 def db_path(db: str | os.PathLike | None) -> str:

@@ -318,7 +318,7 @@ def stage_sql(source: str, line_no: str | None = "line_no", keep_raw: bool = Tru
     objects = " and ".join(f"{_x(n)} is null" for n, f in ALL_FIELDS.items() if f.kind in ("object", "strlist"))
     clean = (
         f"perr is null and t_kind = 'VARCHAR' and {objects} "
-        f"and strlen(raw) - strlen(replace(raw, '\"', '')) = 2 * (1 + {present}) + 2 * (1 + {strings}) "
+        f"and len(string_split(raw, '\"')) - 1 = 2 * (1 + {present}) + 2 * (1 + {strings}) "
         "and not contains(raw, 'true') and not contains(raw, 'false')"
     )
     paths = "[" + ",".join(f"'$.{n}'" for n in _LOOKED_AT) + "]"
