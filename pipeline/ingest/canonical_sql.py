@@ -202,12 +202,18 @@ _EXPECT = {
 }
 
 
-def _problem(f: Field) -> str:
-    """A SQL expression naming what is wrong with one field, or NULL."""
+def _problem(f: Field, shown: str | None = None) -> str:
+    """A SQL expression naming what is wrong with one field, or NULL.
+
+    ``shown``: the expression that shows the value in a reason (default: its JSON text).
+    """
     t, val = f"t_{f.name}", f"v_{f.name}"
-    shown = (
-        f"left(json_extract(jraw, '$.{f.name}')::varchar, 40)" if f.kind in _PARSED_TYPE else f"left({_x(f.name)}, 40)"
-    )
+    if shown is None:
+        shown = (
+            f"left(json_extract(jraw, '$.{f.name}')::varchar, 40)"
+            if f.kind in _PARSED_TYPE
+            else f"left({_x(f.name)}, 40)"
+        )
     absent = f"({t} is null or {t} = 'NULL')"
     checks = [f"when not {absent} and {val} is null then '{f.name}: expected {_EXPECT[f.kind]}, got ' || {shown}"]
     if f.required:

@@ -22,6 +22,7 @@ from .. import store
 from ..store import scalar
 from . import reader
 from .canonical_sql import FIELDS, stage_sql
+from .typed_sql import typed_stage_sql
 
 KINDS = ("run", "iteration", "request")
 
@@ -51,6 +52,9 @@ class Batch:
     # lines already parsed and validated by canonical_sql.stage_sql, with their run_id
     # (the fast path of canonical JSONL files); ``lines`` is then unused
     staged: object | None = None
+    # records a converter holds as typed columns (typed_sql.Typed), checked by the same
+    # rules without a detour through JSON text; ``lines`` then holds only its run record
+    typed: object | None = None
 
 
 # What to check when a file of a format holds no record of it.
@@ -271,14 +275,14 @@ class _Scope:
     every batch's intermediates alive until commit (memory would grow with the file).
     """
 
-    NAMES = ("batch_in", "lines", "staged", "losers", "rejects_in")
+    NAMES = ("batch_in", "typed_in", "lines", "staged", "losers", "rejects_in")
 
     def __init__(self, con: duckdb.DuckDBPyConnection, batch_in: object, result: IngestResult):
         self.con, self.result = con, result
         self.tables: dict[str, object] = {"batch_in": batch_in}
 
     def _run(self, sql: str, params: dict | None, fetch: str):
-        batch_in, lines, staged, losers, rejects_in = (self.tables.get(n) for n in self.NAMES)  # noqa: F841
+        batch_in, typed_in, lines, staged, losers, rejects_in = (self.tables.get(n) for n in self.NAMES)  # noqa: F841
         if fetch == "arrow":
             return self.con.sql(sql, params=params).to_arrow_table()
         return self.con.execute(sql, params).fetchall() if params else self.con.execute(sql).fetchall()
@@ -337,8 +341,14 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
     if batch.staged is not None:
         q.tables["staged"] = batch.staged
     else:
-        q.table("lines", STAGE_BATCH_SQL)
+        sql = STAGE_BATCH_SQL
+        if batch.typed is not None:
+            q.tables["typed_in"] = batch.typed.table
+            typed = typed_stage_sql("typed_in", batch.typed)
+            sql = f"({sql}) union all by name ({typed})" if batch.lines.num_rows else typed
+        q.table("lines", sql)
         del q.tables["batch_in"]
+        q.tables.pop("typed_in", None)
         has_runs = q.count("select count(*) from lines where kind = 'run'") > 0
         q.table("staged", RUN_OF_LINE_SQL[has_runs], {"default_run": st.default_run, "carry_run": st.carry_run})
         del q.tables["lines"]

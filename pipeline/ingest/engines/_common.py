@@ -1,8 +1,9 @@
-"""Helpers shared by the engine converters: canonical JSON from frames, log timestamps.
+"""Helpers shared by the engine converters: canonical records from frames, log timestamps.
 
 Every converter builds a Polars frame whose columns are canonical field names plus
-``line_no`` and encodes it with one ``struct.json_encode`` call; the canonical loader
-then validates and stores the records.  A converter may emit a ``run`` record built
+``line_no``; :func:`encode` hands it to the loader as typed columns (the fields that
+are not canonical as one JSON object per row), and the loader validates and stores
+the records with the rules of canonical JSON (``pipeline/ingest/typed_sql.py``).  A converter may emit a ``run`` record built
 from the file as a whole; it gets line number 0 (there is no such source line) and
 is neither read nor accepted, so ``read`` is the file's line count and
 ``read = accepted + rejected + skipped`` still holds.
@@ -21,6 +22,7 @@ import pyarrow as pa
 
 from ...errors import InputError
 from ..load import Batch
+from ..typed_sql import EXTRA_JSON, Typed
 from ..load import default_run_id as stem  # noqa: F401 - re-exported: the loader's rule for a run name
 
 # Canonical columns in the order we write them (the loader does not care about order).
@@ -83,46 +85,46 @@ def _finite(v: Any) -> Any:
     return v
 
 
-def encode(frame: pl.DataFrame, kind: str, extra: tuple[str, ...] = ()) -> pl.DataFrame:
-    """``(line_no, raw)`` with one canonical JSON object per row of ``frame``.
+def encode(frame: pl.DataFrame, kind: str, extra: tuple[str, ...] = ()) -> Typed:
+    """The records of ``frame`` (one per row) as typed columns for the loader.
 
-    Columns named in ``extra`` go into the record too (the loader keeps unknown
-    fields in its ``extra`` JSON column).  Nulls stay JSON nulls: "absent".
+    Columns named in ``extra`` that are not canonical fields of ``kind`` go into each
+    record's ``extra`` JSON object (the loader keeps unknown fields there); nulls stay
+    JSON nulls there, and are "absent" in canonical fields.
     """
     known = ITERATION_COLS if kind == "iteration" else REQUEST_COLS
-    cols = [c for c in (*known, *extra) if c in frame.columns]
-    return frame.select(
-        pl.col("line_no").cast(pl.Int64),
-        pl.struct(pl.lit(kind).alias("kind"), *cols).struct.json_encode().alias("raw"),
-    )
+    cols = [c for c in (*known, "run_id") if c in frame.columns]
+    unknown = [c for c in extra if c in frame.columns and c not in cols]
+    extra_json = [pl.struct(*unknown).struct.json_encode().alias(EXTRA_JSON)] if unknown else []
+    table = frame.select(pl.col("line_no").cast(pl.Int64), *cols, *unknown, *extra_json).to_arrow()
+    return Typed(kind, table, tuple(unknown))
 
 
 def batch(
-    records: pl.DataFrame | None,
+    records: Typed | None,
     lines_read: int,
     run: dict[str, Any] | None = None,
     rejects: pl.DataFrame | None = None,
     skipped: int = 0,
 ) -> Batch:
-    """A :class:`Batch`: the run record (line 0) first, then the encoded records.
+    """A :class:`Batch`: the run record (line 0, canonical JSON) and the typed records.
 
     ``rejects`` has columns ``line_no, reason, raw`` (source lines the converter
     recognised as records but could not read).
     """
-    parts = []
-    if run is not None:
-        parts.append(
-            pl.DataFrame({"line_no": [0], "raw": [run_json(run)]}, schema={"line_no": pl.Int64, "raw": pl.String})
-        )
-    if records is not None and records.height:
-        parts.append(records)
-    lines = pl.concat(parts) if parts else pl.DataFrame(schema={"line_no": pl.Int64, "raw": pl.String})
+    lines = pa.table(
+        {
+            "line_no": pa.array([0] if run is not None else [], pa.int64()),
+            "raw": pa.array([run_json(run)] if run is not None else [], pa.string()),
+        }
+    )
     rows: pa.Table | list = []
     if rejects is not None and rejects.height:
         rows = rejects.select(
             pl.col("line_no").cast(pl.Int64), pl.col("reason").cast(pl.String), pl.col("raw").cast(pl.String)
         ).to_arrow()
-    return Batch(lines.to_arrow(), lines_read, rows, skipped)
+    typed = records if records is not None and records.table.num_rows else None
+    return Batch(lines, lines_read, rows, skipped, typed=typed)
 
 
 # ---------------------------------------------------------------------------

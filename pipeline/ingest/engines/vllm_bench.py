@@ -239,9 +239,10 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
         if len(docs) > 1:  # several appended results: one run each
             run["run_id"] = f"{run_name or c.stem(path)}-{k + 1}"
         req = _requests(df, origin)
-        records = c.encode(req, "request", ("error", "client_queue_s")) if req.height else None
-        if records is not None:  # entries are numbered through the whole file
-            records = records.with_columns(pl.col("line_no") + (first_line - 1))
+        records = None
+        if req.height:
+            req = req.with_columns(pl.col("line_no") + (first_line - 1))  # entries are numbered through the file
+            records = c.encode(req, "request", ("error", "client_queue_s"))
         rejects = df.filter(pl.col("wrong").is_not_null()).select(
             line_no=pl.col("idx").cast(pl.Int64) + first_line,
             reason="wrong",
