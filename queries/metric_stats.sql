@@ -1,57 +1,66 @@
 -- table:  metric_stats
 -- grain:  one row per (run_id, metric); metric: every *_ms column of request_latency (ok requests),
 --         itl_ms, iteration_ms (pipeline/metrics.py REGISTRY; tests/test_metric_registry.py checks they agree)
--- inputs: request_latency, token_gaps, iteration_metrics
+-- inputs: request_latency, iteration_metrics, token_lists, requests
 -- purpose: distribution statistics of each metric (docs/metrics.md): linear-interpolation
 --   percentiles (quantile_cont = numpy's default), sample std (ddof=1), cv = std / mean.
 --   Request metrics use ok requests only.
 --   mean and std are sums of fixed-point numbers (exact, see moments): a float sum depends on
 --   the order of its terms, and parallel threads combine partial sums in whatever order they
 --   finish, so the same input gave other last bits; an exact sum has one value.
-with vals as materialized (
+--   itl_ms is read as each ok request's list of gaps (the token_gaps formula), never a row per
+--   token with its run and metric name: that copy cost more than all the statistics.
+with rowvals as materialized (
     -- every per-request latency column (named *_ms) is a metric: a new one needs no edit here
     unpivot (select run_id, columns('_ms$') from request_latency where status = 'ok')
         on columns(* exclude run_id) into name metric value v
     union all
-    select run_id, 'itl_ms', itl_ms from token_gaps
-    union all
     select run_id, 'iteration_ms', iteration_ms from iteration_metrics
 ),
 
+gaps as not materialized (
+    -- itl_ms = (t[i] - t[i-1]) * 1000, as in token_gaps.sql, one list per ok request
+    select l.run_id, list_transform(list_zip(l.t_s[2:], l.t_s[:-2]), lambda p: (p[1] - p[2]) * 1000) as g
+    from token_lists as l
+    semi join requests as r on r.run_id = l.run_id and r.req_id = l.req_id and r.status = 'ok'
+    where len(l.t_s) > 1
+),
+
 stats as (
-    select
-        run_id,
-        metric,
-        count(v) as count,
-        min(v) as min,
-        max(v) as max,
-        max(v) - min(v) as span,
-        quantile_cont(v, [0.5, 0.9, 0.95, 0.99, 0.999]) as q,
-        -- a first mean: values to 1e-10 ms, summed exactly (moments refines it)
-        sum(v::decimal(38, 10))::double / count(v) as mean0
-    from vals
-    where v is not null
-    group by run_id, metric
+    select run_id, metric, count(v) as count, min(v) as min, max(v) as max, max(v) - min(v) as span,
+        quantile_cont(v, [0.5, 0.9, 0.95, 0.99, 0.999]) as q
+    from rowvals where v is not null group by run_id, metric
+    union all
+    select run_id, 'itl_ms', count(v), min(v), max(v), max(v) - min(v),
+        quantile_cont(v, [0.5, 0.9, 0.95, 0.99, 0.999])
+    from (select run_id, unnest(g) as v from gaps) group by run_id
 ),
 
 moments as (
-    -- deviations from mean0 in units of the range, d = (v - mean0) / span in [-1, 1], and their
-    -- squares, to 24 decimals, summed exactly: a term's rounding moves a sum by at most 1e-24
-    select run_id, metric,
-        sum(d::decimal(38, 24))::double as sum_d,
-        sum((d * d)::decimal(38, 24))::double as sum_dd
-    from (
-        select x.run_id, x.metric, (x.v - s.mean0) / s.span as d
-        from vals x join stats s on s.run_id = x.run_id and s.metric = x.metric and s.span > 0
-        where x.v is not null
-    )
-    group by run_id, metric
+    -- deviations from the median in units of the range, d = (v - p50) / span in [-1, 1], and
+    -- their squares, to 24 decimals, summed exactly: a term's rounding moves a sum by at most
+    -- 1e-24. The median is within one std of the mean, so sum(d)^2 / n is at most about
+    -- sum(d^2) / 2: the subtraction below loses at most a bit.
+    select x.run_id, x.metric,
+        sum(((x.v - s.q[1]) / s.span)::decimal(38, 24))::double as sum_d,
+        sum((((x.v - s.q[1]) / s.span) ** 2)::decimal(38, 24))::double as sum_dd
+    from rowvals as x join stats as s on s.run_id = x.run_id and s.metric = x.metric and s.span > 0
+    where x.v is not null
+    group by x.run_id, x.metric
+    union all
+    -- a list's terms are added in list order (one fixed order: the same bits every time), its
+    -- sum then exactly like the rows' terms above
+    select x.run_id, 'itl_ms',
+        sum(list_sum(list_transform(x.g, lambda v: (v - s.q[1]) / s.span))::decimal(38, 24))::double,
+        sum(list_sum(list_transform(x.g, lambda v: ((v - s.q[1]) / s.span) ** 2))::decimal(38, 24))::double
+    from gaps as x join stats as s on s.run_id = x.run_id and s.metric = 'itl_ms' and s.span > 0
+    group by x.run_id
 ),
 
 final as (
-    -- mean = mean0 + span * sum(d) / n; var = span^2 * (sum(d^2) - sum(d)^2 / n) / (n - 1)
+    -- mean = p50 + span * sum(d) / n; var = span^2 * (sum(d^2) - sum(d)^2 / n) / (n - 1)
     select s.*,
-        case when s.span > 0 then s.mean0 + s.span * m.sum_d / s.count else s.min end as mean,
+        case when s.span > 0 then s.q[1] + s.span * m.sum_d / s.count else s.min end as mean,
         case when s.count > 1 then
             case when s.span > 0
                 then s.span * sqrt(greatest(m.sum_dd - m.sum_d * m.sum_d / s.count, 0) / (s.count - 1))

@@ -12,21 +12,48 @@ import pytest
 from pipeline import store
 
 
+def _inputs(threads: int) -> duckdb.DuckDBPyConnection:
+    """A connection with empty tables of every input of metric_stats.sql."""
+    con = duckdb.connect()
+    con.execute(f"set threads = {threads}")
+    con.execute("create table iteration_metrics (run_id varchar, iteration_ms double)")
+    con.execute("create table request_latency (run_id varchar, status varchar, ttft_ms double)")
+    con.execute("create table requests (run_id varchar, req_id varchar, status varchar)")
+    con.execute("create table token_lists (run_id varchar, req_id varchar, t_s double[])")
+    return con
+
+
+def _row(con: duckdb.DuckDBPyConnection, metric: str) -> tuple:
+    row = con.execute(
+        "select count, mean, std, min, max, p50, p99 from (" + store.query_text("metric_stats") + ") where metric = ?",
+        [metric],
+    ).fetchall()
+    assert len(row) == 1
+    return row[0]
+
+
 def _stats(values: np.ndarray, shuffle_seed: int | None = None, threads: int = 4) -> tuple:
     """metric_stats of ``values`` as one run's iteration_ms (the other inputs empty)."""
     if shuffle_seed is not None:
         values = np.random.default_rng(shuffle_seed).permutation(values)
-    con = duckdb.connect()
-    con.execute(f"set threads = {threads}")
-    con.execute("create table iteration_metrics (run_id varchar, iteration_ms double)")
-    con.execute("create table token_gaps (run_id varchar, itl_ms double)")
-    con.execute("create table request_latency (run_id varchar, status varchar, ttft_ms double)")
+    con = _inputs(threads)
     con.execute("insert into iteration_metrics select 'r', unnest($v::double[])", {"v": values.tolist()})
-    row = con.execute(
-        "select count, mean, std, min, max, p50, p99 from (" + store.query_text("metric_stats") + ")"
-    ).fetchall()
-    assert len(row) == 1
-    return row[0]
+    return _row(con, "iteration_ms")
+
+
+def _itl_stats(lists: list[np.ndarray], shuffle_seed: int | None = None, threads: int = 4) -> tuple:
+    """metric_stats' itl_ms of requests whose token times are ``lists`` (in any order of the requests)."""
+    order = range(len(lists)) if shuffle_seed is None else np.random.default_rng(shuffle_seed).permutation(len(lists))
+    con = _inputs(threads)
+    con.execute(
+        "insert into token_lists select 'r', unnest($i::int[])::varchar, unnest($t::double[][])",
+        {"i": [int(i) for i in order], "t": [lists[i].tolist() for i in order]},
+    )
+    # a request that failed: its gaps are no ITL
+    con.execute("insert into requests select 'r', req_id, 'ok' from token_lists")
+    con.execute("insert into token_lists values ('r', 'failed', [0.0, 1000.0])")
+    con.execute("insert into requests values ('r', 'failed', 'error')")
+    return _row(con, "itl_ms")
 
 
 CASES = {
@@ -59,6 +86,35 @@ def test_mean_and_std_equal_exact_arithmetic(name):
     assert (lo, hi) == (xs.min(), xs.max())
     assert p50 == pytest.approx(np.percentile(xs, 50), rel=1e-15)
     assert p99 == pytest.approx(np.percentile(xs, 99), rel=1e-15)
+
+
+def _token_lists(seed: int, n: int = 3000) -> list[np.ndarray]:
+    """Token times of ``n`` requests: epoch-sized starts, lognormal gaps of a few ms, 1 to 400 tokens."""
+    rng = np.random.default_rng(seed)
+    return [
+        1.7e9 + rng.uniform(0, 600) + np.cumsum(np.concatenate([[0.0], rng.lognormal(-5.0, 0.6, rng.integers(0, 400))]))
+        for _ in range(n)
+    ]
+
+
+def test_itl_from_token_lists_equals_exact_arithmetic_over_every_gap():
+    lists = _token_lists(6)
+    gaps = np.concatenate([np.diff(t) * 1000 for t in lists])
+    count, mean, std, lo, hi, p50, p99 = _itl_stats(lists)
+    exact_mean, exact_std = _exact(gaps)
+    assert count == len(gaps)  # the failed request's gap is left out
+    assert mean == pytest.approx(exact_mean, rel=1e-14)
+    assert std == pytest.approx(exact_std, rel=1e-12)
+    assert (lo, hi) == (gaps.min(), gaps.max())
+    assert p50 == pytest.approx(np.percentile(gaps, 50), rel=1e-15)
+    assert p99 == pytest.approx(np.percentile(gaps, 99), rel=1e-15)
+
+
+def test_itl_in_any_order_of_requests_gives_the_same_bits():
+    lists = _token_lists(7)
+    first = _itl_stats(lists, threads=4)
+    for seed, threads in ((1, 1), (2, 2), (3, 8)):
+        assert _itl_stats(lists, shuffle_seed=seed, threads=threads) == first
 
 
 def test_same_values_in_any_order_give_the_same_bits():
