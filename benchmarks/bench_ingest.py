@@ -13,6 +13,8 @@ Every phase runs in its own child process, so its wall time and peak RSS
                    in-memory DuckDB: the canonical fields with their types, given explicitly
                    (pipeline/ingest/canonical_sql.py FIELDS), one scan of the file.  Ratios are
                    against this.
+  floor_file       the same into a database file, checkpointed: the floor plus persisting the
+                   table (tracelat writes a store file), for reference; ratios stay against floor.
   floor_sampled    the same with sample_size=-1 and no schema: DuckDB scans the whole file once
                    to infer the types and again to load it (the floor this script used before).
   startup          python start plus the imports of the phases below, nothing else: part of
@@ -64,6 +66,23 @@ con = duckdb.connect()
 con.execute("create table x as select * from read_json(?, format='newline_delimited', columns=" + sys.argv[2] + ")",
             [sys.argv[1]])
 print(con.execute("select count(*) from x").fetchall()[0][0])
+"""
+
+# The floor again, into a database file, checkpointed: what persisting the same table costs
+# (tracelat writes a store file; the floor above keeps its table in memory).
+FLOOR_FILE = """
+import duckdb, os, sys
+db = sys.argv[3]
+for p in (db, db + ".wal"):
+    if os.path.exists(p):
+        os.unlink(p)
+con = duckdb.connect(db)
+con.execute("create table x as select * from read_json(?, format='newline_delimited', columns=" + sys.argv[2] + ")",
+            [sys.argv[1]])
+con.execute("checkpoint")
+print(con.execute("select count(*) from x").fetchall()[0][0])
+con.close()
+os.unlink(db)
 """
 
 FLOOR_SAMPLED = """
@@ -166,6 +185,7 @@ def bench(work: Path, iterations: int) -> dict:
         p.unlink(missing_ok=True)
     phases: dict[str, tuple[float, float]] = {}
     phases["floor"] = measured([FLOOR, str(trace), canonical_columns()])[:2]
+    phases["floor_file"] = measured([FLOOR_FILE, str(trace), canonical_columns(), str(work / "floor.duckdb")])[:2]
     phases["floor_sampled"] = measured([FLOOR_SAMPLED, str(trace)])[:2]
     phases["startup"] = measured([STARTUP])[:2]
     phases["ingest"] = measured([INGEST, str(db), str(trace)])[:2]
