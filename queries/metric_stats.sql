@@ -33,7 +33,17 @@ stats as (
     union all
     select run_id, 'itl_ms', count(v), min(v), max(v), max(v) - min(v),
         quantile_cont(v, [0.5, 0.9, 0.95, 0.99, 0.999])
-    from (select run_id, unnest(g) as v from gaps) group by run_id
+    from (
+        -- the gaps of gaps.g, one row each: two lists unnested side by side (no list of pairs)
+        select run_id, (t_next - t_prev) * 1000 as v
+        from (
+            select l.run_id, unnest(l.t_s[2:]) as t_next, unnest(l.t_s[:-2]) as t_prev
+            from token_lists as l
+            semi join requests as r on r.run_id = l.run_id and r.req_id = l.req_id and r.status = 'ok'
+            where len(l.t_s) > 1
+        )
+    )
+    group by run_id
 ),
 
 moments as (
