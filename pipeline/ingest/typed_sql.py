@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from .canonical_sql import ALL_FIELDS, COMMON, CROSS_CHECKS, FIELDS, _problem, _value
+from .canonical_sql import ALL_FIELDS, COMMON, CROSS_CHECKS, FIELDS, _problem, _value, reasons_sql
 
 EXTRA_JSON = "extra_json"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -106,8 +106,8 @@ def typed_stage_sql(source: str, typed: Typed) -> str:
         types.append(f"{t} as t_{name}")
         values.append(f"{_value(f, f't_{name}', x)} as v_{name}")
         shown[name] = f"left(to_json({col})::varchar, 40)"
-    checks = [_problem(f, shown[f.name]) for f in FIELDS[kind]] + list(CROSS_CHECKS[kind])
-    reason = f"nullif(concat_ws('; ', {', '.join(checks)}), '')"
+    groups = [_problem(f, shown[f.name]) for f in FIELDS[kind]] + [[c] for c in CROSS_CHECKS[kind]]
+    reason = reasons_sql(groups)
     extra = f"nullif({EXTRA_JSON}, '{{}}')::json" if EXTRA_JSON in schema else "NULL::json"
     record = ", ".join(
         [f"kind := '{kind}'"]
