@@ -26,13 +26,19 @@ Rules:
 
 from __future__ import annotations
 
+import math
+from typing import TYPE_CHECKING
+
 import duckdb
-import numpy as np
 
 from ..errors import InputError
 from .. import store
 from ..store import scalar
-from . import clocks, retime
+
+if TYPE_CHECKING:  # numpy and the estimators load only for runs with a request source to align
+    import numpy as np
+
+    from . import clocks
 
 SOURCES = """
 with it as (select ingest_id, count(*) as n from iterations where run_id = $run group by ingest_id),
@@ -67,7 +73,7 @@ def parse_offsets(items: tuple[str, ...], paths: list[str]) -> dict[str, float]:
             off = float(val)
         except ValueError:
             raise InputError(f"--clock-offset {item!r}: {val!r} is not a number of seconds") from None
-        if not np.isfinite(off):
+        if not math.isfinite(off):
             raise InputError(f"--clock-offset {item!r}: the offset must be finite")
         hits = [p for p in paths if p == src or p.endswith("/" + src) or p.split("/")[-1] == src]
         if len(hits) != 1:
@@ -110,6 +116,8 @@ def _undo(con, run_id: str) -> None:
         )
         ref = (info.get("retime") or {}).get("ingest_id")
         if ref is not None:
+            from . import retime
+
             retime.undo(con, run_id, ref)
         for col in inferred or []:  # inferred values go before the times move back
             con.execute(f"update requests set {_col(col)} = null where run_id = ? and ingest_id = ?", [run_id, ing])
@@ -125,6 +133,8 @@ def _col(name: str) -> str:
 
 
 def _steps(con, run_id: str, ref_ids: list[int]) -> clocks.Steps:
+    from . import clocks
+
     a = con.execute(
         "select t_start, t_end, decode_reqs::double as d, prefill_tokens::double as p, "
         "decode_tokens::double as dt from iterations "
@@ -142,10 +152,16 @@ def _steps(con, run_id: str, ref_ids: list[int]) -> clocks.Steps:
 
 
 def _f(x) -> np.ndarray:
+    import numpy as np
+
     return np.ma.filled(np.ma.asarray(x, dtype=float), np.nan)
 
 
 def _requests(con, run_id: str, ing: int) -> clocks.Requests:
+    import numpy as np
+
+    from . import clocks
+
     a = con.execute(
         "select t_arrival, t_first_token, t_finish from requests where run_id = $run and ingest_id = $ing "
         "and status = 'ok' and t_first_token is not null and t_finish is not null",
@@ -232,6 +248,10 @@ def _json(obj) -> str:
 
 
 def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, retime_ref=None) -> dict:
+    import numpy as np
+
+    from . import clocks, retime
+
     entry: dict = {"path": path, "clock": clock}
     if override is not None:
         _transform(con, run_id, ing, override, 0.0, 0.0, inverse=False)
@@ -279,6 +299,8 @@ def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, ret
 
 def _infer(con, run_id: str, ing: int, steps: clocks.Steps, entry: dict) -> dict:
     """Fill what a request source lacks from the (now aligned) steps; returns what was inferred."""
+    import numpy as np
+
     out: dict = {"fields": []}
     have = con.execute(
         "select count(t_scheduled), count(preemptions), count(*) from requests where run_id = ? and ingest_id = ?",
@@ -307,6 +329,8 @@ def _infer(con, run_id: str, ing: int, steps: clocks.Steps, entry: dict) -> dict
 
 def _infer_scheduled(con, run_id: str, ing: int, steps: clocks.Steps) -> np.ndarray | None:
     """``t_scheduled`` per request (vectorised; see module doc); returns each one's uncertainty (s)."""
+    import numpy as np
+
     r = con.execute(
         "select req_id, t_arrival, t_first_token, prompt_tokens::double as p, "
         "coalesce(cached_tokens, 0)::double as c from requests "

@@ -14,8 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import duckdb
-import pyarrow as pa
 
 from ..errors import InputError, TracelatError
 from .. import store
@@ -23,6 +24,9 @@ from ..store import scalar
 from . import reader
 from .canonical_sql import FIELDS, stage_sql
 from .typed_sql import typed_stage_sql
+
+if TYPE_CHECKING:  # Arrow loads only where a batch brings Arrow data (not the canonical fast path)
+    import pyarrow as pa
 
 KINDS = ("run", "iteration", "request")
 
@@ -298,6 +302,8 @@ class _Scope:
 
 
 def _rejects_table(rejects: pa.Table | list[tuple[int, str, str]]) -> pa.Table:
+    import pyarrow as pa
+
     if isinstance(rejects, pa.Table):
         return rejects.select(["line_no", "reason", "raw"])
     cols = list(zip(*rejects)) if rejects else [(), (), ()]
@@ -358,8 +364,8 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
     res.rejected += rejected
     res.skipped += batch.skipped + skipped
     res.lines_read += batch.lines_read
-    rejects_in = _rejects_table(batch.rejects)
-    if rejects_in.num_rows:
+    rejects_in = _rejects_table(batch.rejects) if len(batch.rejects) else None
+    if rejects_in is not None and rejects_in.num_rows:
         q.tables["rejects_in"] = rejects_in
         q.run("insert into rejects select $ingest_id, $path, line_no, reason, left(raw, 1024) from rejects_in", ids)
         res.rejected += rejects_in.num_rows
@@ -383,8 +389,11 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
 def _load_kind(q: _Scope, kind: str, ids: dict) -> None:
     """Insert the accepted records of one kind and reject the duplicates among them."""
     res = q.result
-    q.table("losers", _duplicates_sql(kind), {"ingest_id": ids["ingest_id"]})
-    n_losers = q.tables["losers"].num_rows
+    dups = _duplicates_sql(kind)
+    # counted first: most batches have none, and then no Arrow table (nor pyarrow) is needed
+    n_losers = q.count(f"select count(*) from ({dups})", {"ingest_id": ids["ingest_id"]})
+    if n_losers:
+        q.table("losers", dups, {"ingest_id": ids["ingest_id"]})
     accepted = ACCEPTED.format(kind=kind, without=WITHOUT_LOSERS if n_losers else "")
     res.accepted += q.count(INSERT_SQL[kind].format(accepted=accepted), {"ingest_id": ids["ingest_id"]})
     if kind == "request":
@@ -392,7 +401,7 @@ def _load_kind(q: _Scope, kind: str, ids: dict) -> None:
     if n_losers:
         q.run(DUPLICATE_REJECTS_SQL, ids)
         res.rejected += n_losers
-    del q.tables["losers"]
+        del q.tables["losers"]
 
 
 # convert(path, progress, run_name=...) -> batches; run_name is the run of records that

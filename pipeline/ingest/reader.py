@@ -15,11 +15,12 @@ import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
+from typing import TYPE_CHECKING
 
 from ..errors import InputError
+
+if TYPE_CHECKING:  # Arrow loads only for files read line by line here (not DuckDB's reader)
+    import pyarrow as pa
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -117,6 +118,10 @@ def line_batches(path: Path, progress: Progress | None = None, batch_bytes: int 
     can always be found with ``sed -n Np``.  A compressed stream that breaks
     part-way raises :class:`InputError` naming the last good line.
     """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     next_line = 1
     batch_bytes = batch_bytes or BATCH_BYTES
     with open_binary(path, progress) as f:
@@ -143,6 +148,8 @@ def line_batches(path: Path, progress: Progress | None = None, batch_bytes: int 
 
 def _to_text(lines: list[bytes]) -> pa.Array:
     """Lines as Arrow strings; invalid UTF-8 (rare) is replaced with U+FFFD, not fatal."""
+    import pyarrow as pa
+
     blob = pa.array(lines, pa.binary())
     try:
         return blob.cast(pa.string())

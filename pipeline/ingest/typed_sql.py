@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from .canonical_sql import ALL_FIELDS, COMMON, CROSS_CHECKS, FIELDS, _problem, _value, reasons_sql
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 EXTRA_JSON = "extra_json"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -43,6 +45,8 @@ class Typed:
 
 
 def _json_type(t: pa.DataType) -> str | None:
+    import pyarrow as pa
+
     """The JSON type name (as ``json_type`` says it) that values of an Arrow type have."""
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
         return "VARCHAR"

@@ -68,3 +68,18 @@ def test_runs_imports_duckdb_only(tmp_path):
     res = probe(["runs", "--db", str(db)])
     assert res["code"] == 0 and "tiny" in res["out"]
     assert res["heavy"] == ["duckdb"]
+
+
+def test_canonical_ingest_imports_duckdb_only(tmp_path):
+    # DuckDB reads, checks and stores a canonical trace: NumPy (clock alignment of split
+    # evidence) and PyArrow (line-by-line reading, converters, duplicates) stay unloaded
+    db = tmp_path / "s.duckdb"
+    f = tmp_path / "tiny.jsonl"
+    f.write_text(
+        '{"kind":"run","run_id":"tiny"}\n'
+        '{"kind":"iteration","iter":0,"t_start":1.0,"t_end":1.01}\n'
+        '{"kind":"request","req_id":"a","t_arrival":1.0,"t_first_token":1.01,"t_finish":1.02,"token_times":[1.01,1.02]}\n'
+    )
+    res = probe(["ingest", str(f), "--db", str(db)])
+    assert res["code"] == 0 and "3 read, 3 accepted, 0 rejected" in res["out"], res
+    assert res["heavy"] == ["duckdb"]
