@@ -371,3 +371,18 @@ def test_report_after_an_extreme_value(tmp_path):
     assert r.returncode == 0, r.stderr
     summary = json.loads((tmp_path / "rep" / "summary.json").read_text())
     assert summary["iteration_ms"]["count"] == 59 and summary["iteration_ms"]["max"] == pytest.approx(10.0)
+
+
+def test_every_problem_of_a_record_is_named_in_field_order(con, tmp_path):
+    # one OR of all conditions decides whether reasons are built: a record with several
+    # problems must still name each (field checks in field order, then cross-field checks),
+    # and one whose only checks are NULL (absent fields) must pass
+    bad = it(0, t_start=2.0, t_end=1.0, decode_tokens=-1, kv_usage=1.5) | {"dur_ms": None}
+    quiet = {"kind": "iteration", "iter": 1, "dur_ms": 3.0}
+    f = write(tmp_path / "many.jsonl", [bad, quiet])
+    (res,) = ingest.ingest_paths(con, [f])
+    assert (res.accepted, res.rejected) == (1, 1)
+    assert rejects(con)[1] == (
+        "decode_tokens: negative count -1; kv_usage: expected a fraction 0..1, got 1.5; "
+        "t_end (1.0) is before t_start (2.0)"
+    )
