@@ -11,7 +11,7 @@ from .. import store
 from ..errors import InputError
 from . import reader
 from .canonical_sql import stage_sql
-from .load import Batch
+from .load import MAX_RUN_CASES, Batch, last_run_case
 
 PARQUET_MAGIC = b"PAR1"
 
@@ -84,7 +84,7 @@ class StagedJsonl:
             f"select rowid + 1, coalesce(own_run, $d) from temp.main.{_STAGED} where kind = 'run' order by 1",
             {"d": default_run},
         ).fetchall()
-        if len(self.run_lines) > 64:
+        if len(self.run_lines) > MAX_RUN_CASES:
             con.execute(
                 f"create or replace temp table {_RUN_LINES} as select rowid + 1 as line_no, "
                 f"coalesce(own_run, $d) as run from temp.main.{_STAGED} where kind = 'run'",
@@ -96,16 +96,14 @@ class StagedJsonl:
         per = max(1, int(self.n_lines * reader.BATCH_BYTES * STAGED_SLICE_BATCHES / size)) if self.n_lines else 1
         rows = f"(select rowid + 1 as line_no, * from temp.main.{_STAGED} where rowid >= $a and rowid < $b) s"
         params: dict = {"d": self.default_run}
-        if len(self.run_lines) > 64:
+        if len(self.run_lines) > MAX_RUN_CASES:
             sql = (
                 f"select s.*, coalesce(s.own_run, r.run, $d) as run_id from {rows} "
                 f"asof left join temp.main.{_RUN_LINES} r on s.line_no >= r.line_no"
             )
         else:  # a few run records (usually one, on line 1): the last one at or before the line
-            whens = " ".join(f"when s.line_no >= $l{i} then $r{i}" for i in reversed(range(len(self.run_lines))))
-            for i, (line, run) in enumerate(self.run_lines):
-                params[f"l{i}"], params[f"r{i}"] = line, run
-            last = f"case {whens} end" if whens else "NULL::varchar"
+            last, case_params = last_run_case(self.run_lines, "s.line_no")
+            params |= case_params
             sql = f"select s.*, coalesce(s.own_run, {last}, $d) as run_id from {rows}"
         for a in range(0, self.n_lines, per):
             b = min(a + per, self.n_lines)

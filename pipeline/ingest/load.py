@@ -118,9 +118,10 @@ class _State:
 
 # The run of each line: its own run_id, else that of the last run record before it
 # (in this batch, or carried from earlier batches), else --run-id or the file name.
-# The window is needed only in batches that hold run records.
+# A batch names few runs (a converter's own record on line 0, a file's on line 1): a CASE
+# over their lines says it; a window over every line (a sort) only for batches with many.
 RUN_OF_LINE_SQL = {
-    False: "select *, coalesce(own_run, $carry_run, $default_run) as run_id from lines",
+    False: "select *, coalesce(own_run, {last}, $carry_run, $default_run) as run_id from lines",
     True: """
 select *,
   coalesce(own_run,
@@ -130,6 +131,22 @@ select *,
 from lines
 """,
 }
+MAX_RUN_CASES = 64
+
+
+def last_run_case(run_lines: list[tuple[int, str]], line_no: str = "line_no") -> tuple[str, dict]:
+    """SQL for the run of the last run record at or before each line, and its parameters.
+
+    ``run_lines``: ``(line, run)`` of the run records, in line order (at most
+    ``MAX_RUN_CASES``). NULL before the first of them.
+    """
+    params: dict = {}
+    whens = []
+    for i, (line, run) in reversed(list(enumerate(run_lines))):
+        whens.append(f"when {line_no} >= $rl{i} then $rr{i}")
+        params[f"rl{i}"], params[f"rr{i}"] = line, run
+    return (f"case {' '.join(whens)} end" if whens else "NULL::varchar"), params
+
 
 _KEYS = {"iteration": ("iter", "v_iter"), "request": ("req_id", "v_req_id")}
 _TARGET = {"iteration": "iterations", "request": "requests"}
@@ -355,8 +372,17 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
         q.table("lines", sql)
         del q.tables["batch_in"]
         q.tables.pop("typed_in", None)
-        has_runs = q.count("select count(*) from lines where kind = 'run'") > 0
-        q.table("staged", RUN_OF_LINE_SQL[has_runs], {"default_run": st.default_run, "carry_run": st.carry_run})
+        params = {"default_run": st.default_run, "carry_run": st.carry_run}
+        run_lines = q.run(
+            "select line_no, coalesce(own_run, $default_run) from lines where kind = 'run' order by line_no "
+            f"limit {MAX_RUN_CASES + 1}",
+            {"default_run": st.default_run},
+        )
+        if len(run_lines) > MAX_RUN_CASES:
+            q.table("staged", RUN_OF_LINE_SQL[True], params)
+        else:
+            last, case_params = last_run_case(run_lines)
+            q.table("staged", RUN_OF_LINE_SQL[False].format(last=last), params | case_params)
         del q.tables["lines"]
     ids = {"ingest_id": st.ingest_id, "path": st.path}
     skipped, rejected, runs_ok, runs_line0_bad, n_runs, has_iters, has_reqs, last_run = q.run(LINE_COUNTS_SQL)[0]

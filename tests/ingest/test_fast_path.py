@@ -234,3 +234,20 @@ def test_without_insertion_order_the_batch_path_numbers_lines(con, tmp_path, use
     (res,) = ingest.ingest_paths(con, [f])
     assert used == ["batch"] and res.accepted == 2
     assert con.execute("select line_no from rejects").fetchall() == [(2,)]
+
+
+@pytest.mark.parametrize("n_runs", [3, 70])  # a CASE over the run lines; over 64, a window
+def test_each_line_in_the_run_of_the_last_run_record_before_it(tmp_path, monkeypatch, used, n_runs):
+    from pipeline import store
+
+    lines = [it(100)]  # before any run record: the file's run
+    for k in range(n_runs):
+        lines += [{"kind": "run", "run_id": f"r{k}"}, it(k), req(f"q{k}", 0.0)]
+    lines += [it(200, run_id="own")]
+    fast, batch = both_paths(tmp_path, monkeypatch, "runs.jsonl", text(lines).encode())
+    assert used == ["fast"] and fast == batch
+    con = store.connect(tmp_path / "batch.duckdb")
+    got = con.execute("select iter, run_id from iterations order by iter").fetchall()
+    assert got == [(k, f"r{k}") for k in range(n_runs)] + [(100, "runs"), (200, "own")]
+    reqs = con.execute("select req_id, run_id from requests").fetchall()
+    assert sorted(reqs) == sorted((f"q{k}", f"r{k}") for k in range(n_runs))
