@@ -279,6 +279,12 @@ def reasons_sql(groups: list[list[tuple[str, str]]]) -> str:
     return f"case when {any_true} then nullif(concat_ws('; ', {parts}), '') end"
 
 
+def kind_reasons_sql(kind: str, shown: dict[str, str] | None = None) -> str:
+    """Every problem of a record of ``kind`` (its fields' checks, then the cross-field ones), or NULL."""
+    fields = [_problem(f, None if shown is None else shown[f.name]) for f in FIELDS[kind]]
+    return reasons_sql(fields + [[c] for c in CROSS_CHECKS[kind]])
+
+
 # Checks that involve several fields, per kind: ``(condition, reason)`` on typed values.
 CROSS_CHECKS = {
     "iteration": (
@@ -366,8 +372,7 @@ def stage_sql(source: str, line_no: str | None = "line_no", keep_raw: bool = Tru
     per_kind = []
     extra = []
     for kind, fields in FIELDS.items():
-        groups = [_problem(f) for f in fields] + [[c] for c in CROSS_CHECKS[kind]]
-        per_kind.append(f"when '{kind}' then {reasons_sql(groups)}")
+        per_kind.append(f"when '{kind}' then {kind_reasons_sql(kind)}")
         names = sorted({f.name for f in fields} | set(COMMON))
         known = "{" + ",".join(f'"{n}":null' for n in names) + "}"
         known_list = "[" + ",".join(f"'{n}'" for n in names) + "]"

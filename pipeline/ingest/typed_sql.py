@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .canonical_sql import ALL_FIELDS, COMMON, CROSS_CHECKS, FIELDS, _problem, _value, reasons_sql
+from .canonical_sql import ALL_FIELDS, COMMON, FIELDS, _value, kind_reasons_sql
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -110,8 +110,7 @@ def typed_stage_sql(source: str, typed: Typed) -> str:
         types.append(f"{t} as t_{name}")
         values.append(f"{_value(f, f't_{name}', x)} as v_{name}")
         shown[name] = f"left(to_json({col})::varchar, 40)"
-    groups = [_problem(f, shown[f.name]) for f in FIELDS[kind]] + [[c] for c in CROSS_CHECKS[kind]]
-    reason = reasons_sql(groups)
+    reason = kind_reasons_sql(kind, shown)
     extra = f"nullif({EXTRA_JSON}, '{{}}')::json" if EXTRA_JSON in schema else "NULL::json"
     record = ", ".join(
         [f"kind := '{kind}'"]
