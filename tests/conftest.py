@@ -11,6 +11,14 @@ REPO = Path(__file__).resolve().parent.parent
 REALDATA = Path(os.environ.get("TRACELAT_REALDATA", REPO.parent / "shared" / "realdata"))
 
 
+def pytest_xdist_auto_num_workers(config) -> int:
+    """Workers for ``-n auto``: one per core, at most 4 (a slow test's store and trace take
+    a GiB or two each); PYTEST_XDIST_AUTO_NUM_WORKERS overrides."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
+
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "t.duckdb"
