@@ -153,9 +153,15 @@ def memory_limit_sql() -> str | None:
     return f"set memory_limit = '{_memory_limit(limit)}'" if limit else None
 
 
+# DuckDB draws its own progress bar on the terminal for a query over 2 s (an ingest's
+# staging, a big derived table): it would cut into our output and progress lines.
+QUIET = "set enable_progress_bar = false"
+
+
 def scratch() -> duckdb.DuckDBPyConnection:
     """An in-memory connection for converters and helpers, with the memory limit applied."""
     con = duckdb.connect()
+    con.execute(QUIET)
     sql = memory_limit_sql()
     if sql:
         con.execute(sql)
@@ -242,6 +248,7 @@ def connect(
         ) from exc
     except duckdb.Error as exc:
         raise StoreError(f"cannot open database {path}: {exc}; is it a DuckDB file?") from exc
+    con.execute(QUIET)
     limit = memory_limit_sql()
     if limit:  # DuckDB spills to disk beyond this; the default is 80% of RAM
         con.execute(limit)
