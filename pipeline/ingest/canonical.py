@@ -33,16 +33,11 @@ def convert_jsonl(
         yield Batch(table, table.num_rows)
 
 
-# DuckDB reads the lines itself (plain, gzip, zstd): one VARCHAR column, a delimiter
-# that never occurs in JSON text of ours, no quoting; a line it cannot read that way
-# (a stray \r, invalid UTF-8, the delimiter) fails the scan, and the file goes the
-# batch path of convert_jsonl instead, which reads every line.
-_READ = (
-    "read_csv($path, columns={{'raw': 'VARCHAR'}}, delim='\x1e\x1f', quote='', escape='', "
-    "header=false, auto_detect=false, new_line='\\n', comment='', skip=0, strict_mode=true, "
-    "max_line_size={max_line}, compression='{compression}')"
-)
-MAX_LINE_BYTES = 16 << 20  # a longer line fails the scan: the file goes the batch path
+# DuckDB reads the lines itself (plain, gzip, zstd; reader.DUCKDB_READ): a line it cannot
+# read that way fails the scan, and the file goes the batch path of convert_jsonl instead,
+# which reads every line.
+_READ = reader.DUCKDB_READ
+MAX_LINE_BYTES = reader.MAX_LINE_BYTES
 # Staged rows go to the store in slices of this many reader batches of the file (256 MB):
 # each slice is a few set statements (no row is copied out of DuckDB), so slices can be
 # big; they bound what a slice's duplicate check holds (a file that repeats itself

@@ -15,7 +15,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import InputError
 
@@ -26,7 +26,19 @@ GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 BATCH_BYTES = 32 << 20
 
+# DuckDB's parallel CSV reader as a line reader: one VARCHAR column, a delimiter that never
+# occurs in our text, no quoting; a blank line is a NULL row, so row k is line k.  A line it
+# cannot read that way (a stray \r, invalid UTF-8, the delimiter, longer than max_line)
+# fails the scan: callers then read the file with line_batches, which takes every line.
+DUCKDB_READ = (
+    "read_csv($path, columns={{'raw': 'VARCHAR'}}, delim='\x1e\x1f', quote='', escape='', "
+    "header=false, auto_detect=false, new_line='\\n', comment='', skip=0, strict_mode=true, "
+    "max_line_size={max_line}, compression='{compression}')"
+)
+MAX_LINE_BYTES = 16 << 20
+
 Progress = Callable[[int], None]
+T = TypeVar("T")
 
 
 def check_file(path: Path) -> None:
@@ -144,6 +156,75 @@ def line_batches(path: Path, progress: Progress | None = None, batch_bytes: int 
             )
             next_line += len(lines)
             yield table
+
+
+class FastReadFailed(Exception):
+    """DuckDB could not read the file's lines as they are: read them again with line_batches."""
+
+
+def duckdb_line_batches(path: Path, progress: Progress | None = None) -> Iterator[pa.Table] | None:
+    """``(line_no, raw)`` tables like :func:`line_batches`, read by DuckDB's parallel reader.
+
+    None when the file is not one DuckDB numbers lines in as we do (CRLF line ends, a
+    damaged compressed stream).  Rows stream out in file order (nothing holds the whole
+    file); a line DuckDB cannot read raises :class:`FastReadFailed` part-way, so only a
+    caller that can start over (a converter that reads the whole file before yielding)
+    may use this.
+    """
+    import duckdb
+    import numpy as np
+    import pyarrow as pa
+
+    from .. import store
+
+    head = head_text(path, 1 << 16)
+    kind = compression(path)
+    if "\r" in head or (kind != "none" and not intact(path)):
+        return None
+    con = store.scratch()
+    if not con.execute("select current_setting('preserve_insertion_order')").fetchall()[0][0]:
+        return None
+    # about BATCH_BYTES of text per batch, as line_batches
+    rows = max(1, int(BATCH_BYTES * max(head.count("\n"), 1) / max(len(head.encode()), 1)))
+    size = path.stat().st_size
+    sql = "select raw from " + DUCKDB_READ.format(max_line=MAX_LINE_BYTES, compression=kind)
+
+    def batches() -> Iterator[pa.Table]:
+        next_line = 1
+        try:
+            for rb in con.sql(sql, params={"path": str(path)}).to_arrow_reader(rows):
+                n = rb.num_rows
+                yield pa.table({"line_no": pa.array(np.arange(next_line, next_line + n, dtype=np.int64)), "raw": rb[0]})
+                next_line += n
+                if progress and kind == "none":
+                    progress(_text_bytes(rb[0]) + n)  # + the newlines
+        except (duckdb.Error, OSError) as exc:
+            raise FastReadFailed(str(exc)) from exc
+        finally:
+            con.close()
+        if progress and kind != "none":
+            progress(size)
+
+    return batches()
+
+
+def scan_lines(path: Path, progress: Progress | None, scan: Callable[[Iterator[pa.Table]], T]) -> T:
+    """``scan`` over the file's line batches: DuckDB's reader when it reads the file's lines
+    as they are, else (or when it fails part-way: ``scan`` runs again from the start) the
+    line reader.  For converters that read the whole file before they yield anything."""
+    fast = duckdb_line_batches(path, progress)
+    if fast is not None:
+        try:
+            return scan(fast)
+        except FastReadFailed:
+            pass
+    return scan(line_batches(path, progress))
+
+
+def _text_bytes(col) -> int:
+    import pyarrow.compute as pc
+
+    return int(pc.sum(pc.binary_length(col)).as_py() or 0)
 
 
 def _to_text(lines: list[bytes]) -> pa.Array:

@@ -1,0 +1,121 @@
+"""DuckDB's parallel reader as a line reader (reader.duckdb_line_batches): the same numbered
+lines as the Python reader, or a clear refusal the caller falls back from."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from pipeline.ingest import reader
+
+from .conftest import load
+
+FIX = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
+
+
+def _lines(tables) -> list[tuple[int, str]]:
+    out = []
+    for t in tables:
+        d = t.to_pydict()
+        out += [(n, r or "") for n, r in zip(d["line_no"], d["raw"])]  # a blank line: NULL here, '' there
+    return out
+
+
+@pytest.mark.parametrize("gz", [False, True])
+@pytest.mark.parametrize("text", ["a\n\nb c\n", "first\n  \n\nlast without newline", "", "\n\n", "x" * 5000 + "\ny\n"])
+def test_same_numbered_lines_as_the_python_reader(tmp_path, monkeypatch, text, gz):
+    monkeypatch.setattr(reader, "BATCH_BYTES", 8)  # several batches: numbering must carry over
+    p = tmp_path / ("t.log.gz" if gz else "t.log")
+    p.write_bytes(gzip.compress(text.encode()) if gz else text.encode())
+    fast = reader.duckdb_line_batches(p)
+    assert fast is not None
+    assert _lines(fast) == _lines(reader.line_batches(p))
+
+
+def test_refuses_crlf_and_damaged_gzip(tmp_path):
+    crlf = tmp_path / "crlf.log"
+    crlf.write_bytes(b"a\r\nb\r\n")
+    assert reader.duckdb_line_batches(crlf) is None
+    broken = tmp_path / "broken.log.gz"
+    body = b"".join(b"line %d\n" % i for i in range(50_000))  # the head reads; the end is cut off
+    broken.write_bytes(gzip.compress(body)[:-12])
+    assert reader.duckdb_line_batches(broken) is None
+
+
+def test_a_line_it_cannot_read_fails_the_scan(tmp_path):
+    p = tmp_path / "bad.log"
+    p.write_bytes(b"ok\n" * 10 + b"\xff\xfe not utf-8\n" + b"ok\n")
+    with pytest.raises(reader.FastReadFailed):
+        list(reader.duckdb_line_batches(p))
+
+
+def test_vllm_log_with_a_bad_byte_part_way_falls_back_to_the_line_reader(tmp_path, monkeypatch, con):
+    """Invalid UTF-8 after the first batch: DuckDB fails part-way, the converter starts over with
+    the Python reader, and every step and line number is as in the clean log."""
+    from pipeline import store
+
+    monkeypatch.setattr(reader, "BATCH_BYTES", 4096)
+    lines = (FIX / "server_epoch.log").read_bytes().split(b"\n")
+    k = len(lines) // 2
+    lines.insert(k, b"noise \xff\xfe")  # not a step line: skipped either way
+    bad = tmp_path / "server_epoch.log"
+    bad.write_bytes(b"\n".join(lines))
+    used = []
+    fast, slow = reader.duckdb_line_batches, reader.line_batches
+    monkeypatch.setattr(reader, "duckdb_line_batches", lambda *a: used.append("duckdb") or fast(*a))
+    monkeypatch.setattr(reader, "line_batches", lambda *a, **k: used.append("python") or slow(*a, **k))
+    (res,) = load(con, bad)
+    assert used == ["duckdb", "python"] and res.rejected == 0
+    clean = tmp_path / "clean" / "server_epoch.log"
+    clean.parent.mkdir()
+    lines[k] = b"noise"
+    clean.write_bytes(b"\n".join(lines))
+    other = store.connect(tmp_path / "clean.duckdb")
+    (want,) = load(other, clean)
+    assert (res.accepted, res.skipped, res.lines_read) == (want.accepted, want.skipped, want.lines_read)
+    q = "select iter, t_start, t_end, dur_ms, decode_tokens from iterations order by iter"
+    assert con.execute(q).fetchall() == other.execute(q).fetchall()
+
+
+def test_vllm_log_is_read_by_duckdb(tmp_path, monkeypatch, con):
+    """The plain log goes DuckDB's way (the Python reader is never called) with the same result."""
+    from pipeline import store
+
+    (want,) = load(store.connect(tmp_path / "a.duckdb"), FIX / "server.log")
+
+    def no(*a, **k):
+        raise AssertionError("the Python line reader was used")
+
+    monkeypatch.setattr(reader, "line_batches", no)
+    (res,) = load(con, FIX / "server.log")
+    assert (res.accepted, res.rejected, res.skipped, res.lines_read) == (
+        want.accepted,
+        want.rejected,
+        want.skipped,
+        want.lines_read,
+    )
+
+
+@pytest.mark.parametrize(
+    "rel", ["vllm/server.log", "vllm/server_epoch.log", "sglang/server.log", "sglang/server_2026.log"]
+)
+def test_whole_file_converters_store_the_same_with_either_reader(tmp_path, monkeypatch, rel):
+    """Every stored column of the steps and rejects, DuckDB's reader against the Python one."""
+    from pipeline import store
+
+    path = FIX.parent / rel
+    fast = store.connect(tmp_path / "fast.duckdb")
+    (a,) = load(fast, path)
+    monkeypatch.setattr(reader, "duckdb_line_batches", lambda *a: None)
+    slow = store.connect(tmp_path / "slow.duckdb")
+    (b,) = load(slow, path)
+    assert (a.accepted, a.rejected, a.skipped, a.lines_read) == (b.accepted, b.rejected, b.skipped, b.lines_read)
+    assert a.accepted > 0
+    for q in (
+        "select * exclude (ingest_id) from iterations order by run_id, iter",
+        "select line_no, reason, raw from rejects order by line_no",
+        "select * exclude (ingest_id) from runs order by run_id",
+    ):
+        assert fast.execute(q).fetchall() == slow.execute(q).fetchall(), q
