@@ -13,7 +13,9 @@ which already holds a baseline run.  Every case must
 - leave the baseline run exactly as it was.
 
 Run ``python scripts/fuzz.py --cases 2000`` for N cases per format; it prints the
-outcome counts per format and every violation (exit 1 if any).  The test suite
+outcome counts per format and every violation (exit 1 if any).  ``--readers``: the
+server logs read by DuckDB's line reader must give the same store (or the same error)
+as with the Python line reader, case by case.  The test suite
 (tests/ingest/test_fuzz.py) runs a few cases per format through the same code.
 """
 
@@ -336,6 +338,78 @@ def _store_check(db: Path, baseline: str | None) -> tuple[str, list[str]]:
         con.close()
 
 
+def sources(fmt: str, workdir: Path) -> tuple[bytes, list[bytes]]:
+    """The format's fixture, and the other fixtures whose lines a mutation may splice in."""
+    others = [
+        fixture_bytes(f, workdir)
+        for f in ("jsonl", "vllm-log", "vllm-requests", "trtllm-iterlog", "sglang-log")
+        if f != fmt
+    ]
+    return fixture_bytes(fmt, workdir), others
+
+
+def mutated(fmt: str, case: int, seed: int, data: bytes, others: list[bytes]):
+    """Case ``case``'s random source, mutations and damaged body: a function of seed, format and case only."""
+    rng = random.Random(f"{seed}:{fmt}:{case}")
+    muts = rng.sample(MUTATIONS, rng.choice([1, 1, 2]))
+    body = data
+    for m in muts:
+        body = m(rng, body, others)
+    return rng, muts, body
+
+
+# Formats whose converter reads lines with DuckDB's reader, the Python line reader standing by
+# (reader.scan_lines): --readers checks that both give the same store for every damaged case.
+READER_FORMATS = ("vllm-log", "sglang-log")
+
+
+def readers_agree(fmt: str, cases: int, workdir: Path, seed: int = 0) -> list[str]:
+    """Ingest each damaged case twice, DuckDB's line reader and the Python one; the differences."""
+    from pipeline import store
+    from pipeline.errors import TracelatError
+    from pipeline.ingest import ingest_paths, reader
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    data, others = sources(fmt, workdir)
+    fast = reader.duckdb_line_batches
+    problems = []
+    queries = (
+        "select * exclude (ingest_id) from iterations order by all",
+        "select line_no, reason, raw from rejects order by all",
+        "select * exclude (ingest_id) from runs order by all",
+    )
+    for case in range(cases):
+        _, muts, body = mutated(fmt, case, seed, data, others)
+        path = workdir / f"case{case:05d}{FORMATS[fmt][1]}"
+        path.write_bytes(body)
+        seen = []
+        for name, lines in (("duckdb", fast), ("python", lambda *a: None)):
+            db = workdir / f"{name}.duckdb"
+            for p in (db, Path(str(db) + ".wal")):
+                p.unlink(missing_ok=True)
+            reader.duckdb_line_batches = lines
+            con = store.connect(db)
+            try:
+                (res,) = ingest_paths(con, [path], fmt=fmt)
+                seen.append(
+                    (
+                        (res.accepted, res.rejected, res.skipped, res.lines_read),
+                        [con.execute(q).fetchall() for q in queries],
+                    )
+                )
+            except TracelatError as exc:
+                seen.append((type(exc).__name__, str(exc)))
+            finally:
+                reader.duckdb_line_batches = fast
+                con.close()
+        if seen[0] != seen[1]:
+            problems.append(
+                f"{fmt} case {case} [{'+'.join(m.__name__[2:] for m in muts)}]: {str(seen[0])[:300]} != {str(seen[1])[:300]}"
+            )
+        path.unlink()
+    return problems
+
+
 def fuzz_format(
     fmt: str, cases: int, workdir: Path, seed: int = 0, max_seconds: float = 10.0, first_case: int = 0
 ) -> list[Outcome]:
@@ -349,21 +423,12 @@ def fuzz_format(
         raise RuntimeError(f"baseline ingest failed: {text}")
     baseline, problems = _store_check(db, None)
     assert not problems, problems
-    data = fixture_bytes(fmt, workdir)
-    others = [
-        fixture_bytes(f, workdir)
-        for f in ("jsonl", "vllm-log", "vllm-requests", "trtllm-iterlog", "sglang-log")
-        if f != fmt
-    ]
+    data, others = sources(fmt, workdir)
     suffix = FORMATS[fmt][1]
     fmt_name = "trtllm-iterlog" if fmt == "trtllm-json" else fmt
     results = []
     for case in range(first_case, first_case + cases):
-        rng = random.Random(f"{seed}:{fmt}:{case}")
-        muts = rng.sample(MUTATIONS, rng.choice([1, 1, 2]))
-        body = data
-        for m in muts:
-            body = m(rng, body, others)
+        rng, muts, body = mutated(fmt, case, seed, data, others)
         path = workdir / f"case{case:05d}-{hashlib.sha1(body).hexdigest()[:6]}{suffix}"
         path.write_bytes(body)
         args = ["ingest", str(path), "--db", str(db)]
@@ -438,9 +503,29 @@ def main(argv: list[str] | None = None) -> int:
         "the same for any --jobs)",
     )
     ap.add_argument("--chunk", type=int, default=250, help="cases per task when --jobs > 1")
+    ap.add_argument(
+        "--readers",
+        action="store_true",
+        help=f"instead: ingest each case of {', '.join(READER_FORMATS)} with DuckDB's line reader and with "
+        "the Python one, and report every case where the stores (or errors) differ",
+    )
     args = ap.parse_args(argv)
     sys.path.insert(0, str(REPO))
     import tempfile
+
+    if args.readers:
+        with tempfile.TemporaryDirectory(prefix="tracelat-fuzz-") as tmp:
+            work = args.workdir or Path(tmp)
+            fmts = [f for f in args.formats.split(",") if f in READER_FORMATS]
+            problems = []
+            for fmt in fmts:
+                t0 = time.perf_counter()
+                found = readers_agree(fmt, args.cases, work / fmt, seed=args.seed)
+                print(f"{fmt}: {args.cases} cases, {len(found)} differ ({time.perf_counter() - t0:.0f} s)", flush=True)
+                problems += found
+            for p in problems:
+                print("  " + p)
+        return 1 if problems else 0
 
     results: list[Outcome] = []
     with tempfile.TemporaryDirectory(prefix="tracelat-fuzz-") as tmp:
