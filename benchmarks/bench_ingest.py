@@ -64,6 +64,7 @@ def canonical_columns() -> str:
 FLOOR = """
 import duckdb, sys
 con = duckdb.connect()
+con.execute("set enable_progress_bar = false")  # as in tracelat
 con.execute("create table x as select * from read_json(?, format='newline_delimited', columns=" + sys.argv[2] + ")",
             [sys.argv[1]])
 print(con.execute("select count(*) from x").fetchall()[0][0])
@@ -78,6 +79,7 @@ for p in (db, db + ".wal"):
     if os.path.exists(p):
         os.unlink(p)
 con = duckdb.connect(db)
+con.execute("set enable_progress_bar = false")  # as in tracelat
 con.execute("create table x as select * from read_json(?, format='newline_delimited', columns=" + sys.argv[2] + ")",
             [sys.argv[1]])
 con.execute("checkpoint")
@@ -89,6 +91,7 @@ os.unlink(db)
 FLOOR_SAMPLED = """
 import duckdb, sys
 con = duckdb.connect()
+con.execute("set enable_progress_bar = false")  # as in tracelat
 con.execute("create table x as select * from read_json(?, format='newline_delimited', sample_size=-1)", [sys.argv[1]])
 print(con.execute("select count(*) from x").fetchall()[0][0])
 """

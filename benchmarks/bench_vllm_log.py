@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FLOOR = r"""
 import duckdb, sys
 con = duckdb.connect(sys.argv[2])
+con.execute("set enable_progress_bar = false")  # as in tracelat
 con.execute('''create table t as select
   regexp_extract(raw, 'Iteration\((\d+)\):', 1)::bigint as iter,
   regexp_extract(raw, '(\d+) context requests', 1)::bigint as prefill_reqs,
