@@ -185,7 +185,8 @@ def duckdb_line_batches(path: Path, progress: Progress | None = None) -> Iterato
         return None
     con = store.scratch()
     if not con.execute("select current_setting('preserve_insertion_order')").fetchall()[0][0]:
-        return None
+        con.close()
+        return None  # rows could come out of file order: no line numbers
     # about BATCH_BYTES of text per batch, as line_batches
     rows = max(1, int(BATCH_BYTES * max(head.count("\n"), 1) / max(len(head.encode()), 1)))
     size = path.stat().st_size
