@@ -359,8 +359,9 @@ def mutated(fmt: str, case: int, seed: int, data: bytes, others: list[bytes]):
 
 
 # Formats whose converter reads lines with DuckDB's reader, the Python line reader standing by
-# (reader.scan_lines): --readers checks that both give the same store for every damaged case.
-READER_FORMATS = ("vllm-log", "sglang-log")
+# (reader.scan_lines, reader.lines): --readers checks that both give the same store for every
+# damaged case.
+READER_FORMATS = ("vllm-log", "sglang-log", "vllm-requests", "trtllm-iterlog", "sglang-metrics", "aiperf")
 
 
 def readers_agree(fmt: str, cases: int, workdir: Path, seed: int = 0) -> list[str]:
@@ -375,6 +376,8 @@ def readers_agree(fmt: str, cases: int, workdir: Path, seed: int = 0) -> list[st
     problems = []
     queries = (
         "select * exclude (ingest_id) from iterations order by all",
+        "select * exclude (ingest_id) from requests order by all",
+        "select * exclude (ingest_id) from token_lists order by all",
         "select line_no, reason, raw from rejects order by all",
         "select * exclude (ingest_id) from runs order by all",
     )

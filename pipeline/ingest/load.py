@@ -479,12 +479,19 @@ def ingest_file(
         if prior and not replace:
             note = "" if prior[0] == shown else f" as {prior[0]}"
             return IngestResult(shown, fmt, status="unchanged", note=note)
-        result = IngestResult(shown, fmt, status="replaced" if prior else "ingested")
+        status = "replaced" if prior else "ingested"
+        result = IngestResult(shown, fmt, status=status)
         if stage is not None and not early:
             staged = stage(con, path, default_run)
-        return _ingest_transaction(
-            con, path, fmt, convert, result, digest, shown, default_run, replace, progress, tz, staged
-        )
+        args = (con, path, fmt, convert, result, digest, shown, default_run, replace, progress, tz, staged)
+        try:
+            return _ingest_transaction(*args)
+        except reader.FastReadFailed:
+            # DuckDB's reader met a line it cannot read as it is after the converter had loaded
+            # batches: the file was rolled back; it goes again, read by the Python line reader
+            result = IngestResult(shown, fmt, status=status)
+            with reader.python_lines():
+                return _ingest_transaction(*args[:4], result, *args[5:])
     finally:
         if staged is not None:
             staged.close()

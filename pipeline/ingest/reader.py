@@ -7,6 +7,8 @@ in DuckDB: Python never touches individual records.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import gzip
 import hashlib
 import io
@@ -181,8 +183,8 @@ def duckdb_line_batches(path: Path, progress: Progress | None = None) -> Iterato
     if kind != "none" and not intact(path):
         return None  # line_batches names the last good line
     head = head_text(path, 1 << 16)
-    if "\r" in head:
-        return None
+    if "\r" in head or head.startswith("\ufeff"):
+        return None  # CRLF line ends; a byte-order mark, which DuckDB drops and line_batches keeps
     con = store.scratch()
     if not con.execute("select current_setting('preserve_insertion_order')").fetchall()[0][0]:
         con.close()
@@ -190,7 +192,8 @@ def duckdb_line_batches(path: Path, progress: Progress | None = None) -> Iterato
     # about BATCH_BYTES of text per batch, as line_batches
     rows = max(1, int(BATCH_BYTES * max(head.count("\n"), 1) / max(len(head.encode()), 1)))
     size = path.stat().st_size
-    sql = "select raw from " + DUCKDB_READ.format(max_line=MAX_LINE_BYTES, compression=kind)
+    # a blank line is '' as line_batches gives it (DuckDB reads it as NULL)
+    sql = "select coalesce(raw, '') as raw from " + DUCKDB_READ.format(max_line=MAX_LINE_BYTES, compression=kind)
 
     def batches() -> Iterator[pa.Table]:
         next_line = 1
@@ -209,6 +212,33 @@ def duckdb_line_batches(path: Path, progress: Progress | None = None) -> Iterato
             progress(size)
 
     return batches()
+
+
+_PYTHON_ONLY = contextvars.ContextVar("tracelat_python_lines", default=False)
+
+
+def lines(path: Path, progress: Progress | None = None) -> Iterator[pa.Table]:
+    """The file's ``(line_no, raw)`` batches for a converter that yields as it reads.
+
+    DuckDB's reader when it can read the file's lines as they are; should it fail part-way,
+    :class:`FastReadFailed` reaches the loader, which rolls the file back and ingests it
+    again inside :func:`python_lines` (this then reads with :func:`line_batches`).
+    """
+    if not _PYTHON_ONLY.get():
+        fast = duckdb_line_batches(path, progress)
+        if fast is not None:
+            return fast
+    return line_batches(path, progress)
+
+
+@contextlib.contextmanager
+def python_lines() -> Iterator[None]:
+    """Within this block :func:`lines` reads with the Python line reader."""
+    token = _PYTHON_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _PYTHON_ONLY.reset(token)
 
 
 def scan_lines(path: Path, progress: Progress | None, scan: Callable[[Iterator[pa.Table]], T]) -> T:

@@ -119,3 +119,46 @@ def test_whole_file_converters_store_the_same_with_either_reader(tmp_path, monke
         "select * exclude (ingest_id) from runs order by run_id",
     ):
         assert fast.execute(q).fetchall() == slow.execute(q).fetchall(), q
+
+
+def test_refuses_a_byte_order_mark(tmp_path):
+    """DuckDB drops a leading BOM, the Python reader keeps it: such a file goes the Python way."""
+    p = tmp_path / "bom.log"
+    p.write_bytes(b"\xef\xbb\xbfa\nb\n")
+    assert reader.duckdb_line_batches(p) is None
+    assert _lines(reader.line_batches(p))[0] == (1, "\ufeffa")
+
+
+def test_streaming_converter_is_ingested_again_when_duckdb_fails_part_way(tmp_path, monkeypatch, con):
+    """vLLM request records (a converter that yields batch by batch): DuckDB fails on a bad byte
+    after batches were loaded; the loader rolls the file back and reads it with the Python
+    reader: one ingest, every request as in the clean file, nothing twice."""
+    from pipeline import store
+
+    monkeypatch.setattr(reader, "BATCH_BYTES", 2048)
+    lines = (FIX / "requests.jsonl").read_bytes().rstrip(b"\n").split(b"\n")
+    k = len(lines) // 2
+    bad = tmp_path / "requests.jsonl"
+    bad.write_bytes(b"\n".join(lines[:k] + [b"\xff\xfe"] + lines[k:]) + b"\n")
+    used = []
+    fast, slow = reader.duckdb_line_batches, reader.line_batches
+    monkeypatch.setattr(reader, "duckdb_line_batches", lambda *a: used.append("duckdb") or fast(*a))
+    monkeypatch.setattr(reader, "line_batches", lambda *a, **k: used.append("python") or slow(*a, **k))
+    (res,) = load(con, bad, fmt="vllm-requests")
+    assert used == ["duckdb", "python"]
+    assert (res.accepted, res.rejected, res.lines_read) == (len(lines), 1, len(lines) + 1)
+    ((line_no,),) = con.execute("select line_no from rejects").fetchall()
+    assert line_no == k + 1
+    assert con.execute("select count(*) from ingests").fetchall() == [(1,)]
+    clean = tmp_path / "clean" / "requests.jsonl"
+    clean.parent.mkdir()
+    clean.write_bytes(b"\n".join(lines) + b"\n")
+    other = store.connect(tmp_path / "clean.duckdb")
+    load(other, clean, fmt="vllm-requests")
+    q = "select * exclude (ingest_id, line_no) from requests order by req_id"
+    assert con.execute(q).fetchall() == other.execute(q).fetchall()
+    # line numbers of the file read: one more after the inserted line
+    q = "select req_id, line_no from requests order by req_id"
+    assert con.execute(q).fetchall() == [(r, n + (n > k)) for r, n in other.execute(q).fetchall()]
+    q = "select * exclude (ingest_id) from token_lists order by req_id"
+    assert con.execute(q).fetchall() == other.execute(q).fetchall()

@@ -71,7 +71,7 @@ def convert_aiperf(
 ) -> Iterator[Batch]:
     con = store.scratch()  # $TRACELAT_MEMORY_LIMIT applies here too
     first = True
-    for table in reader.line_batches(path, progress):
+    for table in reader.lines(path, progress):
         con.register("lines", table)
         df = con.sql(AIPERF_SQL).pl()
         con.unregister("lines")

@@ -96,7 +96,7 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
     """Whole-file conversion: a step's ranks may lie anywhere in the file."""
     con = store.scratch()  # $TRACELAT_MEMORY_LIMIT applies here too
     parts, total = [], 0
-    for table in reader.line_batches(path, progress):
+    for table in reader.lines(path, progress):
         total += table.num_rows
         con.register("lines", table)
         parts.append(con.sql(SQL).pl())

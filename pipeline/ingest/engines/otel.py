@@ -111,7 +111,7 @@ where not is_doc and trim(raw) <> ''
 def convert(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
     con = store.scratch()  # $TRACELAT_MEMORY_LIMIT applies here too
     spans, bads, n_lines, blank = [], [], 0, 0
-    for table in reader.line_batches(path, progress):
+    for table in reader.lines(path, progress):
         n_lines += table.num_rows
         con.register("lines", table)
         spans.append(con.sql(SQL).pl())

@@ -132,7 +132,7 @@ def convert_aiperf_metrics(
 ) -> Iterator[Batch]:
     con = store.scratch()
     first = True
-    for table in reader.line_batches(path, progress):
+    for table in reader.lines(path, progress):
         con.register("lines", table)
         rows = con.sql(AIPERF_SQL).pl()
         bad = con.sql(AIPERF_BAD).pl().select("line_no", "reason", "raw")
@@ -160,7 +160,7 @@ def convert_exposition(
     path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None
 ) -> Iterator[Batch]:
     """Whole-file: a sample's time is the last ``# Timestamp:`` line above it."""
-    tables = [pl.from_arrow(t) for t in reader.line_batches(path, progress)]
+    tables = [pl.from_arrow(t) for t in reader.lines(path, progress)]
     if not tables:  # an empty file: no lines, nothing to concatenate
         yield c.batch(None, 0)
         return

@@ -224,7 +224,7 @@ def convert_metrics(
     time, so TTFT/TPOT stay unknown for these requests (NULL, not zero)."""
     con = store.scratch()  # $TRACELAT_MEMORY_LIMIT applies here too
     first = True
-    for table in reader.line_batches(path, progress):
+    for table in reader.lines(path, progress):
         con.register("lines", table)
         df = con.sql(METRICS_SQL).pl()
         con.unregister("lines")

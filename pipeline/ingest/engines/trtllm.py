@@ -144,7 +144,7 @@ def _source_tables(path: Path, progress) -> Iterator[tuple[pl.DataFrame, int]]:
         con.close()
         yield frame.with_columns(text=pl.col("raw")), frame.height
         return
-    for table in reader.line_batches(path, progress):
+    for table in reader.lines(path, progress):
         frame = pl.from_arrow(table)
         yield (
             frame.with_columns(text=pl.when(pl.col("raw").str.strip_chars().str.starts_with("{")).then(pl.col("raw"))),

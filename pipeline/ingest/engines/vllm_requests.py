@@ -156,7 +156,7 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
     con = store.scratch()  # $TRACELAT_MEMORY_LIMIT applies here too
     names = "[" + ", ".join(f"'{n}'" for n in REQUIRED) + "]"
     goods, bads, total, blank = [], [], 0, 0
-    for table in reader.line_batches(path, progress):
+    for table in reader.lines(path, progress):
         total += table.num_rows
         con.register("lines", table)
         part = con.sql(PARSE.format(names=names)).pl().with_columns(reason=_REASON)
