@@ -36,18 +36,6 @@ def test_fuzz_many(fmt, tmp_path):
     _check(fmt, 200, 1, tmp_path)
 
 
-@pytest.mark.parametrize("fmt", fuzz.READER_FORMATS)
-def test_duckdb_and_python_line_readers_agree_on_damaged_logs(fmt, tmp_path):
-    """Same store or same error, case by case, whichever reader read the lines."""
-    assert fuzz.readers_agree(fmt, 8, tmp_path, seed=0) == []
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("fmt", fuzz.READER_FORMATS)
-def test_duckdb_and_python_line_readers_agree_many(fmt, tmp_path):
-    assert fuzz.readers_agree(fmt, 150, tmp_path, seed=1) == []
-
-
 def test_mutators_change_the_input():
     import random
 
