@@ -359,7 +359,7 @@ def mutated(fmt: str, case: int, seed: int, data: bytes, others: list[bytes]):
 
 
 # Formats whose converter reads lines with DuckDB's reader, the Python line reader standing by
-# (reader.scan_lines, reader.lines): --readers checks that both give the same store for every
+# (reader.lines): --readers checks that both give the same store for every
 # damaged case.
 READER_FORMATS = ("vllm-log", "sglang-log", "vllm-requests", "trtllm-iterlog", "sglang-metrics", "aiperf")
 
@@ -372,7 +372,6 @@ def readers_agree(fmt: str, cases: int, workdir: Path, seed: int = 0) -> list[st
 
     workdir.mkdir(parents=True, exist_ok=True)
     data, others = sources(fmt, workdir)
-    fast = reader.duckdb_line_batches
     problems = []
     queries = (
         "select * exclude (ingest_id) from iterations order by all",
@@ -386,14 +385,14 @@ def readers_agree(fmt: str, cases: int, workdir: Path, seed: int = 0) -> list[st
         path = workdir / f"case{case:05d}{FORMATS[fmt][1]}"
         path.write_bytes(body)
         seen = []
-        for name, lines in (("duckdb", fast), ("python", lambda *a: None)):
+        for name, lines in (("duckdb", contextlib.nullcontext), ("python", reader.python_lines)):
             db = workdir / f"{name}.duckdb"
             for p in (db, Path(str(db) + ".wal")):
                 p.unlink(missing_ok=True)
-            reader.duckdb_line_batches = lines
             con = store.connect(db)
             try:
-                (res,) = ingest_paths(con, [path], fmt=fmt)
+                with lines():
+                    (res,) = ingest_paths(con, [path], fmt=fmt)
                 seen.append(
                     (
                         (res.accepted, res.rejected, res.skipped, res.lines_read),
@@ -403,7 +402,6 @@ def readers_agree(fmt: str, cases: int, workdir: Path, seed: int = 0) -> list[st
             except TracelatError as exc:
                 seen.append((type(exc).__name__, str(exc)))
             finally:
-                reader.duckdb_line_batches = fast
                 con.close()
         if seen[0] != seen[1]:
             problems.append(

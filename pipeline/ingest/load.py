@@ -480,18 +480,22 @@ def ingest_file(
             note = "" if prior[0] == shown else f" as {prior[0]}"
             return IngestResult(shown, fmt, status="unchanged", note=note)
         status = "replaced" if prior else "ingested"
-        result = IngestResult(shown, fmt, status=status)
         if stage is not None and not early:
             staged = stage(con, path, default_run)
-        args = (con, path, fmt, convert, result, digest, shown, default_run, replace, progress, tz, staged)
+
+        def attempt() -> IngestResult:
+            result = IngestResult(shown, fmt, status=status)
+            return _ingest_transaction(
+                con, path, fmt, convert, result, digest, shown, default_run, replace, progress, tz, staged
+            )
+
         try:
-            return _ingest_transaction(*args)
+            return attempt()
         except reader.FastReadFailed:
             # DuckDB's reader met a line it cannot read as it is after the converter had loaded
             # batches: the file was rolled back; it goes again, read by the Python line reader
-            result = IngestResult(shown, fmt, status=status)
             with reader.python_lines():
-                return _ingest_transaction(*args[:4], result, *args[5:])
+                return attempt()
     finally:
         if staged is not None:
             staged.close()

@@ -17,7 +17,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from ..errors import InputError
 
@@ -40,7 +40,6 @@ DUCKDB_READ = (
 MAX_LINE_BYTES = 16 << 20
 
 Progress = Callable[[int], None]
-T = TypeVar("T")
 
 
 def check_file(path: Path) -> None:
@@ -168,10 +167,10 @@ def duckdb_line_batches(path: Path, progress: Progress | None = None) -> Iterato
     """``(line_no, raw)`` tables like :func:`line_batches`, read by DuckDB's parallel reader.
 
     None when the file is not one DuckDB numbers lines in as we do (CRLF line ends, a
-    damaged compressed stream).  Rows stream out in file order (nothing holds the whole
-    file); a line DuckDB cannot read raises :class:`FastReadFailed` part-way, so only a
-    caller that can start over (a converter that reads the whole file before yielding)
-    may use this.
+    byte-order mark, a damaged compressed stream).  Rows stream out in file order (nothing
+    holds the whole file); a line DuckDB cannot read raises :class:`FastReadFailed`
+    part-way, so a caller must be able to start over (converters read through
+    :func:`lines`, and the loader starts the file over).
     """
     import duckdb
     import numpy as np
@@ -239,19 +238,6 @@ def python_lines() -> Iterator[None]:
         yield
     finally:
         _PYTHON_ONLY.reset(token)
-
-
-def scan_lines(path: Path, progress: Progress | None, scan: Callable[[Iterator[pa.Table]], T]) -> T:
-    """``scan`` over the file's line batches: DuckDB's reader when it reads the file's lines
-    as they are, else (or when it fails part-way: ``scan`` runs again from the start) the
-    line reader.  For converters that read the whole file before they yield anything."""
-    fast = duckdb_line_batches(path, progress)
-    if fast is not None:
-        try:
-            return scan(fast)
-        except FastReadFailed:
-            pass
-    return scan(line_batches(path, progress))
 
 
 def _text_bytes(col) -> int:

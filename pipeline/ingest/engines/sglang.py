@@ -135,20 +135,15 @@ def convert_log(
 ) -> Iterator[Batch]:
     year = c.file_year(path)
     zone = c.check_zone(tz) if tz else c.local_zone()
-
-    def scan(tables) -> tuple[list, list, int, int]:
-        goods, bads, total, n_rec = [], [], 0, 0
-        for table in tables:
-            lines = pl.from_arrow(table)
-            total += lines.height
-            df = _reasons(_parse(lines, year, zone))
-            n_rec += df.height
-            # only rejects keep their text (and the parsed key/value pairs go once read)
-            bads.append(df.filter(pl.col("reason").is_not_null()).select("line_no", "reason", "raw"))
-            goods.append(df.filter(pl.col("reason").is_null()).drop("raw", "kv", "reason"))
-        return goods, bads, total, n_rec
-
-    goods, bads, total, n_rec = reader.scan_lines(path, progress, scan)
+    goods, bads, total, n_rec = [], [], 0, 0
+    for table in reader.lines(path, progress):
+        lines = pl.from_arrow(table)
+        total += lines.height
+        df = _reasons(_parse(lines, year, zone))
+        n_rec += df.height
+        # only rejects keep their text (and the parsed key/value pairs go once read)
+        bads.append(df.filter(pl.col("reason").is_not_null()).select("line_no", "reason", "raw"))
+        goods.append(df.filter(pl.col("reason").is_null()).drop("raw", "kv", "reason"))
     good = pl.concat(goods).sort("line_no").with_row_index("iter") if goods else None
     if good is None or not good.height:  # no step to describe: just the rejects, if any
         yield c.batch(None, total, rejects=pl.concat(bads) if bads else None, skipped=total - n_rec)

@@ -223,11 +223,18 @@ def _check_elapsed(rec: pl.DataFrame, last: pl.DataFrame) -> tuple[pl.DataFrame,
     return rec, last
 
 
-def _scan(tables: Iterator, year: int, zone: str) -> tuple[list, list, list, int, int]:
-    """Every line batch's steps (typed, no text) and rejects (with text), the head lines, counts."""
+def convert(
+    path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None, tz: str | None = None
+) -> Iterator[Batch]:
+    """Whole-file conversion: the timeline rebuild needs every step in order.
+
+    Memory is bounded by the record lines (a few hundred bytes each), not the log.
+    """
+    year = c.file_year(path)
+    zone = c.check_zone(tz) if tz else c.local_zone()
     goods, bads, head_lines, total, n_rec = [], [], [], 0, 0
     last_stamp = _NO_STAMPS
-    for table in tables:
+    for table in reader.lines(path, progress):
         lines = pl.from_arrow(table)
         total += lines.height
         if not head_lines:
@@ -239,19 +246,6 @@ def _scan(tables: Iterator, year: int, zone: str) -> tuple[list, list, list, int
         # only rejects keep their text: a step's typed fields are a fraction of its log line
         bads.append(rec.filter(pl.col("reason").is_not_null()).select("line_no", "reason", "raw"))
         goods.append(rec.filter(pl.col("reason").is_null()).drop("raw", "reason"))
-    return goods, bads, head_lines, total, n_rec
-
-
-def convert(
-    path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None, tz: str | None = None
-) -> Iterator[Batch]:
-    """Whole-file conversion: the timeline rebuild needs every step in order.
-
-    Memory is bounded by the record lines (a few hundred bytes each), not the log.
-    """
-    year = c.file_year(path)
-    zone = c.check_zone(tz) if tz else c.local_zone()
-    goods, bads, head_lines, total, n_rec = reader.scan_lines(path, progress, lambda t: _scan(t, year, zone))
     empty = _records(pl.DataFrame(schema={"line_no": pl.Int64, "raw": pl.String}), year, zone)
     bad = pl.concat(bads) if bads else empty.select("line_no", pl.lit(None, pl.String).alias("reason"), "raw")
     good = (pl.concat(goods) if goods else empty.drop("raw")).sort("line_no")
