@@ -10,7 +10,15 @@
 --   finish, so the same input gave other last bits; an exact sum has one value.
 --   itl_ms is read as each ok request's list of gaps (the token_gaps formula), never a row per
 --   token with its run and metric name: that copy cost more than all the statistics.
-with rowvals as materialized (
+with gaps as materialized (
+    -- itl_ms = (t[i] - t[i-1]) * 1000: each ok request's list of gaps, built once for both passes
+    select l.run_id, list_transform(list_zip(l.t_s[2:], l.t_s[:-2]), lambda p: (p[1] - p[2]) * 1000) as g
+    from token_lists as l
+    semi join requests as r on r.run_id = l.run_id and r.req_id = l.req_id and r.status = 'ok'
+    where len(l.t_s) > 1
+),
+
+rowvals as materialized (
     -- every per-request latency column (named *_ms) is a metric: a new one needs no edit here
     unpivot (select run_id, columns('_ms$') from request_latency where status = 'ok')
         on columns(* exclude run_id) into name metric value v
@@ -26,17 +34,7 @@ stats as (
     union all
     select run_id, 'itl_ms', count(v), min(v), max(v), max(v) - min(v),
         quantile_cont(v, [0.5, 0.9, 0.95, 0.99, 0.999])
-    from (
-        -- itl_ms = (t[i] - t[i-1]) * 1000, one row per gap: the two shifted lists unnested side
-        -- by side (no list of pairs)
-        select run_id, (t_next - t_prev) * 1000 as v
-        from (
-            select l.run_id, unnest(l.t_s[2:]) as t_next, unnest(l.t_s[:-2]) as t_prev
-            from token_lists as l
-            semi join requests as r on r.run_id = l.run_id and r.req_id = l.req_id and r.status = 'ok'
-            where len(l.t_s) > 1
-        )
-    )
+    from (select run_id, unnest(g) as v from gaps)
     group by run_id
 ),
 
@@ -60,12 +58,9 @@ moments as (
         sum(list_sum(d)::decimal(38, 24))::double,
         sum(list_dot_product(d, d)::decimal(38, 24))::double
     from (
-        select l.run_id,
-            list_transform(list_zip(l.t_s[2:], l.t_s[:-2]), lambda p: ((p[1] - p[2]) * 1000 - s.q[1]) / s.span) as d
-        from token_lists as l
-        semi join requests as r on r.run_id = l.run_id and r.req_id = l.req_id and r.status = 'ok'
-        join stats as s on s.run_id = l.run_id and s.metric = 'itl_ms' and s.span > 0
-        where len(l.t_s) > 1
+        select x.run_id, list_transform(x.g, lambda v: (v - s.q[1]) / s.span) as d
+        from gaps as x
+        join stats as s on s.run_id = x.run_id and s.metric = 'itl_ms' and s.span > 0
     )
     group by run_id
 ),
