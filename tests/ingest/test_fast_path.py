@@ -131,6 +131,7 @@ def test_same_store_as_the_batch_path(tmp_path, monkeypatch, used):
 
 def test_same_store_in_many_small_batches(tmp_path, monkeypatch, used):
     monkeypatch.setattr(reader, "BATCH_BYTES", 200)
+    monkeypatch.setattr(canonical, "STAGED_SLICE_BATCHES", 1)  # the staged rows in many slices too
     fast, batch = both_paths(tmp_path, monkeypatch, "mixed.jsonl", text(MIXED).encode(), run_id="cli")
     assert used == ["fast"]  # then the batch path, which has no stage step
     assert fast == batch

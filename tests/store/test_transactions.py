@@ -21,8 +21,9 @@ SLOW_INGEST = textwrap.dedent(
     """
     import sys, time
     from pipeline import ingest, store
-    from pipeline.ingest import load, reader
+    from pipeline.ingest import canonical, load, reader
     reader.BATCH_BYTES = 4096
+    canonical.STAGED_SLICE_BATCHES = 1  # the staged fast path loads in slices of a batch too
     orig = load.load_batch
     def slow(con, batch, st):
         orig(con, batch, st)
