@@ -483,10 +483,13 @@ def ingest_file(
         if stage is not None and not early:
             staged = stage(con, path, default_run)
 
+        shown_bytes = _ShownProgress(progress)
+
         def attempt() -> IngestResult:
             result = IngestResult(shown, fmt, status=status)
+            report = shown_bytes if progress is not None else None
             return _ingest_transaction(
-                con, path, fmt, convert, result, digest, shown, default_run, replace, progress, tz, staged
+                con, path, fmt, convert, result, digest, shown, default_run, replace, report, tz, staged
             )
 
         try:
@@ -494,11 +497,31 @@ def ingest_file(
         except reader.FastReadFailed:
             # DuckDB's reader met a line it cannot read as it is after the converter had loaded
             # batches: the file was rolled back; it goes again, read by the Python line reader
+            shown_bytes.again()
             with reader.python_lines():
                 return attempt()
     finally:
         if staged is not None:
             staged.close()
+
+
+class _ShownProgress:
+    """Byte counts for a progress bar over one file that may be read twice (DuckDB's reader,
+    then the Python reader after a rollback): the second reading shows only what goes past
+    the first, so the bar never runs back or past the file's size."""
+
+    def __init__(self, progress: Callable[[int], None] | None):
+        self.progress, self.shown, self.credit = progress, 0, 0
+
+    def again(self) -> None:
+        self.credit = self.shown
+
+    def __call__(self, n: int) -> None:
+        used = min(n, self.credit)
+        self.credit -= used
+        if n > used and self.progress is not None:
+            self.shown += n - used
+            self.progress(n - used)
 
 
 def _same_size_ingested(con: duckdb.DuckDBPyConnection, path: Path, default_run: str) -> bool:

@@ -162,3 +162,40 @@ def test_streaming_converter_is_ingested_again_when_duckdb_fails_part_way(tmp_pa
     assert con.execute(q).fetchall() == [(r, n + (n > k)) for r, n in other.execute(q).fetchall()]
     q = "select * exclude (ingest_id) from token_lists order by req_id"
     assert con.execute(q).fetchall() == other.execute(q).fetchall()
+
+
+def test_progress_of_a_file_read_twice_ends_at_its_size(tmp_path, monkeypatch, con):
+    """The progress bar of a file DuckDB fails on part-way: the Python reader's second reading
+    shows only what goes past the first, so the bar ends at the file's size, never beyond."""
+    import contextlib
+
+    monkeypatch.setattr(reader, "BATCH_BYTES", 2048)
+    lines = (FIX / "requests.jsonl").read_bytes()
+    f = tmp_path / "requests.jsonl"
+    f.write_bytes(lines)
+    first: list[int] = []
+
+    def fails_part_way(path, progress=None):  # DuckDB's reader: two batches shown, then a bad line
+        def gen():
+            for k, table in enumerate(reader.line_batches(path)):
+                if k == 2:
+                    raise reader.FastReadFailed("a line DuckDB cannot read")
+                yield table
+                n = sum(len(r.encode()) + 1 for r in table.column("raw").to_pylist())
+                first.append(n)
+                if progress:
+                    progress(n)
+
+        return gen()
+
+    monkeypatch.setattr(reader, "duckdb_line_batches", fails_part_way)
+    shown: list[int] = []
+
+    @contextlib.contextmanager
+    def progress_for(path):
+        yield shown.append
+
+    (res,) = load(con, f, fmt="vllm-requests", progress_for=progress_for)
+    assert res.accepted == len(lines.splitlines()) and res.rejected == 0
+    assert len(first) == 2 and shown[:2] == first  # the first reading was shown as it went
+    assert all(n > 0 for n in shown) and sum(shown) == f.stat().st_size
