@@ -1,0 +1,81 @@
+"""Before and after: `tracelat ingest` + the core summary of one canonical trace, by two
+checkouts of tracelat, against the floor of bench_ingest.py, in interleaved rounds.
+
+On a noisy machine the floor alone moves by a third between runs, so a change to the ingest is
+only seen by timing both versions in the same run, round after round.  Make the "before"
+checkout with ``git worktree add /tmp/before <commit>``; this checkout is "after".
+
+Usage:
+  python benchmarks/bench_ab.py --before /tmp/before                     # 1M iterations, 5 rounds
+  python benchmarks/bench_ab.py --before /tmp/before --iterations 100000 --rounds 3 --workdir DIR
+
+Each step runs in its own process with this Python, the checkout first on PYTHONPATH (so its
+``pipeline`` and ``queries/`` are the ones used).  Every round prints each side's seconds; the
+end prints the fastest round of each and its ratio to the fastest floor, and in how many rounds
+"after" was faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_ingest as B  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def timed(args: list[str], checkout: Path) -> float:
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, *args], cwd=checkout, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"step failed in {checkout}: {args[:3]}\n{proc.stderr[-2000:]}")
+    return time.perf_counter() - t
+
+
+def ingest_and_summary(checkout: Path, trace: Path, db: Path) -> float:
+    for p in (db, Path(f"{db}.wal")):
+        p.unlink(missing_ok=True)
+    sec = timed(["-m", "pipeline", "ingest", str(trace), "--db", str(db)], checkout)
+    return sec + timed(["-c", B.CORE_SUMMARY, str(db), "bench"], checkout)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--before", type=Path, required=True, help="checkout of the version to compare against")
+    ap.add_argument("--iterations", type=int, default=1_000_000)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--workdir", type=Path, default=None, help="traces are generated once and reused here")
+    args = ap.parse_args()
+    if not (args.before / "pipeline" / "__init__.py").exists():
+        sys.exit(f"{args.before} is no tracelat checkout (no pipeline/__init__.py)")
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="tracelat-ab-"))
+    work.mkdir(parents=True, exist_ok=True)
+    trace = B.trace_for(work, args.iterations)
+    cols = B.canonical_columns()
+    sides = {"before": args.before.resolve(), "after": REPO}
+    best: dict[str, float] = {}
+    wins = 0
+    for r in range(args.rounds):
+        got = {"floor": timed(["-c", B.FLOOR, str(trace), cols], REPO)}
+        for name, checkout in sides.items():
+            got[name] = ingest_and_summary(checkout, trace, work / f"ab-{name}.duckdb")
+        wins += got["after"] < got["before"]
+        for k, v in got.items():
+            best[k] = min(best.get(k, float("inf")), v)
+        print(f"round {r + 1}: " + "  ".join(f"{k} {v:.2f} s" for k, v in got.items()), flush=True)
+    floor = best["floor"]
+    print("fastest: " + "  ".join(f"{k} {v:.2f} s ({v / floor:.2f}x floor)" for k, v in best.items()))
+    print(f"after faster in {wins} of {args.rounds} rounds")
+
+
+if __name__ == "__main__":
+    main()
