@@ -359,8 +359,7 @@ def mutated(fmt: str, case: int, seed: int, data: bytes, others: list[bytes]):
 
 
 # Formats whose converter reads lines with DuckDB's reader, the Python line reader standing by
-# (reader.lines): --readers checks that both give the same store for every
-# damaged case.
+# (reader.lines): --readers checks that both give the same store for every damaged case.
 READER_FORMATS = ("vllm-log", "sglang-log", "vllm-requests", "trtllm-iterlog", "sglang-metrics", "aiperf")
 
 

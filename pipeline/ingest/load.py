@@ -483,11 +483,10 @@ def ingest_file(
         if stage is not None and not early:
             staged = stage(con, path, default_run)
 
-        shown_bytes = _ShownProgress(progress)
+        report = _ShownProgress(progress) if progress is not None else None
 
         def attempt() -> IngestResult:
             result = IngestResult(shown, fmt, status=status)
-            report = shown_bytes if progress is not None else None
             return _ingest_transaction(
                 con, path, fmt, convert, result, digest, shown, default_run, replace, report, tz, staged
             )
@@ -497,7 +496,8 @@ def ingest_file(
         except reader.FastReadFailed:
             # DuckDB's reader met a line it cannot read as it is after the converter had loaded
             # batches: the file was rolled back; it goes again, read by the Python line reader
-            shown_bytes.again()
+            if report is not None:
+                report.again()
             with reader.python_lines():
                 return attempt()
     finally:
@@ -510,7 +510,7 @@ class _ShownProgress:
     then the Python reader after a rollback): the second reading shows only what goes past
     the first, so the bar never runs back or past the file's size."""
 
-    def __init__(self, progress: Callable[[int], None] | None):
+    def __init__(self, progress: Callable[[int], None]):
         self.progress, self.shown, self.credit = progress, 0, 0
 
     def again(self) -> None:
@@ -519,7 +519,7 @@ class _ShownProgress:
     def __call__(self, n: int) -> None:
         used = min(n, self.credit)
         self.credit -= used
-        if n > used and self.progress is not None:
+        if n > used:
             self.shown += n - used
             self.progress(n - used)
 
