@@ -10,7 +10,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-NUMERIC = "('UBIGINT','BIGINT','DOUBLE')"
+# A field's JSON type, as a small integer code: the checks compare every field's type
+# several times, and comparing integers costs less than comparing the type names that
+# json_type returns (names it might add later get the last code: no check accepts it).
+JSON_TYPES = ("NULL", "VARCHAR", "OBJECT", "ARRAY", "BOOLEAN", "BIGINT", "UBIGINT", "DOUBLE", "OTHER")
+
+
+def jt(name: str) -> str:
+    """The SQL literal of the code of JSON type ``name``."""
+    return f"{JSON_TYPES.index(name)}::utinyint"
+
+
+NUMERIC = f"({jt('UBIGINT')},{jt('BIGINT')},{jt('DOUBLE')})"
+# json_type's names as codes
+_CODE_OF = (
+    "lambda n: case n " + " ".join(f"when '{n}' then {jt(n)}" for n in JSON_TYPES[:-1]) + f" else {jt('OTHER')} end"
+)
 
 # Finite is not enough: 1.797e308 - 10 overflows to an infinite duration, and later
 # sums and statistics fail or mislead. Values beyond these are no plausible trace.
@@ -130,11 +145,15 @@ def _jtype(x: str, ints: bool = False) -> str:
 
     ``ints``: tell integers (BIGINT) from other numbers (DOUBLE); only ids need that.
     """
-    number = f"case when regexp_full_match({x}, '-?[0-9]+') then 'BIGINT' else 'DOUBLE' end" if ints else "'DOUBLE'"
+    number = (
+        f"case when regexp_full_match({x}, '-?[0-9]+') then {jt('BIGINT')} else {jt('DOUBLE')} end"
+        if ints
+        else jt("DOUBLE")
+    )
     # the first character says it: " { [ t f, else a number (NaN and Infinity included)
     return (
-        f"case when {x} is not null then case ascii({x}) when 34 then 'VARCHAR' when 123 then 'OBJECT' "
-        f"when 91 then 'ARRAY' when 116 then 'BOOLEAN' when 102 then 'BOOLEAN' else {number} end end"
+        f"case when {x} is not null then case ascii({x}) when 34 then {jt('VARCHAR')} when 123 then {jt('OBJECT')} "
+        f"when 91 then {jt('ARRAY')} when 116 then {jt('BOOLEAN')} when 102 then {jt('BOOLEAN')} else {number} end end"
     )
 
 
@@ -153,7 +172,7 @@ def _type(f: Field) -> str:
     x = _x(f.name)
     if f.kind in _PARSED_TYPE:
         i = _LOOKED_AT.index(f.name) + 1
-        return f"case when clean then case when {x} is not null then '{_CLEAN_TYPE.get(f.kind, 'DOUBLE')}' end else ty[{i}] end"
+        return f"case when clean then case when {x} is not null then {jt(_CLEAN_TYPE.get(f.kind, 'DOUBLE'))} end else ty[{i}] end"
     return _jtype(x, ints=f.kind == "id")
 
 
@@ -161,7 +180,7 @@ def _typed(f: Field, t: str) -> str:
     """Lenient typed value of a field, given its JSON type ``t``."""
     x = _x(f.name)
     if f.kind in ("str", "status", "clock", "id"):
-        return f"case when {t} = 'VARCHAR' then {_unquote(x)} else {x} end"
+        return f"case when {t} = {jt('VARCHAR')} then {_unquote(x)} else {x} end"
     if f.kind == "object":
         return f"{x}::json"
     return x
@@ -170,20 +189,17 @@ def _typed(f: Field, t: str) -> str:
 def _value(f: Field, t: str, v: str) -> str:
     """Typed value of a field, NULL when absent, null or of the wrong type."""
     if f.kind in ("int", "count"):
-        return (
-            f"case when {t} in ('UBIGINT','BIGINT','DOUBLE') and {v} = round({v}) and abs({v}) < 9e18 "
-            f"then {v}::bigint end"
-        )
+        return f"case when {t} in {NUMERIC} and {v} = round({v}) and abs({v}) < 9e18 then {v}::bigint end"
     if f.kind in ("float", "fraction"):
         return f"case when {t} in {NUMERIC} then {v} end"
     if f.kind == "id":
-        return f"case when {t} in ('VARCHAR','UBIGINT','BIGINT') then {v} end"
+        return f"case when {t} in ({jt('VARCHAR')},{jt('UBIGINT')},{jt('BIGINT')}) then {v} end"
     if f.kind in ("str", "status", "clock"):
-        return f"case when {t} = 'VARCHAR' then {v} end"
+        return f"case when {t} = {jt('VARCHAR')} then {v} end"
     if f.kind in ("strlist", "floatlist"):
-        return f"case when {t} = 'ARRAY' then {v} end"
+        return f"case when {t} = {jt('ARRAY')} then {v} end"
     if f.kind == "object":
-        return f"case when {t} = 'OBJECT' then {v} end"
+        return f"case when {t} = {jt('OBJECT')} then {v} end"
     raise ValueError(f.kind)
 
 
@@ -214,7 +230,7 @@ def _problem(f: Field, shown: str | None = None) -> list[tuple[str, str]]:
             if f.kind in _PARSED_TYPE
             else f"left({_x(f.name)}, 40)"
         )
-    absent = f"({t} is null or {t} = 'NULL')"
+    absent = f"({t} is null or {t} = {jt('NULL')})"
     checks = [(f"not {absent} and {val} is null", f"'{f.name}: expected {_EXPECT[f.kind]}, got ' || {shown}")]
     if f.required:
         checks.insert(0, (absent, f"'missing required field {f.name}'"))
@@ -362,7 +378,7 @@ def stage_sql(source: str, line_no: str | None = "line_no", keep_raw: bool = Tru
     )
     objects = " and ".join(f"{_x(n)} is null" for n, f in ALL_FIELDS.items() if f.kind in ("object", "strlist"))
     clean = (
-        f"perr is null and t_kind = 'VARCHAR' and {objects} "
+        f"perr is null and t_kind = {jt('VARCHAR')} and {objects} "
         f"and len(string_split(raw, '\"')) - 1 = 2 * (1 + {present}) + 2 * (1 + {strings}) "
         "and not contains(raw, 'true') and not contains(raw, 'false')"
     )
@@ -385,7 +401,7 @@ def stage_sql(source: str, line_no: str | None = "line_no", keep_raw: bool = Tru
     v_names = ", ".join(f"v_{n}" for n in ALL_FIELDS)
     reason = f"""case when perr is not null then perr
       when t_kind is null then '{PARSE_ERRORS["no_kind"]}'
-      when t_kind <> 'VARCHAR' then '{PARSE_ERRORS["kind_type"]}'
+      when t_kind <> {jt("VARCHAR")} then '{PARSE_ERRORS["kind_type"]}'
       when kind not in ('run','iteration','request') then 'unknown kind ' || kind || ' (expected run, iteration or request)'
       else case kind {" ".join(per_kind)} end end"""
     raw_out = (
@@ -404,11 +420,11 @@ from (
         {types}
       from (
         -- JSON functions only ever see valid JSON (jraw): CASE does not always shield them
-        select *, case when not clean then json_type(jraw, {paths}) end as ty
+        select *, case when not clean then list_transform(json_type(jraw, {paths}), {_CODE_OF}) end as ty
         from (
           select *, {clean} as clean, case when perr is null then raw end as jraw,
-            case when t_kind = 'VARCHAR' then {_unquote(_x("kind"))} else {_x("kind")} end as kind,
-            case when t_own_run = 'VARCHAR' then {_unquote(_x("run_id"))} else {_x("run_id")} end as own_run
+            case when t_kind = {jt("VARCHAR")} then {_unquote(_x("kind"))} else {_x("kind")} end as kind,
+            case when t_own_run = {jt("VARCHAR")} then {_unquote(_x("run_id"))} else {_x("run_id")} end as own_run
           from (
             select *,
               {_jtype(_x("kind"))} as t_kind,

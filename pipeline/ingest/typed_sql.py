@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .canonical_sql import ALL_FIELDS, COMMON, FIELDS, _value, kind_reasons_sql
+from .canonical_sql import ALL_FIELDS, COMMON, FIELDS, _value, jt, kind_reasons_sql
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -100,13 +100,13 @@ def typed_stage_sql(source: str, typed: Typed) -> str:
             sql_type = {"int": "bigint", "count": "bigint", "float": "double", "fraction": "double"}.get(
                 f.kind, {"strlist": "varchar[]", "floatlist": "double[]", "object": "json"}.get(f.kind, "varchar")
             )
-            types.append(f"NULL::varchar as t_{name}")
+            types.append(f"NULL::utinyint as t_{name}")
             values.append(f"NULL::{sql_type} as v_{name}")
             shown[name] = "NULL"
             continue
         col = _quoted(name)
         x = _column(f, col, jtype)
-        t = f"case when {x} is not null then '{jtype}' end"
+        t = f"case when {x} is not null then {jt(jtype)} end"
         types.append(f"{t} as t_{name}")
         values.append(f"{_value(f, f't_{name}', x)} as v_{name}")
         shown[name] = f"left(to_json({col})::varchar, 40)"
