@@ -16,6 +16,12 @@ Every phase runs in its own child process, so its wall time and peak RSS
                    against this.
   floor_file       the same into a database file, checkpointed: the floor plus persisting the
                    table (tracelat writes a store file), for reference; ratios stay against floor.
+  bound            floor_file, then on its table the core numbers that tracelat stores and
+                   reports, computed as tracelat computes them (exact ITL percentiles and
+                   moments over every gap of the ok requests; TTFT, E2E and iteration-time
+                   percentiles): what any tool that returns the same numbers does at least, with
+                   no validation, rejects, duplicate checks or per-run bookkeeping.  Its ratio
+                   says how much of the targets is left for those.
   floor_sampled    the same with sample_size=-1 and no schema: DuckDB scans the whole file once
                    to infer the types and again to load it (the floor this script used before).
   startup          python start plus the imports of the phases below, nothing else: part of
@@ -86,6 +92,31 @@ con.execute("checkpoint")
 print(con.execute("select count(*) from x").fetchall()[0][0])
 con.close()
 os.unlink(db)
+"""
+
+# bound: the floor persisted, then the exact statistics of queries/metric_stats.sql (ITL gaps
+# as one list per ok request, quantiles over them, moments as exact fixed-point sums) and the
+# percentiles of the per-request and per-iteration metrics, on the floor's table.
+BOUND = FLOOR_FILE.replace(
+    'con.execute("checkpoint")', 'con.execute("checkpoint")\nprint(json.dumps(con.execute(sys.argv[4]).fetchall()[0]))'
+).replace("import duckdb, os, sys", "import duckdb, json, os, sys")
+QS = "[0.5, 0.9, 0.95, 0.99, 0.999]"
+BOUND_STATS = f"""
+with ok as (select * from x where kind = 'request' and coalesce(status, 'ok') = 'ok'),
+gaps as materialized (
+    select list_transform(list_zip(token_times[2:], token_times[:-2]), lambda p: (p[1] - p[2]) * 1000) as g
+    from ok where len(token_times) > 1
+),
+s as (select count(v) as n, max(v) - min(v) as span, quantile_cont(v, {QS}) as q from (select unnest(g) as v from gaps)),
+m as (
+    select sum(list_sum(d)::decimal(38, 24))::double as sd, sum(list_dot_product(d, d)::decimal(38, 24))::double as sdd
+    from (select list_transform(g, lambda v: (v - s.q[1]) / s.span) as d from gaps, s)
+)
+select s.*, m.*,
+    (select quantile_cont((t_first_token - t_arrival) * 1000, {QS}) from ok),
+    (select quantile_cont((t_finish - t_arrival) * 1000, {QS}) from ok),
+    (select quantile_cont(dur_ms, {QS}) from x where kind = 'iteration')
+from s, m
 """
 
 FLOOR_SAMPLED = """
@@ -199,6 +230,7 @@ def bench(work: Path, iterations: int, repeat: int = 1) -> dict:
     steps: dict[str, list[str]] = {
         "floor": [FLOOR, str(trace), cols],
         "floor_file": [FLOOR_FILE, str(trace), cols, str(work / "floor.duckdb")],
+        "bound": [BOUND, str(trace), cols, str(work / "bound.duckdb"), BOUND_STATS],
         "floor_sampled": [FLOOR_SAMPLED, str(trace)],
         "startup": [STARTUP],
         "ingest": [INGEST, str(db), str(trace)],
@@ -208,7 +240,7 @@ def bench(work: Path, iterations: int, repeat: int = 1) -> dict:
         "cli_ingest": ["-m", "pipeline", "ingest", str(trace), "--db", str(db2)],
     }
     phases: dict[str, tuple[float, float]] = {}
-    out = ""
+    out = bound_out = ""
     for _ in range(max(1, repeat)):
         _fresh(db)
         _fresh(db2)
@@ -216,9 +248,12 @@ def bench(work: Path, iterations: int, repeat: int = 1) -> dict:
             sec, rss, text = measured(args)
             if name == "summary_core":
                 out = text
+            if name == "bound":
+                bound_out = text
             best = phases.get(name, (float("inf"), 0.0))
             phases[name] = (min(best[0], sec), max(best[1], rss))
     summary = json.loads(out)
+    _check_bound(summary, bound_out)
     floor = phases["floor"][0]
     total = sum(phases[p][0] for p in ("ingest", "derived", "summary_core"))
     cli = phases["cli_ingest"][0] + phases["summary_core"][0]
@@ -242,6 +277,15 @@ def bench(work: Path, iterations: int, repeat: int = 1) -> dict:
             "peak_rss_mib": round(max(phases[p][1] for p in ("cli_ingest", "summary_core"))),
         },
     }
+
+
+def _check_bound(summary: dict, bound_out: str) -> None:
+    """The bound computed the numbers tracelat reports (else it is no bound of the same work)."""
+    n, _span, q, *_ = json.loads(next(l for l in bound_out.splitlines() if l.startswith("[")))
+    itl = summary["itl_ms"]
+    got = [itl[k] for k in ("p50", "p90", "p95", "p99", "p999")]
+    if n != itl["count"] or any(abs(a - b) > 1e-9 * max(1.0, abs(b)) for a, b in zip(q, got)):
+        sys.exit(f"bound disagrees with tracelat: ITL count {n} vs {itl['count']}, quantiles {q} vs {got}")
 
 
 def table(r: dict) -> str:
