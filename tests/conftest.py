@@ -19,6 +19,24 @@ def pytest_xdist_auto_num_workers(config) -> int:
     return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile``, except that each case of a parametrized test named ``*_many`` is a
+    unit of its own: those are the long fuzz loops (a minute per case), and a file's worth of
+    them on one worker made the slow run as long as all of them in a row."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            test = nodeid.split("::")[-1]
+            if "[" in test and test.split("[", 1)[0].endswith("_many"):
+                return nodeid
+            return super()._split_scope(nodeid)
+
+    return Scheduling(config, log)
+
+
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "t.duckdb"
