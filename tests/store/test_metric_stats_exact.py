@@ -7,6 +7,7 @@ from fractions import Fraction
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from pipeline import store
@@ -37,7 +38,10 @@ def _stats(values: np.ndarray, shuffle_seed: int | None = None, threads: int = 4
     if shuffle_seed is not None:
         values = np.random.default_rng(shuffle_seed).permutation(values)
     con = _inputs(threads)
-    con.execute("insert into iteration_metrics select 'r', unnest($v::double[])", {"v": values.tolist()})
+    # inputs as Arrow tables, not bound parameters: DuckDB 1.5 (the floor) took a minute to bind
+    # a Python list of a few hundred thousand numbers
+    con.register("v", pa.table({"v": values}))
+    con.execute("insert into iteration_metrics select 'r', v from v")
     return _row(con, "iteration_ms")
 
 
@@ -45,10 +49,18 @@ def _itl_stats(lists: list[np.ndarray], shuffle_seed: int | None = None, threads
     """metric_stats' itl_ms of requests whose token times are ``lists`` (in any order of the requests)."""
     order = range(len(lists)) if shuffle_seed is None else np.random.default_rng(shuffle_seed).permutation(len(lists))
     con = _inputs(threads)
-    con.execute(
-        "insert into token_lists select 'r', unnest($i::int[])::varchar, unnest($t::double[][])",
-        {"i": [int(i) for i in order], "t": [lists[i].tolist() for i in order]},
+    ordered = [lists[i] for i in order]
+    offsets = np.concatenate([[0], np.cumsum([len(t) for t in ordered])]).astype(np.int32)
+    con.register(
+        "given",
+        pa.table(
+            {
+                "req_id": pa.array([str(int(i)) for i in order]),
+                "t_s": pa.ListArray.from_arrays(offsets, np.concatenate(ordered)),
+            }
+        ),
     )
+    con.execute("insert into token_lists select 'r', req_id, t_s from given")
     # a request that failed: its gaps are no ITL
     con.execute("insert into requests select 'r', req_id, 'ok' from token_lists")
     con.execute("insert into token_lists values ('r', 'failed', [0.0, 1000.0])")
