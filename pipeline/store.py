@@ -153,13 +153,12 @@ def memory_limit_sql() -> str | None:
     return f"set memory_limit = '{_memory_limit(limit)}'" if limit else None
 
 
-# DuckDB draws its own progress bar on the terminal for a query over 2 s (an ingest's
-# staging, a big derived table): it would cut into our output and progress lines.
-# Settings of every connection: no progress bar on our output; and an ASOF join never runs as
-# a nested loop. DuckDB picks the loop when it *estimates* at most 64 rows on the left side,
-# and its estimate for unnested lists is small whatever they hold: attributing 20 requests of
-# 2000 token times each against 10k steps took 5 s instead of 0.03 s, and a fit of a run with
-# preemptions took minutes (quadratic in tokens x steps).
+# Settings of every connection. No progress bar: DuckDB draws its own on the terminal for a
+# query over 2 s (an ingest's staging, a big derived table), cutting into our output and
+# progress lines. And an ASOF join never runs as a nested loop: DuckDB picks the loop when it
+# *estimates* at most 64 rows on the left side, and its estimate for unnested lists is small
+# whatever they hold: attributing 20 requests of 2000 token times each against 10k steps took
+# 5 s instead of 0.03 s, and a fit of a run with preemptions took minutes (tokens x steps).
 SESSION = "set enable_progress_bar = false; set asof_loop_join_threshold = 0"
 
 
