@@ -4,6 +4,7 @@ Usage:
   python benchmarks/bench_ingest.py                       # 1M and 4M iterations (issue 11; long)
   python benchmarks/bench_ingest.py --iterations 100000   # quick: 100k and 400k iterations
   python benchmarks/bench_ingest.py --iterations 100000 --scale 1   # one size only
+  python benchmarks/bench_ingest.py --recording           # a real recording tiled, not the simulator
   options: --workdir DIR (traces are generated once per size and reused there), --keep,
            --repeat N (every phase N times in rounds; the fastest round of each counts)
 
@@ -183,25 +184,17 @@ def measured(args: list[str]) -> tuple[float, float, str]:
     return dt, rss, proc.stdout
 
 
-def trace_for(work: Path, iterations: int) -> Path:
-    trace = work / f"bench-{iterations}.jsonl"
+def trace_for(work: Path, iterations: int, recording: bool = False) -> Path:
+    trace = work / f"bench-{'rec-' if recording else ''}{iterations}.jsonl"
     if not trace.exists():
         t = time.perf_counter()
+        if recording:  # the real vLLM CPU run of fixtures/vllm, tiled (benchmarks/tile_recording.py)
+            cmd = [str(REPO / "benchmarks" / "tile_recording.py"), str(trace), "--iterations", str(iterations)]
+        else:
+            cmd = ["-m", "pipeline", "simulate", "--out", str(trace), "--run-id", "bench"]
+            cmd += ["--iterations", str(iterations), "--seed", "1"]
         subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pipeline",
-                "simulate",
-                "--out",
-                str(trace),
-                "--run-id",
-                "bench",
-                "--iterations",
-                str(iterations),
-                "--seed",
-                "1",
-            ],
+            [sys.executable, *cmd],
             check=True,
             cwd=REPO,
             stdout=subprocess.DEVNULL,
@@ -219,11 +212,11 @@ def _fresh(db: Path) -> Path:
     return db
 
 
-def bench(work: Path, iterations: int, repeat: int = 1) -> dict:
+def bench(work: Path, iterations: int, repeat: int = 1, recording: bool = False) -> dict:
     """Every phase ``repeat`` times, in rounds (all phases once per round, so that a slow
     spell of a shared machine hits every phase alike); a phase's wall time is its fastest
     round, its peak RSS the largest of its rounds."""
-    trace = trace_for(work, iterations)
+    trace = trace_for(work, iterations, recording)
     db = work / f"bench-{iterations}.duckdb"
     db2 = work / f"bench-{iterations}-cli.duckdb"
     cols = canonical_columns()
@@ -323,13 +316,19 @@ def main() -> None:
         default=1,
         help="rounds of every phase; each phase reports its fastest round (default 1; 3 on a noisy machine)",
     )
+    ap.add_argument(
+        "--recording",
+        action="store_true",
+        help="trace: the real vLLM CPU run of fixtures/vllm tiled to the size (benchmarks/tile_recording.py) "
+        "instead of the simulator's",
+    )
     args = ap.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="tracelat-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     sizes = [args.iterations] + ([args.iterations * args.scale] if args.scale > 1 else [])
     results = []
     for n in sizes:
-        results.append(bench(work, n, args.repeat))
+        results.append(bench(work, n, args.repeat, args.recording))
         if not args.json:
             print(table(results[-1]), flush=True)
     if args.json:
