@@ -48,14 +48,14 @@ def tile(out: Path, iterations: int, run_id: str = "bench") -> dict:
     con = store.connect(":memory:")
     for _ in ingest_paths(con, RECORDING, run_id="rec"):
         pass
-    n_steps, t0, t1 = con.execute(
-        "select count(*), least(min(t_start), (select min(t_arrival) from requests)), "
+    n_steps, n_requests, n_tokens, t0, t1 = con.execute(
+        "select count(*), (select count(*) from requests), (select sum(len(t_s)) from token_lists), "
+        "least(min(t_start), (select min(t_arrival) from requests)), "
         "greatest(max(t_end), (select max(t_finish) from requests)) from iterations"
     ).fetchone()
     copies = math.ceil(iterations / n_steps)
     period = (t1 - t0) + 0.01  # copies back to back, 10 ms apart
     con.execute("create temp table k as select range as k from range(?)", [copies])
-    con.execute("create temp table tl as select req_id, t_s from token_lists where run_id = 'rec'")
 
     def shifted(name: str, src: str) -> str:
         return f"{src}.{name} + k.k * {period!r} as {name}" if name in _TIMES else f"{src}.{name}"
@@ -71,7 +71,7 @@ def tile(out: Path, iterations: int, run_id: str = "bench") -> dict:
         "select 'request' as kind, ? as run_id, k.k || '-' || r.req_id as req_id, "
         + ", ".join(shifted(c, "r") for c in rq_cols if c != "req_id")
         + f", list_transform(tl.t_s, lambda t: t + k.k * {period!r}) as token_times"
-        " from requests r join tl using (req_id), k order by k.k, r.t_arrival"
+        " from requests r join token_lists tl using (run_id, req_id), k order by k.k, r.t_arrival"
     )
     with tempfile.TemporaryDirectory() as tmp:
         parts = []
@@ -93,15 +93,11 @@ def tile(out: Path, iterations: int, run_id: str = "bench") -> dict:
             for part in parts:
                 with open(part, "rb") as src:
                     shutil.copyfileobj(src, f, 16 << 20)
-    counts = con.execute(
-        "select (select count(*) from iterations), (select count(*) from requests), "
-        "(select sum(len(t_s)) from token_lists)"
-    ).fetchone()
     return {
         "copies": copies,
-        "iterations": counts[0] * copies,
-        "requests": counts[1] * copies,
-        "token_times": int(counts[2]) * copies,
+        "iterations": n_steps * copies,
+        "requests": n_requests * copies,
+        "token_times": int(n_tokens) * copies,
         "mib": round(out.stat().st_size / 2**20, 1),
     }
 
