@@ -128,15 +128,15 @@ _PARSED_TYPE = {
     "strlist": "VARCHAR[]",
     "floatlist": "DOUBLE[]",
 }  # else JSON text
-_JSON_TEXT = [n for n, f in ALL_FIELDS.items() if f.kind not in _PARSED_TYPE]
-_LOOKED_AT = [n for n, f in ALL_FIELDS.items() if f.kind in _PARSED_TYPE]  # typed: JSON type from json_type
-PARSE_SPEC = (
-    "{"
-    + ",".join(
-        f'"{n}":"{_PARSED_TYPE.get(f.kind, "JSON")}"' for n, f in {"kind": Field("kind", "str"), **ALL_FIELDS}.items()
-    )
-    + "}"
-)
+
+
+def _parse_spec(fields: dict[str, Field]) -> str:
+    """from_json's structure for ``kind`` and ``fields``: typed, or JSON text (strings, objects)."""
+    named = {"kind": Field("kind", "str"), **fields}
+    return "{" + ",".join(f'"{n}":"{_PARSED_TYPE.get(f.kind, "JSON")}"' for n, f in named.items()) + "}"
+
+
+PARSE_SPEC = _parse_spec(ALL_FIELDS)
 _CLEAN_TYPE = {"strlist": "ARRAY", "floatlist": "ARRAY"}  # else DOUBLE
 
 
@@ -167,11 +167,11 @@ def _x(name: str) -> str:
     return f"x_{name}"
 
 
-def _type(f: Field) -> str:
-    """The JSON type of a field (NULL when absent)."""
+def _type(f: Field, looked_at: list[str]) -> str:
+    """The JSON type of a field (NULL when absent); ``looked_at``: the typed fields, in the order of ``ty``."""
     x = _x(f.name)
     if f.kind in _PARSED_TYPE:
-        i = _LOOKED_AT.index(f.name) + 1
+        i = looked_at.index(f.name) + 1
         return f"case when clean then case when {x} is not null then {jt(_CLEAN_TYPE.get(f.kind, 'DOUBLE'))} end else ty[{i}] end"
     return _jtype(x, ints=f.kind == "id")
 
@@ -358,7 +358,12 @@ PARSE_ERRORS = {
 }
 
 
-def stage_sql(source: str, line_no: str | None = "line_no", keep_raw: bool = True) -> str:
+ALL_KINDS = tuple(FIELDS)
+
+
+def stage_sql(
+    source: str, line_no: str | None = "line_no", keep_raw: bool = True, kinds: tuple[str, ...] = ALL_KINDS
+) -> str:
     """Parse and validate every line of ``source`` (a relation with a ``raw`` column) in one pass.
 
     One row per line, in the order of ``source``: ``line_no`` (the expression given, or
@@ -367,29 +372,34 @@ def stage_sql(source: str, line_no: str | None = "line_no", keep_raw: bool = Tru
     ``reason`` (every problem of the line, NULL when valid; ``'blank'`` for blank
     lines, which are skipped) and ``raw`` (cut to 1 KiB; with ``keep_raw=False`` only
     for lines rejected here).  Only our own constant names are placed in the SQL text.
+
+    ``kinds``: the record kinds ``source`` may hold; a line of another (known) kind is
+    rejected.  Fewer kinds make a smaller statement: binding the whole one costs about
+    50 ms, which a file of a few lines feels (an engine converter's own run record).
     """
+    wanted = set(COMMON).union(*({f.name for f in FIELDS[k]} for k in kinds))
+    fields = {n: f for n, f in ALL_FIELDS.items() if n in wanted}
+    json_text = [n for n, f in fields.items() if f.kind not in _PARSED_TYPE]
+    looked_at = [n for n, f in fields.items() if f.kind in _PARSED_TYPE]  # typed: JSON type from json_type
     texts = ",\n          ".join(
-        f"j.{n}{'::varchar' if n in _JSON_TEXT and ALL_FIELDS[n].kind != 'object' else ''} as {_x(n)}"
-        for n in ALL_FIELDS
+        f"j.{n}{'::varchar' if n in json_text and f.kind != 'object' else ''} as {_x(n)}" for n, f in fields.items()
     )
-    present = " + ".join(f"({_x(n)} is not null)::int" for n in ALL_FIELDS)
-    strings = " + ".join(
-        f"coalesce(ascii({_x(n)}) = 34, false)::int" for n in _JSON_TEXT if ALL_FIELDS[n].kind != "object"
-    )
-    objects = " and ".join(f"{_x(n)} is null" for n, f in ALL_FIELDS.items() if f.kind in ("object", "strlist"))
+    present = " + ".join(f"({_x(n)} is not null)::int" for n in fields)
+    strings = " + ".join(f"coalesce(ascii({_x(n)}) = 34, false)::int" for n in json_text if fields[n].kind != "object")
+    objects = " and ".join(f"{_x(n)} is null" for n, f in fields.items() if f.kind in ("object", "strlist")) or "true"
     clean = (
         f"perr is null and t_kind = {jt('VARCHAR')} and {objects} "
         f"and len(string_split(raw, '\"')) - 1 = 2 * (1 + {present}) + 2 * (1 + {strings}) "
         "and not contains(raw, 'true') and not contains(raw, 'false')"
     )
-    paths = "[" + ",".join(f"'$.{n}'" for n in _LOOKED_AT) + "]"
-    types = ",\n        ".join(f"{_type(f)} as t_{n}" for n, f in ALL_FIELDS.items())
-    values = ",\n      ".join(f"{_value(f, f't_{n}', _typed(f, f't_{n}'))} as v_{n}" for n, f in ALL_FIELDS.items())
+    paths = "[" + ",".join(f"'$.{n}'" for n in looked_at) + "]"
+    types = ",\n        ".join(f"{_type(f, looked_at)} as t_{n}" for n, f in fields.items())
+    values = ",\n      ".join(f"{_value(f, f't_{n}', _typed(f, f't_{n}'))} as v_{n}" for n, f in fields.items())
     per_kind = []
     extra = []
-    for kind, fields in FIELDS.items():
+    for kind in kinds:
         per_kind.append(f"when '{kind}' then {kind_reasons_sql(kind)}")
-        names = sorted({f.name for f in fields} | set(COMMON))
+        names = sorted({f.name for f in FIELDS[kind]} | set(COMMON))
         known = "{" + ",".join(f'"{n}":null' for n in names) + "}"
         known_list = "[" + ",".join(f"'{n}'" for n in names) + "]"
         # unknown fields are kept; most records have none, so skip the patch for them
@@ -398,11 +408,19 @@ def stage_sql(source: str, line_no: str | None = "line_no", keep_raw: bool = Tru
             f"then nullif(json_merge_patch(jraw, '{known}'), '{{}}') end"
         )
     line = f"{line_no} as line_no, " if line_no else ""
-    v_names = ", ".join(f"v_{n}" for n in ALL_FIELDS)
+    # every field's column, typed as the store wants it (NULL for fields of no kind asked for)
+    v_names = ", ".join(f"v_{n}" if n in fields else f"NULL::{f.column_type} as v_{n}" for n, f in ALL_FIELDS.items())
+    kinds_sql = ",".join(f"'{k}'" for k in kinds)
+    other_kind = (
+        ""
+        if kinds == ALL_KINDS
+        else f"when kind not in ({kinds_sql}) then 'a ' || kind || ' record is not expected here (only {', '.join(kinds)})'"
+    )
     reason = f"""case when perr is not null then perr
       when t_kind is null then '{PARSE_ERRORS["no_kind"]}'
       when t_kind <> {jt("VARCHAR")} then '{PARSE_ERRORS["kind_type"]}'
       when kind not in ('run','iteration','request') then 'unknown kind ' || kind || ' (expected run, iteration or request)'
+      {other_kind}
       else case kind {" ".join(per_kind)} end end"""
     raw_out = (
         "left(raw, 1024)" if keep_raw else "case when reason is not null and reason <> 'blank' then left(raw, 1024) end"
@@ -411,7 +429,7 @@ def stage_sql(source: str, line_no: str | None = "line_no", keep_raw: bool = Tru
 select {line}kind, own_run, {v_names}, extra, reason, {raw_out} as raw
 from (
   select *, {reason} as reason,
-    case when not clean and perr is null and kind in ('run','iteration','request') then case kind {" ".join(extra)} end end as extra
+    case when not clean and perr is null and kind in ({kinds_sql}) then case kind {" ".join(extra)} end end as extra
   from (
     select *,
       {values}
@@ -437,7 +455,7 @@ from (
                 end as perr,
                 j.kind::varchar as {_x("kind")},
                 {texts}
-              from (select {line}raw, try(from_json(raw, '{PARSE_SPEC}')) as j from {source})
+              from (select {line}raw, try(from_json(raw, '{_parse_spec(fields)}')) as j from {source})
             )
           )
         )

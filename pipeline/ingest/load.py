@@ -57,6 +57,7 @@ class Batch:
     staged: object | None = None
     # records a converter holds as typed columns (typed_sql.Typed), checked by the same
     # rules without a detour through JSON text; ``lines`` then holds only its run record
+    # (checked by the statement for run records alone: a record of another kind there is rejected)
     typed: object | None = None
 
 
@@ -348,6 +349,9 @@ def _load_metrics(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> N
 
 
 STAGE_BATCH_SQL = stage_sql("batch_in")
+# A batch of typed records brings in ``lines`` only its converter's run record: the statement
+# for run records alone binds in a fifth of the time, most of a small engine file's ingest.
+STAGE_RUN_LINES_SQL = stage_sql("batch_in", kinds=("run",))
 
 
 def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None:
@@ -365,6 +369,7 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
     else:
         sql = STAGE_BATCH_SQL
         if batch.typed is not None:
+            sql = STAGE_RUN_LINES_SQL
             q.tables["typed_in"] = batch.typed.table
             typed = typed_stage_sql("typed_in", batch.typed)
             sql = f"({sql}) union all by name ({typed})" if batch.lines.num_rows else typed

@@ -1,0 +1,139 @@
+"""stage_sql for some kinds only (an engine converter's run record) says exactly what the whole one says."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from pipeline import ingest, store
+from pipeline.ingest import load
+from pipeline.ingest.canonical_sql import ALL_FIELDS, stage_sql
+
+# Run records good and bad: every run field in every JSON type, unknown fields, escapes,
+# objects, parse errors, blank lines and a missing kind.
+RUN_LINES = [
+    {"kind": "run", "run_id": "a", "engine": "vllm", "model": "m", "num_gpus": 2, "clock": "unix"},
+    {"kind": "run", "run_id": 7, "engine_version": "0.32.0", "gpu": "H200", "dtype": "bf16", "kv_dtype": "fp8"},
+    {"kind": "run", "run_id": "b", "meta": {"max_num_seqs": 256, "nested": {"x": [1, 2]}}},
+    {"kind": "run", "run_id": "c", "num_gpus": -1},
+    {"kind": "run", "run_id": "d", "num_gpus": 1.5, "clock": "wall"},
+    {"kind": "run", "run_id": "e", "num_gpus": "4", "engine": 3, "meta": [1, 2]},
+    {"kind": "run", "run_id": "f", "model": 'q"uote\\back\u00e9', "extra_field": True, "other": None},
+    {"kind": "run", "run_id": 1.5},
+    {"kind": "run", "run_id": None, "engine": None, "num_gpus": None},
+    {"kind": "run", "run_id": "g", "num_gpus": 2**60},
+    {"kind": "run", "run_id": "h", "clock": "monotonic", "meta": None, "gpu": True},
+    {"kind": "run"},
+    {"run_id": "no kind"},
+    {"kind": 3, "run_id": "i"},
+]
+RAW_LINES = [json.dumps(r) for r in RUN_LINES] + [
+    json.dumps(RUN_LINES[0], separators=(",", ":")),  # compact: the clean path
+    '{"kind":"run","run_id":"j","engine":"vllm"',  # truncated
+    "[1, 2]",
+    "",
+    "   ",
+    '{"kind": "run", "run_id": "k", "kind": "run"}',
+]
+
+
+def _staged(sql: str, raws: list[str]) -> list[tuple]:
+    batch_in = pa.table({"line_no": pa.array(range(1, len(raws) + 1), pa.int64()), "raw": pa.array(raws)})  # noqa: F841
+    cols = ["line_no", "kind", "own_run", *(f"v_{n}" for n in ALL_FIELDS), "extra", "reason", "raw"]
+    return duckdb.connect().sql(sql).select(*cols).order("line_no").fetchall()
+
+
+def test_run_only_statement_stages_run_lines_as_the_whole_one_does():
+    whole = _staged(stage_sql("batch_in"), RAW_LINES)
+    runs = _staged(stage_sql("batch_in", kinds=("run",)), RAW_LINES)
+    assert runs == whole
+    # the lines above exercise what they should: valid records, and each kind of problem
+    reasons = [r[-2] for r in whole]
+    valid = [i for i, r in enumerate(reasons) if r is None]
+    assert valid == [0, 1, 2, 6, 8, 11, 14, 19]
+    assert reasons[17] == reasons[18] == "blank"
+    assert "num_gpus: negative count" in reasons[3]
+    assert reasons[5].count(";") == 2  # three problems of one record, each named
+    assert "not valid JSON" in reasons[15] and reasons[16] == "not a JSON object"
+    assert json.loads(whole[6][-3]) == {"extra_field": True, "other": None}  # unknown fields kept
+
+
+def test_run_only_statement_rejects_records_of_other_kinds():
+    raws = [
+        json.dumps({"kind": "iteration", "iter": 1, "t_start": 1.0, "t_end": 1.1}),
+        json.dumps({"kind": "request", "req_id": "r", "t_arrival": 1.0}),
+        json.dumps({"kind": "step"}),
+    ]
+    whole = _staged(stage_sql("batch_in"), raws)
+    runs = _staged(stage_sql("batch_in", kinds=("run",)), raws)
+    assert [r[-2] for r in whole][:2] == [None, None]  # valid records of their kinds...
+    assert [r[-2] for r in runs][:2] == [
+        "a iteration record is not expected here (only run)",
+        "a request record is not expected here (only run)",
+    ]  # ...are no run records: never taken silently with their fields dropped
+    assert runs[2][-2] == whole[2][-2] == "unknown kind step (expected run, iteration or request)"
+    # every column is there, typed as in the whole statement
+    rel = duckdb.connect()
+    batch_in = pa.table({"line_no": pa.array([1], pa.int64()), "raw": pa.array([raws[0]])})  # noqa: F841
+    assert rel.sql(stage_sql("batch_in", kinds=("run",))).types == rel.sql(stage_sql("batch_in")).types
+
+
+@pytest.mark.parametrize("kinds", [("iteration",), ("request",), ("run", "request")])
+def test_statement_for_other_kinds_agrees_on_their_lines(kinds):
+    raws = [
+        json.dumps({"kind": "iteration", "iter": 1, "t_start": 1.0, "t_end": 1.1, "prefill_tokens": 3}),
+        json.dumps({"kind": "iteration", "iter": "2", "t_start": 1.0, "dur_ms": -1, "x": 1}),
+        json.dumps({"kind": "request", "req_id": "r", "t_arrival": 1.0, "token_times": [1.1, 1.0]}),
+        json.dumps({"kind": "request", "req_id": 5, "t_arrival": 1.0, "t_first_token": 1.2, "status": "ok"}),
+        json.dumps({"kind": "run", "run_id": "a", "num_gpus": 1}),
+    ]
+    whole = _staged(stage_sql("batch_in"), raws)
+    part = _staged(stage_sql("batch_in", kinds=kinds), raws)
+    for w, p, rec in zip(whole, part, raws):
+        if json.loads(rec)["kind"] in kinds:
+            assert p == w
+        else:
+            assert p[-2].endswith(f"record is not expected here (only {', '.join(kinds)})")
+
+
+def test_small_engine_files_bind_the_small_statement(tmp_path):
+    """Engine batches stage their run record with the run-only statement; the store is the same."""
+    assert load.STAGE_RUN_LINES_SQL == stage_sql("batch_in", kinds=("run",))
+    assert len(load.STAGE_RUN_LINES_SQL) < len(load.STAGE_BATCH_SQL) / 2
+    con = duckdb.connect()
+    batch_in = pa.table({"line_no": pa.array([0], pa.int64()), "raw": pa.array([RAW_LINES[0]])})  # noqa: F841
+    for sql in (load.STAGE_BATCH_SQL, load.STAGE_RUN_LINES_SQL):
+        con.sql(sql).fetchall()  # warm
+    best = {"whole": 1e9, "runs": 1e9}
+    for _ in range(5):  # interleaved: a busy moment slows both
+        for name, sql in (("whole", load.STAGE_BATCH_SQL), ("runs", load.STAGE_RUN_LINES_SQL)):
+            t = time.perf_counter()
+            con.execute("explain " + sql).fetchall()
+            best[name] = min(best[name], time.perf_counter() - t)
+    assert best["runs"] < best["whole"] / 1.5, best  # measured: about 4x less (10 ms against 45 ms)
+
+
+def test_engine_ingest_stores_the_same_through_the_run_only_statement(tmp_path, monkeypatch):
+    """The vLLM bench JSON ingested with the whole statement and with the run-only one: same store."""
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[2] / "fixtures" / "vllm" / "bench.json"
+    stores = {}
+    for name in ("whole", "runs"):
+        if name == "whole":
+            monkeypatch.setattr(load, "STAGE_RUN_LINES_SQL", load.STAGE_BATCH_SQL)
+        else:
+            monkeypatch.undo()
+        con = store.connect(tmp_path / f"{name}.duckdb")
+        ingest.ingest_paths(con, [bench])
+        stores[name] = {
+            t: con.execute(f"select * exclude (ingest_id) from {t} order by all").fetchall()
+            for t in ("runs", "requests", "token_lists", "run_records", "rejects")
+        }
+        con.close()
+    assert stores["runs"] == stores["whole"]
+    assert len(stores["runs"]["requests"]) == 64 and len(stores["runs"]["runs"]) == 1
