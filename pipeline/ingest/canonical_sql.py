@@ -113,8 +113,9 @@ COMMON = ("kind", "run_id")
 # string values the parse found (each unknown key, string where a number belongs,
 # null or wrongly typed value, or escaped quote adds some; only booleans and lists
 # of strings could take some away, and lines with those are not clean either).  A
-# clean line has no unknown field and every field's JSON type follows from its
-# parsed value; any other line is looked at again (json_type, json_keys) to say
+# clean line has no unknown field, no field of another kind of record (the parse reads
+# every kind's fields, so that is checked apart: such a field belongs in extra), and
+# every field's JSON type follows from its parsed value; any other line is looked at again (json_type, json_keys) to say
 # exactly what is wrong or what extra fields it has.
 ALL_FIELDS: dict[str, Field] = {}
 for _fields in FIELDS.values():
@@ -387,8 +388,15 @@ def stage_sql(
     present = " + ".join(f"({_x(n)} is not null)::int" for n in fields)
     strings = " + ".join(f"coalesce(ascii({_x(n)}) = 34, false)::int" for n in json_text if fields[n].kind != "object")
     objects = " and ".join(f"{_x(n)} is null" for n, f in fields.items() if f.kind in ("object", "strlist")) or "true"
+    # a field of another kind (t_arrival on a step) is parsed but is no field of this record:
+    # the line is not clean, and the field goes to extra with the unknown ones
+    own = {k: {f.name for f in FIELDS[k]} | set(COMMON) for k in kinds}
+    own_fields_only = " or ".join(
+        f"({_x('kind')} = '\"{k}\"'" + "".join(f" and {_x(n)} is null" for n in fields if n not in own[k]) + ")"
+        for k in kinds
+    )
     clean = (
-        f"perr is null and t_kind = {jt('VARCHAR')} and {objects} "
+        f"perr is null and t_kind = {jt('VARCHAR')} and ({own_fields_only}) and {objects} "
         f"and len(string_split(raw, '\"')) - 1 = 2 * (1 + {present}) + 2 * (1 + {strings}) "
         "and not contains(raw, 'true') and not contains(raw, 'false')"
     )

@@ -139,6 +139,30 @@ def test_unknown_fields_are_kept(con, tmp_path):
     assert extra == {"gpu_temp_c": 71, "note": {"a": [1, 2]}}
 
 
+@pytest.mark.parametrize("line_end", ["\n", "\r\n"])  # DuckDB's reader, and the Python line reader
+def test_fields_of_another_kind_are_kept_as_unknown_fields(con, tmp_path, line_end):
+    """A request's field on a step (or a step's on a request) is no field of that record: it goes
+    to extra like any unknown field, also when nothing else about the line is unusual."""
+    req = {"kind": "request", "req_id": "a", "t_arrival": 1.0, "decode_tokens": 3, "engine": "vllm"}
+    lines = [it(0, t_arrival=5.0, status="ok"), it(1), it(2, other=1.5, req_id="r"), req]
+    f = tmp_path / "k.jsonl"
+    f.write_bytes("".join(json.dumps(x, separators=(",", ":")) + line_end for x in lines).encode())
+    ingest.ingest_paths(con, [f])
+    assert rejects(con) == {}
+    extras = dict(con.execute("select iter, extra from iterations").fetchall())
+    assert {i: json.loads(e) if e else None for i, e in extras.items()} == {
+        0: {"t_arrival": 5.0, "status": "ok"},
+        1: None,
+        2: {"other": 1.5, "req_id": "r"},
+    }
+    assert json.loads(con.execute("select extra from requests").fetchall()[0][0]) == {
+        "decode_tokens": 3,
+        "engine": "vllm",
+    }
+    # and the record's own fields are read as usual
+    assert con.execute("select t_start, t_end from iterations where iter = 0").fetchall() == [(0.0, 0.01)]
+
+
 def test_missing_optional_fields_are_null_not_zero(con, tmp_path):
     ingest.ingest_paths(con, [write(tmp_path / "n.jsonl", [{"kind": "iteration", "iter": 0, "dur_ms": 4.0}])])
     row = con.execute("select prefill_tokens, context_tokens, dur_ms, t_start from iterations").fetchall()[0]
