@@ -22,9 +22,12 @@ def jt(name: str) -> str:
 
 
 NUMERIC = f"({jt('UBIGINT')},{jt('BIGINT')},{jt('DOUBLE')})"
-# json_type's names as codes
+# json_type's names as codes; an absent field (no name) stays NULL: were it OTHER, a missing
+# required field of a line that takes the slow path would not be named, and the line kept
 _CODE_OF = (
-    "lambda n: case n " + " ".join(f"when '{n}' then {jt(n)}" for n in JSON_TYPES[:-1]) + f" else {jt('OTHER')} end"
+    "lambda n: case when n is not null then case n "
+    + " ".join(f"when '{n}' then {jt(n)}" for n in JSON_TYPES[:-1])
+    + f" else {jt('OTHER')} end end"
 )
 
 # Finite is not enough: 1.797e308 - 10 overflows to an infinite duration, and later

@@ -163,6 +163,26 @@ def test_fields_of_another_kind_are_kept_as_unknown_fields(con, tmp_path, line_e
     assert con.execute("select t_start, t_end from iterations where iter = 0").fetchall() == [(0.0, 0.01)]
 
 
+def test_missing_required_fields_are_named_on_lines_with_unknown_fields(con, tmp_path):
+    """A line with an unknown field takes the second look at its JSON types; a required field
+    missing there is as missing as on a plain line (it was once taken as present and wrong, with
+    no words for it, and the step stored without its iter)."""
+    lines = [
+        {"kind": "iteration", "t_start": 1.0, "t_end": 2.0, "x": 1},
+        {"kind": "request", "req_id": "a", "x": 1},
+        {"kind": "iteration", "t_start": 1.0, "t_end": 2.0},
+        {"kind": "request", "req_id": "b", "token_times": [1.0], "note": "n"},
+    ]
+    ingest.ingest_paths(con, [write(tmp_path / "m.jsonl", lines)])
+    assert rejects(con) == {
+        1: "missing required field iter",
+        2: "missing required field t_arrival",
+        3: "missing required field iter",
+        4: "missing required field t_arrival",
+    }
+    assert counts(con)[:2] == (0, 0)
+
+
 def test_missing_optional_fields_are_null_not_zero(con, tmp_path):
     ingest.ingest_paths(con, [write(tmp_path / "n.jsonl", [{"kind": "iteration", "iter": 0, "dur_ms": 4.0}])])
     row = con.execute("select prefill_tokens, context_tokens, dur_ms, t_start from iterations").fetchall()[0]

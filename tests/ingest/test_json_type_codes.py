@@ -18,6 +18,9 @@ def test_every_name_json_type_gives_has_a_code_of_its_own():
     assert codes == [JSON_TYPES.index(n) for n in names]
     other = con.execute(f"select list_transform(['SOMETHING_NEW'], {_CODE_OF})").fetchall()[0][0]
     assert other == [JSON_TYPES.index("OTHER")]
+    # an absent key has no type at all (json_type says NULL): it must stay absent, not OTHER
+    absent = con.execute(f"select list_transform(json_type('{{\"a\":1}}', ['$.a', '$.b']), {_CODE_OF})").fetchall()
+    assert absent[0][0] == [JSON_TYPES.index("UBIGINT"), None]
 
 
 @pytest.mark.parametrize("value", VALUES)
