@@ -287,6 +287,9 @@ def _problem(f: Field, shown: str | None = None) -> list[tuple[str, str]]:
     return checks
 
 
+UNWORDED = "a check failed without a message for it (a tracelat bug: please report this line)"
+
+
 def reasons_sql(groups: list[list[tuple[str, str]]]) -> str:
     """Every problem of a record, joined by '; ', or NULL: one reason per group (its first true condition).
 
@@ -296,7 +299,8 @@ def reasons_sql(groups: list[list[tuple[str, str]]]) -> str:
     """
     any_true = " or ".join(f"({c})" for g in groups for c, _ in g)
     parts = ", ".join("case " + " ".join(f"when {c} then {m}" for c, m in g) + " end" for g in groups)
-    return f"case when {any_true} then nullif(concat_ws('; ', {parts}), '') end"
+    # a failed check whose message came out NULL (a NULL in its text) still rejects the record
+    return f"case when {any_true} then coalesce(nullif(concat_ws('; ', {parts}), ''), '{UNWORDED}') end"
 
 
 def kind_reasons_sql(kind: str, shown: dict[str, str] | None = None) -> str:
