@@ -245,11 +245,14 @@ from ({source}) group by run_id
 
 
 # The accepted run records of a batch, stored as they came; their runs are then merged
-# again from all their records (remerge_runs), the same path a --replace takes.
+# again from all their records (remerge_runs), the same path a --replace takes. A run record's
+# fields the format does not know go into its meta (runs have no extra column; meta is their
+# free-form part), under meta's own keys: a key meta names too is meta's.
 RUN_RECORDS_SQL = (
     "insert into run_records select $ingest_id, line_no, run_id, "
     + ", ".join(f"v_{f}" for f in RUN_FIELDS)
-    + ", v_meta from staged where kind = 'run' and reason is null"
+    + ", case when extra is null then v_meta else json_merge_patch(extra, coalesce(v_meta, '{}')) end"
+    + " from staged where kind = 'run' and reason is null"
 )
 
 # Every line rejected before the duplicate check (duplicates are added per kind).

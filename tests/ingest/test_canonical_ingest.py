@@ -163,6 +163,24 @@ def test_fields_of_another_kind_are_kept_as_unknown_fields(con, tmp_path, line_e
     assert con.execute("select t_start, t_end from iterations where iter = 0").fetchall() == [(0.0, 0.01)]
 
 
+def test_unknown_fields_of_a_run_record_join_its_meta(con, tmp_path):
+    """Runs have no extra column: a run record's unknown fields are kept in its meta, meta's own keys
+    first; a later record of the run merges over them as metas do (RFC 7386: a null removes a key)."""
+    lines = [
+        {"kind": "run", "run_id": "R", "engine": "vllm", "tp": 4, "a": 2, "note": None, "meta": {"a": 1}},
+        {"kind": "run", "run_id": "S", "pp": 2},
+        {"kind": "run", "run_id": "T", "meta": {"x": 1}},
+        it(0, run_id="R"),
+    ]
+    ingest.ingest_paths(con, [write(tmp_path / "r.jsonl", lines)])
+    ingest.ingest_paths(con, [write(tmp_path / "r2.jsonl", [{"kind": "run", "run_id": "R", "tp": 8}])])
+    metas = {r: json.loads(m) if m else None for r, m in con.execute("select run_id, meta from runs").fetchall()}
+    assert metas == {"R": {"tp": 8, "a": 1}, "S": {"pp": 2}, "T": {"x": 1}}
+    stored = con.execute("select meta from run_records where run_id = 'R' order by ingest_id").fetchall()
+    assert [json.loads(m) for (m,) in stored] == [{"tp": 4, "a": 1, "note": None}, {"tp": 8}]
+    assert con.execute("select engine from runs where run_id = 'R'").fetchall() == [("vllm",)]
+
+
 def test_missing_required_fields_are_named_on_lines_with_unknown_fields(con, tmp_path):
     """A line with an unknown field takes the second look at its JSON types; a required field
     missing there is as missing as on a plain line (it was once taken as present and wrong, with
