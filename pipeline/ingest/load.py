@@ -247,11 +247,14 @@ from ({source}) group by run_id
 # The accepted run records of a batch, stored as they came; their runs are then merged
 # again from all their records (remerge_runs), the same path a --replace takes. A run record's
 # fields the format does not know go into its meta (runs have no extra column; meta is their
-# free-form part), under meta's own keys: a key meta names too is meta's.
+# free-form part), under meta's own keys: a key meta names too is meta's. Null fields are left
+# out (applied to {} as a merge patch): the run's metas merge that way too, where a null removes
+# a key, and a Parquet row holds every column of the file, null where the record has no such field.
 RUN_RECORDS_SQL = (
     "insert into run_records select $ingest_id, line_no, run_id, "
     + ", ".join(f"v_{f}" for f in RUN_FIELDS)
-    + ", case when extra is null then v_meta else json_merge_patch(extra, coalesce(v_meta, '{}')) end"
+    + ", case when extra is null then v_meta else "
+    + "nullif(json_merge_patch(json_merge_patch('{}', extra), coalesce(v_meta, '{}')), '{}') end"
     + " from staged where kind = 'run' and reason is null"
 )
 

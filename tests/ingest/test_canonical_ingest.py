@@ -177,8 +177,23 @@ def test_unknown_fields_of_a_run_record_join_its_meta(con, tmp_path):
     metas = {r: json.loads(m) if m else None for r, m in con.execute("select run_id, meta from runs").fetchall()}
     assert metas == {"R": {"tp": 8, "a": 1}, "S": {"pp": 2}, "T": {"x": 1}}
     stored = con.execute("select meta from run_records where run_id = 'R' order by ingest_id").fetchall()
-    assert [json.loads(m) for (m,) in stored] == [{"tp": 4, "a": 1, "note": None}, {"tp": 8}]
+    assert [json.loads(m) for (m,) in stored] == [{"tp": 4, "a": 1}, {"tp": 8}]  # null fields left out
     assert con.execute("select engine from runs where run_id = 'R'").fetchall() == [("vllm",)]
+
+
+def test_a_parquet_run_row_gets_no_meta_from_other_kinds_null_columns(con, tmp_path):
+    """A Parquet row holds every column of the file: the run row's null step columns are no fields."""
+    import duckdb
+
+    f = tmp_path / "mix.parquet"
+    duckdb.connect().execute(
+        "copy (select * from (values ('run', 'R', NULL::bigint, NULL::double, 'vllm', NULL::bigint), "
+        "('iteration', 'R', 0, 1.0, NULL, NULL), ('run', 'R', NULL, NULL, NULL, 4)) "
+        f"t(kind, run_id, iter, t_start, engine, tp)) to '{f}'"
+    )
+    ingest.ingest_paths(con, [f])
+    assert con.execute("select meta from run_records order by line_no").fetchall() == [(None,), ('{"tp":4}',)]
+    assert con.execute("select engine, meta from runs").fetchall() == [("vllm", '{"tp":4}')]
 
 
 def test_missing_required_fields_are_named_on_lines_with_unknown_fields(con, tmp_path):
