@@ -105,6 +105,8 @@ REQUEST_FIELDS = (
 )
 FIELDS = {"run": RUN_FIELDS, "iteration": ITERATION_FIELDS, "request": REQUEST_FIELDS}
 COMMON = ("kind", "run_id")
+# the names a record of each kind may hold; any other is an unknown field (kept in extra)
+OWN_NAMES = {kind: frozenset({f.name for f in fields} | set(COMMON)) for kind, fields in FIELDS.items()}
 
 
 # Every line is parsed ONCE, into a struct of all canonical fields (``PARSE_SPEC``),
@@ -118,8 +120,8 @@ COMMON = ("kind", "run_id")
 # of strings could take some away, and lines with those are not clean either).  A
 # clean line has no unknown field, no field of another kind of record (the parse reads
 # every kind's fields, so that is checked apart: such a field belongs in extra), and
-# every field's JSON type follows from its parsed value; any other line is looked at again (json_type, json_keys) to say
-# exactly what is wrong or what extra fields it has.
+# every field's JSON type follows from its parsed value; any other line is looked at
+# again (json_type, json_keys) to say exactly what is wrong or what extra fields it has.
 ALL_FIELDS: dict[str, Field] = {}
 for _fields in FIELDS.values():
     for _f in _fields:
@@ -385,7 +387,7 @@ def stage_sql(
     rejected.  Fewer kinds make a smaller statement: binding the whole one costs about
     50 ms, which a file of a few lines feels (an engine converter's own run record).
     """
-    wanted = set(COMMON).union(*({f.name for f in FIELDS[k]} for k in kinds))
+    wanted = frozenset().union(*(OWN_NAMES[k] for k in kinds))
     fields = {n: f for n, f in ALL_FIELDS.items() if n in wanted}
     json_text = [n for n, f in fields.items() if f.kind not in _PARSED_TYPE]
     looked_at = [n for n, f in fields.items() if f.kind in _PARSED_TYPE]  # typed: JSON type from json_type
@@ -397,9 +399,8 @@ def stage_sql(
     objects = " and ".join(f"{_x(n)} is null" for n, f in fields.items() if f.kind in ("object", "strlist")) or "true"
     # a field of another kind (t_arrival on a step) is parsed but is no field of this record:
     # the line is not clean, and the field goes to extra with the unknown ones
-    own = {k: {f.name for f in FIELDS[k]} | set(COMMON) for k in kinds}
     own_fields_only = " or ".join(
-        f"({_x('kind')} = '\"{k}\"'" + "".join(f" and {_x(n)} is null" for n in fields if n not in own[k]) + ")"
+        f"({_x('kind')} = '\"{k}\"'" + "".join(f" and {_x(n)} is null" for n in fields if n not in OWN_NAMES[k]) + ")"
         for k in kinds
     )
     clean = (
@@ -414,7 +415,7 @@ def stage_sql(
     extra = []
     for kind in kinds:
         per_kind.append(f"when '{kind}' then {kind_reasons_sql(kind)}")
-        names = sorted({f.name for f in FIELDS[kind]} | set(COMMON))
+        names = sorted(OWN_NAMES[kind])
         known = "{" + ",".join(f'"{n}":null' for n in names) + "}"
         known_list = "[" + ",".join(f"'{n}'" for n in names) + "]"
         # unknown fields are kept; most records have none, so skip the patch for them

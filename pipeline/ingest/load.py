@@ -375,10 +375,9 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
     else:
         sql = STAGE_BATCH_SQL
         if batch.typed is not None:
-            sql = STAGE_RUN_LINES_SQL
             q.tables["typed_in"] = batch.typed.table
             typed = typed_stage_sql("typed_in", batch.typed)
-            sql = f"({sql}) union all by name ({typed})" if batch.lines.num_rows else typed
+            sql = f"({STAGE_RUN_LINES_SQL}) union all by name ({typed})" if batch.lines.num_rows else typed
         q.table("lines", sql)
         del q.tables["batch_in"]
         q.tables.pop("typed_in", None)

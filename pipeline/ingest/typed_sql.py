@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .canonical_sql import ALL_FIELDS, COMMON, FIELDS, _value, jt, kind_reasons_sql
+from .canonical_sql import ALL_FIELDS, OWN_NAMES, _value, jt, kind_reasons_sql
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -92,7 +92,7 @@ def typed_stage_sql(source: str, typed: Typed) -> str:
     schema = {
         typed.table.schema.field(i).name: typed.table.schema.field(i).type for i in range(typed.table.num_columns)
     }
-    known = {f.name for f in FIELDS[kind]} | set(COMMON)
+    known = OWN_NAMES[kind]
     values, types, shown = [], [], {}
     for name, f in ALL_FIELDS.items():
         jtype = _json_type(schema[name]) if name in schema and name in known else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
@@ -122,7 +123,7 @@ def test_statement_for_other_kinds_agrees_on_their_lines(kinds):
             assert p["reason"].endswith(f"record is not expected here (only {', '.join(kinds)})")
 
 
-def test_small_engine_files_bind_the_small_statement(tmp_path):
+def test_small_engine_files_bind_the_small_statement():
     """Engine batches stage their run record with the run-only statement; the store is the same."""
     assert load.STAGE_RUN_LINES_SQL == stage_sql("batch_in", kinds=("run",))
     assert len(load.STAGE_RUN_LINES_SQL) < len(load.STAGE_BATCH_SQL) / 2
@@ -141,8 +142,6 @@ def test_small_engine_files_bind_the_small_statement(tmp_path):
 
 def test_engine_ingest_stores_the_same_through_the_run_only_statement(tmp_path, monkeypatch):
     """The vLLM bench JSON ingested with the whole statement and with the run-only one: same store."""
-    from pathlib import Path
-
     bench = Path(__file__).resolve().parents[2] / "fixtures" / "vllm" / "bench.json"
     stores = {}
     for name in ("whole", "runs"):
