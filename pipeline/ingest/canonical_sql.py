@@ -272,34 +272,60 @@ def _problem(f: Field, shown: str | None = None) -> list[tuple[str, str]]:
             (f"{val} not in ('unix','monotonic')", f"'{f.name}: expected {_EXPECT[f.kind]}, got ' || {shown}")
         )
     if f.kind == "floatlist":
-        # a NaN or infinity anywhere makes the sum non-finite; nulls are not counted
-        checks.append(
-            (
-                f"list_count({val}) <> len({val}) or isnan(list_sum({val})) or isinf(list_sum({val}))",
-                f"'{f.name}: contains null, NaN or infinite values'",
-            )
-        )
+        checks.append((_list_not_finite(val), f"'{f.name}: contains null, NaN or infinite values'"))
         big = _sci(MAX_ABS_TIME_S)
         checks.append(
-            (
-                f"list_max(list_transform({val}, lambda x: abs(x))) > {big}",
-                f"'{f.name}: holds values that are no time in seconds (magnitude over {big})'",
-            )
+            (_list_too_big(val), f"'{f.name}: holds values that are no time in seconds (magnitude over {big})'")
         )
     return checks
+
+
+def _list_not_finite(v: str) -> str:
+    # a NaN or infinity anywhere makes the sum non-finite; nulls are not counted
+    return f"list_count({v}) <> len({v}) or isnan(list_sum({v})) or isinf(list_sum({v}))"
+
+
+def _list_too_big(v: str) -> str:
+    return f"list_max(list_transform({v}, lambda x: abs(x))) > {_sci(MAX_ABS_TIME_S)}"
+
+
+def _list_decreasing(v: str) -> str:
+    # each time against the one before it (pairs of the list and itself shifted by one)
+    return f"list_bool_or(list_transform(list_zip({v}[2:], {v}[:-2]), lambda p: p[1] < p[2]))"
+
+
+def _list_gate(v: str) -> str:
+    """True exactly when one of _list_not_finite, _list_too_big, _list_decreasing is, at the cost
+    of the last alone (the other two pass over every element as well).
+
+    A list that is not decreasing anywhere is in order, and DuckDB orders NaN above every
+    number: its NaN and +inf can only be last, its -inf first, and its largest magnitude is
+    at one end. So it holds no NaN, infinity or magnitude over the bound iff its two ends do
+    not; nulls (skipped by the pairwise test) are counted apart.
+    """
+    big = _sci(MAX_ABS_TIME_S)
+    return (
+        f"{_list_decreasing(v)} or list_count({v}) <> len({v}) or not (abs({v}[1]) <= {big} and abs({v}[-1]) <= {big})"
+    )
 
 
 UNWORDED = "a check failed without a message for it (a tracelat bug: please report this line)"
 
 
-def reasons_sql(groups: list[list[tuple[str, str]]]) -> str:
+def reasons_sql(groups: list[list[tuple[str, str]]], gates: dict[frozenset[str], str] | None = None) -> str:
     """Every problem of a record, joined by '; ', or NULL: one reason per group (its first true condition).
 
     Nearly every record has none: one OR of all conditions decides that, and only the
     records for which it holds build their reasons (one CASE per group, then concat_ws),
     which cost more than the rest of the validation when done for every record.
+    ``gates``: in that OR, a set of conditions may stand replaced by one cheaper condition
+    that is true exactly when one of them is.
     """
-    any_true = " or ".join(f"({c})" for g in groups for c, _ in g)
+    conds = [c for g in groups for c, _ in g]
+    for replaced, gate in (gates or {}).items():
+        assert replaced <= set(conds), replaced
+        conds = [c for c in conds if c not in replaced] + [gate]
+    any_true = " or ".join(f"({c})" for c in conds)
     parts = ", ".join("case " + " ".join(f"when {c} then {m}" for c, m in g) + " end" for g in groups)
     # a failed check whose message came out NULL (a NULL in its text) still rejects the record
     return f"case when {any_true} then coalesce(nullif(concat_ws('; ', {parts}), ''), '{UNWORDED}') end"
@@ -308,7 +334,13 @@ def reasons_sql(groups: list[list[tuple[str, str]]]) -> str:
 def kind_reasons_sql(kind: str, shown: dict[str, str] | None = None) -> str:
     """Every problem of a record of ``kind`` (its fields' checks, then the cross-field ones), or NULL."""
     fields = [_problem(f, None if shown is None else shown[f.name]) for f in FIELDS[kind]]
-    return reasons_sql(fields + [[c] for c in CROSS_CHECKS[kind]])
+    cross = [c for c, _ in CROSS_CHECKS[kind]]
+    gates = {
+        frozenset({_list_not_finite(v), _list_too_big(v), _list_decreasing(v)}): _list_gate(v)
+        for v in (f"v_{f.name}" for f in FIELDS[kind] if f.kind == "floatlist")
+        if _list_decreasing(v) in cross
+    }
+    return reasons_sql(fields + [[c] for c in CROSS_CHECKS[kind]], gates)
 
 
 # Checks that involve several fields, per kind: ``(condition, reason)`` on typed values.
@@ -337,11 +369,7 @@ CROSS_CHECKS = {
             "v_t_finish < coalesce(v_t_first_token, v_t_arrival)",
             "'t_finish is before ' || case when v_t_first_token is null then 't_arrival' else 't_first_token' end",
         ),
-        # each time against the one before it (pairs of the list and itself shifted by one)
-        (
-            "list_bool_or(list_transform(list_zip(v_token_times[2:], v_token_times[:-2]), lambda p: p[1] < p[2]))",
-            "'token_times must be non-decreasing'",
-        ),
+        (_list_decreasing("v_token_times"), "'token_times must be non-decreasing'"),
         ("len(v_token_times) > 0 and v_token_times[1] < v_t_arrival", "'token_times start before t_arrival'"),
         (
             f"greatest(v_t_scheduled, v_t_first_token, v_t_finish, v_token_times[-1]) - v_t_arrival "
@@ -371,8 +399,25 @@ PARSE_ERRORS = {
 ALL_KINDS = tuple(FIELDS)
 
 
+def _quotes_if_clean(names: list[str], json_text: list[str], fields: dict[str, Field]) -> str:
+    """The double quotes of a clean line whose parsed fields are ``names``: two for the kind's key
+    and two for its value, two for each present field's key, two for each string value."""
+    present = " + ".join(f"({_x(n)} is not null)::int" for n in names) or "0"
+    strings = (
+        " + ".join(
+            f"coalesce(ascii({_x(n)}) = 34, false)::int" for n in names if n in json_text and fields[n].kind != "object"
+        )
+        or "0"
+    )
+    return f"2 * (1 + {present}) + 2 * (1 + {strings})"
+
+
 def stage_sql(
-    source: str, line_no: str | None = "line_no", keep_raw: bool = True, kinds: tuple[str, ...] = ALL_KINDS
+    source: str,
+    line_no: str | None = "line_no",
+    keep_raw: bool = True,
+    kinds: tuple[str, ...] = ALL_KINDS,
+    file_quotes: bool = False,
 ) -> str:
     """Parse and validate every line of ``source`` (a relation with a ``raw`` column) in one pass.
 
@@ -386,6 +431,14 @@ def stage_sql(
     ``kinds``: the record kinds ``source`` may hold; a line of another (known) kind is
     rejected.  Fewer kinds make a smaller statement: binding the whole one costs about
     50 ms, which a file of a few lines feels (an engine converter's own run record).
+
+    ``file_quotes``: leave the quote count out of the clean test and add a column ``quotes``:
+    the quotes a line has if it is clean, else (lines that fail the rest of the test) the
+    quotes it has.  A line has at least as many quotes as it would have clean, so the sum
+    of ``quotes`` equals the file's count of double quotes exactly when every line that
+    passed is clean: the caller compares the two and, if they differ, stages the file again
+    without ``file_quotes``.  Counting quotes per line is a fifth of the staging of a big
+    file; counting them in the whole file costs next to nothing (numpy, as it is hashed).
     """
     wanted = frozenset().union(*(OWN_NAMES[k] for k in kinds))
     fields = {n: f for n, f in ALL_FIELDS.items() if n in wanted}
@@ -403,10 +456,27 @@ def stage_sql(
         f"({_x('kind')} = '\"{k}\"'" + "".join(f" and {_x(n)} is null" for n in fields if n not in OWN_NAMES[k]) + ")"
         for k in kinds
     )
+    quotes_of_line = "len(string_split(raw, '\"')) - 1"
+    # the double quotes of a clean line: its keys', the kind's value and string values'
+    quotes_if_clean = f"2 * (1 + {present}) + 2 * (1 + {strings})"
     clean = (
         f"perr is null and t_kind = {jt('VARCHAR')} and ({own_fields_only}) and {objects} "
-        f"and len(string_split(raw, '\"')) - 1 = 2 * (1 + {present}) + 2 * (1 + {strings}) "
-        "and not contains(raw, 'true') and not contains(raw, 'false')"
+        # file-wide, a null or an escaped quote (common: a request's "t_finish":null) must not make
+        # the sums differ: such lines are not clean, and count the quotes they hold
+        + ("and not contains(raw, 'null') and not contains(raw, '\\\"') " if file_quotes else "")
+        + ("" if file_quotes else f"and {quotes_of_line} = {quotes_if_clean} ")
+        + "and not contains(raw, 'true') and not contains(raw, 'false')"
+    )
+    # a clean line holds no field of another kind: count its own kind's fields only (half the work)
+    own_quotes = " ".join(
+        f"when {_x('kind')} = '\"{k}\"' then "
+        + _quotes_if_clean([n for n in fields if n in OWN_NAMES[k]], json_text, fields)
+        for k in kinds
+    )
+    quotes_col = (
+        f", case when clean then case {own_quotes} end else coalesce({quotes_of_line}, 0) end as quotes"
+        if file_quotes
+        else ""
     )
     paths = "[" + ",".join(f"'$.{n}'" for n in looked_at) + "]"
     types = ",\n        ".join(f"{_type(f, looked_at)} as t_{n}" for n, f in fields.items())
@@ -442,7 +512,7 @@ def stage_sql(
         "left(raw, 1024)" if keep_raw else "case when reason is not null and reason <> 'blank' then left(raw, 1024) end"
     )
     return f"""
-select {line}kind, own_run, {v_names}, extra, reason, {raw_out} as raw
+select {line}kind, own_run, {v_names}, extra, reason, {raw_out} as raw{", quotes" if file_quotes else ""}
 from (
   select *, {reason} as reason,
     case when not clean and perr is null and kind in ({kinds_sql}) then case kind {" ".join(extra)} end end as extra
@@ -454,7 +524,7 @@ from (
         {types}
       from (
         -- JSON functions only ever see valid JSON (jraw): CASE does not always shield them
-        select *, case when not clean then list_transform(json_type(jraw, {paths}), {_CODE_OF}) end as ty
+        select *, case when not clean then list_transform(json_type(jraw, {paths}), {_CODE_OF}) end as ty{quotes_col}
         from (
           select *, {clean} as clean, case when perr is null then raw end as jraw,
             case when t_kind = {jt("VARCHAR")} then {_unquote(_x("kind"))} else {_x("kind")} end as kind,

@@ -472,14 +472,19 @@ def ingest_file(
     stage = getattr(convert, "stage", None)
     staged = None
     try:
+        # a stage that checks its lines against the file's count of double quotes gets it
+        # from the hash's read of the file (see canonical.StagedJsonl)
+        min_bytes = getattr(stage, "quote_count_min_bytes", None)
+        count_quotes = min_bytes is not None and path.stat().st_size >= min_bytes
         with ThreadPoolExecutor(1) as pool:
-            hashing = pool.submit(reader.sha256, path)
+            hashing = pool.submit(reader.sha256_and_quotes, path, count_quotes)
+            stage_kw = {"quotes": lambda: hashing.result()[1]} if count_quotes else {}
             # A file no earlier ingest could equal (no ingest of this size under this run name) is
             # staged while its hash is computed: hashlib leaves the GIL to DuckDB's threads.
             early = stage is not None and not _same_size_ingested(con, path, default_run)
             if early:
-                staged = stage(con, path, default_run)
-            digest = hashing.result()
+                staged = stage(con, path, default_run, **stage_kw)
+            digest = hashing.result()[0]
         # Same bytes under another run name (file name or --run-id) are a different ingest.
         prior = con.execute(
             "select path, t_ingested from ingests where sha256 = ? and default_run_id = ? order by ingest_id limit 1",
@@ -491,7 +496,7 @@ def ingest_file(
             return IngestResult(shown, fmt, status="unchanged", note=note)
         status = "replaced" if prior else "ingested"
         if stage is not None and not early:
-            staged = stage(con, path, default_run)
+            staged = stage(con, path, default_run, **stage_kw)
 
         report = _ShownProgress(progress) if progress is not None else None
 

@@ -63,11 +63,25 @@ def compression(path: Path) -> str:
 
 
 def sha256(path: Path) -> str:
+    return sha256_and_quotes(path, False)[0]
+
+
+def sha256_and_quotes(path: Path, count_quotes: bool = True) -> tuple[str, int | None]:
+    """The file's sha256 and, with ``count_quotes``, how many double quotes its bytes hold.
+
+    The count rides along the hash's read (numpy: about 0.1 s per GB); the canonical fast
+    path checks its staging against it (``canonical_sql.stage_sql(file_quotes=True)``).
+    """
     h = hashlib.sha256()
+    quotes = 0
+    if count_quotes:
+        import numpy as np
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
-    return h.hexdigest()
+            if count_quotes:
+                quotes += int(np.count_nonzero(np.frombuffer(block, np.uint8) == 34))
+    return h.hexdigest(), quotes if count_quotes else None
 
 
 class _CountingFile(io.RawIOBase):
