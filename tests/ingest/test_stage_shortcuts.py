@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 
@@ -200,11 +201,13 @@ def test_nulls_and_objects_in_the_head_do_not_stop_the_file_wide_count(tmp_path,
     assert fast == batch
 
 
-def test_quotes_are_counted_as_the_file_is_hashed(tmp_path):
+@pytest.mark.parametrize("numpy_from", [0, 1 << 40])
+def test_quotes_are_counted_as_the_file_is_hashed(tmp_path, monkeypatch, numpy_from):
+    monkeypatch.setattr(reader, "NUMPY_COUNT_BYTES", numpy_from)  # NumPy's count, then bytes.count
     f = tmp_path / "q.jsonl"
-    body = '{"kind":"iteration","iter":1,"t_start":1.0,"t_end":2.0}\n' * 40000  # several 1 MiB blocks
+    body = '{"kind":"iteration","iter":1,"t_start":1.0,"t_end":2.0,"x":"\\""}\n' * 40000  # several 1 MiB blocks
     f.write_text(body)
     digest, quotes = reader.sha256_and_quotes(f)
-    assert quotes == body.count('"')
-    assert digest == reader.sha256(f)
+    assert quotes == body.count('"') == 40000 * 15
+    assert digest == hashlib.sha256(body.encode()).hexdigest() == reader.sha256(f)
     assert reader.sha256_and_quotes(f, count_quotes=False)[1] is None
