@@ -77,10 +77,14 @@ class StagedJsonl:
         path: Path,
         default_run: str,
         quotes: Callable[[], int | None] | None = None,
+        read: str | None = None,
     ):
         self.con, self.path, self.default_run = con, path, default_run
         comp = reader.compression(path)
-        self.read = _READ.format(max_line=MAX_LINE_BYTES, compression={"none": "none"}.get(comp, comp))
+        # read: another relation of the file's records as JSON text in a column ``raw`` (Parquet)
+        self.read = read or _READ.format(max_line=MAX_LINE_BYTES, compression={"none": "none"}.get(comp, comp))
+        if read is not None:
+            quotes = None
         self.quote_check = "line"  # or "file"; "line-again" when the file-wide count disagreed
         if quotes is not None and comp == "none" and _looks_clean(reader.head_text(path, 1 << 16)):
             self._stage(file_quotes=True)
@@ -198,6 +202,25 @@ convert_jsonl.stage = stage_jsonl  # type: ignore[attr-defined]
 stage_jsonl.quote_count_min_bytes = QUOTE_COUNT_MIN_BYTES  # type: ignore[attr-defined]
 
 
+# A Parquet file read by DuckDB, each row as one JSON object without its null columns: a row
+# holds every column of the file, and a null there is a field the record does not have (the
+# other kinds' fields, mostly). Rows stay in file order: row k is "line" k, as in convert_parquet.
+_PARQUET_READ = "(select json_merge_patch('{}', to_json(t))::varchar as raw from read_parquet($path) t)"
+
+
+def stage_parquet(con: duckdb.DuckDBPyConnection, path: Path, default_run: str) -> StagedJsonl | None:
+    """A canonical Parquet file read, turned into records and validated by DuckDB in one scan, or
+    None when DuckDB cannot read it (convert_parquet then reads it with PyArrow and says why)."""
+    if not con.execute("select current_setting('preserve_insertion_order')").fetchall()[0][0]:
+        return None
+    try:
+        return StagedJsonl(con, path, default_run, read=_PARQUET_READ)
+    except (duckdb.Error, _NotOrdered):
+        for t in (_STAGED, _RUN_LINES):
+            con.execute(f"drop table if exists temp.main.{t}")
+        return None
+
+
 def sniff_parquet(path: Path, head: str) -> bool:
     with open(path, "rb") as f:
         return f.read(4) == PARQUET_MAGIC
@@ -219,8 +242,10 @@ def convert_parquet(
     first = 1
     for rb in _batches(pf, path):
         con.register("rb", rb)
+        # null columns are no fields of the row (as in stage_parquet)
         table = con.sql(
-            "select (row_number() over () + $first - 1)::bigint as line_no, to_json(rb)::varchar as raw from rb",
+            "select (row_number() over () + $first - 1)::bigint as line_no, "
+            "json_merge_patch('{}', to_json(rb))::varchar as raw from rb",
             params={"first": first},
         ).to_arrow_table()
         first += rb.num_rows
@@ -248,3 +273,6 @@ def _batches(pf, path: Path):
             ) from exc
         rows += rb.num_rows
         yield rb
+
+
+convert_parquet.stage = stage_parquet  # type: ignore[attr-defined]
