@@ -36,6 +36,9 @@ Every phase runs in its own child process, so its wall time and peak RSS
                    fits the model on first use), shown for reference.
   cli_ingest       `tracelat ingest FILE` into another new store: ingest + derived in one process,
                    what a user runs (one interpreter start, the data still in DuckDB's cache).
+  parquet_floor    the same records as a Parquet file (written once by DuckDB with the canonical
+                   columns), read_parquet into a table of an in-memory DuckDB.
+  cli_parquet      `tracelat ingest` of that Parquet file into a new store.
 
 Totals: ``ingest+derived+summary_core`` adds the three separate processes (three starts);
 ``cli_ingest+summary_core`` is the user's two commands, the figure the targets are about.  Machines are noisy (and this one may be
@@ -128,6 +131,29 @@ con.execute("create table x as select * from read_json(?, format='newline_delimi
 print(con.execute("select count(*) from x").fetchall()[0][0])
 """
 
+PARQUET_FLOOR = """
+import duckdb, sys
+con = duckdb.connect()
+con.execute("set enable_progress_bar = false")  # as in tracelat
+con.execute("create table x as select * from read_parquet(?)", [sys.argv[1]])
+print(con.execute("select count(*) from x").fetchall()[0][0])
+"""
+
+
+def parquet_for(trace: Path, cols: str) -> Path:
+    """The canonical trace's records as one Parquet file (a column per canonical field), made once."""
+    import duckdb
+
+    out = trace.with_suffix(".parquet")
+    if not out.exists():
+        duckdb.connect().execute(
+            f"copy (select * from read_json(?, format='newline_delimited', columns={cols})) to '{out}' "
+            "(format parquet)",
+            [str(trace)],
+        )
+    return out
+
+
 STARTUP = """
 from pipeline import ingest, metrics, store
 from pipeline.ingest import engines
@@ -219,6 +245,7 @@ def bench(work: Path, iterations: int, repeat: int = 1, recording: bool = False)
     trace = trace_for(work, iterations, recording)
     db = work / f"bench-{iterations}.duckdb"
     db2 = work / f"bench-{iterations}-cli.duckdb"
+    db3 = work / f"bench-{iterations}-parquet.duckdb"
     cols = canonical_columns()
     steps: dict[str, list[str]] = {
         "floor": [FLOOR, str(trace), cols],
@@ -232,11 +259,15 @@ def bench(work: Path, iterations: int, repeat: int = 1, recording: bool = False)
         "summary_full": ["-m", "pipeline", "summary", "bench", "--db", str(db), "--json"],
         "cli_ingest": ["-m", "pipeline", "ingest", str(trace), "--db", str(db2)],
     }
+    pq = parquet_for(trace, cols)
+    steps["parquet_floor"] = [PARQUET_FLOOR, str(pq)]
+    steps["cli_parquet"] = ["-m", "pipeline", "ingest", str(pq), "--db", str(db3), "--run-id", "bench"]
     phases: dict[str, tuple[float, float]] = {}
     out = bound_out = ""
     for _ in range(max(1, repeat)):
         _fresh(db)
         _fresh(db2)
+        _fresh(db3)
         for name, args in steps.items():
             sec, rss, text = measured(args)
             if name == "summary_core":
