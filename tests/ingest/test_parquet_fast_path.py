@@ -100,3 +100,32 @@ def test_parquet_duplicates_get_their_row_text(tmp_path, paths):
     ((line_no, reason, raw),) = con.execute("select line_no, reason, raw from rejects").fetchall()
     assert line_no == 2 and "duplicate iter 0" in reason and "first at line 1" in reason
     assert json.loads(raw) == {"kind": "iteration", "iter": 0, "t_start": 1.0, "t_end": 1.01}
+
+
+def test_column_names_from_the_file_are_data_and_nested_nulls_stay(tmp_path, monkeypatch, paths):
+    """Hostile column names (quotes, a backslash, SQL, non-ASCII, a second 'iter' by case) reach
+    extra as keys, never the SQL text; a null inside a struct is a value of it, as in JSON."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table(
+        {
+            "kind": ["run", "iteration"],
+            "run_id": ["R", "R"],
+            "meta": [{"knob": None, "tp": 2}, None],
+            "iter": [None, 0],
+            "t_start": [None, 1.0],
+            "t_end": [None, 1.01],
+            'x"); drop table iterations; --': [None, 1],
+            "back\\slash é": [None, "v"],
+            "ITER": [None, 5],
+        }
+    )
+    f = tmp_path / "hostile.parquet"
+    pq.write_table(table, f)
+    fast, batch = _both(tmp_path, monkeypatch, f)
+    assert paths == ["duckdb"] and fast == batch
+    con = store.connect(tmp_path / "fast.duckdb")
+    ((extra,),) = con.execute("select extra from iterations").fetchall()
+    assert json.loads(extra) == {'x"); drop table iterations; --': 1, "back\\slash é": "v", "ITER_1": 5}
+    assert json.loads(con.execute("select meta from run_records").fetchall()[0][0]) == {"knob": None, "tp": 2}
