@@ -140,17 +140,24 @@ print(con.execute("select count(*) from x").fetchall()[0][0])
 """
 
 
-def parquet_for(trace: Path, cols: str) -> Path:
-    """The canonical trace's records as one Parquet file (a column per canonical field), made once."""
-    import duckdb
+TO_PARQUET = """
+import duckdb, sys
+trace, out, cols = sys.argv[1:4]
+duckdb.connect().execute(
+    "copy (select * from read_json(?, format='newline_delimited', columns=" + cols + ")) to '" + out + "' (format parquet)",
+    [trace],
+)
+"""
 
+
+def parquet_for(trace: Path, cols: str) -> Path:
+    """The canonical trace's records as one Parquet file (a column per canonical field), made once.
+
+    In a child process: a child's peak RSS counts its parent's at the fork, so this process
+    stays small."""
     out = trace.with_suffix(".parquet")
     if not out.exists():
-        duckdb.connect().execute(
-            f"copy (select * from read_json(?, format='newline_delimited', columns={cols})) to '{out}' "
-            "(format parquet)",
-            [str(trace)],
-        )
+        subprocess.run([sys.executable, "-c", TO_PARQUET, str(trace), str(out), cols], check=True, cwd=REPO)
     return out
 
 
