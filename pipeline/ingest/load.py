@@ -475,7 +475,7 @@ def ingest_file(
         # a stage that checks its lines against the file's count of double quotes gets it
         # from the hash's read of the file (see canonical.StagedJsonl)
         min_bytes = getattr(stage, "quote_count_min_bytes", None)
-        count_quotes = min_bytes is not None and path.stat().st_size >= min_bytes
+        count_quotes = min_bytes is not None and path.stat().st_size >= min_bytes and reader.compression(path) == "none"
         with ThreadPoolExecutor(1) as pool:
             hashing = pool.submit(reader.sha256_and_quotes, path, count_quotes)
             stage_kw = {"quotes": lambda: hashing.result()[1]} if count_quotes else {}

@@ -211,3 +211,21 @@ def test_quotes_are_counted_as_the_file_is_hashed(tmp_path, monkeypatch, numpy_f
     assert quotes == body.count('"') == 40000 * 15
     assert digest == hashlib.sha256(body.encode()).hexdigest() == reader.sha256(f)
     assert reader.sha256_and_quotes(f, count_quotes=False)[1] is None
+
+
+def test_a_compressed_file_is_checked_line_by_line(tmp_path, monkeypatch, file_quotes):
+    # the quotes of compressed bytes say nothing of the lines: neither counted nor used
+    import gzip
+
+    counted: list[bool] = []
+    real = reader.sha256_and_quotes
+
+    def spy(path, count_quotes=True):
+        counted.append(count_quotes)
+        return real(path, count_quotes)
+
+    monkeypatch.setattr(reader, "sha256_and_quotes", spy)
+    lines = [json.dumps(it(i), separators=(",", ":")) for i in range(20)]
+    fast, batch = both_paths(tmp_path, monkeypatch, "t.jsonl.gz", gzip.compress(text(lines).encode()))
+    assert file_quotes == ["line"] and counted[0] is False
+    assert fast == batch
