@@ -143,8 +143,9 @@ print(con.execute("select count(*) from x").fetchall()[0][0])
 TO_PARQUET = """
 import duckdb, sys
 trace, out, cols = sys.argv[1:4]
+target = "'" + out.replace("'", "''") + "'"  # COPY's target takes no parameter: quoted as a literal
 duckdb.connect().execute(
-    "copy (select * from read_json(?, format='newline_delimited', columns=" + cols + ")) to '" + out + "' (format parquet)",
+    "copy (select * from read_json(?, format='newline_delimited', columns=" + cols + ")) to " + target + " (format parquet)",
     [trace],
 )
 """

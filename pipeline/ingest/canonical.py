@@ -86,8 +86,6 @@ class StagedJsonl:
         comp = reader.compression(path)
         # read: another relation of the file's records as JSON text in a column ``raw`` (Parquet)
         self.read = read or _READ.format(max_line=MAX_LINE_BYTES, compression={"none": "none"}.get(comp, comp))
-        if read is not None:
-            quotes = None
         self.quote_check = "line"  # or "file"; "line-again" when the file-wide count disagreed
         if quotes is not None and comp == "none" and _looks_clean(reader.head_text(path, 1 << 16)):
             self._stage(file_quotes=True)
@@ -185,14 +183,19 @@ def stage_jsonl(
     ``quotes``: returns the count of double quotes in the file (None if unknown), which lets
     a plain file be staged without counting them per line (see :class:`StagedJsonl`).
     """
-    if not con.execute("select current_setting('preserve_insertion_order')").fetchall()[0][0]:
-        return None  # rows could come out of file order: no line numbers
     if b"\r" in reader.head_text(path, 1 << 16).encode():
         return None  # CRLF line ends: DuckDB would not number lines as we do
     if reader.compression(path) != "none" and not reader.intact(path):
         return None  # DuckDB may read a corrupt stream silently; the batch path names the last good line
+    return _staged_or_none(con, lambda: StagedJsonl(con, path, default_run, quotes))
+
+
+def _staged_or_none(con: duckdb.DuckDBPyConnection, make: Callable[[], StagedJsonl]) -> StagedJsonl | None:
+    """``make()``, or None (and nothing left behind) when DuckDB cannot stage the file in order."""
+    if not con.execute("select current_setting('preserve_insertion_order')").fetchall()[0][0]:
+        return None  # rows could come out of file order: no line numbers
     try:
-        return StagedJsonl(con, path, default_run, quotes)
+        return make()
     except (duckdb.Error, _NotOrdered):
         for t in (_STAGED, _RUN_LINES):
             con.execute(f"drop table if exists temp.main.{t}")
@@ -230,16 +233,13 @@ def _columns(con: duckdb.DuckDBPyConnection, relation: str, params: dict | None 
 def stage_parquet(con: duckdb.DuckDBPyConnection, path: Path, default_run: str) -> StagedJsonl | None:
     """A canonical Parquet file read, turned into records and validated by DuckDB in one scan, or
     None when DuckDB cannot read it (convert_parquet then reads it with PyArrow and says why)."""
-    if not con.execute("select current_setting('preserve_insertion_order')").fetchall()[0][0]:
-        return None
-    try:
+
+    def make() -> StagedJsonl:
         row, keys = json_row_sql(_columns(con, "read_parquet($path)", {"path": str(path)}))
         read = f"(select {row} as raw from read_parquet($path))"  # in file order: row k is "line" k
         return StagedJsonl(con, path, default_run, read=read, read_params=keys)
-    except (duckdb.Error, _NotOrdered):
-        for t in (_STAGED, _RUN_LINES):
-            con.execute(f"drop table if exists temp.main.{t}")
-        return None
+
+    return _staged_or_none(con, make)
 
 
 def sniff_parquet(path: Path, head: str) -> bool:

@@ -437,8 +437,8 @@ def stage_sql(
     quotes it has.  A line has at least as many quotes as it would have clean, so the sum
     of ``quotes`` equals the file's count of double quotes exactly when every line that
     passed is clean: the caller compares the two and, if they differ, stages the file again
-    without ``file_quotes``.  Counting quotes per line is a fifth of the staging of a big
-    file; counting them in the whole file costs next to nothing (numpy, as it is hashed).
+    without ``file_quotes``.  Counting quotes per line is a seventh of the staging of a big
+    file; the whole file's count rides along its hash (``reader.sha256_and_quotes``).
     """
     wanted = frozenset().union(*(OWN_NAMES[k] for k in kinds))
     fields = {n: f for n, f in ALL_FIELDS.items() if n in wanted}
@@ -447,8 +447,6 @@ def stage_sql(
     texts = ",\n          ".join(
         f"j.{n}{'::varchar' if n in json_text and f.kind != 'object' else ''} as {_x(n)}" for n, f in fields.items()
     )
-    present = " + ".join(f"({_x(n)} is not null)::int" for n in fields)
-    strings = " + ".join(f"coalesce(ascii({_x(n)}) = 34, false)::int" for n in json_text if fields[n].kind != "object")
     objects = " and ".join(f"{_x(n)} is null" for n, f in fields.items() if f.kind in ("object", "strlist")) or "true"
     # a field of another kind (t_arrival on a step) is parsed but is no field of this record:
     # the line is not clean, and the field goes to extra with the unknown ones
@@ -457,8 +455,7 @@ def stage_sql(
         for k in kinds
     )
     quotes_of_line = "len(string_split(raw, '\"')) - 1"
-    # the double quotes of a clean line: its keys', the kind's value and string values'
-    quotes_if_clean = f"2 * (1 + {present}) + 2 * (1 + {strings})"
+    quotes_if_clean = _quotes_if_clean(list(fields), json_text, fields)
     clean = (
         f"perr is null and t_kind = {jt('VARCHAR')} and ({own_fields_only}) and {objects} "
         # file-wide, a null or an escaped quote (common: a request's "t_finish":null) must not make

@@ -46,32 +46,42 @@ def state(con) -> dict:
     return out
 
 
-@pytest.fixture
-def used(monkeypatch):
-    """Which path each ingest took."""
+def spy_stage(monkeypatch, convert, fast: str = "fast", batch: str = "batch") -> list[str]:
+    """Which path each ingest through ``convert`` took: its DuckDB stage (``fast``) or not."""
     seen: list[str] = []
-    real = canonical.stage_jsonl
+    real = convert.stage
 
     def spy(con, path, default_run):
         staged = real(con, path, default_run)
-        seen.append("fast" if staged is not None else "batch")
+        seen.append(fast if staged is not None else batch)
         return staged
 
-    monkeypatch.setattr(canonical.convert_jsonl, "stage", spy)
+    monkeypatch.setattr(convert, "stage", spy)
     return seen
+
+
+@pytest.fixture
+def used(monkeypatch):
+    """Which path each ingest took."""
+    return spy_stage(monkeypatch, canonical.convert_jsonl)
 
 
 def both_paths(tmp_path, monkeypatch, name: str, content: bytes, **kw) -> tuple[dict, dict]:
     """The store after ingesting ``content`` by the fast path and by the batch path."""
-    from pipeline import store
-
     f = tmp_path / name
     f.write_bytes(content)
+    return stores_of_both_paths(tmp_path, monkeypatch, f, canonical.convert_jsonl, **kw)
+
+
+def stores_of_both_paths(tmp_path, monkeypatch, f, convert, **kw) -> tuple[dict, dict]:
+    """The store after ingesting file ``f`` with ``convert``'s DuckDB stage, and without it."""
+    from pipeline import store
+
     out = []
     for fast in (True, False):
         con = store.connect(tmp_path / f"{'fast' if fast else 'batch'}.duckdb")
         if not fast:
-            monkeypatch.setattr(canonical.convert_jsonl, "stage", None)
+            monkeypatch.setattr(convert, "stage", None)
         ingest.ingest_paths(con, [f], **kw)
         out.append(state(con))
         con.close()

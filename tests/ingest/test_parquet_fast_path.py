@@ -12,7 +12,7 @@ import pytest
 from pipeline import ingest, store
 from pipeline.ingest import canonical
 
-from .test_fast_path import state
+from .test_fast_path import spy_stage, stores_of_both_paths
 
 
 def _parquet(path, rows_sql: str, columns: str) -> None:
@@ -36,28 +36,11 @@ COLUMNS = "kind, run_id, iter, t_start, t_end, req_id, t_arrival, token_times, e
 
 @pytest.fixture
 def paths(monkeypatch):
-    used: list[str] = []
-    real = canonical.stage_parquet
-
-    def spy(con, path, default_run):
-        staged = real(con, path, default_run)
-        used.append("duckdb" if staged is not None else "pyarrow")
-        return staged
-
-    monkeypatch.setattr(canonical.convert_parquet, "stage", spy)
-    return used
+    return spy_stage(monkeypatch, canonical.convert_parquet, "duckdb", "pyarrow")
 
 
 def _both(tmp_path, monkeypatch, f) -> tuple[dict, dict]:
-    out = []
-    for fast in (True, False):
-        con = store.connect(tmp_path / f"{'fast' if fast else 'batch'}.duckdb")
-        if not fast:
-            monkeypatch.setattr(canonical.convert_parquet, "stage", None)
-        ingest.ingest_paths(con, [f])
-        out.append(state(con))
-        con.close()
-    return out[0], out[1]
+    return stores_of_both_paths(tmp_path, monkeypatch, f, canonical.convert_parquet)
 
 
 def test_duckdb_reads_canonical_parquet_as_the_pyarrow_path_does(tmp_path, monkeypatch, paths):
