@@ -219,6 +219,44 @@ def rollback(con: duckdb.DuckDBPyConnection) -> str:
     return "nothing of it was stored; the store holds what it held before"
 
 
+# Rows per row group of what this process writes to a store (DuckDB's default: 122,880).
+# DuckDB writes a big insert straight to the file once it fills a row group ("optimistic"
+# writes); what never fills one goes to the WAL at commit and is written again by the next
+# checkpoint. token_lists holds one row per request, so the 68k requests of a 1M-step file
+# (8.7M token times) never filled one: its commit wrote an 80 MB WAL and the checkpoint the
+# lists again (0.55 s; written during the insert instead, 0.3 s). One row group is also one
+# thread's share of a scan, so such a table was read on one core.
+ROW_GROUP_SIZE = 16384
+
+
+def _open(path: str, read_only: bool) -> duckdb.DuckDBPyConnection:
+    """A connection whose default database is the store file, attached with ROW_GROUP_SIZE.
+
+    ``duckdb.connect(FILE)`` takes no row group size, so the file is attached to an
+    in-memory instance named after the file's real path. DuckDB's instance cache then does
+    what it does for a file opened directly: every connection of this process to the store
+    shares one instance, which closes (detaching and checkpointing the store) with the last.
+    One mode per file and process, as DuckDB allows: a mismatch is a ConnectionException.
+    """
+    if path == ":memory:":
+        return duckdb.connect(path)  # a private scratch store, as before
+    real = os.path.realpath(path)
+    instance = ":memory:tracelat-" + hashlib.sha256(real.encode()).hexdigest()[:32]
+    # spill files go next to the store, where DuckDB puts them for a file it opens itself
+    con = duckdb.connect(instance, config={"temp_directory": real + ".tmp"})
+    try:
+        held = scalar(con, "select readonly from duckdb_databases() where database_name = 'store'")
+        if held is not None and held != read_only:
+            raise duckdb.ConnectionException(f"{real} is open {'read-only' if held else 'read-write'} in this process")
+        mode = "read_only, " if read_only else ""
+        con.execute(f"attach if not exists ? as store ({mode}row_group_size {ROW_GROUP_SIZE})", [real])
+        con.execute("use store")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
 def connect(
     db: str | os.PathLike | None = None, must_exist: bool = False, read_only: bool = False
 ) -> duckdb.DuckDBPyConnection:
@@ -234,7 +272,7 @@ def connect(
         raise StoreError(f"database path {path} is a directory; pass a file path with --db")
     check_is_duckdb(path)
     try:
-        con = duckdb.connect(path, read_only=read_only)
+        con = _open(path, read_only)
     except duckdb.IOException as exc:
         msg = str(exc)
         if "lock" in msg.lower():

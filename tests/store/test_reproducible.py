@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from pipeline import ingest, store
 from pipeline.summary import summary
 from pipeline.commands.options import dumps
@@ -18,13 +20,19 @@ def summary_bytes(db: Path) -> str:
         ingest.ingest_paths(con, [DEMO])
         store.build_derived(con)
         (run_id,) = store.known_runs(con)
-        return dumps(summary(con, run_id))  # what `tracelat summary RUN --json` prints
+        out = dumps(summary(con, run_id))  # what `tracelat summary RUN --json` prints
+        # and the replay's corrections of the fitted model (means over the fit's steps)
+        return out + dumps(store.rows(con, "replay/corrections", {"run_id": run_id}))
     finally:
         con.close()
 
 
-def test_summary_json_is_identical_across_fresh_ingests(tmp_path):
-    # 142,730 token gaps, 13,720 steps, 1,220 requests: enough rows for DuckDB to split the work
+@pytest.mark.parametrize("row_group_size", [None, 2048])
+def test_summary_json_is_identical_across_fresh_ingests(tmp_path, monkeypatch, row_group_size):
+    # 142,730 token gaps, 13,720 steps, 1,220 requests: enough rows for DuckDB to split the work;
+    # with 2048-row groups every table is scanned by several threads at once
+    if row_group_size:
+        monkeypatch.setattr(store, "ROW_GROUP_SIZE", row_group_size)
     outputs = [summary_bytes(tmp_path / f"s{i}.duckdb") for i in range(4)]
     assert '"tail"' in outputs[0] and '"std"' in outputs[0]
     for i, out in enumerate(outputs[1:], 1):
