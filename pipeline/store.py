@@ -249,7 +249,8 @@ def _open(path: str, read_only: bool) -> duckdb.DuckDBPyConnection:
         if held is not None and held != read_only:
             raise duckdb.ConnectionException(f"{real} is open {'read-only' if held else 'read-write'} in this process")
         mode = "read_only, " if read_only else ""
-        con.execute(f"attach if not exists ? as store ({mode}row_group_size {ROW_GROUP_SIZE})", [real])
+        # DuckDB 1.5 binds no parameter in ATTACH: the path is a quoted literal
+        con.execute(f"attach if not exists {quote_literal(real)} as store ({mode}row_group_size {ROW_GROUP_SIZE})")
         con.execute("use store")
     except BaseException:
         con.close()
@@ -397,6 +398,15 @@ def quote_ident(name: str) -> str:
     ``"`` is doubled, which is SQL's only escape inside a quoted identifier.
     """
     return '"' + name.replace('"', '""') + '"'
+
+
+def quote_literal(text: str) -> str:
+    """``text`` as a quoted SQL string literal, for the few places that take no bound parameter.
+
+    An embedded ``'`` is doubled, the only escape in a standard string literal (a backslash is
+    an ordinary character there).
+    """
+    return "'" + text.replace("'", "''") + "'"
 
 
 def scalar(con: duckdb.DuckDBPyConnection, sql: str, params=None):

@@ -86,7 +86,10 @@ def test_two_stores_in_one_process_stay_apart(tmp_path):
     b.close()
 
 
-@pytest.mark.parametrize("name", ['it\'s "quoted".duckdb', "semi; drop table runs; --.duckdb", "ünï cödé.duckdb"])
+@pytest.mark.parametrize(
+    "name",
+    ['it\'s "quoted".duckdb', "semi'; drop table runs; --.duckdb", "ünï cödé.duckdb"],
+)
 def test_hostile_store_file_names(tmp_path, name):
     trace, _ = write_trace(tmp_path / "r.jsonl", requests=3, tokens=4)
     db = tmp_path / name
