@@ -14,6 +14,7 @@ import functools
 import hashlib
 import os
 import re
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -229,6 +230,10 @@ def rollback(con: duckdb.DuckDBPyConnection) -> str:
 ROW_GROUP_SIZE = 16384
 
 
+# The mode check and the attach are one step for the threads of a process.
+_OPEN_LOCK = threading.Lock()
+
+
 def _open(path: str, read_only: bool) -> duckdb.DuckDBPyConnection:
     """A connection whose default database is the store file, attached with ROW_GROUP_SIZE.
 
@@ -237,20 +242,31 @@ def _open(path: str, read_only: bool) -> duckdb.DuckDBPyConnection:
     what it does for a file opened directly: every connection of this process to the store
     shares one instance, which closes (detaching and checkpointing the store) with the last.
     One mode per file and process, as DuckDB allows: a mismatch is a ConnectionException.
+    ``USE store`` holds for this connection only: a ``cursor()`` of it starts in ``memory``.
     """
-    if path == ":memory:":
-        return duckdb.connect(path)  # a private scratch store, as before
+    if path.startswith(":memory:"):
+        return duckdb.connect(path)  # an in-memory store, private or named, as before
     real = os.path.realpath(path)
     instance = ":memory:tracelat-" + hashlib.sha256(real.encode()).hexdigest()[:32]
     # spill files go next to the store, where DuckDB puts them for a file it opens itself
     con = duckdb.connect(instance, config={"temp_directory": real + ".tmp"})
     try:
-        held = scalar(con, "select readonly from duckdb_databases() where database_name = 'store'")
-        if held is not None and held != read_only:
-            raise duckdb.ConnectionException(f"{real} is open {'read-only' if held else 'read-write'} in this process")
-        mode = "read_only, " if read_only else ""
-        # DuckDB 1.5 binds no parameter in ATTACH: the path is a quoted literal
-        con.execute(f"attach if not exists {quote_literal(real)} as store ({mode}row_group_size {ROW_GROUP_SIZE})")
+        with _OPEN_LOCK:
+            held = scalar(con, "select readonly from duckdb_databases() where database_name = 'store'")
+            if held is None:
+                mode = "read_only, " if read_only else ""
+                try:  # DuckDB 1.5 binds no parameter in ATTACH: the path is a quoted literal
+                    con.execute(f"attach {quote_literal(real)} as store ({mode}row_group_size {ROW_GROUP_SIZE})")
+                except duckdb.Error as exc:
+                    if "file handle conflict" not in str(exc).lower():
+                        raise
+                    raise StoreError(
+                        f"cannot open database {path}: this process has it open through another DuckDB "
+                        "connection (duckdb.connect); close that connection first"
+                    ) from exc
+                held = read_only
+            if held != read_only:
+                raise duckdb.ConnectionException(f"{real} is open {'read-only' if held else 'read-write'}")
         con.execute("use store")
     except BaseException:
         con.close()
@@ -393,8 +409,8 @@ def query_files(directory: Path = QUERIES_DIR) -> list[QueryFile]:
 def quote_ident(name: str) -> str:
     """``name`` as a quoted SQL identifier.
 
-    Identifiers cannot be bound as parameters; some come from outside (the database
-    name is the store's file name, which may hold any character), so an embedded
+    Identifiers cannot be bound as parameters; some come from outside (a Parquet file's
+    column names, which may hold any character), so an embedded
     ``"`` is doubled, which is SQL's only escape inside a quoted identifier.
     """
     return '"' + name.replace('"', '""') + '"'

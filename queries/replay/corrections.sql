@@ -11,11 +11,11 @@
 --   the order of its terms, which threads scanning a run's row groups in parallel do not fix,
 --   and the same store then gave replays that differed in the last bits.
 select
-    avg(iteration_ms::decimal(38, 18)) filter (where not is_stall and predicted_ms is not null)
-        / nullif(avg(predicted_ms::decimal(38, 18)) filter (where not is_stall and predicted_ms is not null), 0)
+    avg(iteration_ms::decimal(38, 18)) filter (where not is_stall and isfinite(predicted_ms))
+        / nullif(avg(predicted_ms::decimal(38, 18)) filter (where not is_stall and isfinite(predicted_ms)), 0)
         as mean_scale,
-    avg((span_ms - iteration_ms)::decimal(38, 18)) filter (where decode_tokens > 0 and span_ms is not null)
+    avg((span_ms - iteration_ms)::decimal(38, 18)) filter (where decode_tokens > 0 and isfinite(span_ms))
         as host_gap_ms,
-    count(*) filter (where decode_tokens > 0 and span_ms is not null) as busy_steps
+    count(*) filter (where decode_tokens > 0 and isfinite(span_ms)) as busy_steps
 from iteration_fit
 where run_id = $run_id

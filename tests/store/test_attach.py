@@ -103,9 +103,56 @@ def test_hostile_store_file_names(tmp_path, name):
     con.close()
 
 
-def test_memory_store_is_private(tmp_path):
+def test_memory_store_is_private(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     a, b = store.connect(":memory:"), store.connect(":memory:")
     a.execute("create table t as select 1 as x")
     assert not b.execute("select count(*) from duckdb_tables() where table_name = 't'").fetchone()[0]
     a.close()
     b.close()
+    # a named in-memory database stays one too: no file of that name
+    store.connect(":memory:named").close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_threads_opening_one_store_in_both_modes_get_their_mode_or_a_clear_error(tmp_path):
+    import threading
+
+    db = tmp_path / "s.duckdb"
+    store.connect(db).close()  # the store exists, so a read-only open is possible
+    for _ in range(20):
+        outcomes: dict[bool, object] = {}
+        barrier = threading.Barrier(2)
+
+        def open_as(read_only: bool) -> None:
+            barrier.wait()
+            try:
+                outcomes[read_only] = store.connect(db, read_only=read_only)
+            except StoreError as exc:
+                outcomes[read_only] = exc
+
+        threads = [threading.Thread(target=open_as, args=(ro,)) for ro in (False, True)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        opened = [ro for ro, got in outcomes.items() if not isinstance(got, StoreError)]
+        assert len(opened) == 1, outcomes  # one mode per file and process: the other is refused
+        for ro, got in outcomes.items():
+            if isinstance(got, StoreError):
+                assert "open" in str(got) and "already" in str(got), got
+            else:
+                assert store.is_read_only(got) == ro
+                got.close()
+
+
+def test_a_plain_duckdb_connection_to_the_store_is_a_clear_error(tmp_path):
+    db = tmp_path / "s.duckdb"
+    store.connect(db).close()
+    plain = duckdb.connect(str(db))
+    try:
+        with pytest.raises(StoreError, match="open through another DuckDB connection"):
+            store.connect(db)
+    finally:
+        plain.close()
+    store.connect(db).close()  # and once it is closed, the store opens
