@@ -77,9 +77,9 @@ def tile(out: Path, iterations: int, run_id: str = "bench") -> dict:
         parts = []
         for i, sql in enumerate((it_sql, rq_sql)):
             part = Path(tmp) / f"{i}.jsonl"
-            # COPY takes its target as text: the path is ours (a temporary folder), quotes doubled
-            target = str(part).replace("'", "''")
-            con.execute(f"copy ({sql}) to '{target}' (format json)", [run_id])
+            # COPY takes its target as text: the path is ours (a temporary folder)
+            target = store.quote_literal(str(part))
+            con.execute(f"copy ({sql}) to {target} (format json)", [run_id])
             parts.append(part)
         run = con.execute(
             "select to_json({kind: 'run', run_id: ?, engine: engine, engine_version: engine_version, "

@@ -184,9 +184,9 @@ def export_locked(con, run_ids: list[str], lake: Path) -> dict[str, int]:
                 "create or replace temp table _lake_run as select * from temp.main._lake_out where run_id = $r",
                 {"r": run},
             )
-            # COPY takes its target as text: the path is ours (a uuid folder, an encoded name), quotes doubled
-            target = str(folder / "data_0.parquet").replace("'", "''")
-            con.execute(f"copy temp.main._lake_run to '{target}' (format parquet)")
+            # COPY takes its target as text: the path is ours (a uuid folder, an encoded name)
+            target = store.quote_literal(str(folder / "data_0.parquet"))
+            con.execute(f"copy temp.main._lake_run to {target} (format parquet)")
         con.execute("drop table if exists temp.main._lake_run")
         if n:
             written[table] = n
