@@ -8,6 +8,7 @@ checkout with ``git worktree add /tmp/before <commit>``; this checkout is "after
 Usage:
   python benchmarks/bench_ab.py --before /tmp/before                     # 1M iterations, 5 rounds
   python benchmarks/bench_ab.py --before /tmp/before --iterations 100000 --rounds 3 --workdir DIR
+  python benchmarks/bench_ab.py --before /tmp/before --parquet   # the same records as canonical Parquet
 
 Each step runs in its own process with this Python, the checkout first on PYTHONPATH (so its
 ``pipeline`` and ``queries/`` are the ones used).  Every round prints each side's seconds; the
@@ -66,6 +67,11 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--workdir", type=Path, default=None, help="traces are generated once and reused here")
+    ap.add_argument(
+        "--parquet",
+        action="store_true",
+        help="ingest the trace's records as canonical Parquet; the floor is read_parquet into a table",
+    )
     args = ap.parse_args()
     if not (args.before / "pipeline" / "__init__.py").exists():
         sys.exit(f"{args.before} is no tracelat checkout (no pipeline/__init__.py)")
@@ -73,13 +79,17 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     trace = B.trace_for(work, args.iterations)
     cols = B.canonical_columns()
+    floor = [B.FLOOR, str(trace), cols]
+    if args.parquet:
+        trace = B.parquet_for(trace, cols)
+        floor = [B.PARQUET_FLOOR, str(trace)]
     sides = {"before": args.before.resolve(), "after": REPO}
     best: dict[str, float] = {}
     best_cpu: dict[str, float] = {}
     wins = 0
     for r in range(args.rounds):
         CPU["floor"] = 0.0
-        got = {"floor": timed(["-c", B.FLOOR, str(trace), cols], REPO, "floor")}
+        got = {"floor": timed(["-c", *floor], REPO, "floor")}
         cpu = {"floor": CPU["floor"]}
         for name, checkout in sides.items():
             got[name] = ingest_and_summary(checkout, trace, work / f"ab-{name}.duckdb")

@@ -14,6 +14,7 @@ from ..errors import InputError
 from . import reader
 from .canonical_sql import OWN_NAMES, stage_sql
 from .load import MAX_RUN_CASES, Batch, last_run_case
+from .parquet_sql import parquet_stage_sql
 
 PARQUET_MAGIC = b"PAR1"
 
@@ -80,6 +81,7 @@ class StagedJsonl:
         quotes: Callable[[], int | None] | None = None,
         read: str | None = None,
         read_params: dict | None = None,
+        stage: str | None = None,
     ):
         self.con, self.path, self.default_run = con, path, default_run
         self.params = {"path": str(path), **(read_params or {})}
@@ -87,7 +89,10 @@ class StagedJsonl:
         # read: another relation of the file's records as JSON text in a column ``raw`` (Parquet)
         self.read = read or _READ.format(max_line=MAX_LINE_BYTES, compression={"none": "none"}.get(comp, comp))
         self.quote_check = "line"  # or "file"; "line-again" when the file-wide count disagreed
-        if quotes is not None and comp == "none" and _looks_clean(reader.head_text(path, 1 << 16)):
+        if stage is not None:  # staged by the caller's statement (typed Parquet columns)
+            self.quote_check = "typed"
+            con.execute(f"create or replace temp table {_STAGED} as {stage}", self.params)
+        elif quotes is not None and comp == "none" and _looks_clean(reader.head_text(path, 1 << 16)):
             self._stage(file_quotes=True)
             staged_quotes = con.execute(f"select sum(quotes) from temp.main.{_STAGED}").fetchall()[0][0]
             if staged_quotes is not None and staged_quotes == quotes():
@@ -206,7 +211,7 @@ convert_jsonl.stage = stage_jsonl  # type: ignore[attr-defined]
 stage_jsonl.quote_count_min_bytes = QUOTE_COUNT_MIN_BYTES  # type: ignore[attr-defined]
 
 
-def json_row_sql(names: list[str]) -> tuple[str, dict[str, str]]:
+def json_row_sql(names: list[str], idents: list[str] | None = None) -> tuple[str, dict[str, str]]:
     """SQL for a row's non-null columns ``names`` as one JSON object text, and its parameters.
 
     A Parquet row holds every column of its file, and a null there is a field the record does
@@ -214,20 +219,24 @@ def json_row_sql(names: list[str]) -> tuple[str, dict[str, str]]:
     out (nested values are kept as they are). Column names come from the file: each is a
     quoted identifier in the SQL, and its JSON key text a bound parameter. Building the text
     this way costs a third of ``to_json`` of the whole row followed by a merge patch.
+    ``idents``: the columns' identifiers in the SQL, when not their quoted names.
     """
     if not names:
         return "'{}'", {}
-    parts = [
-        f"case when {store.quote_ident(n)} is not null then $k{i} || to_json({store.quote_ident(n)}) end"
-        for i, n in enumerate(names)
-    ]
+    idents = idents or [store.quote_ident(n) for n in names]
+    parts = [f"case when {c} is not null then $k{i} || to_json({c}) end" for i, c in enumerate(idents)]
     keys = {f"k{i}": json.dumps(n, ensure_ascii=False) + ":" for i, n in enumerate(names)}
     return "'{' || concat_ws(',', " + ", ".join(parts) + ") || '}'", keys
 
 
 def _columns(con: duckdb.DuckDBPyConnection, relation: str, params: dict | None = None) -> list[str]:
     """The column names DuckDB gives a relation (a duplicate name, by case, gets a suffix)."""
-    return [r[0] for r in con.execute(f"describe select * from {relation}", params).fetchall()]
+    return [name for name, _ in _typed_columns(con, relation, params)]
+
+
+def _typed_columns(con: duckdb.DuckDBPyConnection, relation: str, params: dict | None = None) -> list[tuple[str, str]]:
+    """The names and DuckDB types of a relation's columns."""
+    return [(r[0], r[1]) for r in con.execute(f"describe select * from {relation}", params).fetchall()]
 
 
 def stage_parquet(con: duckdb.DuckDBPyConnection, path: Path, default_run: str) -> StagedJsonl | None:
@@ -235,9 +244,13 @@ def stage_parquet(con: duckdb.DuckDBPyConnection, path: Path, default_run: str) 
     None when DuckDB cannot read it (convert_parquet then reads it with PyArrow and says why)."""
 
     def make() -> StagedJsonl:
-        row, keys = json_row_sql(_columns(con, "read_parquet($path)", {"path": str(path)}))
+        columns = _typed_columns(con, "read_parquet($path)", {"path": str(path)})
+        names = [name for name, _ in columns]
+        row, keys = json_row_sql(names)
         read = f"(select {row} as raw from read_parquet($path))"  # in file order: row k is "line" k
-        return StagedJsonl(con, path, default_run, read=read, read_params=keys)
+        # the typed columns validated as they are; the rows' JSON text only for what it alone decides
+        stage = parquet_stage_sql("read_parquet($path)", columns, lambda idents: json_row_sql(names, idents)[0])
+        return StagedJsonl(con, path, default_run, read=read, read_params=keys, stage=stage)
 
     return _staged_or_none(con, make)
 
