@@ -250,7 +250,12 @@ def stage_parquet(con: duckdb.DuckDBPyConnection, path: Path, default_run: str) 
         read = f"(select {row} as raw from read_parquet($path))"  # in file order: row k is "line" k
         # the typed columns validated as they are; the rows' JSON text only for what it alone decides
         stage = parquet_stage_sql("read_parquet($path)", columns, lambda idents: json_row_sql(names, idents)[0])
-        return StagedJsonl(con, path, default_run, read=read, read_params=keys, stage=stage)
+        if stage is not None:
+            try:
+                return StagedJsonl(con, path, default_run, read=read, read_params=keys, stage=stage)
+            except duckdb.Error:
+                pass  # a value the typed statement cannot take: the JSON text decides, as for other types
+        return StagedJsonl(con, path, default_run, read=read, read_params=keys)
 
     return _staged_or_none(con, make)
 

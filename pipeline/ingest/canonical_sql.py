@@ -195,7 +195,9 @@ def _typed(f: Field, t: str) -> str:
 def _value(f: Field, t: str, v: str) -> str:
     """Typed value of a field, NULL when absent, null or of the wrong type."""
     if f.kind in ("int", "count"):
-        return f"case when {t} in {NUMERIC} and {v} = round({v}) and abs({v}) < 9e18 then {v}::bigint end"
+        # isfinite first: DuckDB may decide abs(v) < 9e18 from a Parquet column's min and max,
+        # which leave NaN out, and then cast a NaN
+        return f"case when {t} in {NUMERIC} and isfinite({v}) and {v} = round({v}) and abs({v}) < 9e18 then {v}::bigint end"
     if f.kind in ("float", "fraction"):
         return f"case when {t} in {NUMERIC} then {v} end"
     if f.kind == "id":

@@ -66,7 +66,7 @@ def _accepts(kind: str, duck_type: str) -> bool:
         "id": duck_type == "VARCHAR" or duck_type in _INTS,
         "strlist": item == "VARCHAR",
         "floatlist": item is not None and (item == "DOUBLE" or item in _INTS),
-        "object": duck_type.startswith("STRUCT(") or duck_type == "JSON",
+        "object": item is None and (duck_type.startswith("STRUCT(") or duck_type == "JSON"),
     }[kind]
 
 

@@ -253,3 +253,38 @@ def test_a_json_meta_column_is_validated_by_its_values(tmp_path, monkeypatch):
     assert json.loads(meta) == {"tp": 2, "k": None}
     assert set(reasons) == {2, 3} and all("meta: expected an object" in reasons[k] for k in (2, 3))
     assert json.loads(extra) == {"meta": {"x": 1}}
+
+
+NUMERIC_FIELDS = ["iter", "decode_tokens", "t_start", "t_end", "dur_ms", "kv_usage"]
+
+
+@pytest.mark.parametrize("bad", [(math.nan, math.nan), (math.inf, -math.inf)], ids=["nan", "inf"])
+@pytest.mark.parametrize("field", NUMERIC_FIELDS)
+def test_nan_and_infinities_among_numbers_of_a_column(tmp_path, monkeypatch, field, bad):
+    """A column's Parquet statistics leave NaN out: a check DuckDB decides from them must not
+    let a NaN through to a cast (it failed the whole statement) or past a range check."""
+    values = {
+        "iter": [0.0, 1.0, 2.0, 3.0],
+        "t_start": [1.0, 1.1, 1.2, 1.3],
+        "t_end": [1.05, 1.15, 1.25, 1.35],
+        "decode_tokens": [1.0] * 4,
+        "dur_ms": [50.0] * 4,
+        "kv_usage": [0.5] * 4,
+    }
+    values[field] = [bad[0], *values[field][1:3], bad[1]]
+    table = pa.table({"kind": ["iteration"] * 4, **values})
+    stored, used = _all_modes(tmp_path, monkeypatch, table)
+    assert used == ["typed"]
+    con = store.connect(tmp_path / "typed-t.duckdb", read_only=True)
+    reasons = dict(con.execute("select line_no, reason from rejects").fetchall())
+    con.close()
+    assert set(reasons) == {1, 4} and all(field in r for r in reasons.values())
+
+
+def test_a_typed_statement_that_fails_leaves_the_file_to_the_json_stage(tmp_path, monkeypatch):
+    monkeypatch.setattr(canonical, "parquet_stage_sql", lambda *a: "select error('a value it cannot take')")
+    table = pa.table({"kind": ["iteration"], "iter": [0], "t_start": [1.0], "t_end": [1.5]})
+    f = tmp_path / "e.parquet"
+    pq.write_table(table, f)
+    stored, used = _ingest(tmp_path, monkeypatch, f, "typed")
+    assert used == ["line"] and stored["ingests"][0][:3] == (1, 1, 0)
