@@ -22,13 +22,19 @@ def jt(name: str) -> str:
 
 
 NUMERIC = f"({jt('UBIGINT')},{jt('BIGINT')},{jt('DOUBLE')})"
-# json_type's names as codes; an absent field (no name) stays NULL: were it OTHER, a missing
-# required field of a line that takes the slow path would not be named, and the line kept
-_CODE_OF = (
-    "lambda n: case when n is not null then case n "
-    + " ".join(f"when '{n}' then {jt(n)}" for n in JSON_TYPES[:-1])
-    + f" else {jt('OTHER')} end end"
-)
+
+
+def code_of(name: str) -> str:
+    """The code of the json_type name ``name`` (an SQL expression); NULL when ``name`` is NULL.
+
+    An absent field (no name) stays NULL: were it OTHER, a missing required field of a line
+    that takes the slow path would not be named, and the line kept.
+    """
+    whens = " ".join(f"when '{n}' then {jt(n)}" for n in JSON_TYPES[:-1])
+    return f"case when {name} is not null then case {name} {whens} else {jt('OTHER')} end end"
+
+
+_CODE_OF = "lambda n: " + code_of("n")
 
 # Finite is not enough: 1.797e308 - 10 overflows to an infinite duration, and later
 # sums and statistics fail or mislead. Values beyond these are no plausible trace.
@@ -399,6 +405,14 @@ PARSE_ERRORS = {
 
 
 ALL_KINDS = tuple(FIELDS)
+# the reason of a record whose (string) kind is none of ALL_KINDS
+UNKNOWN_KIND = "'unknown kind ' || kind || ' (expected run, iteration or request)'"
+
+
+def own_names_null(kind: str) -> str:
+    """A JSON object of ``kind``'s own names, each null: merge-patched onto a record, it leaves
+    the fields that are not the record's own (its ``extra``)."""
+    return "{" + ",".join(f'"{n}":null' for n in sorted(OWN_NAMES[kind])) + "}"
 
 
 def _quotes_if_clean(names: list[str], json_text: list[str], fields: dict[str, Field]) -> str:
@@ -485,7 +499,7 @@ def stage_sql(
     for kind in kinds:
         per_kind.append(f"when '{kind}' then {kind_reasons_sql(kind)}")
         names = sorted(OWN_NAMES[kind])
-        known = "{" + ",".join(f'"{n}":null' for n in names) + "}"
+        known = own_names_null(kind)
         known_list = "[" + ",".join(f"'{n}'" for n in names) + "]"
         # unknown fields are kept; most records have none, so skip the patch for them
         extra.append(
@@ -504,7 +518,7 @@ def stage_sql(
     reason = f"""case when perr is not null then perr
       when t_kind is null then '{PARSE_ERRORS["no_kind"]}'
       when t_kind <> {jt("VARCHAR")} then '{PARSE_ERRORS["kind_type"]}'
-      when kind not in ('run','iteration','request') then 'unknown kind ' || kind || ' (expected run, iteration or request)'
+      when kind not in ('run','iteration','request') then {UNKNOWN_KIND}
       {other_kind}
       else case kind {" ".join(per_kind)} end end"""
     raw_out = (

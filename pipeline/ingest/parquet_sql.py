@@ -30,7 +30,18 @@ from __future__ import annotations
 import re
 
 from .. import store
-from .canonical_sql import ALL_FIELDS, JSON_TYPES, OWN_NAMES, PARSE_ERRORS, _value, jt, kind_reasons_sql
+from .canonical_sql import (
+    ALL_FIELDS,
+    ALL_KINDS,
+    OWN_NAMES,
+    PARSE_ERRORS,
+    UNKNOWN_KIND,
+    _value,
+    code_of,
+    jt,
+    kind_reasons_sql,
+    own_names_null,
+)
 
 _INTS = frozenset({"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT"})
 _ALL_NULL = '"NULL"'  # the type DuckDB gives a Parquet column of nulls only (Arrow's null type)
@@ -55,19 +66,19 @@ def _json_type(duck_type: str) -> str | None:
 def _accepts(kind: str, duck_type: str) -> bool:
     """Whether a column of ``duck_type`` holding field kind ``kind`` is validated here."""
     item = m.group(1) if (m := _LIST.fullmatch(duck_type)) else None
-    return {
-        "int": duck_type in _INTS or duck_type == "DOUBLE",
-        "count": duck_type in _INTS or duck_type == "DOUBLE",
-        "float": duck_type in _INTS or duck_type == "DOUBLE",
-        "fraction": duck_type in _INTS or duck_type == "DOUBLE",
-        "str": duck_type == "VARCHAR",
-        "status": duck_type == "VARCHAR",
-        "clock": duck_type == "VARCHAR",
-        "id": duck_type == "VARCHAR" or duck_type in _INTS,
-        "strlist": item == "VARCHAR",
-        "floatlist": item is not None and (item == "DOUBLE" or item in _INTS),
-        "object": item is None and (duck_type.startswith("STRUCT(") or duck_type == "JSON"),
-    }[kind]
+    if kind in ("int", "count", "float", "fraction"):
+        return duck_type in _INTS or duck_type == "DOUBLE"
+    if kind in ("str", "status", "clock"):
+        return duck_type == "VARCHAR"
+    if kind == "id":
+        return duck_type == "VARCHAR" or duck_type in _INTS
+    if kind == "strlist":
+        return item == "VARCHAR"
+    if kind == "floatlist":
+        return item == "DOUBLE" or item in _INTS
+    if kind == "object":
+        return item is None and (duck_type.startswith("STRUCT(") or duck_type == "JSON")
+    raise ValueError(kind)
 
 
 def _x(kind: str, col: str, duck_type: str) -> str:
@@ -116,10 +127,7 @@ def parquet_stage_sql(source: str, columns: list[tuple[str, str]], row_json) -> 
             continue
         col, jtype = q[name], _json_type(present[name])
         if present[name] == "JSON":  # a JSON column (DuckDB writes one): its value says its type
-            codes = " ".join(f"when '{n}' then {jt(n)}" for n in JSON_TYPES[:-1])
-            types.append(
-                f"case when {col} is not null then case json_type({col}) {codes} else {jt('OTHER')} end end as t_{name}"
-            )
+            types.append(f"{code_of(f'json_type({col})')} as t_{name}")
         else:
             types.append(f"case when {col} is not null then {jt(jtype)} end as t_{name}")
         values.append(f"{_value(f, f't_{name}', _x(f.kind, col, present[name]))} as v_{name}")
@@ -129,21 +137,19 @@ def parquet_stage_sql(source: str, columns: list[tuple[str, str]], row_json) -> 
         own_run = q["run_id"] if present["run_id"] == "VARCHAR" else f"to_json({q['run_id']})::varchar"
     else:
         own_run = "NULL::varchar"
-    kinds = tuple(OWN_NAMES)
     per_kind, extra = [], []
-    for k in kinds:
+    for k in ALL_KINDS:
         per_kind.append(f"when '{k}' then {kind_reasons_sql(k, shown)}")
         others = [q[n] for n in present if n not in OWN_NAMES[k]]
         if others:
-            known = "{" + ",".join(f'"{n}":null' for n in sorted(OWN_NAMES[k])) + "}"
             has_other = " or ".join(f"{c} is not null" for c in others)
             extra.append(
-                f"when '{k}' then case when {has_other} then nullif(json_merge_patch({raw_sql}, '{known}'), '{{}}') end"
+                f"when '{k}' then case when {has_other} then "
+                f"nullif(json_merge_patch({raw_sql}, '{own_names_null(k)}'), '{{}}') end"
             )
     extra_sql = f"case kind {' '.join(extra)} end" if extra else "NULL::json"
     reason = f"""case when kind is null then '{PARSE_ERRORS["no_kind"]}'
-      when kind not in ({",".join(f"'{k}'" for k in kinds)})
-        then 'unknown kind ' || kind || ' (expected run, iteration or request)'
+      when kind not in ({",".join(f"'{k}'" for k in ALL_KINDS)}) then {UNKNOWN_KIND}
       else case kind {" ".join(per_kind)} end end"""
     v_names = ", ".join(f"v_{n}" for n in ALL_FIELDS)
     return f"""
