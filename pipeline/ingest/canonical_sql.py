@@ -489,7 +489,8 @@ def stage_sql(
         + ("" if file_quotes else f"and {quotes_of_line} = {quotes_if_clean} ")
         + "and not contains(raw, 'true') and not contains(raw, 'false')"
     )
-    # a clean line holds no field of another kind: count its own kind's fields only (half the work)
+    # count a kind's own fields only (half the work): the clean test leaves fields of another kind
+    # to the sums in this mode, and their keys' quotes must make them differ
     own_quotes = " ".join(
         f"when {_x('kind')} = '\"{k}\"' then "
         + _quotes_if_clean([n for n in fields if n in OWN_NAMES[k]], json_text, fields)
