@@ -535,7 +535,7 @@ def stage_sql(
     reason = f"""case when perr is not null then perr
       when t_kind is null then '{PARSE_ERRORS["no_kind"]}'
       when t_kind <> {jt("VARCHAR")} then '{PARSE_ERRORS["kind_type"]}'
-      when kind not in ('run','iteration','request') then {UNKNOWN_KIND}
+      when kind not in ({",".join(f"'{k}'" for k in ALL_KINDS)}) then {UNKNOWN_KIND}
       {other_kind}
       else case kind {" ".join(per_kind)} end end"""
     raw_out = (

@@ -134,8 +134,7 @@ def test_token_list_gate_sees_each_kind_of_problem():
     assert [g for (g,) in got] == list(cases.values())
 
 
-@pytest.fixture
-def file_quotes(monkeypatch):
+def _force_file_quotes(monkeypatch) -> list[str]:
     """Every canonical file takes the file-wide quote count; returns the check each staging used."""
     used: list[str] = []
 
@@ -147,6 +146,11 @@ def file_quotes(monkeypatch):
     monkeypatch.setattr(canonical.stage_jsonl, "quote_count_min_bytes", 0)
     monkeypatch.setattr(canonical, "StagedJsonl", Spy)
     return used
+
+
+@pytest.fixture
+def file_quotes(monkeypatch):
+    return _force_file_quotes(monkeypatch)
 
 
 def test_clean_file_is_checked_file_wide_and_stored_as_the_batch_path_stores_it(tmp_path, monkeypatch, file_quotes):
@@ -249,16 +253,8 @@ def test_any_file_staged_file_wide_stores_what_the_batch_path_stores(tmp_path_fa
     @given(records=st.lists(st.tuples(_any_records, st.integers(0, 2)), min_size=1, max_size=6))
     def prop(records):
         lines = [*head, *(_dump(r, style) for r, style in records)]
-        used: list[str] = []
-
-        class Spy(canonical.StagedJsonl):
-            def __init__(self, *a, **kw):
-                super().__init__(*a, **kw)
-                used.append(self.quote_check)
-
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(canonical.stage_jsonl, "quote_count_min_bytes", 0)
-            mp.setattr(canonical, "StagedJsonl", Spy)
+            used = _force_file_quotes(mp)
             fast, batch = both_paths(tmp_path_factory.mktemp("f"), mp, "t.jsonl", text(lines).encode())
         assert used and used[0] in ("file", "line-again")
         assert fast == batch
