@@ -30,7 +30,7 @@ def test_timeline_shows_each_stage_of_an_ingest(tmp_path):
     assert any(s.startswith("execute: create or replace temp table _tracelat_staged") for s in statements)
     for table in ("iterations", "requests", "token_lists"):
         assert any(s.startswith(f"load: insert into {table} ") for s in statements), table
-    assert any("metric_stats" in s for s in statements)
+    assert any(s.startswith('execute: create or replace table "metric_stats"') for s in statements)
     starts = [float(m["start"]) for m in rows]
     assert starts == sorted(starts)
     assert out.splitlines()[-1].startswith("total: ")

@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _lanes():
+    saved_path, saved_modules = sys.path[:], set(sys.modules)
     sys.path.insert(0, str(ROOT / "benchmarks"))  # it imports bench_ingest beside it
     try:
         spec = importlib.util.spec_from_file_location("bench_stage_lanes", ROOT / "benchmarks" / "bench_stage_lanes.py")
@@ -22,7 +23,10 @@ def _lanes():
         spec.loader.exec_module(mod)
         return mod
     finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+        sys.path[:] = saved_path
+        for name in set(sys.modules) - saved_modules:
+            if name.startswith("bench_"):
+                del sys.modules[name]
 
 
 def test_typed_variant_stages_the_same_rows(tmp_path):
@@ -49,3 +53,18 @@ def test_typed_variant_stages_the_same_rows(tmp_path):
         ).fetchall()[0][0]
         == 0
     )
+
+
+def test_row_number_probe_tells_supported_from_not_and_from_errors(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    mod = _lanes()
+    pq.write_table(pa.table({"a": [1, 2]}), tmp_path / "t.parquet")
+    (tmp_path / "t.jsonl").write_text('{"kind":"run"}\n')
+    con = duckdb.connect()
+    assert mod.row_numbers(con, "read_parquet($path)", {"path": str(tmp_path / "t.parquet")}) is True
+    # DuckDB 2.0.1 and 1.5.6 number neither; a definite answer either way, never an error taken for "no"
+    for sql, params in mod.readers(tmp_path / "t.jsonl").values():
+        assert mod.row_numbers(con, sql, params) in (True, False)
+    assert mod.row_numbers(con, "read_parquet($path)", {"path": str(tmp_path / "missing.parquet")}) is None
