@@ -14,7 +14,7 @@ by this reader" (2.0.1), and numbering rows afterwards (``row_number() over ()``
 JOIN`` with the lines) runs on one thread.
 
 Three statements, each into a temporary table, in interleaved rounds (one process; CPU seconds
-include DuckDB's threads):
+include DuckDB's threads; each round replaces the last round's tables):
 
   floor        read_json with the canonical columns (bench_ingest.py's floor)
   stage        the staging statement as the fast path runs it (file-wide quote count)
@@ -52,14 +52,21 @@ from pipeline.ingest import canonical_sql as cs  # noqa: E402
 from pipeline.ingest import reader  # noqa: E402
 
 
+# tracelat's line reader of a plain file, and read_json with the staging's parse types as columns
+LINE_READ = reader.DUCKDB_READ.format(max_line=reader.MAX_LINE_BYTES, compression="none")
+TYPED_READ = (
+    "read_json($path, format='newline_delimited', columns={"
+    + ",".join(f"'{k}':'{v}'" for k, v in json.loads(cs.PARSE_SPEC).items())
+    + "})"
+)
+
+
 def statements() -> dict[str, str]:
-    read = reader.DUCKDB_READ.format(max_line=reader.MAX_LINE_BYTES, compression="none")
-    stage = cs.stage_sql(read, line_no=None, keep_raw=False, file_quotes=True)
-    parse = f"(select raw, try(from_json(raw, '{cs.PARSE_SPEC}')) as j from {read})"
+    stage = cs.stage_sql(LINE_READ, line_no=None, keep_raw=False, file_quotes=True)
+    parse = f"(select raw, try(from_json(raw, '{cs.PARSE_SPEC}')) as j from {LINE_READ})"
     if parse not in stage:
         sys.exit("the staging statement no longer parses lines as this benchmark expects; update it")
-    cols = "{" + ",".join(f"'{k}':'{v}'" for k, v in json.loads(cs.PARSE_SPEC).items()) + "}"
-    typed = f"(select '{{}}' as raw, r as j from read_json($path, format='newline_delimited', columns={cols}) r)"
+    typed = f"(select '{{}}' as raw, r as j from {TYPED_READ} r)"
     return {
         "floor": f"select * from read_json($path, format='newline_delimited', columns={B.canonical_columns()})",
         "stage": stage,
@@ -87,12 +94,7 @@ def row_numbers(con: duckdb.DuckDBPyConnection, reader_sql: str, params: dict) -
 
 def readers(path: Path) -> dict[str, tuple[str, dict]]:
     """The readers a typed lane would use: read_json with the columns given, and tracelat's line reader."""
-    cols = "{" + ",".join(f"'{k}':'{v}'" for k, v in json.loads(cs.PARSE_SPEC).items()) + "}"
-    lines = reader.DUCKDB_READ.format(max_line=reader.MAX_LINE_BYTES, compression="none")
-    return {
-        "read_json": (f"read_json($path, format='newline_delimited', columns={cols})", {"path": str(path)}),
-        "line reader (read_csv)": (lines, {"path": str(path)}),
-    }
+    return {"read_json": (TYPED_READ, {"path": str(path)}), "line reader (read_csv)": (LINE_READ, {"path": str(path)})}
 
 
 def main() -> None:
@@ -123,11 +125,11 @@ def run(a: argparse.Namespace, work: Path) -> None:
     for _ in range(a.rounds):
         for name, sql in sqls.items():
             t, c = time.perf_counter(), time.process_time()
-            con.execute(f"create or replace temp table lane as {sql}", {"path": str(trace)})
+            con.execute(f"create or replace temp table {name} as {sql}", {"path": str(trace)})
             wall[name].append(time.perf_counter() - t)
             cpu[name].append(time.process_time() - c)
-            counts[name] = con.execute("select count(*) from lane").fetchall()[0][0]
-            con.execute("drop table lane")
+            counts[name] = con.execute(f"select count(*) from {name}").fetchall()[0][0]
+        con.execute("drop table floor")  # the last round's two stagings stay, for the check below
     print(f"{trace.name}: {trace.stat().st_size / 2**20:.0f} MiB, {counts['floor']:,} records, {a.rounds} rounds")
     print(f"  {'statement':<12} {'wall s (min/median)':>20} {'CPU s (min/median)':>20} {'CPU x floor':>12}")
     floor_cpu = min(cpu["floor"])
@@ -137,8 +139,6 @@ def run(a: argparse.Namespace, work: Path) -> None:
             f"  {name:<12} {min(w):>9.2f} / {statistics.median(w):<8.2f} {min(c):>9.2f} / {statistics.median(c):<8.2f}"
             f" {min(c) / floor_cpu:>11.2f}"
         )
-    for name in ("stage", "stage_typed"):
-        con.execute(f"create or replace temp table {name} as {sqls[name]}", {"path": str(trace)})
     differ = con.execute(
         "select count(*) from (select * exclude (raw, quotes) from stage "
         "except all select * exclude (raw, quotes) from stage_typed)"
