@@ -27,6 +27,8 @@ import pytest
 from pipeline import resources, store
 
 REPO = Path(__file__).resolve().parents[2]
+# builds and installs a wheel (8 s); under -m slow, which CI runs, beside .ci/run's own wheel check
+pytestmark = pytest.mark.slow
 
 
 def run(args, **kw) -> subprocess.CompletedProcess:

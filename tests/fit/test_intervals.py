@@ -49,6 +49,7 @@ def test_sandwich_standard_errors_match_monte_carlo_spread():
     assert np.all((ratio > 0.75) & (ratio < 1.3)), ratio
 
 
+@pytest.mark.slow  # 60 data sets of 200 refits each: half a minute; the sandwich's check stays in the default run
 def test_one_step_bootstrap_matches_monte_carlo_spread():
     est, width = [], []
     for seed in range(60):
@@ -72,6 +73,7 @@ def test_bootstrap_and_sandwich_agree_at_the_switch():
         assert w_big == pytest.approx(w_small, rel=0.15), k
 
 
+@pytest.mark.slow  # 30 fits of 40k steps
 def test_large_run_intervals_cover_the_truth_with_stalls():
     """Without the systematic allowance the context slope's interval missed the truth in 23 of these 30."""
     hits, bias, allowance = np.zeros(4), [], []
