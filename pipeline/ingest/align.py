@@ -254,6 +254,12 @@ def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, ret
 
     entry: dict = {"path": path, "clock": clock}
     if override is not None:
+        # the offset is known, but steps rebuilt from whole-second stamps still need the
+        # client's token times to be placed within their seconds (as with an estimated offset)
+        if retime_ref is not None:
+            given = clocks.Alignment(True, override, 0.0, 0.0, method="--clock-offset")
+            how, _ = retime.retime(con, run_id, retime_ref, _requests(con, run_id, ing), given, given=override)
+            entry["retime"] = how | {"ingest_id": retime_ref} if how.get("retimed") else how
         _transform(con, run_id, ing, override, 0.0, 0.0, inverse=False)
         entry.update(
             status="override", applied=True, offset_s=override, drift=0.0, pivot_s=0.0, method="--clock-offset"
@@ -459,11 +465,19 @@ def source_lines(run_id: str, meta: dict) -> list[tuple[bool, str]]:
                 text += " (no offset applied)"
             if src.get("drift"):
                 text += f", drift {src['drift'] * 1e6:.2f} ppm"
-            if (src.get("retime") or {}).get("retimed"):
-                text += (
-                    f"; steps re-timed from its token times (moved {src['retime']['median_move_ms']:g} ms "
-                    f"median, {src['retime']['max_move_ms']:g} ms at most)"
-                )
+        rt = src.get("retime") or {}
+        if rt.get("retimed"):
+            text += (
+                f"; steps re-timed from its token times (moved {rt['median_move_ms']:g} ms "
+                f"median, {rt['max_move_ms']:g} ms at most)"
+            )
+        doubt = rt.get("given_offset_fits_stamps") is False
+        if doubt:  # the steps were placed on the given offset all the same: the user chose it
+            lo, hi = rt["stamps_allow_s"]
+            text += (
+                f"; but the log's stamps allow offsets {lo:+.6f} to {hi:+.6f} s only: check the offset, "
+                "or leave --clock-offset out to have it estimated"
+            )
         inf = src.get("inferred") or {}
         if "t_scheduled" in inf:
             text += (
@@ -472,5 +486,5 @@ def source_lines(run_id: str, meta: dict) -> list[tuple[bool, str]]:
             )
         if "preemptions" in inf:
             text += f"; preemptions inferred from token gaps ({inf['preemptions']['requests_preempted']} requests)"
-        out.append((False, text))
+        out.append((doubt, text))
     return out

@@ -29,6 +29,7 @@ import numpy as np
 from . import clocks
 
 MAX_COUNT_MISMATCH = 0.02
+GIVEN_SLACK_S = 1e-3  # how far outside the stamps' interval a given offset may lie unremarked
 
 
 def _rebuild(stamp: np.ndarray, dur_ms: np.ndarray) -> np.ndarray:
@@ -78,9 +79,18 @@ def undo(con: duckdb.DuckDBPyConnection, run_id: str, ingest_id: int) -> None:
 
 
 def retime(
-    con: duckdb.DuckDBPyConnection, run_id: str, ingest_id: int, req: clocks.Requests, al: clocks.Alignment
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    ingest_id: int,
+    req: clocks.Requests,
+    al: clocks.Alignment,
+    given: float | None = None,
 ) -> tuple[dict, float | None]:
-    """Re-time the steps of source ``ingest_id`` from the client's tokens; returns (report, new offset or None)."""
+    """Re-time the steps of source ``ingest_id`` from the client's tokens; returns (report, new offset or None).
+
+    ``given``: the offset the user gave (``--clock-offset``): the steps are re-timed on it
+    instead of on the middle of the interval the stamps allow, and the report says whether
+    it lies in that interval."""
     x = req.decode_token_times
     if x is None or len(x) < 50:
         return {"retimed": False, "why": "the client has no per-token times"}, None
@@ -122,7 +132,7 @@ def retime(
         hi_off = float(np.quantile(stamp[anchored] + 1.0 - x_end[anchored], 0.01))
         if lo_off > hi_off:
             return {"retimed": False, "why": "the client's token times do not fit the log's stamps"}, None
-    offset = (lo_off + hi_off) / 2.0
+    offset = (lo_off + hi_off) / 2.0 if given is None else given
     # idle offset per step (end minus busy time so far), carried to steps without tokens
     cum = np.cumsum(dur) / 1000.0
     o = np.where(anchored, x_end + offset - cum, np.nan)
@@ -135,10 +145,17 @@ def retime(
     new_end = np.where(outside, t_end, cum + o)
     _write(con, run_id, ingest_id, a["iter"], new_end, dur)
     moved = np.abs(new_end - t_end)[~outside]
-    return {
+    how = {
         "retimed": True,
         "steps": int(anchored.sum()),
         "offset_interval_ms": round((hi_off - lo_off) * 1e3, 3),
         "median_move_ms": round(float(np.median(moved)) * 1e3, 3),
         "max_move_ms": round(float(np.max(moved)) * 1e3, 3),
-    }, offset
+    }
+    if given is not None:
+        how["stamps_allow_s"] = [lo_off, hi_off]
+        # log lines are written a little after their step ends: a given offset a hair outside
+        # the interval (an epoch-stamped log's own, say) is as good as one inside it
+        slack = max(GIVEN_SLACK_S, hi_off - lo_off)
+        how["given_offset_fits_stamps"] = bool(lo_off - slack <= given <= hi_off + slack)
+    return how, offset

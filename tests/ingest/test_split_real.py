@@ -249,6 +249,41 @@ def test_second_stamped_steps_are_retimed_from_the_client(tmp_path):
     np.testing.assert_allclose(con.execute(get).fetchnumpy()["t_end"], before, atol=1e-6)
 
 
+def test_given_offset_retimes_the_steps_too(tmp_path):
+    """--clock-offset with the true offset (the server's own stats give it) must re-time the
+    second-stamped steps as the estimate does: it used to leave them on the stamps' timeline, and
+    queueing and prefill came out wrong (queue p99 173 ms for 369, prefill p99 390 ms for 43)."""
+    from pipeline.ingest.align import describe
+
+    rec = PAIRS["vllm"]
+    truth = _truth(rec)
+    offset = float(truth["offset_s"])
+    est = _joint(tmp_path, rec)
+    (tmp_path / "given").mkdir()
+    given = _joint(tmp_path / "given", rec, clock_offsets=(f"bench.json={offset!r}",))
+    src = _alignment(given)["sources"][0]
+    assert src["status"] == "override" and src["retime"]["retimed"] and src["retime"]["given_offset_fits_stamps"]
+    get = "select t_end from iterations order by iter"
+    epoch = store.connect(tmp_path / "epoch.duckdb")
+    ingest_paths(epoch, [rec / "server_epoch.log"], run_id="epoch")
+    steps = epoch.execute(get).fetchnumpy()["t_end"]
+    assert np.max(np.abs(given.execute(get).fetchnumpy()["t_end"] - steps)) < 0.006
+    q = "select queue_ms, prefill_ms from request_latency where run_id = 'joint' order by req_id::int"
+    a, b = est.execute(q).fetchnumpy(), given.execute(q).fetchnumpy()
+    assert np.median(np.abs(b["queue_ms"] - truth["queue_ms"])) < 10.0
+    # the estimate and the true offset differ by about a millisecond: so do the queues
+    np.testing.assert_allclose(b["queue_ms"], a["queue_ms"], atol=5.0)
+    np.testing.assert_allclose(b["prefill_ms"], a["prefill_ms"], atol=5.0)
+    assert not any(problem for problem, _ in describe(given, ["joint"]))
+    # an offset half a second off is still applied (the user chose it), with a warning that names
+    # the interval the log's stamps allow
+    (tmp_path / "far").mkdir()
+    far = _joint(tmp_path / "far", rec, clock_offsets=(f"bench.json={offset - 0.5!r}",))
+    assert _alignment(far)["sources"][0]["retime"]["given_offset_fits_stamps"] is False
+    [(problem, text)] = describe(far, ["joint"])
+    assert problem and "stamps allow offsets" in text
+
+
 def test_starved_client_does_not_retime(tmp_path):
     """At 40 req/s the bench client read tokens in bursts, tens of ms late: its token times do not
     fit the log's stamps, so the rebuilt timeline stays and the run says why."""
