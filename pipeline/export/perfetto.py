@@ -27,6 +27,7 @@ import duckdb
 import polars as pl
 
 from .. import store
+from ..errors import InputError
 
 MAX_STEPS = 200_000
 
@@ -44,6 +45,14 @@ def _meta_events() -> list[dict]:
 
 def export(con: duckdb.DuckDBPyConnection, run_id: str, out: Path, max_steps: int = MAX_STEPS) -> dict:
     """Write the trace; returns what was written (event counts, sampling rule)."""
+    from ..ingest.align import cross_clock_problem
+
+    problem = cross_clock_problem(con, run_id)
+    if problem:  # steps and requests would lie decades apart on one timeline
+        raise InputError(
+            f"{problem}; a timeline needs steps and requests on one clock: pass "
+            "--clock-offset SOURCE=SECONDS at ingest, or check that the files belong to one run"
+        )
     steps = store.select(con, "export/perfetto_steps", {"run": run_id})
     reqs = store.select(con, "export/perfetto_requests", {"run": run_id})
     has_fit = store.table_exists(con, "iteration_fit")

@@ -123,3 +123,23 @@ def test_a_million_step_run_exports_within_the_stated_bound(tmp_path):
     assert sum(e["ph"] == "C" for e in ev) == 3 * 20_000  # counters follow the kept steps
     raw = len(gzip.open(out).read())
     assert raw < 600 * 20_000 + 4096  # about 480 bytes per kept step (slice + three counters)
+
+
+def test_run_on_two_clocks_is_refused(tmp_path):
+    """A server log with another run's bench JSON cannot be aligned: its steps and requests lie
+    decades apart, and a timeline of them used to be written without a word."""
+    import subprocess
+    import sys
+
+    db = tmp_path / "mix.duckdb"
+    con = store.connect(db)
+    ingest_paths(con, [FIX / "vllm" / "server.log", FIX / "vllm_queue" / "bench.json"], run_id="mix")
+    store.build_derived(con)
+    con.close()
+    out = tmp_path / "mix.json"
+    args = [sys.executable, "-m", "pipeline", "export", "mix", "--perfetto", str(out), "--db", str(db)]
+    r = subprocess.run(args, capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("Error: run mix: its steps and requests are on different clocks")
+    assert "--clock-offset" in r.stderr and "Traceback" not in r.stderr
+    assert not out.exists()
