@@ -238,7 +238,34 @@ def align_clocks(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
         }
         if failed:
             meta["clock_alignment"]["problem"] = failed[0]["reason"]
+        placed = [(s[0], s[1]) for s, e in zip(others, report) if e["status"] != "failed"]
+        twins = [t for i, a in enumerate(placed) for b in placed[i + 1 :] if (t := _same_requests(con, run_id, a, b))]
+        if twins:
+            meta["clock_alignment"]["same_requests"] = twins
         derive_run_meta(con, run_id, meta, step=DERIVED_CLOCKS, clock=ref_clock)
+
+
+# Two request sources whose requests pair up (same prompt and output tokens, arrivals this close
+# on the steps' clock) for at least this share of each are taken for two records of one set of
+# requests (a client's and the server's): the run would count every request twice.
+TWIN_ARRIVAL_S = 0.05
+TWIN_SHARE = 0.9
+
+_TWINS = """
+with a as (select t_arrival, prompt_tokens, output_tokens from requests where run_id = $run and ingest_id = $a),
+     b as (select t_arrival, prompt_tokens, output_tokens from requests where run_id = $run and ingest_id = $b)
+select (select count(*) from a), (select count(*) from b),
+       (select count(*) from b semi join a on a.prompt_tokens = b.prompt_tokens
+          and a.output_tokens = b.output_tokens and abs(a.t_arrival - b.t_arrival) <= $tol)
+"""
+
+
+def _same_requests(con, run_id: str, a: tuple[int, str], b: tuple[int, str]) -> dict | None:
+    """``{paths, matched, requests}`` when sources ``a`` and ``b`` (ingest id, path) hold the same requests."""
+    n_a, n_b, matched = con.execute(_TWINS, {"run": run_id, "a": a[0], "b": b[0], "tol": TWIN_ARRIVAL_S}).fetchone()
+    if not n_a or not n_b or matched < TWIN_SHARE * max(n_a, n_b):
+        return None
+    return {"paths": [a[1], b[1]], "matched": int(matched), "requests": [int(n_a), int(n_b)]}
 
 
 def _json(obj) -> str:
@@ -436,6 +463,17 @@ def source_lines(run_id: str, meta: dict) -> list[tuple[bool, str]]:
         return []
     out: list[tuple[bool, str]] = []
     ref = ", ".join(str(p).rsplit("/", 1)[-1] for p in info.get("reference", []))
+    for twin in info.get("same_requests", []):
+        a, b = (str(p).rsplit("/", 1)[-1] for p in twin["paths"])
+        out.append(
+            (
+                True,
+                f"run {run_id}: {a} and {b} look like two records of the same requests ({twin['matched']} of "
+                f"{b}'s {twin['requests'][1]} have a request in {a} with the same token counts arriving within "
+                f"{TWIN_ARRIVAL_S * 1e3:g} ms): the run counts each of them twice; ingest one of the two "
+                "(or give them different --run-id); if they are two clients, ignore this",
+            )
+        )
     for src in info.get("sources", []):
         name = str(src.get("path", "?")).rsplit("/", 1)[-1]
         if src.get("status") == "failed":

@@ -284,6 +284,39 @@ def test_given_offset_retimes_the_steps_too(tmp_path):
     assert problem and "stamps allow offsets" in text
 
 
+def test_client_and_server_records_of_the_same_requests_are_named(tmp_path):
+    """The bench's records and the server's own (requests.jsonl) of one run are the same 64
+    requests: ingested together the run counted 128 requests and twice the throughput, silently."""
+    import shutil
+
+    from pipeline.ingest.align import describe
+
+    rec = PAIRS["vllm"]
+    con = store.connect(tmp_path / "three.duckdb")
+    ingest_paths(con, [rec / "server.log", rec / "bench.json", rec / "requests.jsonl"], run_id="joint")
+    [twin] = _alignment(con)["same_requests"]
+    assert twin["matched"] == 64 and twin["requests"] == [64, 64]
+    problems = [text for problem, text in describe(con, ["joint"]) if problem]
+    assert (
+        len(problems) == 1 and "bench.json and requests.jsonl look like two records of the same requests" in problems[0]
+    )
+    # other requests in the same minutes (every output one token longer) are no twins
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copy(rec / "server.log", other)
+    shutil.copy(rec / "bench.json", other)
+    lines = [json.loads(x) for x in (rec / "requests.jsonl").read_text().splitlines() if x.strip()]
+    (other / "requests.jsonl").write_text(
+        "".join(json.dumps(r | {"output_toks": r["output_toks"] + 1}) + "\n" for r in lines)
+    )
+    con2 = store.connect(tmp_path / "other.duckdb")
+    ingest_paths(con2, [other / "server.log", other / "bench.json", other / "requests.jsonl"], run_id="joint")
+    assert "same_requests" not in _alignment(con2)
+    assert all(s["status"] != "failed" for s in _alignment(con2)["sources"])
+    # one client alone: nothing to say
+    assert "same_requests" not in _alignment(_joint(tmp_path, rec))
+
+
 def test_starved_client_does_not_retime(tmp_path):
     """At 40 req/s the bench client read tokens in bursts, tens of ms late: its token times do not
     fit the log's stamps, so the rebuilt timeline stays and the run says why."""
