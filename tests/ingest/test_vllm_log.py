@@ -305,3 +305,52 @@ def test_three_generations_of_the_iteration_line(tmp_path):
     ]
     scope = json.loads(con.execute("select meta from runs where run_id = 'g'").fetchall()[0][0])["elapsed_time_scope"]
     assert "waiting for the executor" in scope  # the report must say what the elapsed time is
+
+
+def _utc(text: str) -> float:
+    import datetime as dt
+
+    return dt.datetime.fromisoformat(text).replace(tzinfo=dt.timezone.utc).timestamp()
+
+
+def test_year_less_stamps_lie_before_the_file_was_written(tmp_path):
+    """vLLM's default stamps have no year: each takes the latest year that puts it before the
+    file's modification time. A log of 30 Nov read after New Year stays in the old year (it was
+    put eleven months after the file was written), and a log over midnight of 31 Dec keeps its
+    order (the first step of the new year was rejected as a year before the one it follows)."""
+    import datetime as dt
+    import os
+    import shutil
+
+    def ingest_copy(name: str, text: str | None, written: str):
+        path = tmp_path / name
+        if text is None:
+            shutil.copy(FIX / "server.log", path)
+        else:
+            path.write_text(text)
+        os.utime(path, (_utc(written), _utc(written)))
+        con = store.connect(tmp_path / f"{name}.duckdb")
+        (res,) = load(con, path, tz="UTC")
+        t = con.execute("select t_end from iterations order by iter").fetchnumpy()["t_end"]
+        year = con.execute("select meta->>'$.assumed_year' from runs").fetchone()[0]
+        return res, t, int(year)
+
+    same, t_same, y_same = ingest_copy("same.log", None, "2026-11-30T05:00:00")
+    late, t_late, y_late = ingest_copy("late.log", None, "2027-01-02T00:00:00")
+    assert y_same == y_late == 2026 and late.accepted == same.accepted
+    np.testing.assert_allclose(t_late, t_same, atol=1e-6)
+    assert _utc("2026-11-30T04:47:00") < t_same.min() < _utc("2026-11-30T04:48:00")
+
+    # the same log moved to straddle midnight of New Year's Eve (its steps run 04:47:27-32): 04:47:30 becomes 00:00:00
+    shift = dt.datetime(2027, 1, 1) - dt.datetime(2026, 11, 30, 4, 47, 30)
+
+    def moved(m: re.Match) -> str:
+        t = dt.datetime.strptime(f"2026-{m.group(1)}", "%Y-%m-%d %H:%M:%S") + shift
+        return t.strftime("%m-%d %H:%M:%S")
+
+    text = re.sub(r"(?<=INFO )(\d\d-\d\d \d\d:\d\d:\d\d)", moved, (FIX / "server.log").read_text())
+    steps = [line for line in text.splitlines() if "Iteration(" in line]
+    assert any("INFO 12-31 23:59:" in x for x in steps) and any("INFO 01-01 00:00:" in x for x in steps)
+    ny, t_ny, y_ny = ingest_copy("newyear.log", text, "2027-01-01T00:01:00")
+    assert (ny.accepted, ny.rejected) == (same.accepted, same.rejected) and y_ny == 2026
+    np.testing.assert_allclose(t_ny - t_same, shift.total_seconds(), atol=1e-6)

@@ -185,20 +185,30 @@ def check_zone(tz: str) -> str:
     return tz
 
 
-def with_log_times(df: pl.DataFrame, prefix: str, assumed_year: int, tz: str = "UTC") -> pl.DataFrame:
+# A year-less stamp is given the latest year that puts it before the file was last written;
+# this much after it is still taken for the same year (a clock set a little wrong).
+YEAR_SLACK_S = 2 * 86400.0
+
+
+def with_log_times(df: pl.DataFrame, prefix: str, written_s: float, tz: str = "UTC") -> pl.DataFrame:
     """``df`` with ``stamp_s`` and ``stamp_resolution_s`` from the text in column ``prefix``.
 
-    ``stamp_s`` is Unix seconds (vLLM's year-less stamps get ``assumed_year``; stamps
-    without a zone are wall time in ``tz``); ``stamp_resolution_s`` is 1.0 for
-    whole-second stamps and 1e-3 or finer otherwise.  Each pattern is matched once,
-    into a column, before the fields are taken apart: as expressions, every field
-    would run its pattern again (4 s instead of 0.3 s on 300k lines).
+    ``stamp_s`` is Unix seconds (stamps without a zone are wall time in ``tz``; vLLM's
+    year-less stamps get the latest year that puts them at or before ``written_s``, the
+    file's modification time, so a log over New Year or read in the next year keeps its
+    order); ``stamp_resolution_s`` is 1.0 for whole-second stamps and 1e-3 or finer
+    otherwise.  Each pattern is matched once, into a column, before the fields are taken
+    apart: as expressions, every field would run its pattern again (4 s instead of 0.3 s
+    on 300k lines).
     """
     p = pl.col(prefix)
     df = df.with_columns(_ep=p.str.extract(_EPOCH, 1), _iso=p.str.extract_groups(_ISO), _vl=p.str.extract_groups(_VLLM))
     epoch, iso, vl = pl.col("_ep"), pl.col("_iso"), pl.col("_vl")
     iso_t = _epoch_s(iso.struct.field("1"), iso.struct.field("2"), tz) + _frac(iso.struct.field("3"))
-    vl_t = _epoch_s(pl.lit(f"{assumed_year}-") + vl.struct.field("1"), vl.struct.field("2"), tz) + _frac(
+    year = stamp_year(written_s, tz)
+    this_year = _epoch_s(pl.lit(f"{year}-") + vl.struct.field("1"), vl.struct.field("2"), tz)
+    last_year = _epoch_s(pl.lit(f"{year - 1}-") + vl.struct.field("1"), vl.struct.field("2"), tz)
+    vl_t = pl.when(this_year > written_s + YEAR_SLACK_S).then(last_year).otherwise(this_year) + _frac(
         vl.struct.field("3")
     )
 
@@ -216,9 +226,16 @@ def with_log_times(df: pl.DataFrame, prefix: str, assumed_year: int, tz: str = "
     ).drop("_ep", "_iso", "_vl")
 
 
-def file_year(path: Path) -> int:
-    """Year to assume for year-less log stamps: the file's modification year."""
-    return dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc).year
+def written_s(path: Path) -> float:
+    """When the file was last written (Unix seconds): year-less log stamps lie before it."""
+    return path.stat().st_mtime
+
+
+def stamp_year(t_s: float, tz: str = "UTC") -> int:
+    """The year of Unix time ``t_s`` on the wall clock of zone ``tz``."""
+    import zoneinfo
+
+    return dt.datetime.fromtimestamp(t_s, zoneinfo.ZoneInfo(tz)).year
 
 
 def reconstruct_ends(stamp_s: pl.Expr, dur_ms: pl.Expr, resolution_s: float = 1.0) -> pl.Expr:

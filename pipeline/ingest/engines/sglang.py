@@ -69,11 +69,11 @@ def _num(kv: str, *keys: str, cast=pl.Float64) -> pl.Expr:
     return pl.coalesce(*[_get(kv, k).str.strip_chars_end("%").cast(cast, strict=False) for k in keys])
 
 
-def _parse(lines: pl.DataFrame, year: int, tz: str = "UTC") -> pl.DataFrame:
+def _parse(lines: pl.DataFrame, written: float, tz: str = "UTC") -> pl.DataFrame:
     raw = pl.col("raw")
     m = raw.str.extract_groups(LINE)
     prefix = raw.str.split_exact(" batch", 1).struct.field("field_0")
-    df = c.with_log_times(lines.filter(raw.str.contains(LINE)).with_columns(_prefix=prefix), "_prefix", year, tz)
+    df = c.with_log_times(lines.filter(raw.str.contains(LINE)).with_columns(_prefix=prefix), "_prefix", written, tz)
     df = df.with_columns(
         phase=m.struct.field("1"),
         sglang_iter=m.struct.field("2").cast(pl.Int64, strict=False),
@@ -133,13 +133,13 @@ def _reasons(df: pl.DataFrame) -> pl.DataFrame:
 def convert_log(
     path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None, tz: str | None = None
 ) -> Iterator[Batch]:
-    year = c.file_year(path)
+    written = c.written_s(path)
     zone = c.check_zone(tz) if tz else c.local_zone()
     goods, bads, total, n_rec = [], [], 0, 0
     for table in reader.lines(path, progress):
         lines = pl.from_arrow(table)
         total += lines.height
-        df = _reasons(_parse(lines, year, zone))
+        df = _reasons(_parse(lines, written, zone))
         n_rec += df.height
         # only rejects keep their text (and the parsed key/value pairs go once read)
         bads.append(df.filter(pl.col("reason").is_not_null()).select("line_no", "reason", "raw"))

@@ -50,13 +50,13 @@ def sniff(path: Path, head: str) -> bool:
     return bool(SNIFF.search(head))
 
 
-def _records(lines: pl.DataFrame, year: int, tz: str = "UTC") -> pl.DataFrame:
+def _records(lines: pl.DataFrame, written: float, tz: str = "UTC") -> pl.DataFrame:
     """Candidate record lines with every field extracted (NULL where absent)."""
     raw = pl.col("raw")
     rec = lines.filter(raw.str.contains(MARK)).with_columns(
         _prefix=raw.str.split_exact("Iteration(", 1).struct.field("field_0")
     )
-    rec = c.with_log_times(rec, "_prefix", year, tz)
+    rec = c.with_log_times(rec, "_prefix", written, tz)
     return (
         rec.with_columns(
             iter=c.int_field(raw, MARK),
@@ -230,7 +230,7 @@ def convert(
 
     Memory is bounded by the record lines (a few hundred bytes each), not the log.
     """
-    year = c.file_year(path)
+    written = c.written_s(path)
     zone = c.check_zone(tz) if tz else c.local_zone()
     goods, bads, head_lines, total, n_rec = [], [], [], 0, 0
     last_stamp = _NO_STAMPS
@@ -239,14 +239,14 @@ def convert(
         total += lines.height
         if not head_lines:
             head_lines.append(lines.head(2000))
-        rec = _records(lines, year, zone)
+        rec = _records(lines, written, zone)
         rec = rec.with_columns(reason=_reason(rec))
         rec, last_stamp = _check_elapsed(rec, last_stamp)
         n_rec += rec.height
         # only rejects keep their text: a step's typed fields are a fraction of its log line
         bads.append(rec.filter(pl.col("reason").is_not_null()).select("line_no", "reason", "raw"))
         goods.append(rec.filter(pl.col("reason").is_null()).drop("raw", "reason"))
-    empty = _records(pl.DataFrame(schema={"line_no": pl.Int64, "raw": pl.String}), year, zone)
+    empty = _records(pl.DataFrame(schema={"line_no": pl.Int64, "raw": pl.String}), written, zone)
     bad = pl.concat(bads) if bads else empty.select("line_no", pl.lit(None, pl.String).alias("reason"), "raw")
     good = (pl.concat(goods) if goods else empty.drop("raw")).sort("line_no")
     del goods
@@ -273,8 +273,11 @@ def convert(
         "near 0 with --async-scheduling",
     )
     if coarse:
-        meta["assumed_year"] = year
-        meta["year_source"] = "file modification time (vLLM's default stamps have no year)"
+        meta["assumed_year"] = c.stamp_year(float(good.get_column("stamp_s").min()), zone)
+        meta["year_source"] = (
+            "file modification time: each stamp takes the latest year that puts it before the file was "
+            "last written (vLLM's default stamps have no year)"
+        )
     if good.height and good.get_column("stamp_resolution_s").max() >= 1.0 or bool(tz):
         # wall-clock stamps without a zone: say which zone they were read in
         meta["timestamps_time_zone"] = zone + ("" if tz else " (this machine's zone; pass --tz to change)")
