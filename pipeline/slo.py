@@ -16,10 +16,15 @@ The layout (docs/reports-and-audit.md, examples/slo.toml)::
     min_index_p01 = 0.9
 
 Every problem is reported as an :class:`~pipeline.errors.InputError` naming the
-file, the section and the key, with the accepted values.
+file, the section and the key, with the accepted values: among them an SLO written twice
+(``ttft_ms.p99`` and ``"ttft_ms.p99"``, or ``p99`` and ``p990``, name the same one), a
+limit out of its range (milliseconds and deadlines > 0, ``std`` >= 0, rates >= 0,
+fractions 0..1) and a ``[fluidity]`` section with deadlines but no limit to check.
 """
 
 from __future__ import annotations
+
+import json
 
 try:
     import tomllib
@@ -32,7 +37,7 @@ from typing import Any
 import duckdb
 
 from .errors import InputError
-from .metrics import METRICS, REQUEST_METRICS, percentile_of
+from .metrics import METRICS, REQUEST_METRICS, percentile_name, percentile_of
 
 # Run-level metrics an [slo] limit may name: every distribution of the registry.
 SLO_METRICS = METRICS
@@ -89,6 +94,24 @@ class SloSpec:
     def empty(self) -> bool:
         return not self.limits and self.goodput is None and self.fluidity is None
 
+    @property
+    def checks_nothing(self) -> bool:
+        """No limit to hold: a [goodput] section without minima only measures (replay, nightly)."""
+        g = self.goodput
+        minima = g is not None and any(
+            m is not None for m in (g.min_attainment, g.min_request_goodput_rps, g.min_token_goodput_tps)
+        )
+        return not self.limits and not minima and not (self.fluidity and self.fluidity.minima)
+
+    def require_checks(self) -> None:
+        """Refuse a file that would pass any run (``audit``, ``fleet --slo``): "PASS (0 checks)" misleads."""
+        if self.checks_nothing:
+            raise InputError(
+                f"{self.path}: sets no limit to check: its [goodput] section has per-request limits but no "
+                "minimum; add min_attainment (e.g. 0.99), min_request_goodput_rps or min_token_goodput_tps, "
+                f"or [slo] limits; {EXAMPLE}"
+            )
+
 
 def _bad(path: str, where: str, what: str) -> InputError:
     return InputError(f"{path}: {where}: {what}; {EXAMPLE}")
@@ -102,23 +125,47 @@ def _number(path: str, where: str, value: object) -> float:
     return float(value)
 
 
-def _flatten(table: dict, prefix: str = "") -> dict[str, object]:
-    """``{"ttft_ms": {"p99": 1}}`` and ``{"ttft_ms.p99": 1}`` both give ``{"ttft_ms.p99": 1}``."""
-    out: dict[str, object] = {}
+def _toml_key(parts: tuple[str, ...]) -> str:
+    """How a key was written: ``ttft_ms.p99`` (dotted) or ``"ttft_ms.p99"`` (one quoted key)."""
+    bare = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-"
+    return ".".join(p if p and all(c in bare for c in p) else json.dumps(p, ensure_ascii=False) for p in parts)
+
+
+def _flatten(path: str, section: str, table: dict, parts: tuple[str, ...] = ()) -> dict[str, tuple[str, object]]:
+    """``{"ttft_ms": {"p99": 1}}`` and ``{"ttft_ms.p99": 1}`` both give ``{"ttft_ms.p99": ("ttft_ms.p99", 1)}``
+    (name -> (the key as written, value)); a name reached both ways is an error, not the later one winning."""
+    out: dict[str, tuple[str, object]] = {}
     for key, value in table.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(_flatten(value, name + "."))
-        else:
-            out[name] = value
+        here = (*parts, key)
+        items = (
+            _flatten(path, section, value, here).items()
+            if isinstance(value, dict)
+            else [(".".join(here), (_toml_key(here), value))]
+        )
+        for name, (written, v) in items:
+            if name in out:
+                raise _bad(
+                    path,
+                    f"{section} {name}",
+                    f"written twice ({out[name][0]} = {out[name][1]!r} and {written} = {v!r} name the same SLO); "
+                    "keep one of them",
+                )
+            out[name] = (written, v)
     return out
+
+
+def _same_stat(stat: str) -> str:
+    """One name per statistic: ``p1``, ``p01`` and ``p010`` are all the 1st percentile (``p01``)."""
+    p = percentile_of(stat)
+    return percentile_name(p) if p is not None else stat
 
 
 def _stat_limits(path: str, table: object) -> tuple[StatLimit, ...]:
     if not isinstance(table, dict):
         raise _bad(path, "[slo]", "must be a table of <metric>.<stat> = limit")
     limits = []
-    for key, value in _flatten(table).items():
+    seen: dict[tuple[str, str], str] = {}
+    for key, (written, value) in _flatten(path, "[slo]", table).items():
         where = f"[slo] {key}"
         metric, _, stat = key.partition(".")
         if metric not in SLO_METRICS:
@@ -130,7 +177,19 @@ def _stat_limits(path: str, table: object) -> tuple[StatLimit, ...]:
                 f"unknown statistic {stat!r}; use p50, p90, p99, p999 (any pNN) or "
                 f"{', '.join(PLAIN_STATS)}, as in {metric}.p99 = 2000",
             )
-        limits.append(StatLimit(metric, stat, _number(path, where, value)))
+        same = seen.setdefault((metric, _same_stat(stat)), written)
+        if same != written:
+            raise _bad(path, where, f"written twice ({same} and {written} are the same statistic); keep one of them")
+        limit = _number(path, where, value)
+        if stat == "std" and limit < 0:
+            raise _bad(
+                path,
+                where,
+                f"a standard deviation is >= 0 ms, got {limit:g}; give an upper limit >= 0, as in {metric}.std = 50",
+            )
+        if stat != "std" and limit <= 0:
+            raise _bad(path, where, f"a limit in milliseconds must be > 0, got {limit:g}; as in {metric}.{stat} = 2000")
+        limits.append(StatLimit(metric, stat, limit))
     return tuple(limits)
 
 
@@ -143,8 +202,13 @@ def _goodput(path: str, table: object) -> GoodputSpec:
         where = f"[goodput] {key}"
         if key in GOODPUT_METRICS:
             limits[key] = _number(path, where, value)
+            if limits[key] <= 0:
+                raise _bad(path, where, f"a per-request limit in milliseconds must be > 0, got {limits[key]:g}")
         elif key in GOODPUT_MINIMA:
             minima[key] = _number(path, where, value)
+            if key != "min_attainment" and minima[key] < 0:
+                unit = "requests/s" if key == "min_request_goodput_rps" else "output tokens/s"
+                raise _bad(path, where, f"a rate is >= 0 ({unit}), got {minima[key]:g}")
         else:
             raise _bad(
                 path,
@@ -170,6 +234,7 @@ def _fluidity(path: str, table: object) -> FluiditySpec:
         if deadlines[key] <= 0:
             raise _bad(path, f"[fluidity] {key}", "must be > 0")
     minima: dict[str, float] = {}
+    seen: dict[str, str] = {}
     for key, value in table.items():
         if key in deadlines:
             continue
@@ -182,9 +247,19 @@ def _fluidity(path: str, table: object) -> FluiditySpec:
                 "unknown key; use ttft_deadline_ms, tbt_deadline_ms and lower limits "
                 "min_index_p01 (any pNN), min_index_mean, min_index_min, min_index_service",
             )
+        same = seen.setdefault(_same_stat(stat), key)
+        if same != key:
+            raise _bad(path, where, f"written twice ({same} and {key} are the same statistic); keep one of them")
         minima[stat] = _number(path, where, value)
         if not 0 <= minima[stat] <= 1:
             raise _bad(path, where, f"the fluidity index is a fraction between 0 and 1, got {minima[stat]}")
+    if not minima:
+        raise _bad(
+            path,
+            "[fluidity]",
+            "has deadlines but no lower limit on the index, so nothing would be checked; add one, "
+            "e.g. min_index_p01 = 0.9 (or min_index_mean, min_index_min, min_index_service)",
+        )
     return FluiditySpec(deadlines["ttft_deadline_ms"], deadlines["tbt_deadline_ms"], minima)
 
 

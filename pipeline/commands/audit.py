@@ -53,6 +53,7 @@ def audit(
     from .. import store
 
     spec = aud.load_slo(slo_path)
+    spec.require_checks()
     con = open_source(db, lake, [run_id], store.always)
     result = aud.audit(con, run_id, spec)
     if junit_path:

@@ -81,6 +81,7 @@ def fleet(
         from ..audit import load_slo
 
         spec = load_slo(slo_path)
+        spec.require_checks()
     out = run_fleet(lake, runs_glob, ray, workers, slo=spec, out=out_dir)
     if junit_path is not None:
         from ..fleet_slo import fleet_junit
