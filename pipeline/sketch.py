@@ -2,8 +2,8 @@
 
 A sketch of one metric of one run holds counts per bucket ``k = ceil(log_g x)`` with
 ``g = (1 + a)/(1 - a)`` (DDSketch's mapping; values <= 0 under ``ZERO_KEY``), so merging is adding
-counts and any quantile of a merged sketch is within a relative error ``a`` of the exact order
-statistic over all values (numpy's ``method="lower"``); count, mean, the sum of squared
+counts and any quantile of a merged sketch is within a relative error ``a`` of the exact
+quantile over all values (linear interpolation, as every percentile of tracelat); count, mean, the sum of squared
 deviations, min and max come with it, so merged mean, std, min and max are exact.
 Used by :mod:`pipeline.fleet` (fleet percentiles) and :mod:`pipeline.fleet_slo` (fleet-wide SLOs).
 """
@@ -68,17 +68,30 @@ def merge(sketches: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def sketch_quantile(counts: dict[int, int], q: float, alpha: float = ALPHA) -> float | None:
-    """DDSketch's estimate: the bucket holding rank floor(q(N-1)), its value 2 g^k / (g + 1)."""
+    """The q-quantile as every percentile of tracelat is defined (linear interpolation between
+    the order statistics of ranks floor(h) and floor(h) + 1, h = q(N - 1)), each order statistic
+    taken as DDSketch's value of the bucket holding its rank, 2 g^k / (g + 1).
+
+    Each is within ``alpha`` (relative) of the exact order statistic, so their interpolation is
+    within ``alpha`` of the exact interpolated quantile (values >= 0). DDSketch's own estimate, the
+    lower order statistic alone, can be further than that from the interpolated quantile where
+    neighbouring values lie far apart (a fleet p99 of 1,340 values was 1.1% low and passed an SLO
+    that the exact p99 broke)."""
     n = sum(counts.values())
     if not n:
         return None
     keys = sorted(counts)
     cum = np.cumsum([counts[k] for k in keys])
-    k = keys[int(np.searchsorted(cum, math.floor(q * (n - 1)), side="right"))]
-    if k == ZERO_KEY:
-        return 0.0
     g = _gamma(alpha)
-    return 2 * g**k / (g + 1)
+
+    def at_rank(r: int) -> float:
+        k = keys[int(np.searchsorted(cum, r, side="right"))]
+        return 0.0 if k == ZERO_KEY else 2 * g**k / (g + 1)
+
+    h = q * (n - 1)
+    lo = math.floor(h)
+    below = at_rank(lo)
+    return below if lo + 1 >= n else below + (h - lo) * (at_rank(lo + 1) - below)
 
 
 def stats(sk: dict[str, Any], alpha: float = ALPHA) -> dict[str, Any]:
