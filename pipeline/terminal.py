@@ -6,7 +6,12 @@ earlier lines, retitle the window or hide text (a log that rewrites the terminal
 Every line the CLI prints goes through :func:`echo`, which drops escape sequences
 whole (so no parameter text is left behind) and then every other control
 character but tab and newline: C0 (carriage return too, which overwrites the
-line), DEL and C1.
+line), DEL and C1, and the bidi formatting characters (U+202E and its kin reorder what
+is shown).
+
+Newline is kept because the CLI's own messages span lines; what a log names is kept
+single-line where it comes in: run ids holding any of these characters, newline and
+tab too (:data:`UNSAFE_IN_ID`), are refused at ingest.
 """
 
 from __future__ import annotations
@@ -24,12 +29,24 @@ _ESCAPES = re.compile(
     r"|\x9b[0-?]*[ -/]*[@-~]?|[\x90\x98\x9d\x9e\x9f].*?(?:\x07|\x9c|\x1b\\|$)",
     re.S,
 )
-_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# Bidi formatting characters (Unicode's Bidi_Control): embeddings, overrides, isolates, marks
+BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_CONTROLS = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{BIDI}]")
+# What a name from a log (a run id) may not hold at all: every C0 control (tab, CR, LF
+# too), DEL, C1 and the bidi formatting characters
+UNSAFE_IN_ID = re.compile(f"[\x00-\x1f\x7f-\x9f{BIDI}]")
 
 
 def clean(text: str) -> str:
-    """``text`` without terminal escape sequences or control characters (tab and newline kept)."""
+    """``text`` without terminal escape sequences, control or bidi formatting characters
+    (tab and newline kept)."""
     return _CONTROLS.sub("", _ESCAPES.sub("", text))
+
+
+def shown_id(text: str) -> str:
+    """``text`` quoted with its unsafe characters escaped (``'esc\\nfake'``, ``'\\u202e'``),
+    for naming a refused id on one line."""
+    return repr(text)
 
 
 def echo(message: Any = None, err: bool = False, nl: bool = True) -> None:

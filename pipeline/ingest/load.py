@@ -20,6 +20,7 @@ import duckdb
 from ..errors import InputError, TracelatError
 from .. import store
 from ..store import scalar
+from ..terminal import UNSAFE_IN_ID, shown_id
 from . import reader
 from .canonical_sql import FIELDS, stage_sql
 from .typed_sql import typed_stage_sql
@@ -82,15 +83,18 @@ class IngestResult:
     removed_runs: list[str] = field(default_factory=list)  # runs of the replaced ingests (they may be gone)
 
     def line(self) -> str:
+        path = str(self.path)
+        if UNSAFE_IN_ID.search(path):  # a newline in a file's name would forge a line of output
+            path = shown_id(path)
         if self.status == "skipped":
-            return f"{self.path}: skipped ({self.note}); name it with --format NAME to ingest it"
+            return f"{path}: skipped ({self.note}); name it with --format NAME to ingest it"
         if self.status == "unchanged":
-            return f"{self.path}: unchanged (same content already ingested{self.note}); use --replace to re-load"
+            return f"{path}: unchanged (same content already ingested{self.note}); use --replace to re-load"
         runs = ", ".join(self.run_ids[:5]) + (" ..." if len(self.run_ids) > 5 else "")
         skipped = f", {self.skipped} skipped" if self.skipped else ""
         gone = [r for r in self.removed_runs if r not in self.run_ids]
         return (
-            f"{self.path} [{self.format}]: {self.lines_read} read, {self.accepted} accepted, "
+            f"{path} [{self.format}]: {self.lines_read} read, {self.accepted} accepted, "
             f"{self.rejected} rejected{skipped}; runs: {runs or 'none'}"
             + (" (replaced)" if self.status == "replaced" else "")
             + (
@@ -464,6 +468,8 @@ def ingest_file(
 
     ``tz`` reaches converters that read local wall-clock stamps (they take a ``tz`` argument).
     """
+    if run_id is not None and UNSAFE_IN_ID.search(run_id) and not _named_after_path(run_id, path):
+        raise InputError(f"--run-id {shown_id(run_id)}: holds {_unsafe(run_id)}; {NO_UNSAFE}; give another --run-id")
     reader.check_file(path)
     shown = str(path)
     default_run = run_id or default_run_id(path)
@@ -539,6 +545,51 @@ class _ShownProgress:
             self.progress(n - used)
 
 
+# Why a run id is refused (printed, a newline in it would forge a line of output, U+202E reorder it)
+NO_UNSAFE = "run ids may not hold control characters (tab and newline included) or bidi formatting characters"
+
+
+def _unsafe(run_id: str) -> str:
+    """The first character of ``run_id`` that no run id may hold, escaped and quoted."""
+    found = UNSAFE_IN_ID.search(run_id)
+    return shown_id(found.group()) if found else "nothing unsafe"
+
+
+def _named_after_path(run_id: str, path: Path) -> bool:
+    """Whether ``run_id`` is the file's name qualified with its folders (the run name an ingest
+    gives files whose names collide), not a --run-id."""
+    parents = path.resolve().parent.parts
+    stem = default_run_id(path)
+    return any("/".join((*parents[-d:], stem)).lstrip("/") == run_id for d in range(1, len(parents) + 1))
+
+
+def _refuse_unsafe_runs(con: duckdb.DuckDBPyConnection, result: IngestResult, ingest_id: int, default_run: str) -> None:
+    """Refuse the file when a run it brings has a control or bidi formatting character in its id:
+    printed, a newline in it would forge a line of output, U+202E would reorder it.  Only the
+    file's few distinct runs are looked at; the error rolls the file's transaction back."""
+    bad = next((r for r in result.run_ids if UNSAFE_IN_ID.search(r)), None)
+    if bad is None:
+        return
+    if bad.startswith(default_run) and UNSAFE_IN_ID.search(default_run):  # a converter may suffix it
+        raise InputError(
+            f"{result.path}: its records that name no run take the run id {shown_id(bad)} from the file's "
+            f"name, which holds {_unsafe(bad)}; {NO_UNSAFE}; give --run-id NAME (or rename the file); "
+            "nothing of the file was stored"
+        )
+    first = scalar(
+        con,
+        "select min(line_no) from (select line_no from run_records where ingest_id = $i and run_id = $r "
+        "union all select line_no from iterations where ingest_id = $i and run_id = $r "
+        "union all select line_no from requests where ingest_id = $i and run_id = $r) where line_no > 0",
+        {"i": ingest_id, "r": bad},
+    )
+    at = f" (first at line {first})" if first is not None else ""
+    raise InputError(
+        f"{result.path}: run id {shown_id(bad)}{at} holds {_unsafe(bad)}; {NO_UNSAFE}; rename the run id in "
+        "the file (records that name no run take --run-id NAME); nothing of the file was stored"
+    )
+
+
 def _same_size_ingested(con: duckdb.DuckDBPyConnection, path: Path, default_run: str) -> bool:
     return bool(
         scalar(
@@ -589,6 +640,7 @@ def _ingest_transaction(
                 {"i": ingest_id},
             ).fetchall()
         ]
+        _refuse_unsafe_runs(con, result, ingest_id, default_run)
         con.execute(
             "insert into ingests values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [

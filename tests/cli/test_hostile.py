@@ -49,12 +49,18 @@ def test_store_file_name_is_not_sql(tmp_path, name):
 
 
 ESC_RUN = "run\x1b[2J\x1b]0;pwned\x07\rX\x9b31m"
-ESC_MODEL = "model\x1b[31mred\x1bc\x7f\x08"
+ESC_MODEL = "model\x1b[31mred\x1bc\x7f\x08\u202e"
+
+
+def no_bad_chars(text: str) -> set[str]:
+    """Control characters but tab and newline, and bidi formatting characters, in ``text``."""
+    bidi = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+    return {c for c in text if (ord(c) < 32 and c not in "\t\n") or 0x7F <= ord(c) <= 0x9F or c in bidi}
 
 
 def test_terminal_output_holds_no_control_characters(tmp_path):
     lines = [json.loads(x) for x in TINY.read_text().splitlines()]
-    lines[0] |= {"run_id": ESC_RUN, "model": ESC_MODEL}
+    lines[0] |= {"run_id": "run", "model": ESC_MODEL}
     bad = '{"kind":"request","req_id":"\\u001b[2Jr9","t_arrival":"\x1b[1Aoops"}'
     trace = tmp_path / "esc\x1b[1m.jsonl"
     trace.write_text("\n".join([*map(json.dumps, lines), bad]) + "\n")
@@ -62,21 +68,108 @@ def test_terminal_output_holds_no_control_characters(tmp_path):
     outputs = [
         run("ingest", str(trace), "--db", db),
         run("runs", "--db", db),
-        run("summary", ESC_RUN, "--db", db),
+        run("summary", "run", "--db", db),
         run("rejects", "--db", db),
-        run("report", ESC_RUN, "--db", db, "--out", str(tmp_path / "rep")),
+        run("report", "run", "--db", db, "--out", str(tmp_path / "rep")),
         run("summary", "nope\x1b[2J", "--db", db),  # the error lists the known runs
-        run("summary", ESC_RUN, "--db", db, "--bogus\x1b[2J"),
-    ]  # click's usage error quotes the option
-    assert [r.returncode for r in outputs] == [0, 0, 0, 0, 0, 2, 2], [r.stderr for r in outputs]
+        run("summary", "run", "--db", db, "--bogus\x1b[2J"),  # click's usage error quotes the option
+        run("ingest", str(tiny_as(tmp_path, ESC_RUN)), "--db", db),  # such a run id is refused
+        run("summary", ESC_RUN, "--db", db),
+    ]
+    assert [r.returncode for r in outputs] == [0, 0, 0, 0, 0, 2, 2, 2, 2], [r.stderr for r in outputs]
     for r in outputs:
         for text in (r.stdout, r.stderr):
-            bad_chars = {c for c in text if (ord(c) < 32 and c not in "\t\n") or 0x7F <= ord(c) <= 0x9F}
-            assert not bad_chars, (r.args, text)
+            assert not no_bad_chars(text), (r.args, text)
     # the names are still shown, without their escapes
-    assert "run]0;pwnedX31m" not in outputs[1].stdout  # whole sequences go, not only the ESC byte
-    assert "runX " in outputs[1].stdout and "modelred" in outputs[1].stdout
-    assert "known runs: runX)" in outputs[5].stderr
+    assert "modelred" in outputs[1].stdout and "red\u202e" not in outputs[1].stdout
+    assert "known runs: run)" in outputs[5].stderr
+    assert "\\x1b[2J\\x1b]0;pwned\\x07\\rX\\x9b31m" in outputs[7].stderr  # the refused id, escaped
+
+
+FORGED = "esc\nfake: PASS"
+
+
+def stored_runs(db: str) -> list[str]:
+    con = duckdb.connect(db, read_only=True)
+    try:
+        return [
+            r[0]
+            for r in con.execute(
+                "select run_id from runs union select run_id from run_records union select run_id from requests "
+                "union select run_id from iterations union select unnest(run_ids) from ingests order by 1"
+            ).fetchall()
+        ]
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("run_id", [FORGED, "evil\u202eSSAP", "tab\there", "cr\rX", "del\x7f", "c1\x85"])
+def test_run_id_with_control_or_bidi_characters_is_refused_at_ingest(tmp_path, run_id):
+    # printed, a newline in a run id would forge a line ("fake: PASS") of `ingest`, `runs` or
+    # `audit`; U+202E would reorder what is shown. The file is refused, nothing of it stored;
+    # a file before it in the same command stays loaded
+    db = str(tmp_path / "h.duckdb")
+    good, bad = tiny_as(tmp_path, "good"), tiny_as(tmp_path, run_id)
+    r = run("ingest", str(good), str(bad), "--db", db)
+    assert r.returncode == 2, r.stderr
+    assert r.stdout == ""
+    err = r.stderr.strip()
+    assert err.startswith("Error: ") and "\n" not in err, r.stderr
+    assert not no_bad_chars(r.stderr)
+    assert f"{bad}: run id {run_id!r} (first at line 1)" in err
+    assert "rename the run id in the file" in err and "--run-id" in err
+    assert "were ingested and kept" in err
+    assert stored_runs(db) == ["good"]
+    r = run("runs", "--db", db)
+    assert r.returncode == 0 and "fake" not in r.stdout and "evil" not in r.stdout
+
+
+def test_run_id_with_a_newline_is_refused_by_a_lake_ingest(tmp_path):
+    lake = tmp_path / "lake"
+    r = run("ingest", str(tiny_as(tmp_path, "good")), "--lake", str(lake))
+    assert r.returncode == 0, r.stderr
+    r = run("ingest", str(tiny_as(tmp_path, FORGED)), "--lake", str(lake))
+    assert r.returncode == 2, r.stderr
+    assert "run id 'esc\\nfake: PASS'" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    r = run("runs", "--lake", str(lake))
+    assert r.returncode == 0, r.stderr
+    assert "good" in r.stdout and "fake" not in r.stdout
+
+
+@pytest.mark.parametrize("run_id", ["a\nb", "a\u202eb", "a\tb"])
+def test_run_id_option_with_control_or_bidi_characters_is_refused(tmp_path, run_id):
+    db = str(tmp_path / "o.duckdb")
+    r = run("ingest", str(TINY), "--run-id", run_id, "--db", db)
+    assert r.returncode == 2
+    assert r.stderr.startswith(f"Error: --run-id {run_id!r}: ") and r.stderr.count("\n") == 1, r.stderr
+    assert not no_bad_chars(r.stderr)
+    assert not Path(db).exists() or stored_runs(db) == []
+
+
+def test_run_id_from_a_file_name_with_a_newline_is_refused(tmp_path):
+    lines = [json.loads(x) for x in TINY.read_text().splitlines()]
+    del lines[0]["run_id"]  # its records take the file's name
+    trace = tmp_path / "x\nfake: PASS.jsonl"
+    trace.write_text("\n".join(map(json.dumps, lines)) + "\n")
+    db = str(tmp_path / "f.duckdb")
+    r = run("ingest", str(trace), "--db", db)
+    assert r.returncode == 2
+    assert "'x\\nfake: PASS' from the file's name" in r.stderr and "give --run-id NAME" in r.stderr, r.stderr
+    assert stored_runs(db) == []
+    r = run("ingest", str(trace), "--run-id", "named", "--db", db)  # the fix it names
+    assert r.returncode == 0, r.stderr
+    assert stored_runs(db) == ["named"]
+    # the ingest line names the file on one line, its newline escaped: no forged "fake: PASS" line
+    assert not any(line.startswith("fake: PASS") for line in r.stdout.splitlines()), r.stdout
+    assert "x\\nfake: PASS.jsonl' [jsonl]: " in r.stdout, r.stdout
+
+
+def test_clean_drops_bidi_formatting_characters():
+    from pipeline.terminal import clean
+
+    bidi = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+    assert clean(f"ok{bidi}\u202eSSAP: run\tx\ny") == "okSSAP: run\tx\ny"
+    assert clean("caf\u00e9 \u4e2d\u200d") == "caf\u00e9 \u4e2d\u200d"  # other text stays
 
 
 def test_run_ids_that_reduce_to_one_name_get_their_own_report_folders(tmp_path):
