@@ -46,6 +46,20 @@ def run_end(con: duckdb.DuckDBPyConnection, run_id: str) -> float | None:
     return store.rows(con, "fit/run_span", {"run_id": run_id})[0][1]
 
 
+def run_zone(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
+    """The zone the run's log stamps were read in (``--tz`` at ingest, or the machine's zone
+    then), which is how the user reads times off the log; UTC for runs without wall-clock stamps."""
+    import zoneinfo
+
+    zone = store.scalar(con, "select meta->>'$.timestamps_time_zone' from runs where run_id = ?", [run_id])
+    name = str(zone or "UTC").split(" ")[0]
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return "UTC"
+    return name
+
+
 def check_window(
     con: duckdb.DuckDBPyConnection, run_id: str, lo: float, hi: float, t_from: str | None, t_to: str | None
 ) -> None:
@@ -58,6 +72,9 @@ def check_window(
         return
     unix = start >= UNIX_CLOCK_MIN
     span = f"{show_time(start, start, unix)} .. {show_time(end, start, unix)}"
+    zone = run_zone(con, run_id)
+    if unix and zone != "UTC":  # the times the user reads off the log
+        span += f"; in {zone}, the log's zone: {_wall(start, zone)} .. {_wall(end, zone)}"
     if lo > end:
         raise InputError(f"--from {t_from} lies after the run's end (the run spans {span})")
     if hi < start:
@@ -76,13 +93,23 @@ def show_time(t: float | None, start: float | None, unix: bool) -> str:
     return f"{iso} ({rel})"
 
 
+def _wall(t: float, zone: str) -> str:
+    import zoneinfo
+
+    return dt.datetime.fromtimestamp(t, zoneinfo.ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M:%S")
+
+
 def parse_time(text: str | None, con: duckdb.DuckDBPyConnection, run_id: str, default: float) -> float:
     """A window bound on the run's clock (seconds).
 
     Accepts seconds since the run's start (``90``, ``1.5``), an absolute clock value
     (``@1700000123.5``), or, for unix-clock runs, an ISO date-time or a time of day
-    in UTC (``2024-05-01T14:03:00``, ``14:03``, ``14:03:30``; the run's start date).
+    (``2024-05-01T14:03:00``, ``14:03``, ``14:03:30``; the run's start date) read in the
+    zone of the run's log stamps (:func:`run_zone`: what the log shows), unless it names
+    its own zone (``...Z``, ``...+02:00``).
     """
+    import zoneinfo
+
     if text is None:
         return default
     s = text.strip()
@@ -93,14 +120,15 @@ def parse_time(text: str | None, con: duckdb.DuckDBPyConnection, run_id: str, de
         return start + float(s)
     except ValueError:
         pass
+    zone = zoneinfo.ZoneInfo(run_zone(con, run_id))
     try:
         if re.fullmatch(r"\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?", s):
-            day = dt.datetime.fromtimestamp(start, dt.timezone.utc).date()
-            t = dt.datetime.combine(day, dt.time.fromisoformat(s), dt.timezone.utc)
+            day = dt.datetime.fromtimestamp(start, zone).date()
+            t = dt.datetime.combine(day, dt.time.fromisoformat(s), zone)
         else:
             # Python 3.10's fromisoformat does not take the "Z" suffix that most tools print
             t = dt.datetime.fromisoformat(s[:-1] + "+00:00" if s[-1:] in ("Z", "z") else s)
-            t = t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+            t = t if t.tzinfo else t.replace(tzinfo=zone)
     except (ValueError, OverflowError, OSError) as exc:
         raise InputError(
             f"time {text!r}: not seconds since the run's start, @<clock seconds>, an ISO date-time or HH:MM[:SS]"

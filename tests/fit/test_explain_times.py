@@ -84,3 +84,22 @@ def test_fit_hardware_line_has_no_none():
     )
     text = format_fit(f)
     assert "hardware: model ?, GPU H100 x?, weights ?, KV ?" in text and "None" not in text
+
+
+def test_times_of_day_are_read_in_the_zone_of_the_log(tmp_path):
+    """A log read with --tz Europe/Berlin shows 04:47; --from 04:47:29 means that wall time, not
+    04:47:29 UTC (an hour after the run: it used to say the window lies after the run's end)."""
+    db = tmp_path / "tz.duckdb"
+    code, out = cli(
+        "ingest", FIX / "server.log", FIX / "bench.json", "--run-id", "tz", "--tz", "Europe/Berlin", "--db", db
+    )
+    assert code == 0, out
+    code, local = cli("explain", "tz", "--db", db, "--from", "04:47:29", "--to", "04:47:31")
+    assert code == 0, local
+    code, utc = cli("explain", "tz", "--db", db, "--from", "2026-11-30T03:47:29Z", "--to", "2026-11-30T03:47:31Z")
+    assert code == 0, utc
+    assert local.splitlines()[0] == utc.splitlines()[0]
+    assert "(requests arriving 2026-11-30T03:47:29.000Z" in local.splitlines()[0]
+    code, out = cli("explain", "tz", "--db", db, "--from", "2026-11-30T04:48:00")  # naive ISO: the log's zone too
+    assert code == 2 and "lies after the run's end" in out, out
+    assert "in Europe/Berlin, the log's zone: 2026-11-30 04:47:" in out, out
