@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import importlib
 import io
-import re
 import sys
 
 import click
 
 from . import __version__
-from .errors import TracelatError
+from .errors import MAX_MESSAGE, TracelatError, one_line  # noqa: F401  (MAX_MESSAGE: part of this module's API)
 from .terminal import echo
 
 # name -> (module, attribute, one-line help shown by `tracelat --help`)
@@ -118,16 +117,6 @@ def cli(debug: bool) -> None:
 
     Documentation: docs/ in the repository (docs/cli.md lists every command).
     """
-
-
-MAX_MESSAGE = 1000
-
-
-def one_line(exc: BaseException) -> str:
-    """The message on one line and at most MAX_MESSAGE characters: library errors can run
-    over several lines, and some quote the whole offending input (12 KB of nested JSON)."""
-    text = re.sub(r"[ \t]*\n\s*", " ", str(exc).strip())  # other control characters: echo's clean()
-    return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE] + f" ... ({len(text)} characters)"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 
 
@@ -36,3 +37,13 @@ def writing(option: str, path: object) -> Iterator[None]:
     except OSError as exc:
         why = exc.strerror or str(exc)
         raise InputError(f"cannot write {option} {path}: {why}; choose a writable path (or free disk space)") from exc
+
+
+MAX_MESSAGE = 1000
+
+
+def one_line(exc: BaseException) -> str:
+    """The message on one line and at most MAX_MESSAGE characters: library errors can run
+    over several lines, and some quote the whole offending input (12 KB of nested JSON)."""
+    text = re.sub(r"[ \t]*\n\s*", " ", str(exc).strip())  # other control characters: echo's clean()
+    return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE] + f" ... ({len(text)} characters)"

@@ -6,20 +6,48 @@ from pathlib import Path
 
 import click
 
-from ..errors import CheckFailed
+from ..errors import CheckFailed, TracelatError
 from ..terminal import echo
 
 from .options import dumps, json_option
 
 
-def _label(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+def _labels(value: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """``KEY=VALUE`` items; parsed in the command (not a click callback) so that a bad one
+    still rewrites the --junit file with an error."""
     out = []
     for item in value:
         key, sep, val = item.partition("=")
         if not sep or not key.strip():
-            raise click.BadParameter(f"{item!r}: expected KEY=VALUE", ctx, param)
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint="'--label'")
         out.append((key.strip(), val))
     return tuple(out)
+
+
+def _message(exc: BaseException) -> str:
+    """The error as the CLI's handler words it (one line)."""
+    from ..errors import one_line
+
+    if isinstance(exc, click.ClickException):
+        return exc.format_message()
+    if isinstance(exc, TracelatError):
+        return one_line(exc)
+    if isinstance(exc, OSError):
+        where = f" {exc.filename}" if exc.filename else ""
+        return f"cannot read or write{where}: {exc.strerror or one_line(exc)}"
+    return f"{type(exc).__name__}: {one_line(exc)}"
+
+
+def _junit_error(path: Path, exc: BaseException) -> None:
+    """A failed night replaces the --junit file by one ``<error>`` testcase: CI must not show
+    the last good night's file.  A path that cannot be written leaves the first error to report."""
+    from ..nightly.junit import error_junit
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(error_junit(f"tracelat nightly failed: {_message(exc)}"))
+    except OSError:
+        pass
 
 
 @click.command()
@@ -35,7 +63,6 @@ def _label(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -
     "--label",
     "labels",
     multiple=True,
-    callback=_label,
     metavar="KEY=VALUE",
     help="Label tonight's run (date=YYYY-MM-DD orders the nights; commit=..., anything). Repeatable.",
 )
@@ -77,7 +104,7 @@ def _label(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -
 def nightly(
     paths: tuple[Path, ...],
     history: Path,
-    labels: tuple[tuple[str, str], ...],
+    labels: tuple[str, ...],
     slo_path: Path | None,
     baseline: str,
     out_dir: Path | None,
@@ -95,7 +122,11 @@ def nightly(
     Exit codes: 0 fine; 1 an SLO is violated or a new change point for the
     worse (E-divisive means, permutation test) appeared tonight; 2 usage or
     data error: the night failed and the history is unchanged.
-    Re-running a night with the same files adds nothing to the history.
+    Re-running a night with the same files adds nothing to the history and
+    reports the night as recorded: its SLO file, labels, baseline and
+    --min-change of then, whatever this run gives (a warning names the options
+    ignored; record it again in another --history). On exit 2, --junit is
+    rewritten with the error, so CI never shows an older night's result.
 
     \b
     Example (cron or CI, once a night):
@@ -104,7 +135,17 @@ def nightly(
     """
     from ..nightly.job import Options, run
 
-    outcome = run(Options(paths, history, labels, slo_path, baseline, out_dir, junit_path, run_id, fmt, min_change))
+    try:
+        opts = Options(
+            paths, history, _labels(labels), slo_path, baseline, out_dir, junit_path, run_id, fmt, min_change
+        )
+        outcome = run(opts)
+    except Exception as exc:  # exit 2 (or 3): the night failed, whatever the cause
+        if junit_path is not None:
+            _junit_error(junit_path, exc)
+        raise
+    for note in outcome.notes:
+        echo(note, err=True)
     if as_json:
         echo(dumps(outcome.to_dict()))
     else:

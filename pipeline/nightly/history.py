@@ -20,6 +20,7 @@ bad input has run.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -38,8 +39,11 @@ from .stats import Stat
 SCHEMA = """
 create table if not exists nightly_runs (
     seq bigint, run_id varchar, night date, labels json, digest varchar, source_run varchar,
-    store varchar, slo_verdict varchar, slo_failed varchar[], report varchar, t_recorded timestamp
+    store varchar, slo_verdict varchar, slo_failed varchar[], report varchar, t_recorded timestamp,
+    options json
 );
+-- histories written before the night's options were kept
+alter table nightly_runs add column if not exists options json;
 create table if not exists nightly_history (
     run_id varchar, seq bigint, night date, metric varchar, value double, ci_low double, ci_high double
 );
@@ -65,6 +69,9 @@ class Night:
     slo_verdict: str | None = None
     slo_failed: tuple[str, ...] = ()
     report: str | None = None
+    # the options the night was recorded with (:func:`pipeline.nightly.job.recorded_options`): the SLO
+    # file's path and content, --baseline, --min-change; empty for nights of an older history
+    options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -129,11 +136,23 @@ class History:
     def nights(self) -> list[Night]:
         """Every night, in history order (date, then the order they were recorded)."""
         rows = self.con.execute(
-            "select seq, run_id, night::varchar, labels, digest, source_run, store, slo_verdict, slo_failed, report "
-            "from nightly_runs order by night, seq"
+            "select seq, run_id, night::varchar, labels, digest, source_run, store, slo_verdict, slo_failed, report, "
+            "options from nightly_runs order by night, seq"
         ).fetchall()
         return [
-            Night(r[0], r[1], r[2], json.loads(r[3]) if r[3] else {}, r[4], r[5], r[6], r[7], tuple(r[8] or ()), r[9])
+            Night(
+                r[0],
+                r[1],
+                r[2],
+                json.loads(r[3]) if r[3] else {},
+                r[4],
+                r[5],
+                r[6],
+                r[7],
+                tuple(r[8] or ()),
+                r[9],
+                json.loads(r[10]) if r[10] else {},
+            )
             for r in rows
         ]
 
@@ -164,8 +183,9 @@ class History:
         with transaction(self.con):  # a failed commit reports its cause, not "no transaction is active"
             seq = int(self.con.execute("select coalesce(max(seq), 0) + 1 from nightly_runs").fetchone()[0])
             self.con.execute(
-                "insert into nightly_runs values ($seq, $id, $night::date, $labels, $digest, $src, $store, $verdict, "
-                "$failed, $report, now()::timestamp)",
+                "insert into nightly_runs (seq, run_id, night, labels, digest, source_run, store, slo_verdict, "
+                "slo_failed, report, t_recorded, options) values ($seq, $id, $night::date, $labels, $digest, $src, "
+                "$store, $verdict, $failed, $report, now()::timestamp, $options)",
                 {
                     "seq": seq,
                     "id": night.run_id,
@@ -177,6 +197,7 @@ class History:
                     "verdict": night.slo_verdict,
                     "failed": list(night.slo_failed),
                     "report": night.report,
+                    "options": json.dumps(night.options),
                 },
             )
             if stats:
@@ -196,18 +217,7 @@ class History:
                     {"id": night.run_id, "seq": seq, "night": night.night},
                 )
                 self.con.unregister("_night_stats")
-        return Night(
-            seq,
-            night.run_id,
-            night.night,
-            night.labels,
-            night.digest,
-            night.source_run,
-            night.store,
-            night.slo_verdict,
-            night.slo_failed,
-            night.report,
-        )
+        return dataclasses.replace(night, seq=seq)
 
     def series(self) -> pl.DataFrame:
         """``nightly_history`` in history order: run_id, seq, night, metric, value, ci_low, ci_high."""
@@ -217,11 +227,52 @@ class History:
         ).pl()
 
 
+# What the ``config`` label digests: the served system's configuration, never a measured result.
+# Run columns: the engine, model, GPUs and data types.
+CONFIG_RUN_KEYS = ("engine", "model", "gpu", "num_gpus", "dtype", "kv_dtype")
+# Keys of the run's ``meta``: scheduler and KV-cache settings as the ingestors record them (vLLM's
+# start-up arguments and KV-cache size, TensorRT-LLM's limits, the simulator's Policy and its
+# iteration-time and noise models).  Everything else in ``meta`` is left out: workload results
+# (duration, token means), the benchmark's own summary, clock origins, timestamp details,
+# descriptions of the input format, and workload settings (the load is not the engine's config).
+CONFIG_META_KEYS = (
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "chunked_prefill",
+    "prefix_caching",
+    "enable_prefix_caching",
+    "admit_full_prompt",
+    "scheduler_reserve_full_isl",
+    "tensor_parallel_size",
+    "gpu_memory_utilization",
+    "kv_cache_memory_bytes",
+    "kv_block_size",
+    "num_gpu_blocks",
+    "kv_cache_tokens",
+    "kv_capacity_tokens",
+    "dp_engines",
+    "iteration_model",
+    "noise",
+)
+
+
+def config_digest(run: dict[str, Any]) -> str | None:
+    """12 hex digits of the run's configuration (:data:`CONFIG_RUN_KEYS`, :data:`CONFIG_META_KEYS`);
+    ``None`` when the run records none of it.  Nights with the same settings share a digest."""
+    meta = run.get("meta") if isinstance(run.get("meta"), dict) else {}
+    config = {f"run.{k}": run[k] for k in CONFIG_RUN_KEYS if run.get(k) is not None}
+    config |= {k: meta[k] for k in CONFIG_META_KEYS if meta.get(k) is not None}
+    if not config:
+        return None
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
 def labels_of(summary: dict[str, Any], date: str, given: dict[str, str]) -> dict[str, str]:
     """Date, commit, engine version and config of a night, plus the ``--label`` items (which win).
 
     The commit comes from the CI's usual variables when no label gives it; the config
-    is a short digest of the run's metadata (scheduler settings the engine logged).
+    is a short digest of the run's configuration (:func:`config_digest`).
     """
     import os
 
@@ -233,9 +284,9 @@ def labels_of(summary: dict[str, Any], date: str, given: dict[str, str]) -> dict
     for key in ("engine", "engine_version", "model", "gpu"):
         if run.get(key):
             out[key] = str(run[key])
-    meta = run.get("meta")
-    if meta:
-        out["config"] = hashlib.sha256(json.dumps(meta, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    config = config_digest(run)
+    if config:
+        out["config"] = config
     out.update(given)
     return out
 

@@ -8,16 +8,24 @@ Order matters for the two promises of the command:
   one transaction;
 * re-running a night with the same input files (same content) adds nothing: the
   night is found by the digest of the files and everything after the recording
-  step is redone for it, as of that night.
+  step is redone for it, as of that night: with the options it was recorded with
+  (SLO file content, --baseline, --min-change, labels), whatever this run gives;
+  options that differ are named in a warning (:func:`as_recorded`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 from ..errors import InputError
 from . import analysis
@@ -57,6 +65,26 @@ class Outcome:
     files: dict[str, str] = field(default_factory=dict)
     markdown: str = ""
     min_change: float = 0.05
+    # a re-run: this run's options that differ from the recorded night's (ignored)
+    ignored_options: list[str] = field(default_factory=list)
+
+    @property
+    def notes(self) -> list[str]:
+        """Lines for the terminal (stderr) about a re-run; empty for a new night."""
+        if self.recorded:
+            return []
+        n = self.night
+        lines = [
+            f"Note: these input files were recorded before as night {n.run_id} ({n.night}): nothing was added "
+            "to the history; the night is reported as recorded (same verdict, same exit code)"
+        ]
+        if self.ignored_options:
+            lines.append(
+                f"Warning: night {n.run_id} was recorded with other options; the options of this run are ignored: "
+                + "; ".join(self.ignored_options)
+                + ". A recorded night never changes: to record these files with other options, use another --history"
+            )
+        return lines
 
     @property
     def failing_changes(self) -> list[analysis.Change]:
@@ -100,6 +128,7 @@ class Outcome:
             "change_points": [cp(c) for c in self.change_points],
             "new_change_points": [cp(c) for c in self.new_change_points],
             "open_regressions": self.open_regressions,
+            "ignored_options": self.ignored_options,
             "files": self.files,
         }
 
@@ -119,7 +148,60 @@ def _remove_store(path: Path) -> None:
             p.unlink()
 
 
-def _stage(opts: Options, hist: History, digest: str, spec: Any) -> Night:
+def recorded_options(opts: Options, slo_text: str | None) -> dict[str, Any]:
+    """What a night keeps of its options, so that a re-run reports it as it was recorded."""
+    slo = None
+    if opts.slo is not None and slo_text is not None:
+        slo = {"path": str(opts.slo), "sha256": hashlib.sha256(slo_text.encode()).hexdigest(), "text": slo_text}
+    return {"slo": slo, "baseline": opts.baseline, "min_change": opts.min_change}
+
+
+def as_recorded(opts: Options, night: Night, spec: Any, slo_text: str | None) -> tuple[Options, Any, list[str]]:
+    """The options and SLO spec a recorded night is reported with, and this run's options that
+    differ from them (ignored).  A night of an older history (no options kept) keeps this run's
+    --baseline and --min-change; its SLO file must give the recorded verdict (:func:`.outputs.finish`)."""
+    from ..slo import parse_slo
+
+    given = _labels(opts.labels)
+    ignored = [
+        f"--label {k}={v} (recorded: " + (f"{k}={night.labels[k]})" if k in night.labels else "no such label)")
+        for k, v in given.items()
+        if night.labels.get(k) != v
+    ]
+    if opts.run_id is not None and opts.run_id != night.run_id:
+        ignored.append(f"--run-id {opts.run_id} (recorded: {night.run_id})")
+    rec = night.options
+    if not rec:  # an older history: the SLO file was not kept
+        if night.slo_verdict is None and opts.slo is not None:
+            ignored.append(f"--slo {opts.slo} (recorded: no SLO file)")
+            return replace(opts, slo=None), None, ignored
+        return opts, spec, ignored
+    slo = rec.get("slo")
+    if slo is None and opts.slo is not None:
+        ignored.append(f"--slo {opts.slo} (recorded: no SLO file)")
+    elif slo is not None and opts.slo is None:
+        ignored.append(f"no --slo (recorded: SLO file {slo['path']})")
+    elif slo is not None and hashlib.sha256((slo_text or "").encode()).hexdigest() != slo["sha256"]:
+        ignored.append(f"--slo {opts.slo} (recorded: SLO file {slo['path']} with other content)")
+    if slo is not None:
+        try:
+            spec = parse_slo(tomllib.loads(slo["text"]), slo["path"])
+        except tomllib.TOMLDecodeError as exc:  # written by this code: only a damaged history gets here
+            raise InputError(
+                f"night {night.run_id}: the SLO file recorded in the history cannot be read: {exc}"
+            ) from exc
+    else:
+        spec = None
+    baseline, min_change = rec.get("baseline", opts.baseline), rec.get("min_change", opts.min_change)
+    if baseline != opts.baseline:
+        ignored.append(f"--baseline {opts.baseline} (recorded: {baseline})")
+    if min_change != opts.min_change:
+        ignored.append(f"--min-change {opts.min_change:g} (recorded: {min_change:g})")
+    path = None if slo is None else Path(slo["path"])
+    return replace(opts, slo=path, baseline=baseline, min_change=min_change), spec, ignored
+
+
+def _stage(opts: Options, hist: History, digest: str, spec: Any, slo_text: str | None) -> Night:
     """Ingest tonight into its own store and record it; nothing stays behind on failure."""
     from .. import audit as aud
     from .. import store
@@ -171,6 +253,7 @@ def _stage(opts: Options, hist: History, digest: str, spec: Any) -> Night:
         str(final.relative_to(hist.dir)),
         result.verdict if result else None,
         failed,
+        options=recorded_options(opts, slo_text),
     )
     try:
         return hist.record(night, stats)
@@ -185,6 +268,7 @@ def run(opts: Options) -> Outcome:
     from ..ingest import expand
 
     spec = aud.load_slo(opts.slo) if opts.slo is not None else None  # a bad SLO file fails before any work
+    slo_text = opts.slo.read_text(encoding="utf-8") if opts.slo is not None else None
     files = [f for f, _ in expand(Path(p) for p in opts.paths)]
     hist = History(opts.history)
     try:
@@ -193,11 +277,13 @@ def run(opts: Options) -> Outcome:
             raise InputError(f"--baseline {opts.baseline!r} is not a night of the history (latest: {known})")
         digest = content_digest(files)
         night = hist.by_digest(digest)
-        recorded = night is None
-        if night is None:
-            night = _stage(opts, hist, digest, spec)
         from .outputs import finish
 
-        return finish(opts, hist, night, recorded, spec)
+        if night is None:
+            night = _stage(opts, hist, digest, spec, slo_text)
+            return finish(opts, hist, night, True, spec)
+        # a re-run: reported as recorded, with the options it was recorded with
+        rerun, spec, ignored = as_recorded(opts, night, spec, slo_text)
+        return finish(rerun, hist, night, False, spec, ignored)
     finally:
         hist.close()

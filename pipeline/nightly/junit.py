@@ -52,3 +52,25 @@ def nightly_junit(audit_xml: bytes | None, outcome: Any, metrics: list[str]) -> 
         root.set(key, str(total))
     ET.indent(root)
     return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
+
+
+def error_junit(message: str, night: str | None = None) -> bytes:
+    """JUnit XML for a night that failed (exit 2): one testcase with an ``<error>`` carrying
+    ``message``, so that CI shows a broken night instead of the last night's file."""
+    msg = xml_clean(message)
+    root = ET.Element("testsuites", name="tracelat nightly", tests="1", failures="0", errors="1")
+    suite = _el(
+        root,
+        "testsuite",
+        name="tracelat nightly" + (f" {night}" if night else ""),
+        tests=1,
+        failures=0,
+        errors=1,
+        skipped=0,
+        time="0",
+    )
+    case = _el(suite, "testcase", classname="tracelat.nightly.night", name="the night runs", time="0")
+    node = _el(case, "error", message=msg, type="NightlyError")
+    node.text = msg
+    ET.indent(root)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
 from . import analysis
 from .history import History, Night, folder_name, set_report
 
@@ -62,10 +63,30 @@ def _compare(base: Night, night: Night, hist: History, con: Any, out_dir: Path) 
     }
 
 
-def finish(opts: Any, hist: History, night: Night, recorded: bool, spec: Any):
-    """Everything after recording: returns the :class:`~.job.Outcome`."""
+def _check_verdict(night: Night, audit: Any) -> None:
+    """A re-run reports the verdict the night was recorded with; refuse (before writing anything)
+    when its SLO spec no longer gives it (a night of an older history re-run with another SLO file)."""
+    verdict = audit.verdict if audit is not None else None
+    failed = tuple(c.name for c in audit.checks if c.status != "pass") if audit is not None else ()
+    if (verdict, failed) == (night.slo_verdict, night.slo_failed):
+        return
+    was = "without an SLO file" if night.slo_verdict is None else f"with SLO verdict {night.slo_verdict}"
+    now = "no SLO file" if audit is None else f"SLO file {audit.slo_path} gives {verdict}"
+    raise InputError(
+        f"night {night.run_id} was recorded {was}"
+        + (f" (failed: {', '.join(night.slo_failed)})" if night.slo_failed else "")
+        + f", and the history does not hold the SLO file it used (written by an older tracelat); {now}: "
+        "a re-run never changes a recorded night: give the SLO file it was recorded with (or use another --history)"
+    )
+
+
+def finish(opts: Any, hist: History, night: Night, recorded: bool, spec: Any, ignored: list[str] | None = None):
+    """Everything after recording: returns the :class:`~.job.Outcome`.  For a re-run
+    (``recorded`` false) ``opts`` and ``spec`` are those the night was recorded with
+    (:func:`.job.as_recorded`); ``ignored`` names this run's options that differed."""
     from .. import audit as aud
     from .. import store
+    from ..errors import writing
     from ..jsonplain import dumps
     from ..report import write_report
     from .job import Outcome
@@ -84,6 +105,8 @@ def finish(opts: Any, hist: History, night: Night, recorded: bool, spec: Any):
     try:
         store.build_derived(con)
         audit = aud.audit(con, night.source_run, spec) if spec is not None else None
+        if not recorded:
+            _check_verdict(night, audit)
         html = write_report(con, night.source_run, night_dir, slo=spec)
         comparison = _compare(base, night, hist, con, night_dir / "compare") if base is not None else None
     finally:
@@ -100,14 +123,16 @@ def finish(opts: Any, hist: History, night: Night, recorded: bool, spec: Any):
         new,
         openr,
         min_change=opts.min_change,
+        ignored_options=list(ignored or []),
     )
     outcome.markdown = markdown(outcome, series, upto)
     if opts.junit:
         from .junit import nightly_junit
 
         tonight = series.filter(series["run_id"] == night.run_id)["metric"].to_list()
-        Path(opts.junit).parent.mkdir(parents=True, exist_ok=True)
-        Path(opts.junit).write_bytes(nightly_junit(aud.junit_xml(audit) if audit else None, outcome, tonight))
+        with writing("--junit", opts.junit):
+            Path(opts.junit).parent.mkdir(parents=True, exist_ok=True)
+            Path(opts.junit).write_bytes(nightly_junit(aud.junit_xml(audit) if audit else None, outcome, tonight))
     (night_dir / "nightly.md").write_text(outcome.markdown, encoding="utf-8")
     # the trend page shows the whole history, even when an earlier night was re-run
     everything = found if len(upto) == len(nights) else _changes(hist, series, nights, opts.detector)

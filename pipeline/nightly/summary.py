@@ -54,8 +54,6 @@ def markdown(o: Any, series: pl.DataFrame, nights: list[Night]) -> str:
             "Labels: " + ", ".join(f"{md_text(k, 40)} = {md_text(v, 80)}" for k, v in sorted(n.labels.items()))
         )
         lines.append("")
-    if not o.recorded:
-        lines.append("- These input files were recorded before: nothing was added to the history.")
     if o.slo is None:
         lines.append("- SLO: no SLO file given.")
     else:

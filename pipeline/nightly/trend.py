@@ -116,15 +116,29 @@ def _link(out: Path, night: Night) -> str:
     return f'<a href="{html_text(quote(Path(rel).as_posix()))}">{html_text(night.run_id, limit=80)}</a>'
 
 
+# labels with a column of their own; every other label (but the date, shown as its own column)
+# is listed in the last column, "key = value" per line
+LABEL_COLUMNS = ("commit", "engine", "engine_version", "model", "gpu", "config")
+
+
+def _other_labels(labels: dict[str, str]) -> str:
+    return "<br>".join(
+        f"{html_text(k, limit=40)} = {html_text(v, limit=80)}"
+        for k, v in sorted(labels.items())
+        if k not in LABEL_COLUMNS and k != "date"
+    )
+
+
 def nights_table(out: Path, nights: list[Night]) -> str:
-    """Newest first, each id linking to its report; every cell escaped."""
-    keys = ("commit", "engine_version", "model", "gpu", "config")
-    head = "".join(f'<th class="l">{h}</th>' for h in ("night", "date", "SLO", *keys))
+    """Newest first, each id linking to its report; every label shown, every cell escaped."""
+    keys = LABEL_COLUMNS
+    head = "".join(f'<th class="l">{h}</th>' for h in ("night", "date", "SLO", *keys, "other labels"))
     rows = []
     for n in reversed(nights):
         slo = n.slo_verdict or "no SLO file"
         cells = [_link(out, n), html_text(n.night), html_text(slo.upper() if n.slo_verdict else slo)]
         cells += [html_text(n.labels.get(k, ""), limit=60) for k in keys]
+        cells.append(_other_labels(n.labels))
         rows.append("<tr>" + "".join(f'<td class="l">{c}</td>' for c in cells) + "</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
