@@ -207,7 +207,11 @@ def explain(
             largest=None,
             top_iterations=[],
             top_requests=[],
-            statements=[f"no requests with a {metric} value in this window"],
+            statements=[
+                f"no requests with a {metric} value in this window"
+                if math.isfinite(t_from) or math.isfinite(t_to)
+                else f"the run has no requests with a {metric} value (steps only?): nothing to attribute"
+            ],
         )
         return out
     first = parts.row(0, named=True)
@@ -227,7 +231,8 @@ def explain(
     out["top_requests"] = _top_requests(con, run_id, metric, t_from, t_to, limit)
     notes = _coverage(con, run_id, t_from, t_to)
     if first["n_tail"] < 5:
-        notes.append(f"the tail group holds only {first['n_tail']} requests: shares are noisy")
+        k = first["n_tail"]
+        notes.append(f"the tail group holds only {k} request{'' if k == 1 else 's'}: shares are noisy")
     out["statements"] = notes
     return out
 

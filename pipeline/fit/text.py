@@ -153,8 +153,9 @@ def format_fit(f: FitResult) -> str:
             f"  iter {s['iter']} at +{s['t_offset_s']:.3f} s: {s['iteration_ms']:.4g} ms vs predicted "
             f"{s['predicted_ms']:.4g} ms (prefill {s['prefill_tokens']} tokens) -> {s['spike_cause']}"
         )
-    if f.statements:
-        lines += ["", "notes:"] + [f"  - {s}" for s in f.statements]
+    notes = [s for s in f.statements if s and s.strip()]
+    if notes:
+        lines += ["", "notes:"] + [f"  - {s}" for s in notes]
     return "\n".join(lines)
 
 
@@ -204,7 +205,8 @@ def format_explain(e: dict[str, Any]) -> str:
         for r in e["top_requests"][:5]:
             lines.append(
                 f"    {r['req_id']} arrived {when(r['t_arrival'])}: {e['metric']} {r['value']:.4g}, prompt "
-                f"{r['prompt_tokens']}, output {r['output_tokens']}, preemptions {r['preemptions']}"
+                f"{r['prompt_tokens']}, output {r['output_tokens']}"
+                + ("" if r["preemptions"] is None else f", preemptions {r['preemptions']}")
             )
     lines += [f"  note: {s}" for s in e["statements"]]
     return "\n".join(lines)

@@ -523,6 +523,7 @@ def source_lines(run_id: str, meta: dict) -> list[tuple[bool, str]]:
                 f"median, ±{inf['t_scheduled']['p90_uncertainty_ms']:g} ms p90)"
             )
         if "preemptions" in inf:
-            text += f"; preemptions inferred from token gaps ({inf['preemptions']['requests_preempted']} requests)"
+            n = inf["preemptions"]["requests_preempted"]
+            text += f"; preemptions inferred from token gaps ({n} request{'' if n == 1 else 's'})"
         out.append((doubt, text))
     return out

@@ -103,3 +103,19 @@ def test_times_of_day_are_read_in_the_zone_of_the_log(tmp_path):
     code, out = cli("explain", "tz", "--db", db, "--from", "2026-11-30T04:48:00")  # naive ISO: the log's zone too
     assert code == 2 and "lies after the run's end" in out, out
     assert "in Europe/Berlin, the log's zone: 2026-11-30 04:47:" in out, out
+
+
+def test_runs_with_only_requests_or_only_steps(tmp_path):
+    """A client's records alone: no "preemptions None" per request (nothing says how often they were
+    preempted). A server log alone: the run has no requests, which is not a window's fault."""
+    db = tmp_path / "one.duckdb"
+    code, out = cli("ingest", FIX / "bench.json", "--run-id", "client", "--db", db)
+    assert code == 0, out
+    code, out = cli("explain", "client", "--db", db)
+    assert code == 0, out
+    assert "worst requests:" in out and "None" not in out, out
+    code, out = cli("ingest", FIX / "server_epoch.log", "--run-id", "server", "--db", db)
+    assert code == 0, out
+    code, out = cli("explain", "server", "--db", db)
+    assert code == 0, out
+    assert "the run has no requests with a ttft value" in out and "window" not in out, out
