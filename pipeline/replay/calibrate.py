@@ -392,6 +392,17 @@ def calibrate(
             f"{problem}; replay needs the requests' arrivals on the steps' clock: pass "
             "--clock-offset SOURCE=SECONDS at ingest, or check that the files belong to one run"
         )
+    steps = store.scalar(
+        con,
+        "select count(*) from iterations where run_id = ? and coalesce(dur_ms, (t_end - t_start) * 1000) > 0",
+        [run_id],
+    )
+    if not steps:  # before the scheduler settings: no setting makes a model out of no steps
+        raise InputError(
+            f"run {run_id!r} has no steps with a duration: replay fits iteration time to the server's per-step "
+            "records; ingest the server's log (vLLM --enable-logging-iteration-details, SGLang, TensorRT-LLM "
+            "iteration log) with the client's records under one --run-id"
+        )
     meta = _meta(con, run_id)
     rec, sources = recorded_policy(meta)
     if meta.get("simulated") is True:  # traces simulated before these settings existed: what the simulator did

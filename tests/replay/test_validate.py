@@ -127,6 +127,12 @@ def test_cli_errors(tmp_path, steady_db):
     )
     r = run("replay", "nope", "--db", db)
     assert r.returncode == 2 and "run 'nope' is not in the store" in r.stderr
+    # a client's records alone: the missing steps first (scheduler options could not help)
+    bench = Path(__file__).resolve().parents[2] / "fixtures" / "vllm" / "bench.json"
+    assert run("ingest", str(bench), "--run-id", "client", "--db", db).returncode == 0
+    r = run("replay", "client", "--db", db)
+    assert r.returncode == 2 and r.stderr.startswith("Error: run 'client' has no steps with a duration"), r.stderr
+    assert "ingest the server's log" in r.stderr
     r = run("replay", "steady", "--db", str(steady_db), "--chart", "x.html")
     assert r.returncode == 2 and "--chart goes with --sweep" in r.stderr
     r = run("replay", "steady", "--db", str(steady_db), "--slo", "x.toml")  # a single replay reads it for goodput
