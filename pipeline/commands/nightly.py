@@ -152,6 +152,11 @@ def nightly(
         echo(outcome.markdown.rstrip())
         echo(f"\ntrend: {outcome.files['trend']}\nreport: {outcome.files['report']}")
     if outcome.exit_code:
-        why = [f"SLO {outcome.slo['verdict']}"] if outcome.slo is not None and outcome.slo["verdict"] != "pass" else []
+        failed = ", ".join(outcome.night.slo_failed)
+        why = (
+            [f"SLO {outcome.slo['verdict']}" + (f": {failed}" if failed else "")]
+            if outcome.slo is not None and outcome.slo["verdict"] != "pass"
+            else []
+        )
         why += [f"a new change point for the worse in {c.metric}" for c in outcome.failing_changes]
         raise CheckFailed(f"night {outcome.night.run_id}: " + "; ".join(why))

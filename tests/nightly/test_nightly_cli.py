@@ -104,7 +104,7 @@ def test_nights_history_json_rerun_and_failures(nights, tmp_path, capsys):
     )
     res = json.loads(stdout)
     assert code == 1 and res["slo"]["passed"] is False and res["slo"]["failed"] == ["tpot_ms.p50 <= 0.001"]
-    assert err.startswith(f"Error: night {res['run_id']}: SLO fail")
+    assert err.startswith(f"Error: night {res['run_id']}: SLO fail: tpot_ms.p50 <= 0.001"), err
     root = ET.parse(junit).getroot()
     audit_suite, cp_suite = root.findall("testsuite")
     assert int(audit_suite.get("failures")) == 1 and int(root.get("failures")) == 1
