@@ -39,7 +39,10 @@ def rejects(path: str | None, db: str, lake: Path | None, limit: int, as_json: b
         echo("no rejected lines" + (f" for {path}" if path else ""))
         return
     for p, line_no, reason, raw in rows:
-        shown = (raw or "")[:100] + ("..." if raw and len(raw) > 100 else "")
+        if raw is None:  # valid lines keep no text (a duplicate is rejected after validation)
+            echo(f"{p}:{line_no}: {reason}")
+            continue
+        shown = raw[:100] + ("..." if len(raw) > 100 else "")
         echo(f"{p}:{line_no}: {reason}\n    {shown}")
     if total > len(rows):
         echo(f"... {total - len(rows)} more (use --limit)")

@@ -90,3 +90,17 @@ def test_rejects_lists_lines_with_reasons(tmp_path):
     ]
     r = run("rejects", "--db", db, "--limit", "1")
     assert f"{f}:2: not valid JSON" in r.stdout and "1 more" in r.stdout
+
+
+def test_rejected_duplicates_print_no_empty_text_line(tmp_path):
+    # a converter keeps no text of valid lines, and a duplicate is found after conversion: its
+    # reject has no text, and printed a blank line under its reason
+    log = (Path(__file__).resolve().parents[2] / "fixtures" / "vllm" / "server_epoch.log").read_text().splitlines()
+    at = next(i for i, line in enumerate(log) if "Iteration(" in line)
+    f = tmp_path / "dup.log"
+    f.write_text("\n".join([*log[: at + 1], log[at], *log[at + 1 :]]) + "\n")
+    db = str(tmp_path / "d.duckdb")
+    assert run("ingest", str(f), "--db", db).returncode == 0
+    lines = run("rejects", "--db", db).stdout.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{f}:{at + 2}: duplicate iter "), lines
+    assert f"(first at line {at + 1})" in lines[0], lines
