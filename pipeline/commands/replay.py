@@ -152,6 +152,16 @@ def replay(
                 f"{slo}: without --sweep, --slo compares goodput observed vs replayed and needs a [goodput] section"
             )
     overrides = given(Policy, policy_options)  # None: not given (recorded)
+    if sweep_spec:
+        from ..replay import parse_sweep
+
+        param = parse_sweep(sweep_spec)[0]
+        if overrides.get(param) is not None:  # the sweep would replace it without a word
+            opt = "--" + param.replace("_", "-")
+            raise InputError(
+                f"{opt} {overrides[param]} and --sweep {sweep_spec} both set {param}; put {overrides[param]} among "
+                f"the sweep's values, or leave {opt} out"
+            )
     con = open_source(db, lake, [run_id], None if do_ingest else fit_ready(run_id))
     tmp = None  # the scratch folder, once made; removed however the replay ends
     try:
@@ -192,6 +202,7 @@ def replay(
                 "(recorded policy); for what-ifs use --sweep NAME=... --slo"
             )
         cmp.run_ids = [replay_run_id(cal, s) for s in seed_list]
+        cmp.kept = target is not None
         if do_ingest:
             for p, rid in zip(written, cmp.run_ids):
                 ingest_replay(con, p, rid)

@@ -241,6 +241,13 @@ def run_sweep(
                 "the SLO file's [fluidity] section is not evaluated in sweeps; ingest a replay "
                 "(--out ... --ingest) and run tracelat audit on it"
             )
+    from ..sim.engine import check_fits
+
+    for v in values:  # all checked before any replay: an infeasible last value would end a long sweep
+        try:
+            check_fits(cal.workload, cal.with_policy(**{param: v}).policy)
+        except InputError as exc:
+            raise InputError(f"--sweep {param}={v}: {exc} Leave {v} out of the sweep.") from None
     rows = []
     for v in values:
         c = cal.with_policy(**{param: v})

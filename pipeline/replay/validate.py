@@ -95,6 +95,7 @@ class Comparison:
     observed: dict[str, Any]
     replays: list[dict[str, Any]]
     run_ids: list[str] = field(default_factory=list)
+    kept: bool = False  # the replays were written (--out) or ingested (--ingest) under run_ids
     # with an SLO file's [goodput]: the recorded run's goodput over the same population as
     # the replays' (requests recorded ok), and each replay's under "goodput"
     goodput_observed: dict[str, Any] | None = None
@@ -295,8 +296,10 @@ class Comparison:
                     )
                 )
             lines.append(rep["verdict"])
-        if self.run_ids:
+        if self.run_ids and self.kept:
             lines += ["", "replay runs: " + ", ".join(self.run_ids)]
+        elif self.run_ids:  # names only: nothing of them is stored
+            lines += ["", "replays not kept (--out FILE and --ingest keep them as " + ", ".join(self.run_ids) + ")"]
         if cal.notes:
             lines += ["", "notes:"] + [f"  - {n}" for n in cal.notes]
         return "\n".join(lines)

@@ -203,7 +203,8 @@ def token_times(result: SimResult, req_index_or_all=None):
     return values[offsets[r] : offsets[r + 1]]
 
 
-def _check_fits(workload: Workload, policy: Policy) -> None:
+def check_fits(workload: Workload, policy: Policy) -> None:
+    """Refuse a policy whose KV cache cannot hold the largest request of ``workload``."""
     if len(workload) == 0:
         return
     need = workload.prompt_tokens + workload.output_tokens - 1
@@ -246,7 +247,7 @@ def simulate(
 
     The run ends when every request finished, or at ``t_end_s`` / ``max_iterations``.
     """
-    _check_fits(workload, policy)
+    check_fits(workload, policy)
     rng = np.random.default_rng(seed)
     n = len(workload)
     t_arr = workload.t_arrival.tolist()

@@ -186,6 +186,27 @@ def test_cli_sweep_writes_table_and_chart(incident, tmp_path):
     assert [row["meets_slo"] for row in doc["rows"]] == [True, False]
 
 
+def test_cli_sweep_refuses_an_option_it_would_replace_and_an_infeasible_value(incident):
+    db = incident[0]
+
+    def replay(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "pipeline", "replay", "incident", "--db", str(db), "--seeds", "1", *args],
+            capture_output=True,
+            text=True,
+        )
+
+    # the sweep's values replaced --max-num-batched-tokens 512 without a word
+    r = replay("--max-num-batched-tokens", "512", "--sweep", "max_num_batched_tokens=256,1024")
+    assert r.returncode == 2 and r.stderr.startswith(
+        "Error: --max-num-batched-tokens 512 and --sweep max_num_batched_tokens=256,1024 both set max_num_batched_tokens"
+    ), r.stderr
+    # a KV cache too small for the largest request: said of that value, before any replay runs
+    r = replay("--sweep", "kv_capacity_tokens=2000,400000")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("Error: --sweep kv_capacity_tokens=2000: request ") and "Leave 2000 out" in r.stderr
+
+
 def test_parse_sweep():
     assert parse_sweep("max-num-seqs=8, 16,16,32") == ("max_num_seqs", [8, 16, 32])
     assert parse_sweep("chunked_prefill=on,false") == ("chunked_prefill", [True, False])

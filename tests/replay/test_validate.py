@@ -112,7 +112,9 @@ def test_cli_what_if_names_the_change(steady_db):
     r = run("replay", "steady", "--db", str(steady_db), "--seeds", "1", "--max-num-batched-tokens", "512")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("what-if replay of steady (max_num_batched_tokens=512; 1 seed(s)")
-    assert "steady~replay~mbt512-seed0" in r.stdout
+    # nothing was written: the names are given as what --out/--ingest would keep, not as runs
+    assert "replays not kept (--out FILE and --ingest keep them as steady~replay~mbt512-seed0)" in r.stdout
+    assert "replay runs:" not in r.stdout
     assert "ttft_ms p99" in r.stdout and "output_tokens_per_s" in r.stdout
 
 
