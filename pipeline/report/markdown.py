@@ -30,7 +30,8 @@ def _fit_lines(s: dict[str, Any]) -> list[str]:
             f"**Iteration-time model**: t0 {_n(fit.get('t0_ms'))} ms, "
             f"{_n(fit.get('ms_per_1k_context_tokens'), 4)} ms per 1k context tokens, "
             f"{_n(fit.get('ms_per_1k_prefill_tokens'), 4)} ms per 1k prefill tokens, "
-            f"R\u00b2 {_n(fit.get('r2'), 3)}, MAPE {_n(fit.get('mape'), 3)}"
+            f"R\u00b2 {_n(fit.get('r2'), 3)} ({_n(fit.get('r2_without_stalls'), 3)} without stalls), "
+            f"MAPE {_n(fit.get('mape'), 2)}%"
         )
     else:
         out.append("**Iteration-time model**: not available (run `tracelat fit`)")

@@ -154,11 +154,26 @@ def _fit_line(fit: dict[str, Any] | None, ctx_max: float, decode: float) -> tupl
     )
 
 
+_PER_1K = {
+    "a_ms_per_ctx": ("ms_per_1k_context_tokens", 1000.0),
+    "b_ms_per_prefill": ("ms_per_1k_prefill_tokens", 1000.0),
+    "c_ms_per_decode": ("ms_per_1k_decode_tokens", 1000.0),
+}
+
+
+def _sig(v: Any) -> Any:
+    return f"{v:.4g}" if isinstance(v, float) else v
+
+
 def _fit_numbers(fit: dict[str, Any]) -> str:
     """The fit's numbers, its CIs, the iteration-time claims and the fit's notes (strings escaped)."""
     ci = fit.get("ci") if isinstance(fit.get("ci"), dict) else {}
-    rows = [(k, v) for k, v in fit.items() if isinstance(v, (int, float, str)) or v is None]
-    rows += [(f"95% CI of {k}", " .. ".join(fmt(x, 6) for x in v)) for k, v in ci.items() if isinstance(v, list)]
+    # four significant digits: two decimals showed 0.1947 ms per 1k tokens as 0.19, R² 0.9955 as 1.00
+    rows = [(k, _sig(v)) for k, v in fit.items() if isinstance(v, (int, float, str)) or v is None]
+    for k, v in ci.items():  # on the scale of the rows above (per 1k tokens), not the fit's per token
+        if isinstance(v, list):
+            name, scale = _PER_1K.get(k, (k, 1.0))
+            rows.append((f"95% CI of {name}", " .. ".join(_sig(x * scale) if x is not None else "-" for x in v)))
     out = kv_table(rows)
     claims = [c for c in fit.get("claims") or [] if isinstance(c, dict)]
     if claims:

@@ -49,6 +49,16 @@ def test_outputs_and_structure(synth_run, tmp_path):
     assert f"stalls under {lim['median_step']:.3g} ms hide" in json.dumps(specs["timeline"])
     # the headline numbers on the page are the summary's
     assert f"{summary['ttft_ms']['p50']:,.2f} / {summary['ttft_ms']['p99']:,.2f}" in own
+    # the fit's numbers to four significant digits, its intervals on the same per-1k scale
+    fit = summary["fit"]
+    a, (lo, hi) = fit["ms_per_1k_context_tokens"], fit["ci"]["a_ms_per_ctx"]
+    assert f'<th class="l">ms_per_1k_context_tokens</th><td class="l">{a:.4g}</td>' in own
+    assert f'<th class="l">r2_without_stalls</th><td class="l">{fit["r2_without_stalls"]:.4g}</td>' in own
+    assert (
+        f'<th class="l">95% CI of ms_per_1k_context_tokens</th><td class="l">{lo * 1000:.4g} .. {hi * 1000:.4g}' in own
+    )
+    assert lo * 1000 <= a <= hi * 1000
+    assert f"({fit['r2_without_stalls']:,.3f} without stalls), MAPE {fit['mape']:,.2f}%" in md
 
 
 def test_missing_fit_is_stated_not_fatal(synth_run, tmp_path, monkeypatch):
