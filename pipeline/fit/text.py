@@ -123,8 +123,9 @@ def format_fit(f: FitResult) -> str:
             "",
             f"spikes: {sp.get('count', 0)} (prefill {sp.get('prefill', 0)}, "
             f"preemption {sp.get('preemption', 0)}, unexplained {sp.get('unexplained', 0)}); "
-            f"threshold: log(measured/predicted) > {f.log_center:+.3f} + {f.k:.3g} x "
-            f"{f.residual_log_sigma or 0:.3f}",
+            f"threshold r > {f.log_center:+.3f} + {f.k:.3g} x {f.residual_log_sigma or 0:.3f}, with "
+            "r = log(measured/predicted) for stalls and log(measured/decode baseline) for prefill spikes "
+            "(steps whose prefill explains them)",
         ]
         fd = f.stall_fdr
         if fd:

@@ -50,6 +50,8 @@ def test_fit_json_and_text(small_db):
     r = run("fit", "small", "--db", db, "--gpu", "cpu:50", "--bootstrap", "20")
     assert r.returncode == 0, r.stderr
     assert "GPU cpu x1" in r.stdout and "of peak 50 GB/s" in r.stdout and "iteration-time claims" in r.stdout
+    # the one threshold serves two ratios: the line says which is which
+    assert "r = log(measured/predicted) for stalls and log(measured/decode baseline) for prefill spikes" in r.stdout
     lim = d["stall_detection_limit_ms"]
     assert f"stalls shorter than {lim['median_step']:.3g} ms on a median step" in r.stdout
 
