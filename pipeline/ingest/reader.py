@@ -144,13 +144,20 @@ def intact(path: Path) -> bool:
     return True
 
 
-def head_text(path: Path, n_bytes: int = 65536) -> str:
-    """The first bytes of the decompressed content, for format detection."""
+BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark: some Windows tools start a text file with it
+
+
+def head_text(path: Path, n_bytes: int = 65536, keep_bom: bool = False) -> str:
+    """The first bytes of the decompressed content, for format detection (without a
+    byte-order mark unless ``keep_bom``: formats are told by their first characters)."""
     try:
         with open_binary(path) as f:
-            return f.read(n_bytes).decode("utf-8", errors="replace")
+            head = f.read(n_bytes)
     except (OSError, EOFError, zlib.error) as exc:
         raise InputError(f"{path}: cannot read the start of the file ({exc})") from exc
+    if not keep_bom and head.startswith(BOM):
+        head = head[len(BOM) :]
+    return head.decode("utf-8", errors="replace")
 
 
 def line_batches(path: Path, progress: Progress | None = None, batch_bytes: int | None = None) -> Iterator[pa.Table]:
@@ -178,6 +185,8 @@ def line_batches(path: Path, progress: Progress | None = None, batch_bytes: int 
                 ) from exc
             if not lines:
                 return
+            if next_line == 1 and lines[0].startswith(BOM):  # not part of the first record
+                lines[0] = lines[0][len(BOM) :]
             table = pa.table(
                 {
                     "line_no": pa.array(np.arange(next_line, next_line + len(lines), dtype=np.int64)),
@@ -210,7 +219,7 @@ def duckdb_line_batches(path: Path, progress: Progress | None = None) -> Iterato
     kind = compression(path)
     if kind != "none" and not intact(path):
         return None  # line_batches names the last good line
-    head = head_text(path, 1 << 16)
+    head = head_text(path, 1 << 16, keep_bom=True)
     if "\r" in head or head.startswith("\ufeff"):
         return None  # CRLF line ends; a byte-order mark, which DuckDB drops and line_batches keeps
     con = store.scratch()

@@ -328,7 +328,7 @@ def read_document_text(path: Path) -> str:
             f"{path}: JSON nested {depth} levels deep (at most {MAX_JSON_DEPTH} expected); "
             "the file is damaged or not this format"
         )
-    return data.decode("utf-8", errors="replace")
+    return data.decode("utf-8-sig", errors="replace")  # -sig: without a byte-order mark
 
 
 def read_json_document(path: Path) -> Any:

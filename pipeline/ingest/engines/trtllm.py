@@ -133,7 +133,7 @@ def _source_tables(path: Path, progress) -> Iterator[tuple[pl.DataFrame, int]]:
     if head.startswith("["):
         c.read_json_document(path)  # a clear error for a document that is not valid JSON
         with reader.open_binary(path) as f:
-            text = f.read().decode("utf-8", errors="replace")
+            text = f.read().decode("utf-8-sig", errors="replace")
         # array elements as JSON text, split by DuckDB (no Python loop over elements)
         con = store.scratch()
         frame = con.sql(
