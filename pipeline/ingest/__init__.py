@@ -121,7 +121,21 @@ def get(name: str) -> Ingestor:
 
 def expand(paths: Iterable[Path]) -> list[tuple[Path, bool]]:
     """``(file, found_in_a_directory)`` for files named and every non-hidden file under
-    directories named, in sorted order."""
+    directories named, in sorted order; a file reached twice (named twice, or named and in a
+    directory named) comes once, where it was first reached: twice, its name collided with
+    itself and the run took its folders' names."""
+    out = _expand(paths)
+    seen: set[Path] = set()
+    unique = []
+    for f, in_dir in out:
+        key = f.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append((f, in_dir))
+    return unique
+
+
+def _expand(paths: Iterable[Path]) -> list[tuple[Path, bool]]:
     out: list[tuple[Path, bool]] = []
     for p in paths:
         if p.is_dir():

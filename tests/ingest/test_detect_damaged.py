@@ -58,3 +58,17 @@ def test_same_named_files_in_same_named_folders_stay_apart(con, tmp_path):
         Path("a/p.jsonl"): "a/p",
         Path("b/p.jsonl"): "b/p",
     }
+
+
+def test_a_file_named_twice_is_ingested_once_under_its_own_name(con, tmp_path):
+    """Named twice (or named and inside a folder named), a file collided with itself: its run took
+    the folders' names, and ingesting it again alone loaded it a second time as another run."""
+    d = tmp_path / "logs"
+    d.mkdir()
+    f = d / "requests.jsonl"
+    f.write_text((FIX / "vllm" / "requests.jsonl").read_text())
+    res = load(con, f, d / ".." / "logs" / "requests.jsonl", d)
+    assert [r.run_ids for r in res] == [["requests"]], [r.line() for r in res]
+    (again,) = load(con, f)
+    assert again.status == "unchanged"
+    assert con.execute("select count(*), count(distinct run_id) from requests").fetchone() == (64, 1)
