@@ -19,7 +19,8 @@ from .options import db_option, lake_option, open_source, dumps, json_option
 def rejects(path: str | None, db: str, lake: Path | None, limit: int, as_json: bool) -> None:
     """Lines that ingest rejected: file, line number, reason and the line itself.
 
-    PATH limits the list to one ingested file (as it was named at ingest).
+    PATH limits the list to one ingested file: as it was named at ingest, or
+    any other name of the same file (./x.jsonl, an absolute path).
     Line numbers count every line of the file from 1 (`sed -n Np FILE` shows it);
     for whole-document formats (vLLM bench JSON, GenAI-Perf, TRT-LLM JSON arrays)
     they count entries of the document instead.
@@ -27,7 +28,7 @@ def rejects(path: str | None, db: str, lake: Path | None, limit: int, as_json: b
     from .. import store
 
     con = open_source(db, lake, None, store.always, tables=("ingests", "rejects"))
-    where, params = ("where path = ?", [path]) if path else ("", [])
+    where, params = ("where path = any(?)", [_names_of(con, path)]) if path else ("", [])
     total = store.scalar(con, f"select count(*) from rejects {where}", params)
     rows = con.execute(
         f"select path, line_no, reason, raw from rejects {where} order by ingest_id, line_no limit {int(limit)}", params
@@ -46,3 +47,11 @@ def rejects(path: str | None, db: str, lake: Path | None, limit: int, as_json: b
         echo(f"{p}:{line_no}: {reason}\n    {shown}")
     if total > len(rows):
         echo(f"... {total - len(rows)} more (use --limit)")
+
+
+def _names_of(con, path: str) -> list[str]:
+    """The stored paths that name the file at ``path``: the text as given, and any stored under
+    another spelling of it (relative, with ./ or ..; resolved against this folder)."""
+    want = Path(path).resolve()
+    stored = [p for (p,) in con.execute("select distinct path from rejects").fetchall()]
+    return [path] + [p for p in stored if p != path and Path(p).resolve() == want]

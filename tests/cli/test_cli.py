@@ -90,6 +90,11 @@ def test_rejects_lists_lines_with_reasons(tmp_path):
     ]
     r = run("rejects", "--db", db, "--limit", "1")
     assert f"{f}:2: not valid JSON" in r.stdout and "1 more" in r.stdout
+    # another spelling of the same file finds its rejects (it said "no rejected lines")
+    r = run("rejects", "bad.jsonl", "--db", db, "--json", cwd=tmp_path)
+    assert json.loads(r.stdout)["total"] == 2, r.stdout
+    r = run("rejects", str(tmp_path / ".." / tmp_path.name / "bad.jsonl"), "--db", db, "--json")
+    assert json.loads(r.stdout)["total"] == 2, r.stdout
 
 
 def test_rejected_duplicates_print_no_empty_text_line(tmp_path):
