@@ -150,11 +150,16 @@ BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark: some Windows tools start a tex
 def head_text(path: Path, n_bytes: int = 65536, keep_bom: bool = False) -> str:
     """The first bytes of the decompressed content, for format detection (without a
     byte-order mark unless ``keep_bom``: formats are told by their first characters)."""
+    chunks: list[bytes] = []
     try:
         with open_binary(path) as f:
-            head = f.read(n_bytes)
+            # in pieces: a stream cut short still shows its format by what came before the cut
+            while sum(map(len, chunks)) < n_bytes and (piece := f.read(min(4096, n_bytes))):
+                chunks.append(piece)
     except (OSError, EOFError, zlib.error) as exc:
-        raise InputError(f"{path}: cannot read the start of the file ({exc})") from exc
+        if not chunks:
+            raise InputError(f"{path}: cannot read the start of the file ({exc})") from exc
+    head = b"".join(chunks)[:n_bytes]
     if not keep_bom and head.startswith(BOM):
         head = head[len(BOM) :]
     return head.decode("utf-8", errors="replace")
@@ -178,8 +183,9 @@ def line_batches(path: Path, progress: Progress | None = None, batch_bytes: int 
             try:
                 lines = f.readlines(batch_bytes)
             except (OSError, EOFError, zlib.error) as exc:
+                good = next_line - 1 + _lines_before_damage(path, next_line - 1)
                 raise InputError(
-                    f"{path}: compressed data is corrupt after line {next_line - 1} ({exc}); "
+                    f"{path}: compressed data is corrupt after line {good} ({exc}); "
                     "the file was not ingested. Re-copy it, or salvage the readable part with "
                     f"`zcat {path} > part.jsonl` and ingest that"
                 ) from exc
@@ -195,6 +201,20 @@ def line_batches(path: Path, progress: Progress | None = None, batch_bytes: int 
             )
             next_line += len(lines)
             yield table
+
+
+def _lines_before_damage(path: Path, skip: int) -> int:
+    """Whole lines readable after the first ``skip`` lines of a damaged compressed file (a
+    batch that breaks is lost whole: this reads it again line by line, on the error path only)."""
+    n = 0
+    try:
+        with open_binary(path) as f:
+            for i, line in enumerate(f):
+                if i >= skip and line.endswith(b"\n"):
+                    n += 1
+    except (OSError, EOFError, zlib.error):
+        pass
+    return n
 
 
 class FastReadFailed(Exception):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
 from pathlib import Path
 
@@ -463,3 +464,25 @@ def test_every_problem_of_a_record_is_named_in_field_order(con, tmp_path):
         "decode_tokens: negative count -1; kv_usage: expected a fraction 0..1, got 1.5; "
         "t_end (1.0) is before t_start (2.0)"
     )
+
+
+@pytest.mark.parametrize("keep", [0.6, 0.9])
+def test_cut_gzip_names_its_last_whole_line(con, tmp_path, keep):
+    """A compressed file cut short: the error names the last whole line it holds, which zcat shows
+    (it said "after line 0" for a file whose first batch broke, and "cannot read the start of the
+    file" for a small one, whatever was readable)."""
+    text = "".join(json.dumps(it(i, run_id="g")) + "\n" for i in range(3000)).encode()
+    blob = gzip.compress(text)
+    f = tmp_path / "cut.jsonl.gz"
+    f.write_bytes(blob[: int(len(blob) * keep)])
+    readable = gzip.GzipFile(fileobj=io.BytesIO(f.read_bytes()))
+    got = b""
+    try:
+        while chunk := readable.read(1):
+            got += chunk
+    except EOFError:
+        pass
+    whole = got.count(b"\n")
+    assert 0 < whole < 3000
+    with pytest.raises(InputError, match=rf"corrupt after line {whole} "):
+        ingest.ingest_paths(con, [f])
