@@ -73,7 +73,8 @@ def check_window(
     unix = start >= UNIX_CLOCK_MIN
     span = f"{show_time(start, start, unix)} .. {show_time(end, start, unix)}"
     zone = run_zone(con, run_id)
-    if unix and zone != "UTC":  # the times the user reads off the log
+    if unix and zone not in ("UTC", "Etc/UTC", "Etc/Universal", "Universal", "GMT", "Etc/GMT", "Zulu"):
+        # the times the user reads off the log
         span += f"; in {zone}, the log's zone: {_wall(start, zone)} .. {_wall(end, zone)}"
     if lo > end:
         raise InputError(f"--from {t_from} lies after the run's end (the run spans {span})")
