@@ -147,9 +147,9 @@ def intact(path: Path) -> bool:
 BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark: some Windows tools start a text file with it
 
 
-def head_text(path: Path, n_bytes: int = 65536, keep_bom: bool = False) -> str:
+def head_text(path: Path, n_bytes: int = 65536) -> str:
     """The first bytes of the decompressed content, for format detection (without a
-    byte-order mark unless ``keep_bom``: formats are told by their first characters)."""
+    byte-order mark: formats are told by their first characters)."""
     chunks: list[bytes] = []
     try:
         with open_binary(path) as f:
@@ -160,7 +160,7 @@ def head_text(path: Path, n_bytes: int = 65536, keep_bom: bool = False) -> str:
         if not chunks:
             raise InputError(f"{path}: cannot read the start of the file ({exc})") from exc
     head = b"".join(chunks)[:n_bytes]
-    if not keep_bom and head.startswith(BOM):
+    if head.startswith(BOM):
         head = head[len(BOM) :]
     return head.decode("utf-8", errors="replace")
 
@@ -225,7 +225,7 @@ def duckdb_line_batches(path: Path, progress: Progress | None = None) -> Iterato
     """``(line_no, raw)`` tables like :func:`line_batches`, read by DuckDB's parallel reader.
 
     None when the file is not one DuckDB numbers lines in as we do (CRLF line ends, a
-    byte-order mark, a damaged compressed stream).  Rows stream out in file order (nothing
+    damaged compressed stream).  Rows stream out in file order (nothing
     holds the whole file); a line DuckDB cannot read raises :class:`FastReadFailed`
     part-way, so a caller must be able to start over (converters read through
     :func:`lines`, and the loader starts the file over).
@@ -239,9 +239,9 @@ def duckdb_line_batches(path: Path, progress: Progress | None = None) -> Iterato
     kind = compression(path)
     if kind != "none" and not intact(path):
         return None  # line_batches names the last good line
-    head = head_text(path, 1 << 16, keep_bom=True)
-    if "\r" in head or head.startswith("\ufeff"):
-        return None  # CRLF line ends; a byte-order mark, which DuckDB drops and line_batches keeps
+    head = head_text(path, 1 << 16)
+    if "\r" in head:
+        return None  # CRLF line ends (a byte-order mark both readers drop)
     con = store.scratch()
     if not con.execute("select current_setting('preserve_insertion_order')").fetchall()[0][0]:
         con.close()

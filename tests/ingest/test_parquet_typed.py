@@ -12,6 +12,8 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
+from pipeline.terminal import UNSAFE_IN_ID
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -230,6 +232,8 @@ def test_any_column_of_any_type_is_staged_as_its_json_text_is(tmp_path_factory, 
         name = data.draw(st.sampled_from(NAMES), label="column")
         type_name = data.draw(st.sampled_from(sorted(TYPES)), label="type")
         typ, values = TYPES[type_name]
+        if name == "run_id" and type_name == "string":  # ingest refuses a run id with a control character
+            values = values.filter(lambda v: not UNSAFE_IN_ID.search(v))
         cols[name] = data.draw(st.lists(st.one_of(st.none(), values), min_size=5, max_size=5), label="values")
         table = pa.table({k: pa.array(v, typ if k == name else None) for k, v in cols.items()})
         with pytest.MonkeyPatch.context() as mp:
