@@ -360,3 +360,80 @@ select line_no, raw, ok, case when ok then raw end as js from (
   select line_no, raw, coalesce(case when json_valid(raw) then json_type(raw) = 'OBJECT' end, false) as ok
   from lines
 )"""
+
+
+# ---------------------------------------------------------------------------
+# Value checks.  A field that is present but unreadable (a string, a boolean, a number
+# out of range) must reject its record with a reason naming the field and the value,
+# never turn into a NULL that reads as "absent" (a failed request, a missing count).
+
+MAX_COUNT = 2**53  # as the canonical format: JSON numbers are doubles, beyond this not exact
+SHOWN_CHARS = 40  # a value in a reason is cut to this many characters
+MAX_ABS_TIME_NS = 1e20  # the canonical format's 1e11 s (the year 5138) in nanoseconds
+
+
+def json_value_problem(js: str, path: str, name: str, kind: str = "number") -> str:
+    """SQL: why the JSON value at ``path`` of ``js`` is no ``kind``, or NULL when it is fine.
+
+    ``kind``: ``number`` (finite), ``count`` (an integer up to 2^53; a negative one is left
+    to the record's own checks, which name the canonical field), ``int`` (the same) or
+    ``ns`` (a Unix time in nanoseconds: a number up to 1e20 in magnitude).  Absent and JSON null are fine (NULL): whether a field may be
+    missing is the converter's rule.  ``path`` and ``name`` are our own constants.
+    """
+    x = f"({js}->>'{path}')"
+    d = f"try_cast({x} as double)"
+    shown = f"left({x}, {SHOWN_CHARS})"
+    got = f"left(json_extract({js}, '{path}')::varchar, {SHOWN_CHARS})"
+    expect = "a number" if kind == "number" else "an integer"
+    whens = [
+        f"when {d} is null then '{name}: expected {expect}, got ' || {got}",
+        f"when not isfinite({d}) then '{name}: ' || {shown} || ' is not a finite number'",
+    ]
+    if kind == "ns":
+        whens.append(
+            f"when abs({d}) > {MAX_ABS_TIME_NS:.0f} then '{name}: ' || {shown} || "
+            f"' is no time in nanoseconds (magnitude over 1e20)'"
+        )
+    if kind in ("count", "int"):
+        whens += [
+            f"when {d} <> round({d}) then '{name}: expected an integer, got ' || {shown}",
+            f"when abs({d}) > {MAX_COUNT} then '{name}: ' || {shown} || ' is implausibly large (over 2^53)'",
+        ]
+    return f"case when {x} is null then null {' '.join(whens)} end"
+
+
+def json_problems(js: str, fields: list[tuple[str, str, str]]) -> str:
+    """SQL: the problems of ``(path, name, kind)`` fields (see :func:`json_value_problem`)
+    joined with ``; ``, NULL when there is none."""
+    parts = ", ".join(json_value_problem(js, p, n, k) for p, n, k in fields)
+    return f"nullif(concat_ws('; ', {parts}), '')"
+
+
+def text_value_problem(text: pl.Expr, name: str, kind: str = "number") -> pl.Expr:
+    """Why the number written as ``text`` (log text) is no ``kind``, or NULL when it is fine.
+
+    ``kind``: ``number`` (finite, non-negative: durations and fractions in logs) or ``count``
+    (a non-negative integer up to 2^53).  NULL text is fine (absent).  Meant for the few
+    lines already rejected, to say why: it is not cheap enough to run on every line.
+    """
+    d = text.str.replace_all(",", "", literal=True).cast(pl.Float64, strict=False)
+    shown = text.str.slice(0, SHOWN_CHARS)
+    expect = "a number" if kind == "number" else "an integer"
+    out = (
+        pl.when(text.is_null())
+        .then(None)
+        .when(d.is_null())
+        .then(pl.format("{}: expected {}, got {}", pl.lit(name), pl.lit(expect), shown))
+        .when(~d.is_finite())
+        .then(pl.format("{}: {} is not a finite number", pl.lit(name), shown))
+        .when(d < 0)
+        .then(pl.format("{}: {} is negative", pl.lit(name), shown))
+    )
+    if kind == "count":
+        out = (
+            out.when(d != d.round())
+            .then(pl.format("{}: expected an integer, got {}", pl.lit(name), shown))
+            .when(d > MAX_COUNT)
+            .then(pl.format("{}: {} is implausibly large (over 2^53)", pl.lit(name), shown))
+        )
+    return out.otherwise(None)

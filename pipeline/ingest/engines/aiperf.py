@@ -60,10 +60,23 @@ select line_no, raw,
   try_cast(js->>'$.metadata.was_cancelled' as boolean) as cancelled,
   js->>'$.error.message' as error,
   js->>'$.metadata.benchmark_phase' as benchmark_phase,
-  js->>'$.metadata.worker_id' as worker_id
+  js->>'$.metadata.worker_id' as worker_id,
+  {problems} as vproblem
 from j
 """
 )
+
+# Fields whose value is checked: one that is there but no number (or out of range) rejects
+# the record naming the field and the value, where try_cast would make it NULL ("without").
+CHECKED = [
+    *((f"$.metadata.{k}", f"metadata.{k}", "ns") for k in ("request_start_ns", "request_ack_ns", "request_end_ns")),
+    *((f"$.metrics.{k}.value", f"metrics.{k}.value", "number") for k in ("time_to_first_token", "request_latency")),
+    *(
+        (f"$.metrics.{k}.value", f"metrics.{k}.value", "count")
+        for k in ("input_sequence_length", "error_isl", "output_sequence_length", "output_token_count")
+    ),
+]
+AIPERF_SQL = AIPERF_SQL.replace("{problems}", c.json_problems("js", CHECKED))
 
 
 def convert_aiperf(
@@ -82,6 +95,7 @@ def convert_aiperf(
             .otherwise(
                 pl.coalesce(
                     pl.col("perr"),
+                    pl.col("vproblem"),
                     c.missing_reason(
                         [
                             ("metadata.x_request_id", pl.col("req_id")),

@@ -64,10 +64,28 @@ select line_no, raw,
   try_cast(f->>'$.scheduled_requests.num_decode_requests' as bigint) as decode_reqs,
   try_cast(f->>'$.scheduled_requests.sum_decode_kv_tokens' as bigint) as context_tokens,
   try_cast(f->>'$.queued_requests.num_prefill_requests' as bigint) as queued_prefill,
-  try_cast(f->>'$.queued_requests.num_decode_requests' as bigint) as queued_decode
+  try_cast(f->>'$.queued_requests.num_decode_requests' as bigint) as queued_decode,
+  {problems} as vproblem
 from r
 """
 )
+
+# Fields whose value is checked: one that is there but no number (or a count out of range)
+# rejects the record naming the field and the value, where try_cast would make it NULL.
+_SCHED = ("num_prefill_requests", "sum_prefill_tokens", "sum_prefill_kv_tokens", "num_decode_requests")
+CHECKED = [
+    ("$.dp_rank", "dp_rank", "count"),
+    ("$.counter_id", "counter_id", "count"),
+    ("$.wall_time", "wall_time", "number"),
+    ("$.timestamp", "timestamp", "number"),
+    ("$.time", "time", "number"),
+    *((f"$.scheduled_requests.{k}", f"scheduled_requests.{k}", "count") for k in (*_SCHED, "sum_decode_kv_tokens")),
+    *(
+        (f"$.queued_requests.{k}", f"queued_requests.{k}", "count")
+        for k in ("num_prefill_requests", "num_decode_requests")
+    ),
+]
+SQL = SQL.replace("{problems}", c.json_problems("f", CHECKED))
 
 REQUIRED = ("counter_id", "wall_time", "prefill_reqs", "prefill_tokens", "decode_reqs")
 
@@ -88,7 +106,9 @@ def _reasons(df: pl.DataFrame) -> pl.DataFrame:
         + pl.lit(")")
     )
     return df.with_columns(
-        reason=pl.when(pl.col("heartbeat")).then(None).otherwise(pl.coalesce(pl.col("perr"), missing, negative, dup))
+        reason=pl.when(pl.col("heartbeat"))
+        .then(None)
+        .otherwise(pl.coalesce(pl.col("perr"), pl.col("vproblem"), missing, negative, dup))
     )
 
 

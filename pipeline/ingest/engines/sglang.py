@@ -39,6 +39,9 @@ from . import _common as c
 
 # "[N]" is the step counter; "[first graph replay]" marks the first decode after a CUDA-graph capture
 LINE = r"(Prefill|Decode) batch(?: \[([^\]]*)\])?[.,] (.*)$"
+# what a batch line starts with: a line that has it but no LINE was cut off or garbled, and
+# is rejected (never skipped: a step would be lost unnoticed); "Decode batch size" is no mark
+MARK = r"(?:Prefill|Decode) batch(?: \[|[.,]|$)"
 SNIFF = re.compile(r"(?:Prefill|Decode) batch(?: \[[^\]]*\])?[.,] (?:#|iter:)")
 DEFAULT_DECODE_INTERVAL = 40
 
@@ -73,7 +76,7 @@ def _parse(lines: pl.DataFrame, written: float, tz: str = "UTC") -> pl.DataFrame
     raw = pl.col("raw")
     m = raw.str.extract_groups(LINE)
     prefix = raw.str.split_exact(" batch", 1).struct.field("field_0")
-    df = c.with_log_times(lines.filter(raw.str.contains(LINE)).with_columns(_prefix=prefix), "_prefix", written, tz)
+    df = c.with_log_times(lines.filter(raw.str.contains(MARK)).with_columns(_prefix=prefix), "_prefix", written, tz)
     df = df.with_columns(
         phase=m.struct.field("1"),
         sglang_iter=m.struct.field("2").cast(pl.Int64, strict=False),
@@ -127,7 +130,10 @@ def _reasons(df: pl.DataFrame) -> pl.DataFrame:
             )
         )
     )
-    return df.with_columns(reason=reason)
+    garbled = pl.when(pl.col("phase").is_null()).then(
+        pl.lit("truncated or garbled SGLang batch line (no 'Prefill batch. ' or 'Decode batch. ' followed by fields)")
+    )
+    return df.with_columns(reason=pl.coalesce(garbled, reason))
 
 
 def convert_log(

@@ -80,7 +80,13 @@ def _literal_fallback(text: str) -> str | None:
         return None
 
 
+# Every field read with _v, checked too: a value that is there but no number (or an integer
+# out of range) rejects its record naming the field, where try_cast would make it NULL.
+CHECKED: dict[str, str] = {}
+
+
 def _v(path: str, typ: str = "double") -> str:
+    CHECKED.setdefault(path, "number" if typ == "double" else "count")
     return f"try_cast(js->>'{path}' as {typ})"
 
 
@@ -112,7 +118,8 @@ select line_no, raw, valid,
   {_v("$.maxNumTokensStatic", "bigint")} as max_tokens_static,
   {_v("$.kvCacheStats.maxNumBlocks", "bigint")} * {_v("$.kvCacheStats.tokensPerBlock", "bigint")} as kv_tokens,
   coalesce(json_exists(js, '$.end') and not json_exists(js, '$.iter'), false) as is_end,
-  js->>'$.timestamp' as ts_text
+  js->>'$.timestamp' as ts_text,
+  {c.json_problems("js", [(p, p[2:], k) for p, k in CHECKED.items()])} as vproblem
 from (select line_no, raw, valid, case when valid then js end as js from src)
 """
 
@@ -120,6 +127,7 @@ REASON = pl.coalesce(
     pl.when(~pl.col("valid")).then(
         pl.lit("not a TRT-LLM IterationStats record (invalid JSON or Python literal; truncated?)")
     ),
+    pl.col("vproblem"),
     c.missing_reason([("iter", pl.col("iter")), ("iterLatencyMS", pl.col("dur_ms"))], "IterationStats without "),
     pl.when(pl.col("ts_text").is_not_null() & pl.col("t_end").is_null()).then(
         pl.lit("timestamp not in %m-%d-%Y %H:%M:%S[.%f] form: ") + pl.col("ts_text")

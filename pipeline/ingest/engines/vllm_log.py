@@ -4,7 +4,11 @@ One record per ``Iteration(N): a context requests, b context tokens, c generatio
 requests, d generation tokens, iteration elapsed time: x ms[ (dummy)], <dev> KV cache
 usage: y%`` line (vLLM ``v1/metrics/loggers.py``); every other line is skipped.
 The fields are read one by one (order and optional tails do not matter), so a line
-that says ``Iteration(N):`` but lacks a field is a reject naming the field.
+that says ``Iteration(N):`` but lacks a field is a reject naming the field, and one whose
+field holds no plausible value (``-12 ms``, ``abc``, ``1e23 context tokens``) a reject
+naming the field and the value.  Every line holding ``Iteration(`` is a step line: one
+cut off or garbled before its counter (``... Engine 000: Iteration(3``) is rejected,
+never skipped, so no step is lost unnoticed.
 
 Timestamps: the most precise stamp in the prefix wins (epoch seconds from a custom
 logging config, a Docker/ISO stamp with fraction, else vLLM's default
@@ -32,6 +36,7 @@ from ..load import Batch
 from . import _common as c
 
 MARK = r"Iteration\((\d+)\):"
+STEP = "Iteration("  # a line holding it is a step line: read or rejected, never skipped
 SNIFF = re.compile(r"Iteration\(\d+\): \d+ context requests")
 
 # Lines before the first step that describe the server (vLLM prints them at start-up).
@@ -53,7 +58,7 @@ def sniff(path: Path, head: str) -> bool:
 def _records(lines: pl.DataFrame, written: float, tz: str = "UTC") -> pl.DataFrame:
     """Candidate record lines with every field extracted (NULL where absent)."""
     raw = pl.col("raw")
-    rec = lines.filter(raw.str.contains(MARK)).with_columns(
+    rec = lines.filter(raw.str.contains(STEP, literal=True)).with_columns(
         _prefix=raw.str.split_exact("Iteration(", 1).struct.field("field_0")
     )
     rec = c.with_log_times(rec, "_prefix", written, tz)
@@ -96,7 +101,55 @@ def _reason(rec: pl.DataFrame) -> pl.Series:
         (name, pl.col(name)) for name in ("prefill_reqs", "prefill_tokens", "decode_reqs", "decode_tokens", "dur_ms")
     ]
     checks.append(("timestamp", pl.col("stamp_s")))
-    return rec.select(c.missing_reason(checks, "vLLM Iteration line without ").alias("reason")).to_series()
+    garbled = pl.when(pl.col("iter").is_null()).then(
+        pl.lit("truncated or garbled Iteration line (no complete 'Iteration(N):' step counter)")
+    )
+    return rec.select(
+        pl.coalesce(garbled, c.missing_reason(checks, "vLLM Iteration line without ")).alias("reason")
+    ).to_series()
+
+
+# Each field as the loosest token where it stands (``(name, pattern, kind, strict column)``):
+# on lines already rejected (few), it says why: a value there but out of range or no
+# number, rather than "without" the field.
+_LOOSE = (
+    ("iter", r"Iteration\(([^)\s]*)\):", "count", "iter"),
+    ("prefill_reqs", r"([^\s,:]+) context requests", "count", "prefill_reqs"),
+    ("prefill_tokens", r"([^\s,:]+) context tokens", "count", "prefill_tokens"),
+    ("decode_reqs", r"([^\s,:]+) generation requests", "count", "decode_reqs"),
+    ("decode_tokens", r"([^\s,:]+) generation tokens", "count", "decode_tokens"),
+    ("dur_ms", r"iteration elapsed time: ([^\s,]+)", "number", "dur_ms"),
+    ("kv_usage", r"KV cache usage: ([^\s,%]+)", "number", "kv_usage"),
+)
+
+
+def _explain(rec: pl.DataFrame) -> pl.DataFrame:
+    """``rec`` (lines already rejected, or without KV usage) with reasons naming bad values."""
+    raw = pl.col("raw")
+    problems = []
+    for name, pattern, kind, col in _LOOSE:
+        text = raw.str.extract(pattern, 1)
+        problems.append(
+            pl.coalesce(
+                c.text_value_problem(text, name, kind),
+                # a number, but not written as vLLM writes it (1e3 where digits belong, no " ms")
+                pl.when(text.is_not_null() & pl.col(col).is_null()).then(
+                    pl.format("{}: {} is not in the form vLLM writes", pl.lit(name), text.str.slice(0, c.SHOWN_CHARS))
+                ),
+            )
+        )
+    value = pl.concat_list(problems).list.drop_nulls().list.join("; ")
+    return rec.with_columns(reason=pl.when(value.str.len_chars() > 0).then(value).otherwise(pl.col("reason")))
+
+
+def _with_reasons(rec: pl.DataFrame) -> pl.DataFrame:
+    """``rec`` with ``reason`` set (NULL for a good step). The explaining patterns run only
+    on the few lines that need them (a mask and ``any``, no copy, on a clean log)."""
+    rec = rec.with_columns(reason=_reason(rec))
+    need = rec.select(pl.col("reason").is_not_null() | pl.col("kv_usage").is_null()).to_series()
+    if not need.any():
+        return rec
+    return pl.concat([rec.filter(~need), _explain(rec.filter(need))])
 
 
 def _meta(lines: pl.DataFrame) -> dict:
@@ -240,7 +293,7 @@ def convert(
         if not head_lines:
             head_lines.append(lines.head(2000))
         rec = _records(lines, written, zone)
-        rec = rec.with_columns(reason=_reason(rec))
+        rec = _with_reasons(rec)
         rec, last_stamp = _check_elapsed(rec, last_stamp)
         n_rec += rec.height
         # only rejects keep their text: a step's typed fields are a fraction of its log line

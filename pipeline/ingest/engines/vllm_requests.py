@@ -66,10 +66,30 @@ select line_no, raw,
   nullif(try_cast(js->>'$.scheduled_ts' as double), 0) as scheduled_ts,
   nullif(try_cast(js->>'$.first_token_ts' as double), 0) as first_token_ts,
   nullif(try_cast(js->>'$.last_token_ts' as double), 0) as last_token_ts,
-  case when ok then list_filter({names}, lambda k: json_type(js, '$.' || k) is null) end as missing
+  case when ok then list_filter({names}, lambda k: json_type(js, '$.' || k) is null) end as missing,
+  {problems} as vproblem
 from j
 """
 )
+
+# Fields whose value is checked: present but not a number (or a count out of range) rejects
+# the line, naming the field, where a try_cast would make it NULL (a request without first
+# token reads as failed).  Absent and null stay allowed, as the format has it.
+CHECKED = (
+    *(("$." + f, f, "count") for f in ("input_toks", "output_toks", "num_preemptions", "num_cached_tokens")),
+    *(
+        ("$." + f, f, "number")
+        for f in ("arrival_time", "queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
+    ),
+)
+_ID_PROBLEM = (
+    "case when json_type(js, '$.request_id') in ('OBJECT', 'ARRAY', 'BOOLEAN', 'DOUBLE') "
+    "then 'request_id: expected a string or integer, got ' || left(json_extract(js, '$.request_id')::varchar, "
+    f"{c.SHOWN_CHARS}) end"
+)
+
+
+_PROBLEMS = "nullif(concat_ws('; ', " + _ID_PROBLEM + ", " + c.json_problems("js", list(CHECKED)) + "), '')"
 
 
 def sniff(path: Path, head: str) -> bool:
@@ -125,6 +145,7 @@ _REASON = pl.coalesce(
     pl.when(pl.col("missing").list.len() > 0).then(
         pl.lit("vLLM request stats without ") + pl.col("missing").list.join(", ")
     ),
+    pl.col("vproblem"),
     pl.when(pl.col("arrival_time").is_null() | pl.col("queued_ts").is_null()).then(
         pl.lit("arrival_time and queued_ts must be non-zero numbers")
     ),
@@ -159,7 +180,7 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
     for table in reader.lines(path, progress):
         total += table.num_rows
         con.register("lines", table)
-        part = con.sql(PARSE.format(names=names)).pl().with_columns(reason=_REASON)
+        part = con.sql(PARSE.format(names=names, problems=_PROBLEMS)).pl().with_columns(reason=_REASON)
         con.unregister("lines")
         blank += part.filter(pl.col("reason") == "blank").height
         # only rejects keep their text
