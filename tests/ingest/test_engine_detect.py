@@ -106,3 +106,15 @@ def test_cli_mixed_directory_reports_each_file(tmp_path):
     assert len(lines) == len(results)
     assert any("[vllm-bench]: 64 read, 64 accepted, 0 rejected" in l for l in lines)
     assert any("[sglang-log]: 5 read, 3 accepted, 0 rejected, 2 skipped" in l for l in lines)  # the file's 5 lines
+
+
+def test_a_note_that_quotes_sglang_lines_is_no_sglang_log(tmp_path):
+    """fixtures/sglang/NOTE.md quotes `Prefill batch. iter: N`: it was taken for a log (one line
+    rejected) instead of being skipped as the other notes are. A log line has a time of day."""
+    note = tmp_path / "NOTE.md"
+    note.write_text((Path(__file__).resolve().parents[2] / "fixtures" / "sglang" / "NOTE.md").read_text())
+    with pytest.raises(InputError, match="unknown format"):
+        ingest.detect(note)
+    log = tmp_path / "s.log"
+    log.write_text("[2026-05-19 00:32:51 DP0 TP0] Prefill batch. iter: 7, #new-seq: 2, #new-token: 128\n")
+    assert ingest.detect(log).name == "sglang-log"

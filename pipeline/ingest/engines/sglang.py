@@ -42,7 +42,9 @@ LINE = r"(Prefill|Decode) batch(?: \[([^\]]*)\])?[.,] (.*)$"
 # what a batch line starts with: a line that has it but no LINE was cut off or garbled, and
 # is rejected (never skipped: a step would be lost unnoticed); "Decode batch size" is no mark
 MARK = r"(?:Prefill|Decode) batch(?: \[|[.,]|$)"
-SNIFF = re.compile(r"(?:Prefill|Decode) batch(?: \[[^\]]*\])?[.,] (?:#|iter:)")
+# a batch line as the scheduler logs it: a time of day on the line before the words (a note
+# that quotes the words, as our fixtures' NOTE.md does, is no log)
+SNIFF = re.compile(r"(?m)^[^\n]*\d\d:\d\d:\d\d[^\n]*(?:Prefill|Decode) batch(?: \[[^\]]*\])?[.,] (?:#|iter:)")
 DEFAULT_DECODE_INTERVAL = 40
 
 
