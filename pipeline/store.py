@@ -250,6 +250,8 @@ def _open(path: str, read_only: bool) -> duckdb.DuckDBPyConnection:
     instance = ":memory:tracelat-" + hashlib.sha256(real.encode()).hexdigest()[:32]
     # spill files go next to the store, where DuckDB puts them for a file it opens itself
     con = duckdb.connect(instance, config={"temp_directory": real + ".tmp"})
+    # off before the ATTACH: on a loaded machine it took over 2 s and drew DuckDB's bar
+    con.execute("set enable_progress_bar = false")
     try:
         with _OPEN_LOCK:
             held = scalar(con, "select readonly from duckdb_databases() where database_name = 'store'")
