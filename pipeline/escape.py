@@ -39,9 +39,14 @@ def script_json(obj: Any, **kwargs: Any) -> str:
     return re.sub("[<>&\u2028\u2029]", lambda m: _SCRIPT_UNSAFE[m.group()], text)
 
 
+# C0 and C1 controls (ESC among them) and bidi formatting characters: none belongs in a report,
+# and a Markdown file is also read in terminals (cat, less -R)
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
 def md_text(value: Any, limit: int | None = 120) -> str:
-    """``value`` as inline Markdown text: no markup, no raw HTML, one line."""
-    s = "" if value is None else " ".join(str(value).split())
+    """``value`` as inline Markdown text: no markup, no raw HTML, no control characters, one line."""
+    s = "" if value is None else " ".join(_CONTROLS.sub(" ", str(value)).split())
     if limit is not None and len(s) > limit:
         s = s[: limit - 1] + "\u2026"
     s = html.escape(s, quote=False)

@@ -35,7 +35,8 @@ def runs(db: str, lake: Path | None, as_json: bool) -> None:
         (r[0], r[1] or "-", r[2] or "-", str(r[3] or 0), str(r[4] or 0), "-" if r[5] is None else f"{r[5]:.2f}")
         for r in rows
     ]
-    widths = [max(len(clean(str(row[i]))) for row in table) for i in range(len(cols))]
-    for row in table:
-        cells = [clean(str(v)) for v in row]
+    # one line per run: a newline in a model name (from a log) must not forge a row
+    table = [tuple(" ".join(clean(str(v)).split()) for v in row) for row in table]
+    widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
+    for cells in table:
         echo("  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip())

@@ -186,3 +186,24 @@ def test_run_ids_that_reduce_to_one_name_get_their_own_report_folders(tmp_path):
         assert html.parent.parent == tmp_path / "reports"
         summary = json.loads(html.with_name("summary.json").read_text())
         assert summary["run_id"] == run_id  # neither overwrote the other
+
+
+def test_a_model_name_with_a_newline_forges_no_row_and_no_markdown_escape(tmp_path):
+    """The run record's model is text from a log: `runs` keeps each run on one line (a newline in
+    the model printed an extra row) and summary.md holds no ESC, C1 or bidi character."""
+    lines = [json.loads(x) for x in TINY.read_text().splitlines()]
+    model = "m\u001b[31m\u202eevil\nINJECTED line\u009b2J"
+    lines[0]["model"] = model
+    trace = tmp_path / "m.jsonl"
+    trace.write_text("\n".join(map(json.dumps, lines)) + "\n")
+    db = str(tmp_path / "m.duckdb")
+    assert run("ingest", str(trace), "--db", db).returncode == 0
+    r = run("runs", "--db", db)
+    assert r.returncode == 0, r.stderr
+    rows = r.stdout.splitlines()
+    assert len(rows) == 2 and not any(row.startswith("INJECTED") for row in rows), rows
+    assert "evil INJECTED line" in rows[1]
+    r = run("report", lines[0]["run_id"], "--db", db, "--out", str(tmp_path / "rep"))
+    assert r.returncode == 0, r.stderr
+    md = (tmp_path / "rep" / "summary.md").read_text()
+    assert "INJECTED" in md and not any(c in md for c in "\u001b\u009b\u202e"), md
