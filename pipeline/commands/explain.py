@@ -23,9 +23,9 @@ from .options import db_option, lake_option, open_source, dumps, json_option
     "--from",
     "t_from",
     help="Only requests arriving at or after this time: seconds since the run's "
-    "start, @<clock seconds>, or (unix clocks) HH:MM[:SS] / ISO date-time, read in the zone of "
-    "the log's stamps (--tz at ingest; UTC for logs with epoch or zoned stamps) unless it "
-    "names a zone (Z, +02:00).",
+    "start, @<clock seconds>, or (unix clocks) HH:MM[:SS] (on the run's day, or the next for a "
+    "run over midnight) / ISO date-time, read in the zone of the log's stamps (--tz at ingest; "
+    "UTC for logs with epoch or zoned stamps); an ISO date-time may name its zone (Z, +02:00).",
 )
 @click.option("--to", "t_to", help="Only requests arriving at or before this time (same forms as --from).")
 @click.option(

@@ -124,8 +124,12 @@ def parse_time(text: str | None, con: duckdb.DuckDBPyConnection, run_id: str, de
     zone = zoneinfo.ZoneInfo(run_zone(con, run_id))
     try:
         if re.fullmatch(r"\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?", s):
+            # the day of the run's start, or the next one for a run over midnight: whichever
+            # puts the time nearer the run (00:00:01 of a run from 23:59:57 is the next day's)
             day = dt.datetime.fromtimestamp(start, zone).date()
-            t = dt.datetime.combine(day, dt.time.fromisoformat(s), zone)
+            end = run_end(con, run_id) or start
+            at = [dt.datetime.combine(day + dt.timedelta(days=k), dt.time.fromisoformat(s), zone) for k in (0, 1)]
+            t = min(at, key=lambda x: max(start - x.timestamp(), x.timestamp() - end, 0.0))
         else:
             # Python 3.10's fromisoformat does not take the "Z" suffix that most tools print
             t = dt.datetime.fromisoformat(s[:-1] + "+00:00" if s[-1:] in ("Z", "z") else s)

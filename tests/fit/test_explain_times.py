@@ -119,3 +119,31 @@ def test_runs_with_only_requests_or_only_steps(tmp_path):
     code, out = cli("explain", "server", "--db", db)
     assert code == 0, out
     assert "the run has no requests with a ttft value" in out and "window" not in out, out
+
+
+def test_times_of_day_on_a_run_over_midnight(tmp_path):
+    """A run from 23:59:5x to 00:00:0x: 00:00:01 is the next day's (it was taken on the start's
+    day, a day before the run, and --from 23:59:58 --to 00:00:01 was 'from after to')."""
+    import datetime as dt
+    import os
+    import re
+
+    shift = dt.datetime(2027, 1, 1) - dt.datetime(2026, 11, 30, 4, 47, 30)
+
+    def moved(m):
+        t = dt.datetime.strptime(f"2026-{m.group(1)}", "%Y-%m-%d %H:%M:%S") + shift
+        return t.strftime("%m-%d %H:%M:%S")
+
+    log = tmp_path / "server.log"
+    log.write_text(re.sub(r"(?<=INFO )(\d\d-\d\d \d\d:\d\d:\d\d)", moved, (FIX / "server.log").read_text()))
+    written = dt.datetime(2027, 1, 1, 1, tzinfo=dt.timezone.utc).timestamp()
+    os.utime(log, (written, written))
+    db = tmp_path / "ny.duckdb"
+    code, out = cli("ingest", log, FIX / "bench.json", "--run-id", "ny", "--tz", "UTC", "--db", db)
+    assert code == 0, out
+    code, out = cli("explain", "ny", "--db", db, "--from", "00:00:00", "--to", "00:00:02")
+    assert code == 0, out
+    assert "(requests arriving 2027-01-01T00:00:00.000Z" in out.splitlines()[0], out
+    code, out = cli("explain", "ny", "--db", db, "--from", "23:59:58", "--to", "00:00:01")
+    assert code == 0, out
+    assert "2026-12-31T23:59:58.000Z" in out.splitlines()[0] and "2027-01-01T00:00:01.000Z" in out.splitlines()[0]
