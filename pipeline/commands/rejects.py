@@ -50,8 +50,16 @@ def rejects(path: str | None, db: str, lake: Path | None, limit: int, as_json: b
 
 
 def _names_of(con, path: str) -> list[str]:
-    """The stored paths that name the file at ``path``: the text as given, and any stored under
-    another spelling of it (relative, with ./ or ..; resolved against this folder)."""
+    """The stored paths that name the file at ``path``: the text as given, any stored under
+    another spelling of it (./x, absolute, with ..; resolved against this folder) and, when
+    the file is here to read, any ingest of the same content (a relative path given in
+    another folder resolves elsewhere; the content hash does not)."""
     want = Path(path).resolve()
     stored = [p for (p,) in con.execute("select distinct path from rejects").fetchall()]
-    return [path] + [p for p in stored if p != path and Path(p).resolve() == want]
+    names = [path] + [p for p in stored if p != path and Path(p).resolve() == want]
+    if want.is_file():
+        from ..ingest import reader
+
+        digest = reader.sha256_and_quotes(want, count_quotes=False)[0]
+        names += [p for (p,) in con.execute("select distinct path from ingests where sha256 = ?", [digest]).fetchall()]
+    return names

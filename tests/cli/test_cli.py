@@ -95,6 +95,12 @@ def test_rejects_lists_lines_with_reasons(tmp_path):
     assert json.loads(r.stdout)["total"] == 2, r.stdout
     r = run("rejects", str(tmp_path / ".." / tmp_path.name / "bad.jsonl"), "--db", db, "--json")
     assert json.loads(r.stdout)["total"] == 2, r.stdout
+    # ingested under a relative path in its folder, asked for from another: found by its content
+    rel = str(tmp_path / "rel.duckdb")
+    assert run("ingest", "bad.jsonl", "--db", rel, cwd=tmp_path).returncode == 0
+    (tmp_path / "sub").mkdir()
+    r = run("rejects", "../bad.jsonl", "--db", rel, "--json", cwd=tmp_path / "sub")
+    assert json.loads(r.stdout)["total"] == 2, r.stdout
 
 
 def test_rejected_duplicates_print_no_empty_text_line(tmp_path):
