@@ -155,13 +155,21 @@ def replay(
     if sweep_spec:
         from ..replay import parse_sweep
 
-        param = parse_sweep(sweep_spec)[0]
-        if overrides.get(param) is not None:  # the sweep would replace it without a word
-            opt = "--" + param.replace("_", "-")
-            raise InputError(
-                f"{opt} {overrides[param]} and --sweep {sweep_spec} both set {param}; put {overrides[param]} among "
-                f"the sweep's values, or leave {opt} out"
+        param, swept = parse_sweep(sweep_spec)
+        given_value = overrides.get(param)
+        if given_value is not None:  # the sweep would replace it without a word
+            name = param.replace("_", "-")
+            opt = (
+                f"--{name} {given_value}"
+                if not isinstance(given_value, bool)
+                else f"--{'' if given_value else 'no-'}{name}"
             )
+            fix = (
+                "leave it out"
+                if given_value in swept
+                else f"put {given_value} among the sweep's values, or leave it out"
+            )
+            raise InputError(f"{opt} and --sweep {sweep_spec} both set {param}; {fix}")
     con = open_source(db, lake, [run_id], None if do_ingest else fit_ready(run_id))
     tmp = None  # the scratch folder, once made; removed however the replay ends
     try:

@@ -247,7 +247,7 @@ def run_sweep(
         try:
             check_fits(cal.workload, cal.with_policy(**{param: v}).policy)
         except InputError as exc:
-            raise InputError(f"--sweep {param}={v}: {exc} Leave {v} out of the sweep.") from None
+            raise InputError(f"--sweep {param}={v}: {str(exc).rstrip('. ')}; leave {v} out of the sweep") from None
     rows = []
     for v in values:
         c = cal.with_policy(**{param: v})

@@ -200,11 +200,18 @@ def test_cli_sweep_refuses_an_option_it_would_replace_and_an_infeasible_value(in
     r = replay("--max-num-batched-tokens", "512", "--sweep", "max_num_batched_tokens=256,1024")
     assert r.returncode == 2 and r.stderr.startswith(
         "Error: --max-num-batched-tokens 512 and --sweep max_num_batched_tokens=256,1024 both set max_num_batched_tokens"
+        "; put 512 among the sweep's values, or leave it out"
     ), r.stderr
+    r = replay("--max-num-batched-tokens", "512", "--sweep", "max_num_batched_tokens=512,1024")
+    assert r.returncode == 2 and "both set max_num_batched_tokens; leave it out" in r.stderr, r.stderr
+    r = replay("--no-chunked-prefill", "--sweep", "chunked_prefill=true,false")
+    assert r.returncode == 2 and r.stderr.startswith("Error: --no-chunked-prefill and --sweep"), r.stderr
     # a KV cache too small for the largest request: said of that value, before any replay runs
     r = replay("--sweep", "kv_capacity_tokens=2000,400000")
     assert r.returncode == 2, r.stderr
-    assert r.stderr.startswith("Error: --sweep kv_capacity_tokens=2000: request ") and "Leave 2000 out" in r.stderr
+    assert r.stderr.startswith("Error: --sweep kv_capacity_tokens=2000: request ") and r.stderr.rstrip().endswith(
+        "; leave 2000 out of the sweep"
+    ), r.stderr
 
 
 def test_parse_sweep():
