@@ -245,6 +245,10 @@ def align_clocks(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
         derive_run_meta(con, run_id, meta, step=DERIVED_CLOCKS, clock=ref_clock)
 
 
+# A given offset under which fewer of the steps in the client's span have the decode count the
+# client's requests imply is called into doubt (right offsets match 93-100% on the recordings).
+GIVEN_MIN_STEPS_SHARE = 0.8
+
 # Two request sources whose requests pair up (same prompt and output tokens, arrivals this close
 # on the steps' clock) for at least this share of each are taken for two records of one set of
 # requests (a client's and the server's): the run would count every request twice.
@@ -283,10 +287,17 @@ def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, ret
     if override is not None:
         # the offset is known, but steps rebuilt from whole-second stamps still need the
         # client's token times to be placed within their seconds (as with an estimated offset)
+        given = clocks.Alignment(True, override, 0.0, 0.0, method="--clock-offset")
+        req = _requests(con, run_id, ing)
         if retime_ref is not None:
-            given = clocks.Alignment(True, override, 0.0, 0.0, method="--clock-offset")
-            how, _ = retime.retime(con, run_id, retime_ref, _requests(con, run_id, ing), given, given=override)
+            how, _ = retime.retime(con, run_id, retime_ref, req, given, given=override)
             entry["retime"] = how | {"ingest_id": retime_ref} if how.get("retimed") else how
+            if how.get("retimed"):
+                steps = _steps(con, run_id, [retime_ref])
+        # how well the given offset joins the files, in the estimate's figures: a wrong one shows
+        if len(req.t_first_token) and len(steps.t_end):
+            q = clocks.assess(steps, req, given)
+            entry.update(steps_matched_share=q.steps_matched_share, requests_matched_share=q.requests_matched_share)
         _transform(con, run_id, ing, override, 0.0, 0.0, inverse=False)
         entry.update(
             status="override", applied=True, offset_s=override, drift=0.0, pivot_s=0.0, method="--clock-offset"
@@ -485,8 +496,20 @@ def source_lines(run_id: str, meta: dict) -> list[tuple[bool, str]]:
                 )
             )
             continue
+        poor = False
         if src.get("status") == "override":
             text = f"run {run_id}: {name} put on {ref}'s clock with --clock-offset {src['offset_s']:+.6f} s"
+            share = src.get("steps_matched_share")
+            if share is not None:
+                text += f", matched {share:.0%} of steps"
+                if src.get("requests_matched_share") is not None:
+                    text += f" and {src['requests_matched_share']:.0%} of first tokens"
+                poor = share < GIVEN_MIN_STEPS_SHARE
+                if poor:
+                    text += (
+                        " (an offset that joins the files matches nearly all steps): check the offset, or leave "
+                        "--clock-offset out to have it estimated"
+                    )
         else:
             shares = []
             if src.get("steps_matched_share") is not None:
@@ -525,5 +548,5 @@ def source_lines(run_id: str, meta: dict) -> list[tuple[bool, str]]:
         if "preemptions" in inf:
             n = inf["preemptions"]["requests_preempted"]
             text += f"; preemptions inferred from token gaps ({n} request{'' if n == 1 else 's'})"
-        out.append((doubt, text))
+        out.append((doubt or poor, text))
     return out

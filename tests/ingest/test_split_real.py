@@ -282,6 +282,14 @@ def test_given_offset_retimes_the_steps_too(tmp_path):
     assert _alignment(far)["sources"][0]["retime"]["given_offset_fits_stamps"] is False
     [(problem, text)] = describe(far, ["joint"])
     assert problem and "stamps allow offsets" in text
+    # four seconds off, the steps cannot be re-timed at all: the decode counts tell (it said nothing)
+    (tmp_path / "off").mkdir()
+    off = _joint(tmp_path / "off", rec, clock_offsets=(f"bench.json={offset + 4.0!r}",))
+    src = _alignment(off)["sources"][0]
+    assert not src["retime"]["retimed"] and src["steps_matched_share"] < 0.8
+    [(problem, text)] = describe(off, ["joint"])
+    assert problem and "check the offset" in text and f"matched {src['steps_matched_share']:.0%} of steps" in text
+    assert _alignment(given)["sources"][0]["steps_matched_share"] > 0.95  # the true one: no doubt
 
 
 def test_client_and_server_records_of_the_same_requests_are_named(tmp_path):
