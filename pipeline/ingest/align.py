@@ -464,7 +464,23 @@ def describe(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> list[tuple[b
         "and json_extract(meta, '$.clock_alignment') is not null order by run_id",
         {"r": sorted(set(run_ids))},
     ).fetchall()
-    return [line for run_id, meta in rows for line in source_lines(run_id, json.loads(meta))]
+    lines = [line for run_id, meta in rows for line in source_lines(run_id, json.loads(meta))]
+    # an offset given for a file of steps: the steps are the clock the others are put on
+    refs = con.execute(
+        "select distinct i.path from clock_overrides o join ingests i on i.path = o.path "
+        "where i.ingest_id in (select ingest_id from iterations where run_id = any($r)) order by 1",
+        {"r": sorted(set(run_ids))},
+    ).fetchall()
+    for (path,) in refs:
+        name = str(path).rsplit("/", 1)[-1]
+        lines.append(
+            (
+                True,
+                f"--clock-offset {name}=... was not applied: {name} holds the run's steps, the clock the "
+                "other files are put on; give the offset of the client's file instead",
+            )
+        )
+    return lines
 
 
 def source_lines(run_id: str, meta: dict) -> list[tuple[bool, str]]:

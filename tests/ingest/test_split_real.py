@@ -290,6 +290,12 @@ def test_given_offset_retimes_the_steps_too(tmp_path):
     [(problem, text)] = describe(off, ["joint"])
     assert problem and "check the offset" in text and f"matched {src['steps_matched_share']:.0%} of steps" in text
     assert _alignment(given)["sources"][0]["steps_matched_share"] > 0.95  # the true one: no doubt
+    # an offset for the file of steps is not applied, and the ingest says so (it said nothing)
+    (tmp_path / "ref").mkdir()
+    ref = _joint(tmp_path / "ref", rec, clock_offsets=("server.log=5",))
+    assert any(p and "--clock-offset server.log=... was not applied" in t for p, t in describe(ref, ["joint"]))
+    t_ref = ref.execute("select min(t_start) from iterations").fetchone()[0]
+    assert t_ref == pytest.approx(est.execute("select min(t_start) from iterations").fetchone()[0], abs=1e-6)
 
 
 def test_client_and_server_records_of_the_same_requests_are_named(tmp_path):
