@@ -41,7 +41,7 @@ def script_json(obj: Any, **kwargs: Any) -> str:
 
 # C0 and C1 controls (ESC among them) and bidi formatting characters: none belongs in a report,
 # and a Markdown file is also read in terminals (cat, less -R)
-_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
 
 
 def md_text(value: Any, limit: int | None = 120) -> str:

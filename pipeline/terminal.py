@@ -31,10 +31,14 @@ _ESCAPES = re.compile(
 )
 # Bidi formatting characters (Unicode's Bidi_Control): embeddings, overrides, isolates, marks
 BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
-_CONTROLS = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{BIDI}]")
+# Unicode's line and paragraph separators: some terminals break the line at them
+SEPARATORS = "\u2028\u2029"
+_CONTROLS = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{BIDI}{SEPARATORS}]")
+# Characters that show as nothing: two run ids differing by one would look the same
+INVISIBLE = "\u200b\u2060\ufeff"
 # What a name from a log (a run id) may not hold at all: every C0 control (tab, CR, LF
-# too), DEL, C1 and the bidi formatting characters
-UNSAFE_IN_ID = re.compile(f"[\x00-\x1f\x7f-\x9f{BIDI}]")
+# too), DEL, C1, the bidi formatting characters, the line separators and the invisible ones
+UNSAFE_IN_ID = re.compile(f"[\x00-\x1f\x7f-\x9f{BIDI}{SEPARATORS}{INVISIBLE}]")
 
 
 def clean(text: str) -> str:

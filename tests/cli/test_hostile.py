@@ -103,7 +103,10 @@ def stored_runs(db: str) -> list[str]:
         con.close()
 
 
-@pytest.mark.parametrize("run_id", [FORGED, "evil\u202eSSAP", "tab\there", "cr\rX", "del\x7f", "c1\x85"])
+@pytest.mark.parametrize(
+    "run_id",
+    [FORGED, "evil\u202eSSAP", "tab\there", "cr\rX", "del\x7f", "c1\x85", "ls\u2028x", "zw\u200bsp", "bom\ufeffid"],
+)
 def test_run_id_with_control_or_bidi_characters_is_refused_at_ingest(tmp_path, run_id):
     # printed, a newline in a run id would forge a line ("fake: PASS") of `ingest`, `runs` or
     # `audit`; U+202E would reorder what is shown. The file is refused, nothing of it stored;
@@ -170,6 +173,7 @@ def test_clean_drops_bidi_formatting_characters():
     bidi = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
     assert clean(f"ok{bidi}\u202eSSAP: run\tx\ny") == "okSSAP: run\tx\ny"
     assert clean("caf\u00e9 \u4e2d\u200d") == "caf\u00e9 \u4e2d\u200d"  # other text stays
+    assert clean("a\u2028b\u2029c") == "abc"  # line separators: some terminals break the line there
 
 
 def test_run_ids_that_reduce_to_one_name_get_their_own_report_folders(tmp_path):
