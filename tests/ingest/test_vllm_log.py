@@ -354,3 +354,21 @@ def test_year_less_stamps_lie_before_the_file_was_written(tmp_path):
     ny, t_ny, y_ny = ingest_copy("newyear.log", text, "2027-01-01T00:01:00")
     assert (ny.accepted, ny.rejected) == (same.accepted, same.rejected) and y_ny == 2026
     np.testing.assert_allclose(t_ny - t_same, shift.total_seconds(), atol=1e-6)
+
+
+@pytest.mark.parametrize("written, year", [("2024-03-01T00:00:00", 2024), ("2025-03-01T00:00:00", 2024)])
+def test_a_log_of_29_february_keeps_its_steps(tmp_path, written, year):
+    """29 February is a date of leap years only: read in a later year its stamps got no time at all
+    (every step rejected "without timestamp"); now they take the latest leap year before the file
+    was written."""
+    import datetime as dt
+    import os
+
+    log = tmp_path / "leap.log"
+    log.write_text((FIX / "server.log").read_text().replace("INFO 11-30 ", "INFO 02-29 "))
+    os.utime(log, (_utc(written), _utc(written)))
+    con = store.connect(tmp_path / "leap.duckdb")
+    (res,) = load(con, log, tz="UTC")
+    assert (res.accepted, res.rejected) == (532, 0)
+    first = con.execute("select min(t_end) from iterations").fetchone()[0]
+    assert dt.datetime.fromtimestamp(first, dt.timezone.utc).strftime("%Y-%m-%d %H:%M") == f"{year}-02-29 04:47"

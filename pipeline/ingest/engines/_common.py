@@ -11,6 +11,7 @@ is neither read nor accepted, so ``read`` is the file's line count and
 
 from __future__ import annotations
 
+import calendar
 import datetime as dt
 import json
 import math
@@ -147,18 +148,11 @@ def _frac(col: pl.Expr) -> pl.Expr:
     )
 
 
-def _aware(date: pl.Expr, clock: pl.Expr, tz: str = "UTC") -> pl.Expr:
+def _epoch_s(date: pl.Expr, clock: pl.Expr, tz: str = "UTC") -> pl.Expr:
     local = (date + pl.lit(" ") + clock).str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False)
     # a wall time that a DST change skips or repeats: the earlier reading, never an error
-    return local.dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null")
-
-
-def _epoch_of(aware: pl.Expr) -> pl.Expr:
+    aware = local.dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null")
     return aware.dt.epoch("us").cast(pl.Float64) / 1e6
-
-
-def _epoch_s(date: pl.Expr, clock: pl.Expr, tz: str = "UTC") -> pl.Expr:
-    return _epoch_of(_aware(date, clock, tz))
 
 
 def local_zone() -> str:
@@ -213,13 +207,19 @@ def with_log_times(df: pl.DataFrame, prefix: str, written_s: float, tz: str = "U
     epoch, iso, vl = pl.col("_ep"), pl.col("_iso"), pl.col("_vl")
     iso_t = _epoch_s(iso.struct.field("1"), iso.struct.field("2"), tz) + _frac(iso.struct.field("3"))
     year = stamp_year(written_s, tz)
-    this_year = _aware(pl.lit(f"{year}-") + vl.struct.field("1"), vl.struct.field("2"), tz)
-    # a year back on the calendar of the zone (the text is parsed once: the second parse cost a tenth
-    # of a vLLM log's ingest)
-    later = _epoch_of(this_year) > written_s + YEAR_SLACK_S
-    vl_t = _epoch_of(pl.when(later).then(this_year.dt.offset_by("-1y")).otherwise(this_year)) + _frac(
-        vl.struct.field("3")
-    )
+    month_day, clock = vl.struct.field("1"), vl.struct.field("2")
+
+    # the file's year; then, only if some stamp needs it (rare: a log read after New Year, or of
+    # 29 February read in a later year), the latest year before it that holds the date
+    df = df.with_columns(_vl_t=_epoch_s(pl.lit(f"{year}-") + month_day, clock, tz))
+    t = pl.col("_vl_t")
+    redo = (t > written_s + YEAR_SLACK_S) | (t.is_null() & (month_day == "02-29"))
+    if df.select(redo.fill_null(False).any()).item():
+        leap = next(y for y in range(year, year - 8, -1) if calendar.isleap(y))
+        feb29_year = leap if leap < year else leap - 4
+        back = pl.when(month_day == "02-29").then(pl.lit(feb29_year)).otherwise(pl.lit(year - 1)).cast(pl.String)
+        df = df.with_columns(_vl_t=pl.when(redo).then(_epoch_s(back + pl.lit("-") + month_day, clock, tz)).otherwise(t))
+    vl_t = t + _frac(vl.struct.field("3"))
 
     def res(digits: pl.Expr) -> pl.Expr:
         return pl.when(digits.is_null()).then(1.0).otherwise(pl.lit(10.0).pow(-digits.str.len_chars().cast(pl.Float64)))
@@ -232,7 +232,7 @@ def with_log_times(df: pl.DataFrame, prefix: str, written_s: float, tz: str = "U
         .then(res(iso.struct.field("3")))
         .when(vl.struct.field("1").is_not_null())
         .then(res(vl.struct.field("3"))),
-    ).drop("_ep", "_iso", "_vl")
+    ).drop("_ep", "_iso", "_vl", "_vl_t")
 
 
 def written_s(path: Path) -> float:
