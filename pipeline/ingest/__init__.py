@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 from .. import store
 from ..errors import InputError
 from . import align, canonical, context, reader
-from .load import Batch, IngestResult, default_run_id, ingest_file
+from .load import Batch, IngestResult, check_run_id_option, default_run_id, ingest_file
 
 
 @dataclass(frozen=True)
@@ -196,6 +196,8 @@ def ingest_paths(
     the files before it stay ingested (and get their post-ingest steps); the error
     says which they were.
     """
+    if run_id is not None:  # the option, not the names given to files whose names collide
+        check_run_id_option(run_id)
     results: list[IngestResult] = []
     files = expand(Path(p) for p in paths)
     if clock_offsets:

@@ -468,8 +468,6 @@ def ingest_file(
 
     ``tz`` reaches converters that read local wall-clock stamps (they take a ``tz`` argument).
     """
-    if run_id is not None and UNSAFE_IN_ID.search(run_id) and not _named_after_path(run_id, path):
-        raise InputError(f"--run-id {shown_id(run_id)}: holds {_unsafe(run_id)}; {NO_UNSAFE}; give another --run-id")
     reader.check_file(path)
     shown = str(path)
     default_run = run_id or default_run_id(path)
@@ -555,12 +553,10 @@ def _unsafe(run_id: str) -> str:
     return shown_id(found.group()) if found else "nothing unsafe"
 
 
-def _named_after_path(run_id: str, path: Path) -> bool:
-    """Whether ``run_id`` is the file's name qualified with its folders (the run name an ingest
-    gives files whose names collide), not a --run-id."""
-    parents = path.resolve().parent.parts
-    stem = default_run_id(path)
-    return any("/".join((*parents[-d:], stem)).lstrip("/") == run_id for d in range(1, len(parents) + 1))
+def check_run_id_option(run_id: str) -> None:
+    """Refuse a ``--run-id`` that no run id may be, before any file is read."""
+    if UNSAFE_IN_ID.search(run_id):
+        raise InputError(f"--run-id {shown_id(run_id)}: holds {_unsafe(run_id)}; {NO_UNSAFE}; give another --run-id")
 
 
 def _refuse_unsafe_runs(con: duckdb.DuckDBPyConnection, result: IngestResult, ingest_id: int, default_run: str) -> None:
