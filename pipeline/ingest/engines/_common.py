@@ -22,6 +22,7 @@ import polars as pl
 import pyarrow as pa
 
 from ...errors import InputError
+from ..canonical_sql import MAX_ABS_TIME_S, MAX_COUNT
 from ..load import Batch
 from ..typed_sql import EXTRA_JSON, Typed
 from ..load import default_run_id as stem  # noqa: F401 - re-exported: the loader's rule for a run name
@@ -367,9 +368,8 @@ select line_no, raw, ok, case when ok then raw end as js from (
 # out of range) must reject its record with a reason naming the field and the value,
 # never turn into a NULL that reads as "absent" (a failed request, a missing count).
 
-MAX_COUNT = 2**53  # as the canonical format: JSON numbers are doubles, beyond this not exact
 SHOWN_CHARS = 40  # a value in a reason is cut to this many characters
-MAX_ABS_TIME_NS = 1e20  # the canonical format's 1e11 s (the year 5138) in nanoseconds
+MAX_ABS_TIME_NS = MAX_ABS_TIME_S * 1e9  # the canonical format's bound (the year 5138) in nanoseconds
 
 
 def json_value_problem(js: str, path: str, name: str, kind: str = "number") -> str:
