@@ -9,7 +9,6 @@ run id, model name and SLO message is text from files and goes through ``html_te
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from .. import __version__
 from .charts import LABELS, spec
 from ..escape import html_text
 from ..metrics import LATENCY
-from .page import Section, card, fmt, page
+from .page import Section, card, fmt, generated_stamp, page
 
 STATS = ("count", "p50", "p90", "p99", "p999", "mean", "std", "max")
 
@@ -152,7 +151,7 @@ def write_fleet_page(result: dict[str, Any], out: Path) -> Path:
         )
         note = "".join(f'<p class="sub">not fleet-wide: {html_text(n)}</p>' for n in slo["fleet"]["not_fleet_wide"])
         sections.append(Section("slo", "SLOs over the whole fleet", body=f"<table>{checks}</table>{note}"))
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = generated_stamp()
     html_path = out / "index.html"
     html_path.write_text(
         page(

@@ -12,12 +12,27 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import os
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 import polars as pl
 
 from ..escape import html_text, script_json
+
+
+def generated_stamp() -> str:
+    """The "generated" time of a page footer, to the minute (UTC).  ``SOURCE_DATE_EPOCH``
+    (seconds since 1970, the reproducible-builds convention) fixes it, so that a page
+    rebuilt from the same store is byte-identical."""
+    fixed = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    try:
+        when = datetime.fromtimestamp(int(fixed), timezone.utc) if fixed else datetime.now(timezone.utc)
+    except (ValueError, OverflowError, OSError):  # not a whole number of seconds: the clock
+        when = datetime.now(timezone.utc)
+    return when.strftime("%Y-%m-%d %H:%M UTC")
+
 
 # The Content-Security-Policy: nothing may be fetched (default-src 'none').  Scripts:
 # only the page's two inline scripts run, each allowed by its SHA-256 hash (no

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from ..summary import summary as run_summary
 from . import charts, frames
 from ..escape import html_text
 from .markdown import summary_markdown
-from .page import Section, card, fmt, kv_table, missing, page, table
+from .page import Section, card, fmt, generated_stamp, kv_table, missing, page, table
 
 FIT_HINT = "not available (run `tracelat fit`)"
 HEADLINE = tuple((m, metrics.BY_NAME[m].label) for m in metrics.HEADLINE)  # (metric, card label)
@@ -372,7 +371,7 @@ def write_report(
         f'<h1>tracelat report: <span class="rid">{html_text(run_id, limit=300)}</span></h1>'
         f'<p class="sub">{sub}</p>' + _headline(s, audit) + _stats_table(s)
     )
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = generated_stamp()
     footer = (
         f"tracelat {html_text(__version__)}, generated {stamp}. Metric definitions: docs/metrics.md; "
         "how each chart reduces large runs is stated in its subtitle."

@@ -125,3 +125,14 @@ def test_default_out_dirs_are_unique():
     assert len({default_out_dir(r) for r in ids}) == len(ids)
     pairs = [("a_vs_b", "c"), ("a", "b_vs_c"), ("a/vs/b", "c"), ("a", "b/vs/c")]
     assert len({compare_dir(b, c) for b, c in pairs}) == len(pairs)
+
+
+def test_source_date_epoch_pins_the_generated_minute(synth_run, tmp_path, monkeypatch):
+    con, rid = synth_run
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1767225600")  # 2026-01-01 00:00 UTC
+    first = write_report(con, rid, tmp_path / "a").read_bytes()
+    assert b"generated 2026-01-01 00:00 UTC." in first
+    assert write_report(con, rid, tmp_path / "b").read_bytes() == first  # the page is reproducible
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "soon")  # not seconds: the clock, not an error
+    page = write_report(con, rid, tmp_path / "c").read_text()
+    assert "generated 2026-01-01" not in page and re.search(r"generated \d{4}-\d\d-\d\d \d\d:\d\d UTC\.", page)
