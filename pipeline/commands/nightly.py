@@ -50,7 +50,35 @@ def _junit_error(path: Path, exc: BaseException) -> None:
         pass
 
 
-@click.command()
+def _junit_in(args: list[str]) -> Path | None:
+    """The --junit path of a command line click refused, if it names one (the last wins, as for click)."""
+    path = None
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg == "--junit" and i + 1 < len(args):
+            path = args[i + 1]
+        elif arg.startswith("--junit="):
+            path = arg.removeprefix("--junit=")
+    return Path(path) if path else None
+
+
+class _JunitOnUsageError(click.Command):
+    """Click refuses a bad option value (``--min-change -1``) before the command runs: the
+    --junit file is rewritten with that error too, so CI never shows an older night's result."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        given = list(args)
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            path = _junit_in(given)
+            if path is not None:
+                _junit_error(path, exc)
+            raise
+
+
+@click.command(cls=_JunitOnUsageError)
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--history",

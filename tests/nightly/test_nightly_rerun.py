@@ -140,6 +140,12 @@ def test_broken_night_rewrites_the_junit_file(nights, tmp_path, capsys):
         capsys, "nightly", str(nights[1]), "--history", str(hist), "--label", "nokey", "--junit", str(junit)
     )
     assert code == 2 and "KEY=VALUE" in next(ET.parse(junit).getroot().iter("error")).get("message")
+    # a value click refuses before the command runs (both spellings of --junit)
+    for junit_args in (["--junit", str(junit)], [f"--junit={junit}"]):
+        junit.write_text("<testsuite errors='0' failures='0'/>")  # an older night's good result
+        code, _, err = cli(capsys, "nightly", str(nights[1]), "--history", str(hist), "--min-change", "-1", *junit_args)
+        message = next(ET.parse(junit).getroot().iter("error")).get("message")
+        assert code == 2 and "--min-change" in message and "-1" in message and "--min-change" in err
 
 
 def test_config_label_digests_configuration_only(nights, tmp_path):
