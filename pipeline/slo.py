@@ -155,8 +155,11 @@ def _flatten(path: str, section: str, table: dict, parts: tuple[str, ...] = ()) 
 
 
 def _same_stat(stat: str) -> str:
-    """One name per statistic: ``p1``, ``p01`` and ``p010`` are all the 1st percentile (``p01``)."""
+    """One name per statistic: ``p1``, ``p01`` and ``p010`` are all the 1st percentile (``p01``);
+    ``p0`` and ``p00`` are the smallest value, ``min``."""
     p = percentile_of(stat)
+    if p == 0:
+        return "min"
     return percentile_name(p) if p is not None else stat
 
 

@@ -48,6 +48,9 @@ def assert_file_error(code: int, err: str, path: str, *fragments: str) -> None:
         ("[slo]\nttft_ms.p99 = 100\nttft_ms.p990 = 6000\n", "ttft_ms.p990", ["ttft_ms.p99 and ttft_ms.p990"]),
         ("[slo]\nttft_ms.p1 = 100\nttft_ms.p01 = 6000\n", "ttft_ms.p01", ["ttft_ms.p1 and ttft_ms.p01"]),
         (FLUIDITY + "min_index_p1 = 0.9\nmin_index_p01 = 0.1\n", "[fluidity] min_index_p01", ["min_index_p1 and"]),
+        # the 0th percentile is the minimum
+        ("[slo]\nitl_ms.min = 100\nitl_ms.p00 = 6000\n", "itl_ms.p00", ["itl_ms.min and itl_ms.p00"]),
+        (FLUIDITY + "min_index_p0 = 0.9\nmin_index_min = 0.1\n", "[fluidity] min_index_min", ["min_index_p0 and"]),
     ],
 )
 def test_an_slo_written_twice_is_refused(tiny_run, tmp_path, capsys, text, key, fragments):
