@@ -78,6 +78,9 @@ def detect(path: Path) -> Ingestor:
     voted = _sniff_later_lines(path, head)
     if voted is not None:
         return voted
+    damage = reader.head_damage(path)
+    if damage is not None:
+        raise InputError(damage)
     raise InputError(
         f"{path}: unknown format; known formats: {', '.join(INGESTORS)}. "
         "Pass --format NAME to choose one (see `tracelat ingest --help`)"

@@ -147,9 +147,9 @@ def intact(path: Path) -> bool:
 BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark: some Windows tools start a text file with it
 
 
-def head_text(path: Path, n_bytes: int = 65536) -> str:
-    """The first bytes of the decompressed content, for format detection (without a
-    byte-order mark: formats are told by their first characters)."""
+def _head_bytes(path: Path, n_bytes: int) -> tuple[bytes, Exception | None]:
+    """Up to ``n_bytes`` of the decompressed content, and the error that stopped the read
+    before them (a compressed stream cut short or damaged), or None."""
     chunks: list[bytes] = []
     try:
         with open_binary(path) as f:
@@ -157,9 +157,39 @@ def head_text(path: Path, n_bytes: int = 65536) -> str:
             while sum(map(len, chunks)) < n_bytes and (piece := f.read(min(4096, n_bytes))):
                 chunks.append(piece)
     except (OSError, EOFError, zlib.error) as exc:
-        if not chunks:
-            raise InputError(f"{path}: cannot read the start of the file ({exc})") from exc
-    head = b"".join(chunks)[:n_bytes]
+        return b"".join(chunks)[:n_bytes], exc
+    return b"".join(chunks)[:n_bytes], None
+
+
+def damaged_message(path: Path, n_read: int, exc: Exception) -> str:
+    """Why a compressed file whose start could not be read whole is no use, and what to do."""
+    kind = compression(path)
+    if kind == "none":  # not compressed: an I/O error, not damaged compression
+        return f"{path}: cannot read the start of the file ({exc})"
+    return (
+        f"{path}: damaged or truncated {kind} file: only {n_read} bytes could be decompressed "
+        f"before the damage ({exc}), too few to tell its format. Re-copy the file, and check the "
+        f"copy with `{'zstd' if kind == 'zstd' else 'gzip'} -t {path}`"
+    )
+
+
+def head_damage(path: Path, n_bytes: int = 65536) -> str | None:
+    """:func:`damaged_message` when reading the head of ``path`` hit damaged compressed data, else None.
+
+    Detection asks this only after no format matched: a .gz copied short before its first
+    complete record decompresses to a few header lines (or none), which match no format,
+    and "unknown format" would send the user looking for the wrong fix.
+    """
+    head, exc = _head_bytes(path, n_bytes)
+    return None if exc is None else damaged_message(path, len(head), exc)
+
+
+def head_text(path: Path, n_bytes: int = 65536) -> str:
+    """The first bytes of the decompressed content, for format detection (without a
+    byte-order mark: formats are told by their first characters)."""
+    head, exc = _head_bytes(path, n_bytes)
+    if exc is not None and not head:
+        raise InputError(damaged_message(path, 0, exc)) from exc
     if head.startswith(BOM):
         head = head[len(BOM) :]
     return head.decode("utf-8", errors="replace")

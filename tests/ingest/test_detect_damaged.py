@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,21 @@ def test_a_file_named_twice_is_ingested_once_under_its_own_name(con, tmp_path):
     (again,) = load(con, f)
     assert again.status == "unchanged"
     assert con.execute("select count(*), count(distinct run_id) from requests").fetchone() == (64, 1)
+
+
+@pytest.mark.parametrize("cut", [300, 3000])
+def test_gzip_cut_before_the_first_engine_line_says_damaged_not_unknown(tmp_path, cut):
+    """A .gz copied short (cut before its first Iteration line) is a damaged file, not an unknown
+    format: 300 bytes decompress to nothing, 3000 to a few header lines of the vLLM log."""
+    import gzip
+
+    blob = gzip.compress((FIX / "vllm" / "server.log").read_bytes())
+    assert len(blob) > cut
+    f = tmp_path / "server.log.gz"
+    f.write_bytes(blob[:cut])
+    with pytest.raises(InputError) as err:
+        ingest.detect(f)
+    msg = str(err.value)
+    assert "unknown format" not in msg
+    assert str(f) in msg and "truncated" in msg and "gzip -t" in msg and "Re-copy" in msg
+    assert re.search(r"\b\d+ bytes\b", msg), msg  # how much could be read
