@@ -73,6 +73,58 @@ def test_broken_lines(con, tmp_path):
     assert con.execute("select count(*) from iterations").fetchall() == [(1,)]
 
 
+@pytest.mark.parametrize(
+    "line, old, new, reason",
+    [
+        (
+            2,
+            "#running-req: 1,",
+            "#running-req: -5,",
+            "#running-req: -5 is out of range (allowed: an integer from 0 to 2^53)",
+        ),
+        (
+            2,
+            "#running-req: 1,",
+            "#running-req: 99999999999999999999,",
+            "#running-req: 99999999999999999999 is out of range (allowed: an integer from 0 to 2^53)",
+        ),
+        (
+            2,
+            "#running-req: 1,",
+            "#running-req: 2.5,",
+            "#running-req: expected an integer, got 2.5",
+        ),
+        (2, "#running-req: 1,", "#running-req: many,", "#running-req: expected an integer, got many"),
+        (1, "#queue-req: 0,", "#queue-req: -1,", "#queue-req: -1 is out of range (allowed: an integer from 0 to 2^53)"),
+        (
+            2,
+            "token usage: 0.02,",
+            "token usage: 7.5,",
+            "token usage: 7.5 is out of range (allowed: a fraction from 0 to 1)",
+        ),
+        (
+            2,
+            "gen throughput (token/s): 65.75,",
+            "gen throughput (token/s): -65.75,",
+            "gen throughput (token/s): -65.75 is out of range (allowed: a number from 0 up)",
+        ),
+    ],
+)
+def test_value_out_of_range_is_named_not_missing(con, tmp_path, line, old, new, reason):
+    """A value that is there but out of range is said to be, naming the field, the value and the
+    range: never "without #running-req", which sends the user looking for a missing field."""
+    lines = (FIX / "server.log").read_text().splitlines()
+    assert old in lines[line]
+    lines[line] = lines[line].replace(old, new)
+    path = tmp_path / "s.log"
+    path.write_text("\n".join(lines) + "\n")
+    (res,) = load(con, path)
+    assert (res.accepted, res.rejected) == (2, 1)
+    phase = "Prefill" if line == 1 else "Decode"
+    rej = dict(con.execute("select line_no, reason from rejects").fetchall())
+    assert rej == {line + 1: f"SGLang {phase} batch line: {reason}"}
+
+
 def test_request_metrics_export(con):
     path = FIX / "sglang-request-metrics-20260301_10.log"
     (res,) = load(con, path)

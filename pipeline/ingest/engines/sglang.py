@@ -135,7 +135,69 @@ def _reasons(df: pl.DataFrame) -> pl.DataFrame:
     garbled = pl.when(pl.col("phase").is_null()).then(
         pl.lit("truncated or garbled SGLang batch line (no 'Prefill batch. ' or 'Decode batch. ' followed by fields)")
     )
-    return df.with_columns(reason=pl.coalesce(garbled, reason))
+    df = df.with_columns(reason=pl.coalesce(garbled, reason))
+    # a value that is there but unreadable or out of range parses as NULL ("without" it) or as a
+    # negative count; such lines (few) get a reason naming the field, the value and the range
+    counts = ("prefill_tokens", "prefill_reqs", "decode_reqs", "running_reqs", "context_tokens", "waiting_reqs")
+    odd = pl.any_horizontal(
+        pl.col("reason").is_not_null(),
+        *(pl.col(k) < 0 for k in (*counts, "cached_tokens", "gen_throughput_tok_s", "accept_len")),
+        ~pl.col("kv_usage").is_between(0.0, 1.0),
+    ).fill_null(False)
+    need = df.select(odd).to_series()
+    if not need.any():
+        return df
+    return pl.concat([df.filter(~need), _explain(df.filter(need))]).sort("line_no")
+
+
+# The fields of a batch line with the values they may take: (key, kind); kind is count (an
+# integer 0..2^53), fraction (0..1) or number (0 or more).
+_RANGES = (
+    *((k, "count") for k in ("#new-token", "#new-seq", "#running-req", "#queue-req", "#token", "#full token")),
+    ("#cached-token", "count"),
+    *((k, "fraction") for k in ("token usage", "full token usage", "page usage")),
+    ("gen throughput (token/s)", "number"),
+    ("accept len", "number"),
+)
+_ALLOWED = {"count": "an integer from 0 to 2^53", "fraction": "a fraction from 0 to 1", "number": "a number from 0 up"}
+
+
+def _range_problem(text: pl.Expr, key: str, kind: str) -> pl.Expr:
+    """Why the value ``text`` of ``key`` is unusable, or NULL when it is fine (or absent)."""
+    d = text.cast(pl.Float64, strict=False)
+    shown = text.str.slice(0, c.SHOWN_CHARS)
+    out_of_range = d < 0
+    if kind == "count":
+        out_of_range = out_of_range | (d > c.MAX_COUNT)
+    if kind == "fraction":
+        out_of_range = out_of_range | (d > 1)
+    problem = (
+        pl.when(text.is_null())
+        .then(None)
+        .when(d.is_null() | ~d.is_finite())
+        .then(
+            pl.format(
+                "{}: expected {}, got {}", pl.lit(key), pl.lit("an integer" if kind == "count" else "a number"), shown
+            )
+        )
+        .when(out_of_range)
+        .then(pl.format("{}: {} is out of range (allowed: {})", pl.lit(key), shown, pl.lit(_ALLOWED[kind])))
+    )
+    if kind == "count":
+        problem = problem.when(d != d.round()).then(pl.format("{}: expected an integer, got {}", pl.lit(key), shown))
+    return problem.otherwise(None)
+
+
+def _explain(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` (lines rejected or with a value out of range) with reasons naming the bad values."""
+    problems = [_range_problem(_get("kv", k).str.strip_chars_end("%"), k, kind) for k, kind in _RANGES]
+    found = pl.concat_list(problems).list.drop_nulls().list.join("; ")
+    phase = pl.format("SGLang {} batch line: ", pl.col("phase"))
+    return df.with_columns(
+        reason=pl.when(pl.col("phase").is_not_null() & (found.str.len_chars() > 0))
+        .then(phase + found)
+        .otherwise(pl.col("reason"))
+    )
 
 
 def convert_log(
