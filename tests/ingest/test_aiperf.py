@@ -123,3 +123,73 @@ def test_in_repo_aiperf_fixture(tmp_path):
     itl = con.execute("select itl_ms from token_gaps order by 1").fetchnumpy()["itl_ms"]
     want = np.sort(np.concatenate([r["metrics"]["inter_chunk_latency"]["value"] for r in recs]))
     assert np.allclose(itl, want, atol=1e-3)
+
+
+AIPERF_FIX = Path(__file__).resolve().parents[2] / "fixtures" / "aiperf" / "profile_export.jsonl"
+REQ_COLS = "r.req_id, t_arrival, t_first_token, t_finish, t_s, prompt_tokens, output_tokens"
+
+
+def _requests(con, run):
+    q = f"select {REQ_COLS} from requests r left join token_lists using (run_id, req_id) where run_id = ? order by 1"
+    return con.execute(q, [run]).fetchall()
+
+
+@pytest.mark.parametrize(
+    "metric, unit, scale",
+    [
+        ("time_to_first_token", "s", 1e-3),
+        ("time_to_first_token", "sec", 1e-3),
+        ("request_latency", "ns", 1e6),
+        ("inter_chunk_latency", "us", 1e3),
+        ("time_to_first_token", "MS", 1.0),  # AIPerf's unit enums ignore case
+    ],
+)
+def test_aiperf_metric_units_are_converted(con, tmp_path, metric, unit, scale):
+    """A metric in seconds, microseconds or nanoseconds gives the times it gives in ms."""
+    recs = [json.loads(x) for x in AIPERF_FIX.read_text().splitlines() if x.strip()]
+    for r in recs:
+        m = r["metrics"][metric]
+        assert m["unit"] == "ms"
+        v = m["value"]
+        m["value"], m["unit"] = ([x * scale for x in v] if isinstance(v, list) else v * scale), unit
+    f = tmp_path / "units.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (res,) = load(con, f, run_id="units")
+    load(con, AIPERF_FIX, run_id="ref")
+    assert (res.accepted, res.rejected) == (len(recs), 0)
+    got, want = _requests(con, "units"), _requests(con, "ref")
+    assert [g[0] for g in got] == [w[0] for w in want]
+    for g, w in zip(got, want):
+        assert g[4] == pytest.approx(w[4], rel=1e-12, abs=1e-9)
+        assert g[1:4] == pytest.approx(w[1:4], rel=1e-12, abs=1e-9) and g[5:] == w[5:]
+
+
+@pytest.mark.parametrize(
+    "metric, unit, reason",
+    [
+        (
+            "time_to_first_token",
+            "min",
+            'metrics.time_to_first_token.unit: unknown time unit "min" (AIPerf writes ns, us, ms, s or sec)',
+        ),
+        (
+            "inter_chunk_latency",
+            "ticks",
+            'metrics.inter_chunk_latency.unit: unknown time unit "ticks" (AIPerf writes ns, us, ms, s or sec)',
+        ),
+        (
+            "output_sequence_length",
+            "bytes",
+            'metrics.output_sequence_length.unit: unknown unit for a token count "bytes" (AIPerf writes tokens)',
+        ),
+    ],
+)
+def test_aiperf_unknown_unit_is_a_reject(con, tmp_path, metric, unit, reason):
+    recs = [json.loads(x) for x in AIPERF_FIX.read_text().splitlines() if x.strip()]
+    recs[3]["metrics"][metric]["unit"] = unit
+    f = tmp_path / "unit.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (res,) = load(con, f)
+    assert (res.accepted, res.rejected) == (len(recs) - 1, 1)
+    ((line, got),) = con.execute("select line_no, reason from rejects").fetchall()
+    assert line == 4 and got.startswith(reason)

@@ -10,6 +10,9 @@ AIPerf (one record per request, ``--export-level records``)::
     prompt_tokens = metrics.input_sequence_length; output_tokens = output_sequence_length
     status        = error when ``error`` is set (aborted when was_cancelled)
 
+Each metric is ``{value, unit}``; time values are scaled to ms by their unit (see
+``TIME_METRICS`` below).
+
 AIPerf's "inter_token_latency" is ``(latency - ttft) / (osl - 1)``, i.e. our
 ``tpot_ms``; our ``itl_ms`` is its ``inter_chunk_latency``.
 
@@ -50,9 +53,10 @@ select line_no, raw,
   try_cast(js->>'$.metadata.request_start_ns' as hugeint) as start_ns,
   try_cast(js->>'$.metadata.request_ack_ns' as hugeint) as ack_ns,
   try_cast(js->>'$.metadata.request_end_ns' as hugeint) as end_ns,
-  try_cast(js->>'$.metrics.time_to_first_token.value' as double) as ttft_ms,
-  try_cast(js->>'$.metrics.request_latency.value' as double) as latency_ms,
-  try_cast(js->'$.metrics.inter_chunk_latency.value' as double[]) as icl_ms,
+  try_cast(js->>'$.metrics.time_to_first_token.value' as double) * {ms_time_to_first_token} as ttft_ms,
+  try_cast(js->>'$.metrics.request_latency.value' as double) * {ms_request_latency} as latency_ms,
+  list_transform(try_cast(js->'$.metrics.inter_chunk_latency.value' as double[]),
+    lambda x: x * {ms_inter_chunk_latency}) as icl_ms,
   try_cast(coalesce(js->>'$.metrics.input_sequence_length.value', js->>'$.metrics.error_isl.value') as bigint) as prompt_tokens,
   try_cast(coalesce(js->>'$.metrics.output_sequence_length.value', js->>'$.metrics.output_token_count.value') as bigint)
     as output_tokens,
@@ -66,17 +70,56 @@ from j
 """
 )
 
+# Each metric is ``{value, unit}``.  AIPerf writes its time metrics in ms by default, but its
+# unit enum (MetricTimeUnit, matched without regard to case) also has ns, us and s ("sec" in
+# later versions), and a metric converted for display or by another tool keeps its unit: a
+# value is scaled to ms by its unit.  A unit we do not know rejects the record (a TTFT in
+# minutes read as ms would be silently wrong); an absent unit is AIPerf's default, ms.
+TIME_METRICS = ("time_to_first_token", "request_latency", "inter_chunk_latency")
+COUNT_METRICS = ("input_sequence_length", "error_isl", "output_sequence_length", "output_token_count")
+
 # Fields whose value is checked: one that is there but no number (or out of range) rejects
 # the record naming the field and the value, where try_cast would make it NULL ("without").
 CHECKED = [
     *((f"$.metadata.{k}", f"metadata.{k}", "ns") for k in ("request_start_ns", "request_ack_ns", "request_end_ns")),
     *((f"$.metrics.{k}.value", f"metrics.{k}.value", "number") for k in ("time_to_first_token", "request_latency")),
-    *(
-        (f"$.metrics.{k}.value", f"metrics.{k}.value", "count")
-        for k in ("input_sequence_length", "error_isl", "output_sequence_length", "output_token_count")
-    ),
+    *((f"$.metrics.{k}.value", f"metrics.{k}.value", "count") for k in COUNT_METRICS),
 ]
-AIPERF_SQL = AIPERF_SQL.replace("{problems}", c.json_problems("js", CHECKED))
+_PER_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3, "sec": 1e3}
+
+
+def _unit(k: str) -> str:
+    return f"lower(js->>'$.metrics.{k}.unit')"
+
+
+def _to_ms(k: str) -> str:
+    """SQL: the factor that turns metric ``k``'s values into ms (NULL for an unknown unit)."""
+    whens = " ".join(f"when '{u}' then {f!r}" for u, f in _PER_MS.items())
+    return f"(case coalesce({_unit(k)}, 'ms') {whens} end)"
+
+
+def _unit_problem(k: str, allowed: tuple[str, ...], what: str) -> str:
+    """SQL: why metric ``k``'s unit is none of ``allowed`` (``what``: the kind of unit, said in
+    the reason), or NULL when it is one of them or absent."""
+    shown = f"left(js->>'$.metrics.{k}.unit', {c.SHOWN_CHARS})"
+    known = ", ".join(f"'{u}'" for u in allowed)
+    writes = ", ".join(allowed[:-1]) + " or " + allowed[-1] if len(allowed) > 1 else allowed[0]
+    return (
+        f"case when {_unit(k)} is not null and {_unit(k)} not in ({known}) "
+        f"then 'metrics.{k}.unit: unknown {what} \"' || {shown} || '\" (AIPerf writes {writes}); "
+        "convert the values to one of those units and name it' end"
+    )
+
+
+_UNIT_PROBLEMS = [
+    *(_unit_problem(k, tuple(_PER_MS), "time unit") for k in TIME_METRICS),
+    *(_unit_problem(k, ("tokens",), "unit for a token count") for k in COUNT_METRICS),
+]
+AIPERF_SQL = AIPERF_SQL.replace(
+    "{problems}", "nullif(concat_ws('; ', " + ", ".join([*_UNIT_PROBLEMS, c.json_problems("js", CHECKED)]) + "), '')"
+)
+for _k in TIME_METRICS:
+    AIPERF_SQL = AIPERF_SQL.replace("{ms_" + _k + "}", _to_ms(_k))
 
 
 def convert_aiperf(
