@@ -25,7 +25,8 @@ def _unset(f) -> str:
 
 SWEEP_HELP = (
     "What-if sweep of one setting: " + ", ".join(Policy.__dataclass_fields__) + ", "
-    "e.g. max_num_batched_tokens=256,512,1024,2048."
+    "e.g. max_num_batched_tokens=256,512,1024,2048; or a hardware what-if: kv_dtype=bf16,fp8, "
+    "compute_speedup=1,2."
 )
 
 
@@ -44,6 +45,25 @@ def _seed_path(out: Path, seed: int, n_seeds: int) -> Path:
 @db_option
 @lake_option
 @options(Policy, unset=_unset)
+@click.option(
+    "--kv-dtype",
+    metavar="DTYPE",
+    help="What-if KV-cache dtype (fp8, bf16, fp32, int4, ...): the fitted KV read per context token (a) "
+    "scales by bytes(DTYPE) / bytes(recorded KV dtype), the KV capacity in tokens by the inverse unless "
+    "--kv-capacity-tokens is given. See docs/replay.md.",
+)
+@click.option(
+    "--recorded-kv-dtype",
+    metavar="DTYPE",
+    help="The KV dtype the run used, for --kv-dtype (default: runs.kv_dtype, else runs.dtype, else bf16 with a note).",
+)
+@click.option(
+    "--compute-speedup",
+    metavar="X",
+    type=click.FloatRange(min=0, min_open=True),
+    help="What-if compute X times faster: the FLOP-bound terms (b prefill, c decode, e prefill attention) "
+    "divided by X; t0, a (memory reads) and d unchanged.",
+)
 @click.option(
     "--noise",
     type=click.Choice(["fitted", "none"]),
@@ -110,6 +130,9 @@ def replay(
     workload_file: Path | None,
     no_token_times: bool,
     as_json: bool,
+    kv_dtype: str | None,
+    recorded_kv_dtype: str | None,
+    compute_speedup: float | None,
     **policy_options,
 ) -> None:
     """Replay RUN's arrivals and sizes through the simulator with RUN's fitted iteration model.
@@ -125,6 +148,8 @@ def replay(
       tracelat replay RUN                                   # validation, 3 seeds
       tracelat replay RUN --max-num-batched-tokens 512 --out whatif.jsonl --ingest
       tracelat replay RUN --sweep max_num_batched_tokens=256,512,1024,2048 --slo slo.toml
+      tracelat replay RUN --kv-dtype fp8                      # KV cache in fp8 instead of bf16
+      tracelat replay RUN --sweep kv_dtype=bf16,fp8
       tracelat replay RUN --workload mooncake_trace.jsonl     # another workload, this engine
     """
     from .. import store
@@ -152,11 +177,12 @@ def replay(
                 f"{slo}: without --sweep, --slo compares goodput observed vs replayed and needs a [goodput] section"
             )
     overrides = given(Policy, policy_options)  # None: not given (recorded)
+    whatif = {"kv_dtype": kv_dtype, "compute_speedup": compute_speedup}  # None: not given
     if sweep_spec:
         from ..replay import parse_sweep
 
         param, swept = parse_sweep(sweep_spec)
-        given_value = overrides.get(param)
+        given_value = {**overrides, **whatif}.get(param)
         if given_value is not None:  # the sweep would replace it without a word
             name = param.replace("_", "-")
             opt = (
@@ -170,10 +196,19 @@ def replay(
                 else f"put {given_value} among the sweep's values, or leave it out"
             )
             raise InputError(f"{opt} and --sweep {sweep_spec} both set {param}; {fix}")
+    if recorded_kv_dtype and not kv_dtype and not (sweep_spec and param == "kv_dtype"):
+        raise InputError("--recorded-kv-dtype goes with --kv-dtype DTYPE or --sweep kv_dtype=...")
+    from ..replay.whatif import dtype_bytes_strict
+
+    for opt, name in (("--kv-dtype", kv_dtype), ("--recorded-kv-dtype", recorded_kv_dtype)):
+        if name:  # before the store is opened and the run fitted
+            dtype_bytes_strict(name, opt)
     con = open_source(db, lake, [run_id], None if do_ingest else fit_ready(run_id))
     tmp = None  # the scratch folder, once made; removed however the replay ends
     try:
-        cal = calibrate(con, run_id, overrides, noise=noise, ok_only=ok_only)
+        cal = calibrate(
+            con, run_id, overrides, noise=noise, ok_only=ok_only, whatif=whatif, recorded_kv_dtype=recorded_kv_dtype
+        )
         if workload_file is not None:
             from ..sim.workload import workload_from_file
 

@@ -46,6 +46,11 @@ Decisions (docs/replay.md explains them to users):
   better than the memory-bound model, else the memory-bound one; ``details["iteration_model"]``
   and a note say which, with both held-out MAPEs. The extended model's ``mean_scale`` is
   computed the same way, against its own predictions.
+- **Hardware what-ifs** (``whatif``: ``kv_dtype``, ``compute_speedup``): applied last, to
+  the calibrated model and policy, by :mod:`.whatif` (the KV read ``a`` scales with the KV
+  dtype's bytes against the recorded one, the KV capacity inversely unless given; the
+  FLOP-bound terms with compute). The recorded KV dtype (``runs.kv_dtype``, else
+  ``runs.dtype``, else bf16) is kept in ``details["kv_dtype"]`` so sweeps can apply them.
 - **Noise** (``noise="fitted"``): log-normal sigma = the fit's robust residual
   spread, stalls at the fit's stall rate with its mean stall size.
   ``noise="none"``: no noise, no stalls (every seed gives the same replay).
@@ -66,6 +71,7 @@ from .. import store
 from ..errors import InputError
 from ..settings import flags, settings
 from ..sim import NO_NOISE, IterationModel, NoiseModel, Policy, Workload
+from . import whatif as hw_whatif
 
 # the policy's fields, their types and flags come from the Policy dataclass (declared once, in sim/config.py)
 POLICY_FIELDS = tuple(f.name for f in dataclasses.fields(Policy))
@@ -141,6 +147,8 @@ class Calibration:
     details: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     workload_source: str | None = None  # a workload file replayed instead of the run's own requests
+    # hardware what-ifs applied to the model (pipeline.replay.whatif): setting -> what changed
+    whatif: dict[str, Any] = field(default_factory=dict)
 
     @property
     def recorded_ok(self) -> np.ndarray:
@@ -154,6 +162,17 @@ class Calibration:
         except ValueError as exc:
             raise InputError(f"policy {changes}: {exc}") from exc
         return replace(self, policy=policy)
+
+    def with_setting(self, name: str, value: Any) -> "Calibration":
+        """The same calibration with one setting changed: a Policy field or a hardware what-if."""
+        return (
+            hw_whatif.apply(self, name, value) if name in hw_whatif.WHATIF_FIELDS else self.with_policy(**{name: value})
+        )
+
+    @property
+    def is_what_if(self) -> bool:
+        """Whether anything differs from the recording: policy, hardware what-ifs or workload."""
+        return bool(self.policy_changes() or self.whatif or self.workload_source)
 
     def with_workload(self, workload: Workload, source: str) -> "Calibration":
         """The same engine (model, noise, policy) under another workload: a what-if.
@@ -377,8 +396,14 @@ def calibrate(
     overrides: dict[str, Any] | None = None,
     noise: str = "fitted",
     ok_only: bool = False,
+    whatif: dict[str, Any] | None = None,
+    recorded_kv_dtype: str | None = None,
 ) -> Calibration:
-    """Calibrate a replay of ``run_id`` (the store's derived tables must be current)."""
+    """Calibrate a replay of ``run_id`` (the store's derived tables must be current).
+
+    ``whatif``: hardware what-ifs to apply (``kv_dtype``, ``compute_speedup``; None: not
+    given), see :mod:`.whatif`; ``recorded_kv_dtype`` names the run's KV dtype for them.
+    """
     from ..fit import get_or_fit
 
     if noise not in NOISE_MODES:
@@ -493,6 +518,11 @@ def calibrate(
         "requests": counts,
         "noise_mode": noise,
         "prefix_caching_option": (overrides or {}).get("prefix_caching"),
+        # a given capacity is the user's, so a --kv-dtype what-if does not rescale it
+        "kv_capacity_option": (overrides or {}).get("kv_capacity_tokens"),
+        "kv_dtype": dict(
+            zip(("recorded", "source"), hw_whatif.recorded_kv_dtype(*_dtypes(con, run_id), recorded_kv_dtype))
+        ),
     }
     negative = [
         f"{n} = {getattr(base, n):.3g} ms"
@@ -507,14 +537,24 @@ def calibrate(
     unfitted = [n for n in ("a_ms_per_ctx", "b_ms_per_prefill", "c_ms_per_decode") if n not in fit.terms]
     if unfitted:
         notes.append(f"terms not fitted on this run count as 0 in the replay: {', '.join(unfitted)}")
+    cal = Calibration(run_id, w, statuses, policy, baseline, model, nz, origin, delay, details, notes + wnotes + cnotes)
+    for name, value in (whatif or {}).items():
+        if value is not None:
+            cal = hw_whatif.apply(cal, name, value)
+    policy = cal.policy
     usable = policy.kv_usable_tokens  # whole blocks only
     if w.prompt_tokens.size and int((w.prompt_tokens + w.output_tokens - 1).max()) > usable:
         big = int((w.prompt_tokens + w.output_tokens - 1 > usable).sum())
         blocks = f" in {policy.kv_blocks} blocks of {policy.kv_block_size}" if policy.kv_block_size > 1 else ""
+        scaled = " (scaled by the --kv-dtype what-if)" if "kv_dtype" in cal.whatif else ""
         raise InputError(
             f"{big} requests of run {run_id!r} need more KV tokens than kv_capacity_tokens "
-            f"({policy.kv_capacity_tokens}{blocks}) holds; pass a larger --kv-capacity-tokens"
+            f"({policy.kv_capacity_tokens}{blocks}){scaled} holds; pass a larger --kv-capacity-tokens"
         )
-    return Calibration(
-        run_id, w, statuses, policy, baseline, model, nz, origin, delay, details, notes + wnotes + cnotes
-    )
+    return cal
+
+
+def _dtypes(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str | None, str | None]:
+    """``runs.kv_dtype`` and ``runs.dtype`` of the run."""
+    rows = con.execute("select kv_dtype, dtype from runs where run_id = ?", [run_id]).fetchall()
+    return rows[0] if rows else (None, None)

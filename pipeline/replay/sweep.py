@@ -29,6 +29,7 @@ from ..metrics import percentile_of
 from ..settings import settings
 from ..sim import Policy, SimResult
 from ..slo import goodput
+from . import whatif as hw_whatif
 from .calibrate import BOOL_FIELDS, POLICY_FIELDS, Calibration
 from .stats import METRICS, request_latency
 from .validate import replay_seeds
@@ -47,18 +48,24 @@ def parse_sweep(text: str) -> tuple[str, list[Any]]:
     """``"max_num_batched_tokens=256,512"`` -> ``("max_num_batched_tokens", [256, 512])``.
 
     NAME is any field of :class:`~pipeline.sim.Policy`; a whole-number field's values must
-    be at least the field's declared minimum (its CLI option's range)."""
+    be at least the field's declared minimum (its CLI option's range). NAME may also be a
+    hardware what-if (:mod:`.whatif`): ``kv_dtype=bf16,fp8`` (known dtype names) or
+    ``compute_speedup=1,2`` (factors > 0)."""
     name, eq, raw = text.partition("=")
     name = name.strip().replace("-", "_")
-    if not eq or name not in POLICY_FIELDS:
+    if not eq or name not in (*POLICY_FIELDS, *hw_whatif.WHATIF_FIELDS):
         raise InputError(
-            f"--sweep {text!r}: expected NAME=V1,V2,... with NAME one of {', '.join(POLICY_FIELDS)}, "
+            f"--sweep {text!r}: expected NAME=V1,V2,... with NAME one of "
+            f"{', '.join((*POLICY_FIELDS, *hw_whatif.WHATIF_FIELDS))}, "
             "as in --sweep max_num_batched_tokens=256,512,1024,2048"
         )
     least = {f.name: s.min for f, s, _ in settings(Policy) if s.min is not None}
     values: list[Any] = []
     for item in (s.strip() for s in raw.split(",")):
         if not item:
+            continue
+        if name in hw_whatif.WHATIF_FIELDS:
+            values.append(hw_whatif.parse_value(name, item, text))
             continue
         if name in BOOL_FIELDS:
             low = item.lower()
@@ -95,6 +102,7 @@ class SweepRow:
     value: Any
     per_seed: list[dict[str, Any]]
     slo: list[dict[str, Any]] = field(default_factory=list)
+    whatif: dict[str, Any] = field(default_factory=dict)  # hardware what-ifs of this row's replays
 
     def mean(self, section: str, stat: str) -> float | None:
         vals = np.array([(s.get(section) or {}).get(stat, np.nan) for s in self.per_seed], dtype=float)
@@ -159,7 +167,15 @@ class Sweep:
 
     @property
     def recorded_value(self) -> Any:
+        if self.param in hw_whatif.WHATIF_FIELDS:
+            return hw_whatif.recorded_value(self.calibration, self.param)
         return self.calibration.baseline_policy.get(self.param)
+
+    def is_recorded(self, value: Any) -> bool:
+        """Whether ``value`` is what the recording had (a KV dtype of the recorded size counts)."""
+        if self.param in hw_whatif.WHATIF_FIELDS:
+            return hw_whatif.is_recorded(self.calibration, self.param, value)
+        return value == self.recorded_value
 
     def to_dict(self) -> dict[str, Any]:
         cal = self.calibration
@@ -171,13 +187,15 @@ class Sweep:
             "recorded_value": self.recorded_value,
             "policy": cal.policy.to_dict(),
             "slo_file": self.slo_path,
+            "what_if": cal.whatif,
             "model": cal.model.to_dict(),
             "noise": cal.noise.to_dict(),
             "calibration": cal.details,
             "rows": [
                 {
                     "value": r.value,
-                    "recorded": r.value == self.recorded_value,
+                    "recorded": self.is_recorded(r.value),
+                    "what_if": r.whatif,
                     **{f"{m}_{s}": r.mean(m, s) for m, s in TABLE_STATS},
                     "output_tokens_per_s": r.mean("throughput", "output_tokens_per_s"),
                     "meets_slo": r.meets,
@@ -200,7 +218,7 @@ class Sweep:
         ]
         for r in self.rows:
             vals = [r.mean(m, s) for m, s in TABLE_STATS] + [r.mean("throughput", "output_tokens_per_s")]
-            mark = " (recorded)" if r.value == self.recorded_value else ""
+            mark = " (recorded)" if self.is_recorded(r.value) else ""
             line = f"{str(r.value) + mark:>24}" + "".join(f"{_fmt(v):>11}" for v in vals)
             if self.slo_path:
                 failed = [c["slo"] for c in r.slo if not c["meets"]]
@@ -245,12 +263,17 @@ def run_sweep(
 
     for v in values:  # all checked before any replay: an infeasible last value would end a long sweep
         try:
-            check_fits(cal.workload, cal.with_policy(**{param: v}).policy)
+            check_fits(cal.workload, cal.with_setting(param, v).policy)
         except InputError as exc:
             raise InputError(f"--sweep {param}={v}: {str(exc).rstrip('. ')}; leave {v} out of the sweep") from None
+    if param == "kv_capacity_tokens" and "kv_dtype" in cal.whatif:
+        notes.append(
+            "the swept kv_capacity_tokens values are replayed as given: the --kv-dtype what-if does not rescale them"
+        )
     rows = []
     for v in values:
-        c = cal.with_policy(**{param: v})
+        c = cal.with_setting(param, v)
+        notes += [n for n in c.notes if n not in cal.notes and n not in notes]  # what a what-if value says
 
         def add_goodput(seed: int, result: SimResult, stats: dict[str, Any], c=c) -> None:
             if slo is not None and slo.goodput is not None:
@@ -259,5 +282,5 @@ def run_sweep(
                 progress(v, seed)
 
         per_seed = replay_seeds(c, seeds, add_goodput, extra)
-        rows.append(SweepRow(v, per_seed, _slo_checks(slo, per_seed) if slo is not None else []))
+        rows.append(SweepRow(v, per_seed, _slo_checks(slo, per_seed) if slo is not None else [], c.whatif))
     return Sweep(cal, param, list(seeds), rows, slo.path if slo is not None else None, notes)

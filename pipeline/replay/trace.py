@@ -5,7 +5,8 @@ simulator's conventions (one ``run`` record, the steps, the requests with token
 times), so ``tracelat ingest`` loads it like any other run. Its run id says what
 it is: ``RUN~replay~<policy>-seed<k>`` where ``<policy>`` is ``recorded`` or the
 changed fields (``mbt512``, ``mns16``, ``kv50000``, ``kvb16``, ``nochunk``/``chunk``,
-``nofullprompt``/``fullprompt``, ``noprefix``/``prefix``), with ``-nonoise`` for a replay without noise. Its ``meta.replay`` records the source
+``nofullprompt``/``fullprompt``, ``noprefix``/``prefix``), after the hardware what-ifs (``kvdtfp8``,
+``compute2x``), with ``-nonoise`` for a replay without noise. Its ``meta.replay`` records the source
 run, the policy (and what changed), the calibrated model and noise, the seed and
 the time origin. Requests keep their recorded ids; ``recorded_status`` (an extra
 field) keeps their status in the recording.
@@ -21,6 +22,7 @@ import numpy as np
 from ..sim import SimResult
 from ..sim.writer import write_trace
 from .calibrate import Calibration
+from .whatif import tag as whatif_tag
 
 SEP = "~replay~"
 TAGS = {"max_num_seqs": "mns", "max_num_batched_tokens": "mbt", "kv_capacity_tokens": "kv", "kv_block_size": "kvb"}
@@ -35,7 +37,7 @@ def policy_tag(cal: Calibration) -> str:
             parts.append(BOOLS[f] if v else "no" + BOOLS[f])
         else:
             parts.append(f"{TAGS[f]}{v}")
-    return "-".join(parts) or "recorded"
+    return "-".join(whatif_tag(cal.whatif) + parts) or "recorded"
 
 
 def replay_run_id(cal: Calibration, seed: int) -> str:
@@ -51,6 +53,7 @@ def replay_meta(cal: Calibration, seed: int, result: SimResult) -> dict[str, Any
         "policy": cal.policy.to_dict(),
         "recorded_policy": dict(cal.baseline_policy),
         "changed": cal.policy_changes(),
+        "what_if": cal.whatif,
         "model": cal.model.to_dict(),
         "noise": cal.noise.to_dict(),
         "noise_mode": cal.details.get("noise_mode"),

@@ -103,7 +103,7 @@ class Comparison:
     @property
     def mode(self) -> str:
         cal = self.calibration
-        return "what-if" if cal.policy_changes() or cal.workload_source else "validation"
+        return "what-if" if cal.is_what_if else "validation"
 
     def _row(self, section: str, stat: str) -> dict[str, Any]:
         observed = self.observed if section != "goodput" else {"goodput": self.goodput_observed}
@@ -201,6 +201,7 @@ class Comparison:
             "policy": cal.policy.to_dict(),
             "recorded_policy": cal.baseline_policy,
             "changed": cal.policy_changes(),
+            "what_if": cal.whatif,
             "workload": cal.workload_source,
             "model": cal.model.to_dict(),
             "noise": cal.noise.to_dict(),
@@ -233,7 +234,8 @@ class Comparison:
         cal = self.calibration
         m = cal.model
         head = "replayed" if self.mode == "validation" else "what-if"
-        change = ", ".join(f"{k}={v}" for k, v in cal.policy_changes().items()) or "recorded policy"
+        changes = {**{k: w[k] for k, w in cal.whatif.items()}, **cal.policy_changes()}
+        change = ", ".join(f"{k}={v}" for k, v in changes.items()) or "recorded policy"
         if cal.workload_source:
             change += f", workload {cal.workload_source}"
         lines = [
@@ -252,6 +254,7 @@ class Comparison:
             )
             + f" ({cal.details.get('iteration_model', 'memory-bound')} model, mean scale "
             f"{cal.details['mean_scale']:.3f}, host gap {cal.details['host_gap_ms']:.3g} ms)",
+            *[f"what-if: {w['summary']}" for w in cal.whatif.values()],
             f"noise:  sigma={cal.noise.sigma:.3g}, stalls {cal.noise.stall_rate:.3g}/step of {cal.noise.stall_ms_mean:.3g} ms",
             *self._prefix_line(),
             "",
@@ -332,7 +335,7 @@ def compare(
     from .per_request import observed_per_request, per_request_errors
 
     obs_req = observed_per_request(con, cal)
-    own_requests = goodput_spec is not None and not cal.policy_changes() and not cal.workload_source
+    own_requests = goodput_spec is not None and not cal.is_what_if
 
     def hook(seed: int, result: SimResult, stats: dict[str, Any]) -> None:
         if obs_req is not None:

@@ -31,7 +31,7 @@ def chart_rows(sweep: Sweep) -> list[dict[str, Any]]:
                         "ms": (s.get(metric) or {}).get(stat),
                         "mean_ms": r.mean(metric, stat),
                         "status": status,
-                        "recorded": r.value == sweep.recorded_value,
+                        "recorded": sweep.is_recorded(r.value),
                     }
                 )
     return rows
@@ -43,7 +43,8 @@ def sweep_chart(sweep: Sweep):
 
     rows = chart_rows(sweep)
     data = alt.Data(values=rows)
-    numeric = sweep.param not in ("chunked_prefill", "admit_full_prompt")
+    # on/off settings and dtype names are categories
+    numeric = all(isinstance(r.value, (int, float)) and not isinstance(r.value, bool) for r in sweep.rows)
     # log2 axis ticked at the swept values (powers of two are the usual choices)
     x = (
         alt.X(

@@ -1,0 +1,143 @@
+"""Hardware what-ifs (pipeline/replay/whatif.py): --kv-dtype and --compute-speedup on a simulated run.
+
+The expected step times are computed here from the fit's own coefficients (``details["fit"]``,
+the mean-scale and host-gap corrections), not from the model the replay simulates with.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from pipeline import store
+from pipeline.cli import cli
+from pipeline.errors import InputError
+from pipeline.replay import calibrate, parse_sweep, replay_once, replay_run_id, run_sweep
+from pipeline.replay.whatif import recorded_kv_dtype, with_kv_dtype
+from pipeline.sim import Policy, WorkloadSpec
+
+from .conftest import simulated_store
+
+CAPACITY = 12_000  # tokens: about 24 requests of the workload below, so KV bounds the batch
+
+
+@pytest.fixture(scope="module")
+def kv_bound(tmp_path_factory):
+    """400 requests at 20/s with KV for about 24 of them; run id ``kvb``, KV dtype not recorded."""
+    spec = WorkloadSpec(requests=400, rate_rps=20.0, prompt_mean=400, output_mean=100)
+    policy = Policy(max_num_seqs=64, max_num_batched_tokens=1024, kv_capacity_tokens=CAPACITY)
+    db = simulated_store(tmp_path_factory.mktemp("kvb"), "kvb", spec, policy=policy)
+    con = store.connect(db)  # writable: the fit is stored once and reused by every calibration
+    base = calibrate(con, "kvb", noise="none")
+    yield db, con, base
+    con.close()
+
+
+def _expected_ms(cal, it, a_factor=1.0, compute_factor=1.0):
+    """Step times from the fitted coefficients, the corrections and the what-if factors."""
+    f, scale = cal.details["fit"], cal.details["mean_scale"]
+    t0 = f["t0_ms"] * scale + cal.details["host_gap_ms"]
+    return (
+        t0
+        + a_factor * f["a_ms_per_ctx"] * scale * it["context_tokens"]
+        + compute_factor * f["b_ms_per_prefill"] * scale * it["prefill_tokens"]
+        + compute_factor * f["c_ms_per_decode"] * scale * it["decode_tokens"]
+    )
+
+
+def test_fp8_halves_the_kv_read_of_each_step_and_doubles_the_capacity(kv_bound):
+    _, con, base = kv_bound
+    assert base.details["iteration_model"] == "memory-bound" and base.details["kv_dtype"]["source"] == "assumed"
+    fp8 = calibrate(con, "kvb", noise="none", whatif={"kv_dtype": "fp8"})
+    assert fp8.policy.kv_capacity_tokens == 2 * CAPACITY
+    assert fp8.whatif["kv_dtype"]["ratio"] == 0.5 and fp8.is_what_if and not base.is_what_if
+    result, _ = replay_once(fp8, 0)
+    it = result.iterations
+    decode_only = (it["prefill_tokens"] == 0) & (it["decode_tokens"] > 0)
+    assert decode_only.sum() > 100
+    measured_ms = (it["t_end"] - it["t_start"]) * 1000
+    want = _expected_ms(base, it, a_factor=0.5)
+    np.testing.assert_allclose(measured_ms[decode_only], want[decode_only], rtol=1e-6)
+    # the KV term is large enough that an unscaled a would miss by far more than the tolerance
+    unscaled = _expected_ms(base, it)
+    assert np.median(unscaled[decode_only] / measured_ms[decode_only]) > 1.1
+    # the replay used the larger cache: some step held more KV tokens than the recorded cache has
+    assert (it["kv_usage"] * fp8.policy.kv_capacity_tokens).max() > CAPACITY * 1.2
+    assert replay_run_id(fp8, 0) == "kvb~replay~kvdtfp8-kv24000-nonoise-seed0"
+
+
+def test_a_given_capacity_wins_and_the_sweep_applies_the_same_what_if(kv_bound):
+    _, con, base = kv_bound
+    # --kv-capacity-tokens equal to the recorded value: not scaled, still a what-if (a halved)
+    kept = calibrate(con, "kvb", {"kv_capacity_tokens": CAPACITY}, noise="none", whatif={"kv_dtype": "fp8"})
+    assert kept.policy.kv_capacity_tokens == CAPACITY and not kept.policy_changes() and kept.is_what_if
+    assert kept.model.a_ms_per_ctx == pytest.approx(base.model.a_ms_per_ctx / 2, rel=1e-12)
+    assert kept.whatif["kv_dtype"]["kv_capacity_source"] == "option"
+    param, values = parse_sweep("kv_dtype=bf16,fp8")
+    sw = run_sweep(base, param, values, [0])
+    bf16_row, fp8_row = sw.rows
+    assert sw.is_recorded("bf16") and not sw.is_recorded("fp8") and bf16_row.whatif == {}
+    assert fp8_row.whatif["kv_dtype"]["kv_capacity_tokens"] == 2 * CAPACITY
+    single = replay_once(calibrate(con, "kvb", noise="none", whatif={"kv_dtype": "fp8"}), 0)[1]
+    assert fp8_row.mean("ttft_ms", "p99") == pytest.approx(single["ttft_ms"]["p99"], rel=1e-12)
+    # a larger cache and a cheaper KV read: fewer requests wait for KV
+    assert fp8_row.mean("ttft_ms", "p99") < 0.5 * bf16_row.mean("ttft_ms", "p99")
+    # with the capacity given, the sweep keeps it for every dtype
+    given = calibrate(con, "kvb", {"kv_capacity_tokens": CAPACITY}, noise="none")
+    assert run_sweep(given, "kv_dtype", ["fp8"], [0]).rows[0].whatif["kv_dtype"]["kv_capacity_tokens"] == CAPACITY
+
+
+def test_recorded_kv_dtype_comes_from_the_run_or_the_option(kv_bound):
+    _, con, _ = kv_bound
+    assert recorded_kv_dtype("fp8", "bf16", None) == ("fp8", "runs.kv_dtype")
+    assert recorded_kv_dtype("auto", "float16", None) == ("float16", "runs.dtype (kv_dtype auto)")
+    assert recorded_kv_dtype(None, None, None) == ("bf16", "assumed")
+    assert recorded_kv_dtype("fp8", "bf16", "fp32") == ("fp32", "--recorded-kv-dtype")
+    # recorded fp32, what-if fp8: r = 1/4
+    cal = calibrate(con, "kvb", noise="none", whatif={"kv_dtype": "fp8"}, recorded_kv_dtype="fp32")
+    assert cal.whatif["kv_dtype"]["ratio"] == 0.25 and cal.policy.kv_capacity_tokens == 4 * CAPACITY
+    assert not any("assumed" in n for n in cal.notes)
+
+
+def test_compute_speedup_divides_the_flop_terms_only(kv_bound):
+    _, con, base = kv_bound
+    fast = calibrate(con, "kvb", noise="none", whatif={"compute_speedup": 2.0})
+    assert fast.policy == base.policy
+    it = replay_once(fast, 0)[0].iterations
+    measured_ms = (it["t_end"] - it["t_start"]) * 1000
+    np.testing.assert_allclose(measured_ms, _expected_ms(base, it, compute_factor=0.5), rtol=1e-6)
+
+
+def test_unknown_dtypes_are_refused_with_the_known_ones(kv_bound):
+    db, _, base = kv_bound
+    for args in (
+        ["--kv-dtype", "fp9"],
+        ["--sweep", "kv_dtype=fp8,q4"],
+        ["--kv-dtype", "fp8", "--recorded-kv-dtype", "x"],
+    ):
+        res = CliRunner().invoke(cli, ["replay", "kvb", "--db", str(db), *args])
+        msg = str(res.exception)  # an InputError: the entry point prints it as the message
+        assert isinstance(res.exception, InputError) and "not a known dtype" in msg and "fp8_e4m3" in msg, args
+    odd = replace(base, details={**base.details, "kv_dtype": {"recorded": "q4_k", "source": "runs.dtype"}})
+    with pytest.raises(InputError, match="records KV dtype 'q4_k'.*--recorded-kv-dtype"):
+        with_kv_dtype(odd, "fp8")
+    res = CliRunner().invoke(cli, ["replay", "kvb", "--db", str(db), "--kv-dtype", "fp8", "--sweep", "kv_dtype=fp8"])
+    assert isinstance(res.exception, InputError) and "both set kv_dtype" in str(res.exception)
+
+
+def test_cli_shows_the_what_if(kv_bound):
+    db, _, _ = kv_bound
+    args = ["replay", "kvb", "--db", str(db), "--kv-dtype", "fp8", "--noise", "none"]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    assert (
+        "what-if: kv_dtype=fp8 (recorded bf16, assumed): a x0.5, kv capacity x2 (12000 -> 24000 tokens)" in res.output
+    )
+    assert "takes the recorded KV cache to be bf16 (pass --recorded-kv-dtype otherwise)" in res.output
+    d = json.loads(CliRunner().invoke(cli, [*args, "--json"]).output)
+    assert d["mode"] == "what-if" and d["what_if"]["kv_dtype"]["ratio"] == 0.5
+    assert d["policy"]["kv_capacity_tokens"] == 2 * CAPACITY
