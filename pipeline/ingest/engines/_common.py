@@ -376,16 +376,35 @@ def json_value_problem(js: str, path: str, name: str, kind: str = "number") -> s
     """SQL: why the JSON value at ``path`` of ``js`` is no ``kind``, or NULL when it is fine.
 
     ``kind``: ``number`` (finite), ``count`` (an integer up to 2^53; a negative one is left
-    to the record's own checks, which name the canonical field), ``int`` (the same) or
-    ``ns`` (a Unix time in nanoseconds: a number up to 1e20 in magnitude).  Absent and JSON null are fine (NULL): whether a field may be
+    to the record's own checks, which name the canonical field), ``int`` (the same),
+    ``ns`` (a Unix time in nanoseconds: a number up to 1e20 in magnitude) or ``numbers`` (a
+    list of numbers).  Absent and JSON null are fine (NULL): whether a field may be
     missing is the converter's rule.  ``path`` and ``name`` are our own constants.
+
+    A number written as a JSON string (``"0.007"``) is rejected, as the canonical format
+    does: no engine we read writes these fields so, and one that arrives so was edited or
+    produced by another tool whose other numbers may be as unreliable.  Fields a real
+    producer writes as strings (OTLP's int64 values, Prometheus sample values) are not
+    checked with this.
     """
+    got = f"left(json_extract({js}, '{path}')::varchar, {SHOWN_CHARS})"
+    if kind == "numbers":
+        t = f"json_type({js}, '{path}')"
+        odd = f"list_filter(json_type({js}, '{path}[*]'), lambda t: t not in ('BIGINT', 'UBIGINT', 'DOUBLE'))"
+        return (
+            f"case when {t} is null or {t} = 'NULL' then null "
+            f"when {t} <> 'ARRAY' then '{name}: expected a list of numbers, got ' || {got} "
+            f"when len({odd}) > 0 then '{name}: expected a list of numbers, got ' || {got} || "
+            f"' (an entry is ' || case {odd}[1] when 'VARCHAR' then 'a string' when 'NULL' then 'null' "
+            f"else lower({odd}[1]) end || '; write every entry as a number, without quotes)' end"
+        )
     x = f"({js}->>'{path}')"
     d = f"try_cast({x} as double)"
     shown = f"left({x}, {SHOWN_CHARS})"
-    got = f"left(json_extract({js}, '{path}')::varchar, {SHOWN_CHARS})"
     expect = "a number" if kind == "number" else "an integer"
     whens = [
+        f"when json_type({js}, '{path}') = 'VARCHAR' and {d} is not null then '{name}: expected {expect}, got ' || {got} || "
+        "' (a string: write the number without quotes)'",
         f"when {d} is null then '{name}: expected {expect}, got ' || {got}",
         f"when not isfinite({d}) then '{name}: ' || {shown} || ' is not a finite number'",
     ]

@@ -84,6 +84,8 @@ CHECKED = [
     *((f"$.metadata.{k}", f"metadata.{k}", "ns") for k in ("request_start_ns", "request_ack_ns", "request_end_ns")),
     *((f"$.metrics.{k}.value", f"metrics.{k}.value", "number") for k in ("time_to_first_token", "request_latency")),
     *((f"$.metrics.{k}.value", f"metrics.{k}.value", "count") for k in COUNT_METRICS),
+    # a list with a string or null in it would cast to NULL: the request without token times
+    ("$.metrics.inter_chunk_latency.value", "metrics.inter_chunk_latency.value", "numbers"),
 ]
 _PER_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3, "sec": 1e3}
 
@@ -284,9 +286,14 @@ with items as (
 select idx::bigint as idx, timestamp, left(r::varchar, 1024) as raw,
   case when not is_obj then 'GenAI-Perf request is not a JSON object'
        when ts_type is null or ts_type = 'NULL' then 'GenAI-Perf request without timestamp'
-       when timestamp is null then 'GenAI-Perf timestamp is not an integer (ns): ' || left(r->>'$.timestamp', 60)
+       when timestamp is null or ts_type = 'VARCHAR'
+         then 'GenAI-Perf timestamp is not an integer (ns): ' || left(r->'$.timestamp', 60)
+              || case when ts_type = 'VARCHAR' then ' (a string: write the number without quotes)' else '' end
+       -- a string entry ("123") would cast; GenAI-Perf writes numbers
        when rts_type is not null and rts_type <> 'NULL' and (rts_type <> 'ARRAY' or resp_ts is null
-              or list_count(resp_ts) < json_array_length(r, '$.response_timestamps'))
+              or list_count(resp_ts) < json_array_length(r, '$.response_timestamps')
+              or list_bool_or(list_transform(json_type(r, '$.response_timestamps[*]'),
+                                             lambda t: t not in ('BIGINT', 'UBIGINT', 'DOUBLE'))))
          then 'GenAI-Perf response_timestamps is not a list of integers (ns)'
   end as reason,
   nullif(list_sort(list_transform(

@@ -49,6 +49,7 @@ EMPTY_GUIDELLM = {
     "output_tokens": pl.Int64,
     "status": pl.String,
     "guidellm_status": pl.String,
+    "vproblem": pl.String,
 }
 
 
@@ -84,6 +85,59 @@ def _field(df: pl.DataFrame, dotted: str, dtype: pl.DataType = pl.Float64) -> pl
     if isinstance(dtype, pl.List):
         return expr.cast(dtype, strict=False) if isinstance(schema, pl.List) else pl.lit(None, dtype)
     return expr.cast(dtype, strict=False) if not isinstance(schema, (pl.Struct, pl.List)) else pl.lit(None, dtype)
+
+
+# Fields whose value is checked in each request's JSON (``(path, name, kind)``, see
+# c.json_value_problem): from_dicts gives a field that is a string in one request a String
+# column, and the cast below would read "0.007" as a number and "x" as absent; the check
+# rejects the request naming the field, as the other converters do.
+_T = "info.timings."
+GUIDELLM_CHECKED = [
+    *(
+        (f"$.{_T}{k}", _T + k, "number")
+        for k in (
+            "request_start",
+            "resolve_start",
+            "first_token_iteration",
+            "last_token_iteration",
+            "request_end",
+            "resolve_end",
+        )
+    ),
+    ("$.input_metrics.total_tokens", "input_metrics.total_tokens", "count"),
+    ("$.output_metrics.total_tokens", "output_metrics.total_tokens", "count"),
+    (f"$.{_T}token_iterations", _T + "token_iterations", "count"),
+]
+_R = "info.response_metrics."
+INFERENCE_PERF_CHECKED = [
+    ("$.start_time", "start_time", "number"),
+    ("$.end_time", "end_time", "number"),
+    ("$.info.input_tokens", "info.input_tokens", "count"),
+    ("$.info.request_metrics.text.input_tokens", "info.request_metrics.text.input_tokens", "count"),
+    (f"$.{_R}output_tokens", _R + "output_tokens", "count"),
+    (f"$.{_R}output_token_times", _R + "output_token_times", "numbers"),
+    (f"$.{_R}chunk_times", _R + "chunk_times", "numbers"),
+]
+
+
+def _value_problems(items: list, fields: list[tuple[str, str, str]]) -> pl.Series:
+    """Per item (in order): why a checked field's value is unusable, or NULL; typed by DuckDB
+    from the items' JSON text (no Python loop over items)."""
+    import json
+
+    from ... import store
+
+    con = store.scratch()
+    try:
+        sql = (
+            f"select {c.json_problems('r', fields)} as vproblem from ("
+            "select unnest(range(len(xs))) as idx, unnest(xs) as r "
+            "from (select json_extract($doc::json, '$[*]') as xs)) order by idx"
+        )
+        # json.dumps keeps NaN/Infinity as such; DuckDB's JSON reader accepts them
+        return con.sql(sql, params={"doc": json.dumps(items)}).pl().get_column("vproblem")
+    finally:
+        con.close()
 
 
 def _frame(items: list, what: str, path: Path) -> pl.DataFrame:
@@ -131,6 +185,7 @@ def convert_guidellm(
                     ),
                     status=pl.lit(status),
                     guidellm_status=pl.lit(key),
+                    vproblem=_value_problems(items, GUIDELLM_CHECKED),
                 )
             )
         # a benchmark without requests still needs every column the checks below name
@@ -142,6 +197,7 @@ def convert_guidellm(
         ok = pl.col("status") == "ok"
         df = df.with_columns(
             reason=pl.coalesce(
+                pl.col("vproblem"),
                 c.missing_reason([("info.timings.request_start", pl.col("t_arrival"))], "guidellm request without "),
                 pl.when(ok & pl.col("t_first_token").is_null()).then(
                     pl.lit("successful guidellm request without info.timings.first_token_iteration")
@@ -208,12 +264,14 @@ def convert_inference_perf(
                 _field(df, "error.error_msg", pl.String),
                 _field(df, "error", pl.String),
             ),
+            vproblem=_value_problems(doc, INFERENCE_PERF_CHECKED),
         )
         .with_columns(t_first_token=pl.col("token_times").list.first())
     )
     failed = pl.col("error").is_not_null()
     df = df.with_columns(
         reason=pl.coalesce(
+            pl.col("vproblem"),
             c.missing_reason([("start_time", pl.col("t_arrival"))], "inference-perf request without "),
             pl.when(~failed & pl.col("t_first_token").is_null()).then(
                 pl.lit("inference-perf request without output_token_times or chunk_times (and no error)")

@@ -35,6 +35,9 @@ from ..load import Batch
 from . import _common as c
 
 SPAN = "llm_request"
+# OTLP JSON (proto3's JSON mapping) writes 64-bit integers as strings: ``startTimeUnixNano``,
+# ``endTimeUnixNano`` and ``intValue`` attributes are numbers in quotes by design, so they are
+# read from strings here, unlike in the request formats (see _common.json_value_problem).
 
 
 def sniff(path: Path, head: str) -> bool:

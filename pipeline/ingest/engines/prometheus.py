@@ -216,6 +216,9 @@ def convert_exposition(
 
 # --- query_range JSON -------------------------------------------------------------------
 
+# Prometheus's HTTP API writes each sample as [unix_seconds, "value"]: the value is a JSON
+# string by design (so NaN and +Inf fit), so a number in quotes is read here, unlike in the
+# request formats (see _common.json_value_problem).
 QUERY_RANGE_SQL = """
 with d as (select unnest(try_cast(j->'$.result' as json[])) as r
            from (select $data::json as j)),

@@ -275,10 +275,28 @@ select line_no, raw,
   try_cast(js->>'$.request_finished_ts' as double) as finished,
   try_cast(js->>'$.response_sent_to_client_ts' as double) as sent,
   try_cast(js->>'$.queue_time' as double) as queue_s,
-  coalesce(js->>'$.finish_reason.type', js->>'$.finish_reason') as finish_reason
+  coalesce(js->>'$.finish_reason.type', js->>'$.finish_reason') as finish_reason,
+  {problems} as vproblem
 from j
 """
 )
+# Fields whose value is checked: one that is there but no number (a string "12", a count
+# that is no integer) rejects the record naming the field, where try_cast would make it
+# NULL or read the string (SGLang writes these as JSON numbers).
+METRICS_CHECKED = [
+    *((f"$.{k}", k, "count") for k in ("prompt_tokens", "completion_tokens", "cached_tokens")),
+    *(
+        (f"$.{k}", k, "number")
+        for k in (
+            "e2e_latency",
+            "request_received_ts",
+            "request_finished_ts",
+            "response_sent_to_client_ts",
+            "queue_time",
+        )
+    ),
+]
+METRICS_SQL = METRICS_SQL.replace("{problems}", c.json_problems("js", METRICS_CHECKED))
 
 
 def convert_metrics(
@@ -297,6 +315,7 @@ def convert_metrics(
         df = df.filter(pl.col("raw").str.strip_chars() != "").with_columns(
             reason=pl.coalesce(
                 pl.col("perr"),
+                pl.col("vproblem"),
                 c.missing_reason(
                     [("id", pl.col("req_id")), ("request_received_ts", pl.col("received"))],
                     "SGLang request metrics without ",

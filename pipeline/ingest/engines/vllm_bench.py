@@ -93,10 +93,14 @@ SCHEMA = {
 _SQL_TYPE = {pl.Int64: "bigint", pl.Float64: "double", pl.String: "varchar", pl.List(pl.Float64): "double[]"}
 
 # Each entry of a damaged array, typed by DuckDB from its JSON text: ``bad`` when it holds a
-# value (not null) that does not cast, or a list with an element that does not.
+# value (not null) that does not cast, or a list with an element that does not.  A number
+# written as a string ("0.007") would cast: ``str`` marks it (and a list holding one), since
+# vllm bench writes numbers and the canonical format rejects strings there too.
 _ENTRIES_SQL = """
 select case when t = 'VARCHAR' then x->>'$' when t = 'NULL' then null else x::varchar end as text,
-  try_cast(x as {typ}) as v, t
+  try_cast(x as {typ}) as v, t,
+  t = 'VARCHAR' or (t = 'ARRAY' and list_bool_or(list_transform(json_type(x, '$[*]'), lambda e: e = 'VARCHAR')))
+    as str
 from (select i, xs[i + 1] as x, json_type(xs[i + 1]) as t
       from (select json_extract($doc::json, '$[*]') as xs), range(len(xs)) r(i)) order by i
 """
@@ -123,7 +127,7 @@ def _column(key: str, vals: list) -> tuple[pl.Series, pl.Series | None]:
     if dtype == pl.String:  # error texts: any value is shown as its text
         return df["text"].alias(key), None
     col = df["v"]
-    bad = (df["t"] != "NULL") & col.is_null()
+    bad = ((df["t"] != "NULL") & col.is_null()) | df["str"].fill_null(False)
     if isinstance(dtype, pl.List):
         short = col.list.len() > col.list.drop_nulls().list.len()
         col = pl.select(pl.when(pl.lit(short)).then(None).otherwise(pl.lit(col))).to_series()
@@ -160,7 +164,9 @@ def _frame(doc: dict, path: Path) -> pl.DataFrame:
     reason = pl.concat_list(wrong).list.drop_nulls().list.join(", ") if wrong else pl.lit("")
     return df.with_columns(
         wrong=pl.when(reason.str.len_chars() > 0).then(
-            pl.lit("vllm bench entry with a value of the wrong type in: ") + reason
+            pl.lit("vllm bench entry with a value of the wrong type in: ")
+            + reason
+            + pl.lit(" (entries are JSON numbers, itls lists of numbers, errors text; a number in quotes is a string)")
         )
     )
 
