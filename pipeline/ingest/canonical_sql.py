@@ -232,11 +232,14 @@ _EXPECT = {
 }
 
 
-def _problem(f: Field, shown: str | None = None) -> list[tuple[str, str]]:
+def _problem(f: Field, shown: str | None = None, label: str | None = None) -> list[tuple[str, str]]:
     """What can be wrong with one field: ``(condition, reason)`` pairs in SQL, the first true one wins.
 
     ``shown``: the expression that shows the value in a reason (default: its JSON text).
+    ``label``: how a reason names the field (default: its name); an engine converter passes
+    the source field the value came from, so the user finds it in their file.
     """
+    name = f.name if label is None else label
     t, val = f"t_{f.name}", f"v_{f.name}"
     if shown is None:
         shown = (
@@ -245,20 +248,20 @@ def _problem(f: Field, shown: str | None = None) -> list[tuple[str, str]]:
             else f"left({_x(f.name)}, 40)"
         )
     absent = f"({t} is null or {t} = {jt('NULL')})"
-    checks = [(f"not {absent} and {val} is null", f"'{f.name}: expected {_EXPECT[f.kind]}, got ' || {shown}")]
+    checks = [(f"not {absent} and {val} is null", f"'{name}: expected {_EXPECT[f.kind]}, got ' || {shown}")]
     if f.required:
-        checks.insert(0, (absent, f"'missing required field {f.name}'"))
+        checks.insert(0, (absent, f"'missing required field {name}'"))
     if f.kind in ("float", "fraction"):
-        checks.append((f"isnan({val}) or isinf({val})", f"'{f.name}: NaN or infinite value ' || {shown}"))
+        checks.append((f"isnan({val}) or isinf({val})", f"'{name}: NaN or infinite value ' || {shown}"))
     if f.kind == "count":
-        checks.append((f"{val} < 0", f"'{f.name}: negative count ' || {shown}"))
+        checks.append((f"{val} < 0", f"'{name}: negative count ' || {shown}"))
     if f.kind in ("int", "count"):
-        checks.append((f"abs({val}) > {MAX_COUNT}", f"'{f.name}: implausibly large (over 2^53) ' || {shown}"))
+        checks.append((f"abs({val}) > {MAX_COUNT}", f"'{name}: implausibly large (over 2^53) ' || {shown}"))
     if f.kind == "float" and f.name.startswith("t_"):
         checks.append(
             (
                 f"abs({val}) > {_sci(MAX_ABS_TIME_S)}",
-                f"'{f.name}: ' || {shown} || "
+                f"'{name}: ' || {shown} || "
                 f"' is no time in seconds (magnitude over {_sci(MAX_ABS_TIME_S)}; milli- or nanoseconds?)'",
             )
         )
@@ -266,24 +269,22 @@ def _problem(f: Field, shown: str | None = None) -> list[tuple[str, str]]:
         checks.append(
             (
                 f"{val} > {_sci(MAX_DURATION_S * 1000)}",
-                f"'{f.name}: ' || {shown} || ' ms is longer than {_sci(MAX_DURATION_S)} s'",
+                f"'{name}: ' || {shown} || ' ms is longer than {_sci(MAX_DURATION_S)} s'",
             )
         )
     if f.kind == "fraction":
-        checks.append((f"{val} < 0 or {val} > 1", f"'{f.name}: expected a fraction 0..1, got ' || {shown}"))
+        checks.append((f"{val} < 0 or {val} > 1", f"'{name}: expected a fraction 0..1, got ' || {shown}"))
     if f.kind == "status":
         checks.append(
-            (f"{val} not in ('ok','error','aborted')", f"'{f.name}: expected {_EXPECT[f.kind]}, got ' || {shown}")
+            (f"{val} not in ('ok','error','aborted')", f"'{name}: expected {_EXPECT[f.kind]}, got ' || {shown}")
         )
     if f.kind == "clock":
-        checks.append(
-            (f"{val} not in ('unix','monotonic')", f"'{f.name}: expected {_EXPECT[f.kind]}, got ' || {shown}")
-        )
+        checks.append((f"{val} not in ('unix','monotonic')", f"'{name}: expected {_EXPECT[f.kind]}, got ' || {shown}"))
     if f.kind == "floatlist":
-        checks.append((_list_not_finite(val), f"'{f.name}: contains null, NaN or infinite values'"))
+        checks.append((_list_not_finite(val), f"'{name}: contains null, NaN or infinite values'"))
         big = _sci(MAX_ABS_TIME_S)
         checks.append(
-            (_list_too_big(val), f"'{f.name}: holds values that are no time in seconds (magnitude over {big})'")
+            (_list_too_big(val), f"'{name}: holds values that are no time in seconds (magnitude over {big})'")
         )
     return checks
 
@@ -339,9 +340,12 @@ def reasons_sql(groups: list[list[tuple[str, str]]], gates: dict[frozenset[str],
     return f"case when {any_true} then coalesce(nullif(concat_ws('; ', {parts}), ''), '{UNWORDED}') end"
 
 
-def kind_reasons_sql(kind: str, shown: dict[str, str] | None = None) -> str:
-    """Every problem of a record of ``kind`` (its fields' checks, then the cross-field ones), or NULL."""
-    fields = [_problem(f, None if shown is None else shown[f.name]) for f in FIELDS[kind]]
+def kind_reasons_sql(kind: str, shown: dict[str, str] | None = None, labels: dict[str, str] | None = None) -> str:
+    """Every problem of a record of ``kind`` (its fields' checks, then the cross-field ones), or NULL.
+
+    ``labels``: how reasons name some fields (see :func:`_problem`)."""
+    labels = labels or {}
+    fields = [_problem(f, None if shown is None else shown[f.name], labels.get(f.name)) for f in FIELDS[kind]]
     cross = [c for c, _ in CROSS_CHECKS[kind]]
     gates = {
         frozenset({_list_not_finite(v), _list_too_big(v), _list_decreasing(v)}): _list_gate(v)

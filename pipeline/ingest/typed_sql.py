@@ -42,6 +42,9 @@ class Typed:
     kind: str
     table: pa.Table
     extra: tuple[str, ...] = ()  # extra columns kept in the table for ``raw``
+    # canonical field -> the source field its value came from: a reason names the field as
+    # the user wrote it, "input_toks (prompt_tokens): negative count -5", not only ours
+    sources: tuple[tuple[str, str], ...] = ()
 
 
 def _json_type(t: pa.DataType) -> str | None:
@@ -110,7 +113,10 @@ def typed_stage_sql(source: str, typed: Typed) -> str:
         types.append(f"{t} as t_{name}")
         values.append(f"{_value(f, f't_{name}', x)} as v_{name}")
         shown[name] = f"left(to_json({col})::varchar, 40)"
-    reason = kind_reasons_sql(kind, shown)
+    labels = {k: (v if v == k else f"{v} ({k})") for k, v in typed.sources}
+    if any("'" in x for x in labels.values()):  # they are placed in SQL string literals
+        raise ValueError(f"source field names must not hold a quote: {labels}")
+    reason = kind_reasons_sql(kind, shown, labels)
     extra = f"nullif({EXTRA_JSON}, '{{}}')::json" if EXTRA_JSON in schema else "NULL::json"
     record = ", ".join(
         [f"kind := '{kind}'"]

@@ -276,3 +276,30 @@ def test_sglang_other_batch_wording_is_still_skipped(con, tmp_path):
     (res,) = load(con, bad, run_id="bad")
     (ref,) = load(con, SGLOG, run_id="ref")
     assert (res.accepted, res.rejected, res.skipped) == (ref.accepted, 0, ref.skipped + 1)
+
+
+# --- a value that converts but fails canonical validation is named as the user wrote it ---------
+
+
+@pytest.mark.parametrize(
+    "field, value, reason",
+    [
+        ("input_toks", -5, "input_toks (prompt_tokens): negative count -5"),
+        ("num_cached_tokens", -1, "num_cached_tokens (cached_tokens): negative count -1"),
+    ],
+)
+def test_vllm_requests_canonical_reject_names_the_source_field(con, tmp_path, field, value, reason):
+    recs = copy.deepcopy(VREQ)
+    recs[1][field] = value
+    (res,) = load(con, write_jsonl(tmp_path / "neg.jsonl", recs))
+    assert (res.accepted, res.rejected) == (len(VREQ) - 1, 1)
+    assert rejects(con) == {2: reason}
+
+
+def test_aiperf_canonical_reject_names_the_source_field(con, tmp_path):
+    recs = copy.deepcopy(AIPERF)
+    recs[1]["metrics"]["output_sequence_length"]["value"] = -3
+    (res,) = load(con, write_jsonl(tmp_path / "neg.jsonl", recs))
+    assert (res.accepted, res.rejected) == (len(AIPERF) - 1, 1)
+    (got,) = rejects(con).items()
+    assert got[0] == 2 and got[1].startswith("metrics.output_sequence_length (output_tokens): negative count -3; ")

@@ -87,19 +87,20 @@ def _finite(v: Any) -> Any:
     return v
 
 
-def encode(frame: pl.DataFrame, kind: str, extra: tuple[str, ...] = ()) -> Typed:
+def encode(frame: pl.DataFrame, kind: str, extra: tuple[str, ...] = (), sources: dict[str, str] | None = None) -> Typed:
     """The records of ``frame`` (one per row) as typed columns for the loader.
 
     Columns named in ``extra`` that are not canonical fields of ``kind`` go into each
     record's ``extra`` JSON object (the loader keeps unknown fields there); nulls stay
-    JSON nulls there, and are "absent" in canonical fields.
+    JSON nulls there, and are "absent" in canonical fields.  ``sources`` maps canonical
+    fields to the source fields they came from, for the reasons of rejected records.
     """
     known = ITERATION_COLS if kind == "iteration" else REQUEST_COLS
     cols = [c for c in (*known, "run_id") if c in frame.columns]
     unknown = [c for c in extra if c in frame.columns and c not in cols]
     extra_json = [pl.struct(*unknown).struct.json_encode().alias(EXTRA_JSON)] if unknown else []
     table = frame.select(pl.col("line_no").cast(pl.Int64), *cols, *unknown, *extra_json).to_arrow()
-    return Typed(kind, table, tuple(unknown))
+    return Typed(kind, table, tuple(unknown), tuple((sources or {}).items()))
 
 
 def batch(

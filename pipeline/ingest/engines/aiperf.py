@@ -124,6 +124,18 @@ for _k in TIME_METRICS:
     AIPERF_SQL = AIPERF_SQL.replace("{ms_" + _k + "}", _to_ms(_k))
 
 
+# the field each canonical one comes from, named in the reasons of rejected records
+SOURCES = {
+    "req_id": "metadata.x_request_id",
+    "t_arrival": "metadata.request_start_ns",
+    "t_first_token": "metrics.time_to_first_token",
+    "t_finish": "metrics.request_latency",
+    "token_times": "metrics.inter_chunk_latency",
+    "prompt_tokens": "metrics.input_sequence_length",
+    "output_tokens": "metrics.output_sequence_length",
+}
+
+
 def convert_aiperf(
     path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None
 ) -> Iterator[Batch]:
@@ -186,7 +198,7 @@ def convert_aiperf(
             first = False
         skipped = df.filter(pl.col("perr") == "blank").height
         yield c.batch(
-            c.encode(good, "request", ("t_ack", "error", "benchmark_phase", "worker_id")),
+            c.encode(good, "request", ("t_ack", "error", "benchmark_phase", "worker_id"), sources=SOURCES),
             table.num_rows,
             run=run,
             rejects=df.filter(pl.col("reason").is_not_null()),

@@ -167,8 +167,9 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
     run = {"engine": "fpm", "clock": "unix", "meta": meta}
     skipped = blank + heartbeats + merged
     extra = ("prefill_kv_tokens", "timing_scope")
+    src = {"iter": "counter_id", "dur_ms": "wall_time", "t_end": "timestamp"}
     if len(workers) <= 1:
-        yield c.batch(c.encode(steps, "iteration", extra), total, run=run, rejects=bad, skipped=skipped)
+        yield c.batch(c.encode(steps, "iteration", extra, sources=src), total, run=run, rejects=bad, skipped=skipped)
         return
     base = run_name or c.stem(path)
     for k, w in enumerate(workers):
@@ -176,7 +177,11 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
         run_k = run | {"run_id": f"{base}-{w}", "meta": meta | {"fpm_worker_id": w}}
         if k == 0:
             yield c.batch(
-                c.encode(part, "iteration", (*extra, "run_id")), total, run=run_k, rejects=bad, skipped=skipped
+                c.encode(part, "iteration", (*extra, "run_id"), sources=src),
+                total,
+                run=run_k,
+                rejects=bad,
+                skipped=skipped,
             )
         else:
-            yield c.batch(c.encode(part, "iteration", (*extra, "run_id")), 0, run=run_k)
+            yield c.batch(c.encode(part, "iteration", (*extra, "run_id"), sources=src), 0, run=run_k)

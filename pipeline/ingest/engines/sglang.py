@@ -248,6 +248,16 @@ def convert_log(
         good,
         "iteration",
         ("phase", "sglang_iter", "sglang_label", "cached_tokens", "gen_throughput_tok_s", "accept_len", "graph"),
+        sources={
+            "prefill_tokens": "#new-token",
+            "prefill_reqs": "#new-seq",
+            "decode_reqs": "#running-req",
+            "running_reqs": "#running-req",
+            "context_tokens": "#token",
+            "waiting_reqs": "#queue-req",
+            "kv_usage": "token usage",
+            "dur_ms": "#running-req / gen throughput",
+        },
     )
     yield c.batch(records, total, run=run, rejects=pl.concat(bads), skipped=total - n_rec)
 
@@ -337,7 +347,18 @@ def convert_metrics(
         )
         first = False
         yield c.batch(
-            c.encode(good, "request", ("finish_reason", "e2e_s")),
+            c.encode(
+                good,
+                "request",
+                ("finish_reason", "e2e_s"),
+                sources={
+                    "req_id": "id",
+                    "output_tokens": "completion_tokens",
+                    "t_arrival": "request_received_ts",
+                    "t_scheduled": "queue_time",
+                    "t_finish": "request_finished_ts",
+                },
+            ),
             table.num_rows,
             run=run,
             rejects=df.filter(pl.col("reason").is_not_null()),

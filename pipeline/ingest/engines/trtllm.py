@@ -135,6 +135,16 @@ REASON = pl.coalesce(
 )
 
 
+# the field each canonical one comes from (the first of its alternatives), for reasons
+SOURCES = {
+    "dur_ms": "iterLatencyMS",
+    "t_end": "timestamp",
+    "running_reqs": "numActiveRequests",
+    "preempted_reqs": "inflightBatchingStats.numPausedRequests",
+    "kv_usage": "kvCacheStats.usedNumBlocks / maxNumBlocks",
+}
+
+
 def _source_tables(path: Path, progress) -> Iterator[tuple[pl.DataFrame, int]]:
     """``(line_no, raw, json_text)`` frames: JSON array elements, or file lines."""
     head = reader.head_text(path, 256).lstrip()
@@ -188,7 +198,7 @@ def convert(
             run = _run(good, zone, bool(tz))
             run_done = True
         yield c.batch(
-            c.encode(good, "iteration", ("completed_reqs", "new_active_queue_ms")),
+            c.encode(good, "iteration", ("completed_reqs", "new_active_queue_ms"), sources=SOURCES),
             n,
             run=run,
             rejects=rec.filter(pl.col("reason").is_not_null()),

@@ -248,7 +248,19 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
         records = None
         if req.height:
             req = req.with_columns(pl.col("line_no") + (first_line - 1))  # entries are numbered through the file
-            records = c.encode(req, "request", ("error", "client_queue_s"))
+            records = c.encode(
+                req,
+                "request",
+                ("error", "client_queue_s"),
+                sources={
+                    "prompt_tokens": "input_lens",
+                    "output_tokens": "output_lens",
+                    "t_arrival": "start_times",
+                    "t_first_token": "ttfts",
+                    "t_finish": "latencies",
+                    "token_times": "itls",
+                },
+            )
         rejects = df.filter(pl.col("wrong").is_not_null()).select(
             line_no=pl.col("idx").cast(pl.Int64) + first_line,
             reason="wrong",

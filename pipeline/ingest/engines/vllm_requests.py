@@ -92,6 +92,20 @@ _ID_PROBLEM = (
 _PROBLEMS = "nullif(concat_ws('; ', " + _ID_PROBLEM + ", " + c.json_problems("js", list(CHECKED)) + "), '')"
 
 
+# the field each canonical one comes from, named in the reasons of rejected records
+SOURCES = {
+    "req_id": "request_id",
+    "prompt_tokens": "input_toks",
+    "output_tokens": "output_toks",
+    "preemptions": "num_preemptions",
+    "cached_tokens": "num_cached_tokens",
+    "t_arrival": "arrival_time",
+    "t_scheduled": "scheduled_ts",
+    "t_first_token": "first_token_ts",
+    "t_finish": "last_token_ts",
+}
+
+
 def sniff(path: Path, head: str) -> bool:
     first = next((ln for ln in head.splitlines() if ln.strip()), "")
     return first.lstrip().startswith("{") and '"queued_ts"' in first and '"first_token_ts"' in first
@@ -226,5 +240,5 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
         "agrees with the file's median",
     )
     run.update(engine="vllm", clock="unix", meta=meta)
-    records = c.encode(req, "request", ("t_queued", "finish_reason"))
+    records = c.encode(req, "request", ("t_queued", "finish_reason"), sources=SOURCES)
     yield c.batch(records, total, run=run, rejects=bad, skipped=blank)
