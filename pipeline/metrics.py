@@ -10,6 +10,11 @@ Notation of the formulas: request arrival ``a``, scheduled ``s``, first token ``
 finish ``c`` (seconds on the run's clock), output token count ``N``, token times
 ``t_i``; a step's ``t_start``/``t_end``.
 
+Throughput over time (``queries/summary/steady_state.sql``, rule :data:`STEADY`): the run's
+span is cut into equal windows and each window's output-token rate measured; the steady
+window is the stretch at the run's typical (median) rate, without ramp-up and drain, and the
+peak is the best window. A run whose rate never holds gets no steady figures, and says why.
+
 Statistics (``queries/metric_stats.sql``): count, mean, sample std (ddof=1), min, max
 and the percentiles p50, p90, p95, p99, p99.9 with linear interpolation (numpy's
 default, DuckDB ``quantile_cont``); ``iteration_ms`` also has ``cv = std / mean``.
@@ -22,12 +27,13 @@ summary with the fit's sections is :mod:`pipeline.summary`, SLOs and goodput
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import duckdb
 
 REQUEST_TABLE = "request_latency"
+STEADY_TABLE = "steady_state"  # queries/summary/steady_state.sql: computed per summary, not stored
 
 
 @dataclass(frozen=True)
@@ -162,7 +168,103 @@ REGISTRY: tuple[Metric, ...] = (
         stats=False,
         compared=False,
     ),
+    # steady state and peak (rule: STEADY below); null when the run reaches no steady state
+    Metric(
+        "steady_output_tokens_per_s",
+        "tokens/s",
+        "output tokens in the steady window / its span_s",
+        "run (null without a steady state)",
+        STEADY_TABLE,
+        "throughput",
+        "steady output tokens/s",
+        stats=False,
+        compared=False,
+    ),
+    Metric(
+        "steady_requests_per_s",
+        "requests/s",
+        "ok requests finishing in the steady window / its span_s",
+        "run (null without a steady state)",
+        STEADY_TABLE,
+        "throughput",
+        "steady requests/s",
+        stats=False,
+        compared=False,
+    ),
+    Metric(
+        "peak_output_tokens_per_s",
+        "tokens/s",
+        "max over windows of output tokens in the window / window_s",
+        "run",
+        STEADY_TABLE,
+        "throughput",
+        "peak output tokens/s",
+        stats=False,
+        compared=False,
+    ),
+    # the iteration-time identity: system throughput = effective batch size / iteration time
+    Metric(
+        "batch_per_iteration_tokens_per_s",
+        "tokens/s",
+        "mean decode_tokens per step * 1000 / mean iteration_ms, steps ending in the steady window",
+        "run (null without a steady state)",
+        STEADY_TABLE,
+        "throughput",
+        "batch / iteration time",
+        stats=False,
+        compared=False,
+    ),
+    Metric(
+        "step_decode_tokens_per_s",
+        "tokens/s",
+        "sum(decode_tokens) of steps ending in the steady window / its span_s",
+        "run (null without a steady state)",
+        STEADY_TABLE,
+        "throughput",
+        "decode tokens/s from steps",
+        stats=False,
+        compared=False,
+    ),
 )
+
+
+@dataclass(frozen=True)
+class SteadyRule:
+    """When a run is in steady state: the constants of ``queries/summary/steady_state.sql``.
+
+    The run's span (``run_summary``: ``duration_s`` from ``t_first``) is cut into
+    ``n = min(max_windows, max(min_windows, ceil(duration_s / max_window_s)))`` equal windows
+    of ``window_s = duration_s / n`` (at most 10 s up to a 28-hour span, and a short run still
+    gets 20 windows to tell ramp from hold; the cap keeps a span from a broken clock, years
+    long, to 10,000 rows). Each window's ``rate = output tokens in it / window_s``; tokens
+    are where the run's throughput counts them (``run_summary.throughput_source``): ok
+    requests' ``token_times`` (or, for a request without them, one token at its first
+    token and the other N - 1 spread evenly to its finish), else the steps' decode tokens
+    at their end. A window is *in band* when ``|rate - median| <= band * median``, the
+    median taken over busy windows (rate > 0). The steady window runs from the first to
+    the last in-band window: ramp-up and drain, below the band, fall outside it. It counts
+    as reached when it covers at least ``min_span_share`` of the windows and at least
+    ``min_in_band_share`` of its own windows are in band (idle gaps and bursts inside it are
+    few); otherwise the run never holds a steady load and gets no steady figures.
+
+    Two-sided on purpose: a lower bound alone would call the upper half of a run that only
+    ramps up steady. The median is the reference, so a hold shorter than the ramps around
+    it (less than half the busy time) is not found.
+    """
+
+    max_window_s: float = 10.0
+    min_windows: int = 20
+    max_windows: int = 10_000
+    band: float = 0.2
+    min_span_share: float = 0.25
+    min_in_band_share: float = 0.8
+
+    def params(self) -> dict[str, float]:
+        """The query's bound parameters (``$max_window_s`` ...)."""
+        return asdict(self)
+
+
+STEADY = SteadyRule()
 
 # Names other tools use for something that is NOT the metric of ours it sounds like
 # (docs/metrics.md, "Other tools' names"): (tool, their name, their formula, what it is to us).

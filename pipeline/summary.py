@@ -11,7 +11,7 @@ from typing import Any
 
 import duckdb
 
-from . import store
+from . import steady, store
 from .metrics import METRICS, metric_stats, run_info, run_metadata
 
 # Later stages (model fit, spikes, tail attribution) add summary sections here:
@@ -59,6 +59,7 @@ def summary(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
         "requests_per_s": info.get("requests_per_s"),
         "source": info.get("throughput_source"),
     }
+    out.update(steady.section(con, run_id))  # throughput in the steady window, and the peak
     for provider in SECTION_PROVIDERS:
         out.update(provider(con, run_id))
     return out
@@ -79,6 +80,9 @@ def format_summary(s: dict[str, Any]) -> str:
         f"{s['iterations']} iterations, {num(s['duration_s'], 3)} s",
         f"throughput: {num(s['throughput']['output_tokens_per_s'], 1)} output tokens/s, "
         f"{num(s['throughput']['requests_per_s'], 3)} requests/s",
+    ]
+    lines += steady.format_lines(s)
+    lines += [
         "",
         f"{'metric':<14}{'count':>9}" + "".join(f"{k:>10}" for k in ("p50", "p90", "p99", "p999", "mean", "max")),
     ]

@@ -1,0 +1,207 @@
+"""Steady-state and peak throughput (pipeline/steady.py) on hand-built traces with a known load.
+
+The traces are built here from a cumulative token count Λ(t): one engine step every 20 ms
+(15 ms long) emits the tokens Λ gains by its end, and requests take those tokens 50 at a time.
+The expected numbers are counted from the built token times with numpy, knowing where the
+load holds; they share no code with the SQL that windows the run.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from pipeline import ingest, steady, store
+from pipeline.metrics import STEADY
+from pipeline.summary import format_summary, summary
+
+R = 200.0  # tokens/s while the load holds
+STEP_S, DUR_S, PER_REQUEST = 0.02, 0.015, 50
+T_END = 100.0  # 20 windows of 5 s: the run is shorter than min_windows * max_window_s
+
+
+def ramp_hold_drain(t: np.ndarray) -> np.ndarray:
+    """Λ(t): a linear ramp-up over 0..10 s, R from 10 to 90 s with a burst of 1.5 R over
+    50..55 s, a linear drain over 90..100 s."""
+    up = R * np.minimum(t, 10) ** 2 / 20
+    hold = R * np.clip(t - 10, 0, 80) + 0.5 * R * np.clip(t - 50, 0, 5)
+    d = np.clip(t - 90, 0, 10)
+    return up + hold + R * (d - d**2 / 20)
+
+
+def ramp_only(t: np.ndarray) -> np.ndarray:
+    """Λ(t) of a load that rises all run long (rate R * t / 100): never steady."""
+    return R * t**2 / 200
+
+
+def build(lam, run_id: str, steps: bool = True, requests: bool = True, token_times: bool = True):
+    """Canonical records of the trace, and its token times and steps for the expectations."""
+    t_end = np.arange(1, round(T_END / STEP_S) + 1) / 50  # exact: k / 50 s
+    t_start = np.maximum(t_end - DUR_S, 0.0)
+    t_start[0] = 0.0  # the steps' span starts at 0 like the requests'
+    cum = np.floor(lam(t_end) + 1e-6).astype(int)
+    decode = np.diff(cum, prepend=0)
+    times = np.repeat(t_end, decode)
+    recs: list[dict] = [{"kind": "run", "run_id": run_id, "engine": "hand"}]
+    if steps:
+        recs += [
+            {"kind": "iteration", "iter": i, "t_start": float(a), "t_end": float(b), "decode_tokens": int(d)}
+            for i, (a, b, d) in enumerate(zip(t_start, t_end, decode))
+        ]
+    finish = []
+    if requests:
+        for j in range(0, len(times), PER_REQUEST):
+            tt = times[j : j + PER_REQUEST]
+            arrival = 0.0 if j == 0 else float(tt[0]) - 0.005
+            rec = {
+                "kind": "request",
+                "req_id": f"r{j // PER_REQUEST}",
+                "t_arrival": arrival,
+                "t_scheduled": arrival,
+                "t_first_token": float(tt[0]),
+                "t_finish": float(tt[-1]),
+                "prompt_tokens": 16,
+                "output_tokens": len(tt),
+            }
+            if token_times:
+                rec["token_times"] = [float(x) for x in tt]
+            recs.append(rec)
+            finish.append(float(tt[-1]))
+    return recs, times, (t_start, t_end, decode), np.array(finish)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """One store holding every variant (one ingest, one build of the derived tables)."""
+    d = tmp_path_factory.mktemp("steady")
+    variants = {
+        "full": dict(lam=ramp_hold_drain),
+        "requests_only": dict(lam=ramp_hold_drain, steps=False, token_times=False),
+        "steps_only": dict(lam=ramp_hold_drain, requests=False),
+        "ramp": dict(lam=ramp_only),
+    }
+    built = {}
+    with (d / "trace.jsonl").open("w") as f:
+        for run_id, kw in variants.items():
+            recs, *rest = build(run_id=run_id, **kw)
+            f.writelines(json.dumps(r) + "\n" for r in recs)
+            built[run_id] = rest
+    con = store.connect(d / "s.duckdb")
+    ingest.ingest_paths(con, [d / "trace.jsonl"])
+    store.build_derived(con)
+    yield con, built
+    con.close()
+
+
+@pytest.fixture(scope="module")
+def summaries(runs):
+    """The whole summary (it fits the model of each run: a second a run) of the two runs that need it."""
+    con, _ = runs
+    return {r: summary(con, r) for r in ("full", "ramp")}
+
+
+def section(runs, run_id: str) -> dict:
+    return steady.section(runs[0], run_id)["steady_state"]
+
+
+def expected(times: np.ndarray, finish: np.ndarray) -> dict[str, float]:
+    """The hold phase (10..90 s, burst included) counted directly; peak from 5 s bins."""
+    hold = (times >= 10) & (times < 90)
+    per_bin = np.histogram(times, bins=np.linspace(0, T_END, 21))[0]
+    return {
+        "steady": hold.sum() / 80,
+        "requests": ((finish >= 10) & (finish < 90)).sum() / 80,
+        "share": hold.sum() / len(times),
+        "peak": per_bin.max() / 5,
+        "whole": len(times) / T_END,
+    }
+
+
+def test_steady_throughput_is_the_hold_phase_rate(runs, summaries):
+    times, _, finish = runs[1]["full"]
+    exp = expected(times, finish)
+    s = summaries["full"]
+    st = s["steady_state"]
+    assert st["reached"] and st["reason"] is None
+    assert st["source"] == "token_times"
+    assert (st["windows"], st["window_s"]) == (20, pytest.approx(5.0))
+    assert st["steady_window_s"] == [pytest.approx(10.0), pytest.approx(90.0)]  # ramp and drain left out
+    assert st["steady_output_tokens_per_s"] == pytest.approx(exp["steady"], rel=1e-12)
+    assert st["steady_requests_per_s"] == pytest.approx(exp["requests"], rel=1e-12)
+    assert st["steady_token_share"] == pytest.approx(exp["share"], rel=1e-12)
+    assert st["peak_output_tokens_per_s"] == pytest.approx(exp["peak"], rel=1e-12)
+    assert st["peak_output_tokens_per_s"] == pytest.approx(1.5 * R, rel=0.01)  # the burst
+    assert s["throughput"]["output_tokens_per_s"] == pytest.approx(exp["whole"], rel=1e-12)
+    assert st["peak_output_tokens_per_s"] > st["steady_output_tokens_per_s"] > s["throughput"]["output_tokens_per_s"]
+    # the burst window is inside the steady window but out of the band: 15 of 16 in band
+    assert st["in_band_share"] == pytest.approx(15 / 16)
+
+
+def test_batch_over_iteration_time_identity(runs):
+    """Effective batch size / iteration time, against the steps counted directly."""
+    _, (t_start, t_end, decode), _ = runs[1]["full"]
+    held = (t_end >= 10) & (t_end < 90)
+    i = section(runs, "full")["identity"]
+    busy_s = (t_end[held] - t_start[held]).sum()
+    assert i["steps"] == held.sum()
+    assert i["batch_decode_tokens_mean"] == pytest.approx(decode[held].mean(), rel=1e-12)
+    assert i["iteration_ms_mean"] == pytest.approx(DUR_S * 1000, rel=1e-9)
+    assert i["batch_per_iteration_tokens_per_s"] == pytest.approx(decode[held].sum() / busy_s, rel=1e-9)
+    assert i["busy_share"] == pytest.approx(busy_s / 80, rel=1e-9)  # 15 ms of every 20 ms
+    assert i["step_decode_tokens_per_s"] == pytest.approx(decode[held].sum() / 80, rel=1e-12)
+    # the identity: what the steps produced per second of wall time = batch / iteration time * busy share
+    assert i["step_decode_tokens_per_s"] == pytest.approx(i["batch_per_iteration_tokens_per_s"] * i["busy_share"])
+
+
+def test_steps_only_run_counts_decode_tokens(runs):
+    times, _, _ = runs[1]["steps_only"]
+    st = section(runs, "steps_only")
+    assert st["source"] == "iterations"
+    assert st["steady_window_s"] == [pytest.approx(10.0), pytest.approx(90.0)]
+    assert st["steady_output_tokens_per_s"] == pytest.approx(expected(times, times)["steady"], rel=1e-12)
+    assert st["steady_requests_per_s"] is None  # no request records: no request rate
+
+
+def test_requests_only_run_spreads_tokens_between_first_token_and_finish(runs):
+    """Without token times or steps each request's tokens are spread evenly over its decode:
+    the same steady window, the rate within a fraction of a percent of the hold's."""
+    times, _, finish = runs[1]["requests_only"]
+    exp = expected(times, finish)
+    st = section(runs, "requests_only")
+    assert st["source"] == "request_spans" and st["identity"] is None
+    assert st["steady_window_s"] == [pytest.approx(10.0), pytest.approx(90.0)]
+    assert st["steady_output_tokens_per_s"] == pytest.approx(exp["steady"], rel=0.005)
+    assert st["steady_requests_per_s"] == pytest.approx(exp["requests"], rel=1e-12)
+    assert st["peak_output_tokens_per_s"] == pytest.approx(exp["peak"], rel=0.02)
+
+
+def test_a_run_that_only_ramps_up_has_no_steady_state(runs, summaries):
+    times, _, _ = runs[1]["ramp"]
+    s = summaries["ramp"]
+    st = s["steady_state"]
+    assert not st["reached"]
+    assert st["steady_output_tokens_per_s"] is None and st["steady_window_s"] is None and st["identity"] is None
+    assert "never holds" in st["reason"] and f"{STEADY.min_span_share:.0%}" in st["reason"]
+    assert st["peak_output_tokens_per_s"] == pytest.approx(expected(times, times)["peak"], rel=1e-12)
+    assert "steady state: none (" in format_summary(s)
+
+
+def test_text_summary_shows_steady_and_peak(runs, summaries):
+    exp = expected(runs[1]["full"][0], runs[1]["full"][2])
+    text = format_summary(summaries["full"])
+    line = next(x for x in text.splitlines() if x.startswith("steady state"))
+    assert f"{exp['steady']:.1f} output tokens/s, {exp['requests']:.3f} requests/s" in line
+    assert "over 10.0..90.0 s from the start" in line and f"peak {exp['peak']:.1f} tokens/s" in line
+    assert "batch / iteration time:" in text
+
+
+def test_report_table_lists_whole_run_steady_and_peak(summaries):
+    from pipeline.report.render import _stats_table
+
+    html = _stats_table(summaries["full"])
+    assert "output tokens/s, whole run" in html and "output tokens/s, steady state" in html
+    assert "output tokens/s, peak 5 s window" in html and "10.0 .. 90.0 (89% of the tokens)" in html
+    html = _stats_table(summaries["ramp"])
+    assert '<th class="l">steady state</th><td class="l">none: the rate is within ±20%' in html
