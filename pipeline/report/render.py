@@ -17,6 +17,7 @@ import duckdb
 import polars as pl
 
 from .. import __version__, metrics
+from ..steady import report_rows as steady_rows
 from ..summary import summary as run_summary
 from . import charts, frames
 from ..escape import html_text
@@ -76,7 +77,8 @@ def _stats_table(s: dict[str, Any]) -> str:
         for m in metrics.METRICS
         if (s.get(m) or {}).get("count")
     ]
-    return table(pl.DataFrame(rows), left=("metric",)) if rows else missing("no latency values in this run")
+    stats = table(pl.DataFrame(rows), left=("metric",)) if rows else missing("no latency values in this run")
+    return stats + kv_table(steady_rows(s))
 
 
 def _audit_section(audit: Any) -> Section:
