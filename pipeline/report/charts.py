@@ -31,10 +31,18 @@ def _rows(rows: list[dict[str, Any]]) -> pl.DataFrame:
     return pl.DataFrame(rows)
 
 
+# Altair checks every object against the Vega-Lite JSON schema as it is built and the whole
+# spec again in ``to_dict``: about 1 s of a 1.3 s report, and of every nightly trend page.
+# The specs' structure is this package's code, not data, so pages skip both checks; the
+# tests turn VALIDATE on and validate every page's specs against the schema.
+VALIDATE = False
+alt.utils.schemapi.disable_debug_mode()
+
+
 def spec(chart: alt.TopLevelMixin) -> dict[str, Any]:
     """The Vega-Lite spec of a chart (dict), data included."""
     with alt.data_transformers.disable_max_rows():
-        return chart.to_dict()
+        return chart.to_dict(validate=VALIDATE)
 
 
 def _title(text: str, *subtitle: str) -> alt.Title:

@@ -9,6 +9,7 @@ import re
 import numpy as np
 import polars as pl
 import pytest
+from altair.vegalite.v6.schema.core import Root
 
 from pipeline.nightly.analysis import changes
 from pipeline.nightly.changepoint import Settings
@@ -116,6 +117,8 @@ def test_trend_page_escapes_and_links(tmp_path):
     assert 'href="r0/index.html"' in html and 'href="r13/index.html"' in html
     specs = json.loads(re.search(r'id="tracelat-specs">(.*?)</script>', html, re.S).group(1))
     assert len(specs) == 3  # TPOT p99, requests/s, the TPOT tail
+    for spec in specs.values():  # built without Altair's checks (charts.VALIDATE): valid Vega-Lite
+        Root.validate(spec)
     # the change point is drawn between nights 7 and 8 (1-based), labelled with its size
     rule = [d for d in specs["latency_0"]["datasets"].values() if d and "text" in d[0]]
     assert rule and rule[0][0]["x"] == 7.5 and rule[0][0]["text"].startswith("+")
