@@ -31,7 +31,8 @@ Every phase runs in its own child process, so its wall time and peak RSS
                    post-ingest steps); no derived tables.
   derived          store.build_derived on that store (queries/*.sql).
   summary_core     the summary.json sections of the foundation (counts, latency metrics,
-                   iteration time, throughput); the model fit's sections are left out.
+                   iteration time, throughput); the analyses' sections (steady state, model
+                   fit, engine gauges) are left out.
   summary_full     `tracelat summary RUN --json`, fit, spikes and tail sections included (it
                    fits the model on first use), shown for reference.
   cli_ingest       `tracelat ingest FILE` into another new store: ingest + derived in one process,

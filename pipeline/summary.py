@@ -14,10 +14,11 @@ import duckdb
 from . import steady, store
 from .metrics import METRICS, metric_stats, run_info, run_metadata
 
-# Later stages (model fit, spikes, tail attribution) add summary sections here:
-# each provider returns {section_name: value} or {} when it has nothing to say.
+# Analyses beyond the registry's statistics (steady state, model fit, spikes, tail
+# attribution, engine gauges) add summary sections here: each provider returns
+# {section_name: value} or {} when it has nothing to say.
 SectionProvider = Callable[[duckdb.DuckDBPyConnection, str], dict[str, Any]]
-SECTION_PROVIDERS: list[SectionProvider] = []
+SECTION_PROVIDERS: list[SectionProvider] = [steady.section]  # throughput in the steady window, the peak
 
 
 def _fit_sections(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
@@ -59,7 +60,6 @@ def summary(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
         "requests_per_s": info.get("requests_per_s"),
         "source": info.get("throughput_source"),
     }
-    out.update(steady.section(con, run_id))  # throughput in the steady window, and the peak
     for provider in SECTION_PROVIDERS:
         out.update(provider(con, run_id))
     return out
