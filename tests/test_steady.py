@@ -205,3 +205,14 @@ def test_report_table_lists_whole_run_steady_and_peak(summaries):
     assert "output tokens/s, peak 5 s window" in html and "10.0 .. 90.0 (89% of the tokens)" in html
     html = _stats_table(summaries["ramp"])
     assert '<th class="l">steady state</th><td class="l">none: the rate is within ±20%' in html
+
+
+def test_markdown_summary_shows_steady_and_peak(runs, summaries):
+    from pipeline.report.markdown import summary_markdown
+
+    exp = expected(runs[1]["full"][0], runs[1]["full"][2])
+    line = next(x for x in summary_markdown(summaries["full"]).splitlines() if x.startswith("Steady state"))
+    assert f"{exp['steady']:.1f} output tokens/s, {exp['requests']:.3f} requests/s over 10.0..90.0 s" in line
+    assert f"peak {exp['peak']:.1f} output tokens/s (5 s window)" in line
+    ramp = summary_markdown(summaries["ramp"])
+    assert "Steady state: none (the rate is within ±20%" in ramp and "peak" in ramp

@@ -58,6 +58,23 @@ def _fit_lines(s: dict[str, Any]) -> list[str]:
     return out
 
 
+def _steady_lines(st: dict[str, Any] | None) -> list[str]:
+    """The steady-state line (docs/metrics.md "Steady state and peak"), with a blank line after it."""
+    if not st:
+        return []
+    peak = st.get("peak_output_tokens_per_s")
+    peak_text = f"; peak {_n(peak, 1)} output tokens/s ({st['window_s']:.3g} s window)" if peak is not None else ""
+    if not st.get("reached"):
+        return [f"Steady state: none ({md_text(st.get('reason') or '', 400)}){peak_text}", ""]
+    a, b = st["steady_window_s"]
+    return [
+        f"Steady state: {_n(st['steady_output_tokens_per_s'], 1)} output tokens/s, "
+        f"{_n(st['steady_requests_per_s'], 3)} requests/s over {a:.1f}..{b:.1f} s from the start "
+        f"({st['steady_token_share']:.0%} of the tokens){peak_text}",
+        "",
+    ]
+
+
 def summary_markdown(s: dict[str, Any], audit: Any = None) -> str:
     """Markdown summary of a ``pipeline.summary.summary`` dict (plus an audit verdict when given)."""
     run = s.get("run") or {}
@@ -74,6 +91,7 @@ def summary_markdown(s: dict[str, Any], audit: Any = None) -> str:
         f"{_n(s['duration_s'], 1)} s; {_n(s['throughput'].get('output_tokens_per_s'), 1)} output tokens/s, "
         f"{_n(s['throughput'].get('requests_per_s'), 3)} requests/s",
         "",
+        *_steady_lines(s.get("steady_state")),
         "| metric (ms) | " + " | ".join(STATS) + " |",
         "|---|" + "---:|" * len(STATS),
     ]
