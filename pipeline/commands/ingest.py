@@ -98,8 +98,14 @@ def ingest(
         results, _, con = ingest_to_lake(lake, paths, **kwargs)
     else:
         con = store.connect(db)
-        results = ing.ingest_paths(con, paths, **kwargs)
-        store.build_derived(con)
+        try:
+            results = ing.ingest_paths(con, paths, **kwargs)
+            store.build_derived(con)
+        except BaseException:
+            # an error's traceback keeps this frame, and with it the store open, alive: a
+            # caller in the same process (tests, the fuzzer) could not open the store again
+            con.close()
+            raise
     from ..ingest.align import describe
 
     touched = sorted({r for res in results for r in res.run_ids})
