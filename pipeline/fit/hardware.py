@@ -65,6 +65,8 @@ def resolve(con: duckdb.DuckDBPyConnection, run_id: str, hw: HardwareSpec = Hard
             )
     if dev is not None and not dev.peak_bw_gbps:
         notes.append(f"{dev.name} has no fixed bandwidth: give it with --bandwidth-gbps (or --gpu {dev.name}:GBPS)")
+    if kv_dtype and str(kv_dtype).strip().lower() == "auto":  # vLLM's kv_cache_dtype=auto: the model's dtype
+        kv_dtype = None
     return Hardware(spec, dev, int(num_gpus or 1), dtype or (spec.dtype if spec else None), kv_dtype, tuple(notes))
 
 

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 
 from pipeline import store
@@ -58,6 +59,55 @@ def test_run_metadata_from_startup_lines(con):
     assert (meta["num_gpu_blocks"], meta["kv_block_size"], meta["kv_capacity_tokens"]) == (16, 128, 15 * 128)
     usage = np.array(con.execute("select kv_usage from iterations").fetchall(), dtype=float).ravel()
     assert np.allclose(usage * 15, np.round(usage * 15), atol=0.01)  # the log's usage counts 15 blocks
+
+
+def test_kv_cache_dtype_from_the_config_line(con, tmp_path):
+    """An fp8-KV server records runs.kv_dtype = fp8 (a --kv-dtype fp8 what-if on it is then a no-op)."""
+    text = (FIX / "server.log").read_text()
+    assert "kv_cache_dtype=auto" in text
+    fp8 = tmp_path / "server_fp8.log"
+    fp8.write_text(text.replace("kv_cache_dtype=auto", "kv_cache_dtype=fp8"))
+    load(con, FIX / "server.log", run_id="auto")
+    load(con, fp8, run_id="fp8")
+    got = con.execute("select run_id, dtype, kv_dtype from runs order by run_id").fetchall()
+    assert got == [("auto", "bfloat16", "auto"), ("fp8", "bfloat16", "fp8")]
+    from pipeline.replay.whatif import recorded_kv_dtype
+
+    assert [recorded_kv_dtype(kv, dt, None) for _, dt, kv in got] == [
+        ("bfloat16", "runs.dtype (kv_dtype auto)"),
+        ("fp8", "runs.kv_dtype"),
+    ]
+
+
+_V1 = (
+    "INFO 11-30 04:47:06 [core.py:133] Initializing a V1 LLM engine (v0.10.1) with config: model='m', "
+    "tokenizer='m', dtype=torch.bfloat16, max_seq_len=1024, quantization=None, enforce_eager=True, "
+    "kv_cache_dtype={kv}, device_config=cuda, seed=0, served_model_name=m"
+)
+_V0 = (
+    "INFO 10-17 09:12:44 llm_engine.py:237] Initializing an LLM engine (v0.6.3) with config: model='m', "
+    "speculative_config=None, tokenizer='m', dtype=torch.float16, max_seq_len=4096, quantization=None, "
+    "enforce_eager=False, kv_cache_dtype={kv}, quantization_param_path=None, device_config=cuda, seed=0"
+)
+_ARGS = "INFO 11-30 04:46:55 [api_utils.py:286] non-default args: {{'model': 'm', 'dtype': 'half'{kv}}}"
+
+
+@pytest.mark.parametrize(
+    "lines, want",
+    [
+        ([_V1.format(kv="fp8")], ("bfloat16", "fp8")),
+        ([_V1.format(kv="auto")], ("bfloat16", "auto")),
+        ([_V0.format(kv="fp8_e5m2")], ("float16", "fp8_e5m2")),  # a V0 engine (v0.6) prints "an LLM engine"
+        ([_ARGS.format(kv=", 'kv_cache_dtype': 'fp8_e4m3'")], ("half", "fp8_e4m3")),  # no config line
+        ([_ARGS.format(kv="")], ("half", None)),  # the default KV dtype is not a non-default arg
+        ([_ARGS.format(kv=", 'kv_cache_dtype': 'fp8'"), _V1.format(kv="fp8")], ("bfloat16", "fp8")),
+    ],
+)
+def test_dtype_and_kv_dtype_of_each_startup_format(lines, want):
+    from pipeline.ingest.engines.vllm_log import _meta
+
+    info = _meta(pl.DataFrame({"raw": lines}))
+    assert (info["dtype"], info["kv_dtype"]) == want
 
 
 @pytest.mark.parametrize(

@@ -47,7 +47,10 @@ _META = {
     "chunked_prefill_tokens": r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)",
     "num_gpu_blocks": r"Overriding num_gpu_blocks=\d+ with num_gpu_blocks_override=(\d+)",
     "non_default_args": r"non-default args: (\{.*\})\s*$",
-    "engine_config": r"Initializing a V1 LLM engine .*? with config: (.*)$",
+    # V1 engines (v0.8 on): "Initializing a V1 LLM engine (v0.10.1) with config: model=..., dtype=torch.bfloat16,
+    # ..., kv_cache_dtype=auto, ..."; V0 engines (v0.4-v0.7): "Initializing an LLM engine (v0.6.3) with config:"
+    # with the same key=value fields
+    "engine_config": r"Initializing (?:a V1|an) LLM engine .*? with config: (.*)$",
 }
 
 
@@ -192,15 +195,27 @@ def _meta(lines: pl.DataFrame) -> dict:
                 meta[to] = args[key]
         if isinstance(args.get("served_model_name"), list) and args["served_model_name"]:
             out.setdefault("served", args["served_model_name"][0])
+        for key in ("dtype", "kv_cache_dtype"):  # listed only when not the default ("auto")
+            if isinstance(args.get(key), str) and args[key]:
+                out.setdefault("arg_" + key, args[key])
     _kv_blocks(meta, out.get("num_gpu_blocks"))
     cfg = out.get("engine_config", "")
+    # "\b": kv_cache_dtype= is no match for dtype= ("_" is a word character)
     dtype = re.search(r"\bdtype=(?:torch\.)?(\w+)", cfg)
+    kv_dtype = re.search(r"\bkv_cache_dtype=(?:torch\.)?(\w+)", cfg)
     return {
         "engine_version": out.get("engine_version"),
         "model": out.get("served") or out.get("model"),
-        "dtype": dtype.group(1) if dtype else None,
+        # the engine's config line, else the non-default arguments (auto: the model's dtype)
+        "dtype": dtype.group(1) if dtype else _arg_dtype(out.get("arg_dtype")),
+        "kv_dtype": kv_dtype.group(1) if kv_dtype else _arg_dtype(out.get("arg_kv_cache_dtype")),
         "meta": meta,
     }
+
+
+def _arg_dtype(value: str | None) -> str | None:
+    """A dtype argument as the config line prints it: ``torch.float16`` -> ``float16``."""
+    return value.removeprefix("torch.") if value else None
 
 
 def _kv_blocks(meta: dict, override: str | None) -> None:
@@ -339,6 +354,7 @@ def convert(
         "engine_version": info.get("engine_version"),
         "model": info.get("model"),
         "dtype": info.get("dtype"),
+        "kv_dtype": info.get("kv_dtype"),
         "clock": "unix",
         "meta": meta,
     }
