@@ -4,10 +4,12 @@ requests, and the odd replicas (a head-of-line incident, a slower GPU) ranked fi
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+from altair.vegalite.v6.schema.core import Root
 from click.testing import CliRunner
 
 from pipeline import store
@@ -166,6 +168,11 @@ def test_fleet_slo_junit_and_page(lake, tmp_path):
     for r in out["runs"]:
         rel = Path(r["report"]).relative_to(tmp_path / "page").as_posix() + "/index.html"
         assert f'href="{rel}"' in page and (tmp_path / "page" / rel).is_file()
+    # built without Altair's checks (pipeline.report.charts.VALIDATE): every chart is valid Vega-Lite
+    specs = json.loads(re.search(r'id="tracelat-specs">(.*?)</script>', page, re.S).group(1))
+    assert specs
+    for spec in specs.values():
+        Root.validate(spec)
 
 
 @pytest.mark.parametrize("size", [20_000, 1_340, 7, 1])

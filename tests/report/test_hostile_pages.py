@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .conftest import SCRIPT_PAYLOAD as PAYLOAD
+from .test_spec_schema import assert_valid_vega_lite
 from .conftest import SCRIPT_RUN as RUN
 from .conftest import script_sweep_page
 
@@ -31,6 +32,7 @@ def test_payload_never_raw_in_any_page(script_store, tmp_path):
         html = path.read_text(encoding="utf-8")
         assert_no_raw_payload(html)
         assert "evil&lt;/script&gt;" in html or "evil\\u003c/script\\u003e" in html, name  # the id is there, escaped
+        assert_valid_vega_lite(name, html)
 
 
 def test_csp_allows_only_the_pages_own_scripts(script_store, tmp_path):

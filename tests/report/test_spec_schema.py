@@ -1,8 +1,10 @@
 """Every chart spec a page embeds is valid Vega-Lite.
 
 Pages build their charts with Altair's own schema checks off (``charts.VALIDATE``: they
-cost about 1 s a page), so this is where a wrong spec would be caught: each page kind
-is written and every spec it embeds is validated against the Vega-Lite schema Altair ships.
+cost about 1 s a page), so a wrong spec is caught by the tests that write each page kind
+(report, comparison, sweep: test_hostile_pages; fleet: tests/fleet/test_fleet.py; trend:
+tests/nightly/test_stats_trend.py), which validate every spec it embeds against the
+Vega-Lite schema Altair ships, with :func:`assert_valid_vega_lite`.
 """
 
 from __future__ import annotations
@@ -16,8 +18,6 @@ from altair.vegalite.v6.schema.core import Root
 
 from pipeline.report import charts
 
-from .conftest import SCRIPT_RUN as RUN
-from .conftest import script_sweep_page
 
 SPECS_RE = re.compile(r'<script type="application/json" id="tracelat-specs">(.*?)</script>', re.S)
 
@@ -32,6 +32,9 @@ def test_the_validator_catches_a_wrong_spec():
     for bad in ({**good, "mark": "dot"}, {**good, "encoding": {"x": {"field": "x", "type": "numeric"}}}):
         with pytest.raises(jsonschema.ValidationError):
             Root.validate(bad)
+        page = f'<script type="application/json" id="tracelat-specs">{json.dumps({"c1": good, "c2": bad})}</script>'
+        with pytest.raises(AssertionError, match="^some page page, chart c2: "):
+            assert_valid_vega_lite("some page", page)
 
 
 def test_pages_skip_altairs_checks_by_default():
@@ -39,29 +42,12 @@ def test_pages_skip_altairs_checks_by_default():
     assert charts.VALIDATE is False
 
 
-def test_every_page_embeds_valid_vega_lite(script_store, tmp_path):
-    from pipeline.compare import compare
-    from pipeline.fleet import fleet
-    from pipeline.lake import export_runs
-    from pipeline.report import write_report
-    from pipeline.report.compare_page import write_comparison
-    from pipeline.report.fleet_page import write_fleet_page
-
-    con, _ = script_store
-    export_runs(con, [RUN, "base"], tmp_path / "lake")
-    pages = {
-        "report": write_report(con, RUN, tmp_path / "rep"),
-        "compare": write_comparison(compare(con, "base", con, RUN), con, con, tmp_path / "cmp"),
-        "sweep": script_sweep_page(con, tmp_path / "sweep.html"),
-        "fleet": write_fleet_page(fleet(tmp_path / "lake", workers=1, out=tmp_path / "fleet"), tmp_path / "fleet"),
-    }
-    counted = {}
-    for name, path in pages.items():
-        specs = page_specs(path.read_text(encoding="utf-8"))
-        for key, spec in specs.items():
-            try:
-                Root.validate(spec)
-            except jsonschema.ValidationError as exc:  # name the chart, not only the schema path
-                raise AssertionError(f"{name} page, chart {key}: {exc.message}") from None
-        counted[name] = len(specs)
-    assert counted["report"] >= 5 and all(counted.values()), counted
+def assert_valid_vega_lite(name: str, html: str) -> None:
+    """Every spec embedded in a page validates against the schema (the error names the chart)."""
+    specs = page_specs(html)
+    assert specs, name
+    for key, spec in specs.items():
+        try:
+            Root.validate(spec)
+        except jsonschema.ValidationError as exc:
+            raise AssertionError(f"{name} page, chart {key}: {exc.message}") from None
