@@ -8,8 +8,9 @@ changed fields (``mbt512``, ``mns16``, ``kv50000``, ``kvb16``, ``nochunk``/``chu
 ``nofullprompt``/``fullprompt``, ``noprefix``/``prefix``), after the hardware what-ifs (``kvdtfp8``,
 ``compute2x``), with ``-nonoise`` for a replay without noise. Its ``meta.replay`` records the source
 run, the policy (and what changed), the calibrated model and noise, the seed and
-the time origin. Requests keep their recorded ids; ``recorded_status`` (an extra
-field) keeps their status in the recording.
+the time origin; its ``dtype`` and ``kv_dtype`` are the source run's, with the KV dtype
+of a ``--kv-dtype`` what-if (:func:`replay_dtypes`). Requests keep their recorded ids;
+``recorded_status`` (an extra field) keeps their status in the recording.
 """
 
 from __future__ import annotations
@@ -66,8 +67,27 @@ def replay_meta(cal: Calibration, seed: int, result: SimResult) -> dict[str, Any
 
 
 def _source_run(con, run_id: str) -> dict[str, Any]:
-    rows = con.execute("select model, gpu from runs where run_id = ?", [run_id]).fetchall() if con else []
-    return {"model": rows[0][0], "gpu": rows[0][1]} if rows else {}
+    sql = "select model, gpu, dtype, kv_dtype from runs where run_id = ?"
+    rows = con.execute(sql, [run_id]).fetchall() if con else []
+    return dict(zip(("model", "gpu", "dtype", "kv_dtype"), rows[0])) if rows else {}
+
+
+def replay_dtypes(cal: Calibration, src: dict[str, Any]) -> dict[str, str | None]:
+    """``dtype`` and ``kv_dtype`` of a replay's run record: the KV dtype it ran with.
+
+    The source run's weights dtype; the KV dtype of the ``--kv-dtype`` what-if, else the one
+    given by ``--recorded-kv-dtype``, else the source run's (``auto`` stays ``auto``: the dtype
+    is copied with it). A replay of the replay then starts from the dtype it ran with, so a
+    second ``--kv-dtype fp8`` is a no-op rather than halving ``a`` again.
+    """
+    rec = cal.details.get("kv_dtype") or {}
+    if "kv_dtype" in cal.whatif:
+        kv = cal.whatif["kv_dtype"]["kv_dtype"]
+    elif rec.get("source") == "--recorded-kv-dtype":
+        kv = rec["recorded"]
+    else:
+        kv = src.get("kv_dtype")
+    return {"dtype": src.get("dtype"), "kv_dtype": kv}
 
 
 def write_replay(
@@ -89,6 +109,7 @@ def write_replay(
         gpu=src.get("gpu") or "simulated",
         meta_extra={"replay": replay_meta(cal, seed, result)},
         request_columns={"recorded_status": recorded},
+        run_fields=replay_dtypes(cal, src),
     )
 
 

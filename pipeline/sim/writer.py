@@ -75,6 +75,7 @@ def write_trace(
     gpu: str = "simulated",
     meta_extra: dict | None = None,
     request_columns: dict[str, np.ndarray] | None = None,
+    run_fields: dict | None = None,
 ) -> Path:
     """Write ``result`` as canonical JSON Lines at ``path`` (gzip if it ends in ``.gz``).
 
@@ -82,7 +83,8 @@ def write_trace(
     such requests have status ``aborted``. ``with_token_times=False`` leaves out
     the per-token ``token_times`` lists (much smaller files for huge runs).
     ``meta_extra`` is merged into the run record's ``meta``; ``request_columns``
-    adds fields to the request records (arrays aligned with ``result.requests``).
+    adds fields to the request records (arrays aligned with ``result.requests``);
+    ``run_fields`` adds fields of the run record (``dtype``, ``kv_dtype``; None values are left out).
     """
     import polars as pl
 
@@ -100,6 +102,7 @@ def write_trace(
         gpu=gpu,
     )
     rec["meta"].update(plain(meta_extra or {}))
+    rec.update({k: v for k, v in (run_fields or {}).items() if v is not None})
     with _open_out(path) as fh:
         fh.write((json.dumps(rec, allow_nan=False, separators=(",", ":")) + "\n").encode())
         it = result.iterations

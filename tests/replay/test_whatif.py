@@ -141,3 +141,29 @@ def test_cli_shows_the_what_if(kv_bound):
     d = json.loads(CliRunner().invoke(cli, [*args, "--json"]).output)
     assert d["mode"] == "what-if" and d["what_if"]["kv_dtype"]["ratio"] == 0.5
     assert d["policy"]["kv_capacity_tokens"] == 2 * CAPACITY
+
+
+def test_a_written_replay_records_the_kv_dtype_it_ran_with(kv_bound, tmp_path):
+    """A replay of an fp8 replay starts from fp8: a second --kv-dtype fp8 changes nothing."""
+    from pipeline import ingest
+    from pipeline.replay.trace import replay_dtypes, write_replay
+
+    _, con, base = kv_bound
+    fp8 = calibrate(con, "kvb", noise="none", whatif={"kv_dtype": "fp8"})
+    result, _ = replay_once(fp8, 0)
+    rid = replay_run_id(fp8, 0)
+    path = write_replay(result, tmp_path / "r.jsonl", rid, fp8, 0, con=con, with_token_times=False)
+    other = store.connect(tmp_path / "r.duckdb")
+    ingest.ingest_paths(other, [path])
+    store.build_derived(other)
+    assert other.execute("select dtype, kv_dtype from runs").fetchall() == [(None, "fp8")]
+    again = calibrate(other, rid, noise="none", whatif={"kv_dtype": "fp8"})
+    assert again.details["kv_dtype"] == {"recorded": "fp8", "source": "runs.kv_dtype"} and not again.whatif
+    assert any("same size; nothing changes" in n for n in again.notes)
+    assert again.policy.kv_capacity_tokens == fp8.policy.kv_capacity_tokens  # not doubled twice
+    other.close()
+    # without a KV what-if the source run's dtypes are copied; --recorded-kv-dtype names the KV dtype
+    src = {"dtype": "bfloat16", "kv_dtype": "auto"}
+    assert replay_dtypes(base, src) == src
+    named = calibrate(con, "kvb", noise="none", whatif={"compute_speedup": 2.0}, recorded_kv_dtype="fp16")
+    assert replay_dtypes(named, src) == {"dtype": "bfloat16", "kv_dtype": "fp16"}
