@@ -16,7 +16,7 @@ from pipeline import store
 from pipeline.cli import cli
 from pipeline.fleet import ALPHA, fleet, sketch_quantile
 from pipeline.ingest import ingest_paths
-from pipeline.summary import summary
+from pipeline.metrics import metric_stats
 
 
 def _replica(tmp, name: str, seed: int, burst: bool = False, slow_gpu: bool = False):
@@ -65,8 +65,8 @@ def test_fleet_numbers(lake):
     con = store.connect(lake / "s.duckdb")
     by = {r["run_id"]: r for r in out["runs"]}
     assert set(by) == {f"r{i}" for i in range(6)} | {"hol", "slowgpu"}
-    for run, rec in by.items():  # per run: exactly what summary says
-        s = summary(con, run)
+    for run, rec in by.items():  # per run: exactly what summary says (its statistics, without the fit)
+        s = metric_stats(con, run)
         for m in ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms"):
             assert rec[m]["p99"] == s[m]["p99"] and rec[m]["p50"] == s[m]["p50"]
     for m, table in (("ttft_ms", "request_latency"), ("tpot_ms", "request_latency"), ("itl_ms", "token_gaps")):
@@ -117,7 +117,7 @@ def test_fleet_slo_junit_and_page(lake, tmp_path):
     from pipeline.cli import run_captured
 
     con = store.connect(lake / "s.duckdb")
-    hol, slow = summary(con, "hol")["ttft_ms"]["p99"], summary(con, "slowgpu")["ttft_ms"]["p99"]
+    hol, slow = metric_stats(con, "hol")["ttft_ms"]["p99"], metric_stats(con, "slowgpu")["ttft_ms"]["p99"]
     assert hol > 2 * slow
     limit = (hol + slow) / 2
     slo = tmp_path / "slo.toml"
