@@ -499,6 +499,9 @@ def calibrate(
         "fit": {
             "t0_ms": fit.t0_ms,
             "a_ms_per_ctx": fit.a_ms_per_ctx,
+            # the 95% interval of a (memory-bound fit; None when not computed): the --kv-dtype what-if
+            # warns when it includes 0
+            "a_ci_ms_per_ctx": _interval(fit.ci.get("a_ms_per_ctx")),
             "b_ms_per_prefill": fit.b_ms_per_prefill,
             "c_ms_per_decode": fit.c_ms_per_decode,
             "terms": list(fit.terms),
@@ -552,6 +555,13 @@ def calibrate(
             f"({policy.kv_capacity_tokens}{blocks}){scaled} holds; pass a larger --kv-capacity-tokens"
         )
     return cal
+
+
+def _interval(ci: Any) -> list[float] | None:
+    """A stored 95% interval as ``[lo, hi]``; None when absent or not finite."""
+    if ci is None or len(ci) != 2 or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in ci):
+        return None
+    return [float(ci[0]), float(ci[1])]
 
 
 def _dtypes(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str | None, str | None]:

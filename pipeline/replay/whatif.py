@@ -11,6 +11,8 @@ the terms of its kind and leaves the others (docs/replay.md, "Hardware what-ifs"
   unless ``--kv-capacity-tokens`` was given. ``t0`` (weights read, launches), ``b`` and ``c``
   (matmul FLOPs per token), ``d`` (per-request host and kernel work) and ``e`` (prefill
   attention over token pairs: compute) do not read the cache per context token and stay.
+  A fit with ``a <= 0`` finds no KV-read cost: ``a`` is kept, only the capacity moves, and a
+  note says so (:func:`kv_read_cost`; also a warning when a's interval includes 0).
 - **Compute speedup** (``--compute-speedup``, ``--sweep compute_speedup=...``): with
   ``s`` the speedup, ``b' = b/s``, ``c' = c/s``, ``e' = e/s`` (the FLOP-bound terms);
   ``t0``, ``a`` (memory reads) and ``d`` stay. Beside the KV dtype it makes "bytes matter
@@ -135,7 +137,10 @@ def with_kv_dtype(cal: Calibration, name: str) -> Calibration:
     cap_before = cal.policy.kv_capacity_tokens
     cap_given = cal.details.get("kv_capacity_option") is not None
     cap_after = cap_before if cap_given else math.floor(cap_before / ratio)
-    cal = replace(cal, model=replace(cal.model, a_ms_per_ctx=cal.model.a_ms_per_ctx * float(ratio)))
+    kv_read, why = kv_read_cost(cal)
+    scale_a = kv_read != "none"
+    if scale_a:
+        cal = replace(cal, model=replace(cal.model, a_ms_per_ctx=cal.model.a_ms_per_ctx * float(ratio)))
     try:
         cal = cal.with_policy(kv_capacity_tokens=cap_after)
     except InputError as exc:
@@ -145,29 +150,68 @@ def with_kv_dtype(cal: Calibration, name: str) -> Calibration:
         if cap_given
         else f"kv capacity x{_num(1 / ratio)} ({cap_before} -> {cap_after} tokens)"
     )
-    summary = f"kv_dtype={name} (recorded {rec_text}): a x{_num(ratio)}, {cap_text}"
+    a_text = {
+        "fitted": f"a x{_num(ratio)}",
+        "uncertain": f"a x{_num(ratio)} (a's 95% interval includes 0)",
+        "none": "a kept (the fit finds no KV-read cost)",
+    }[kv_read]
+    summary = f"kv_dtype={name} (recorded {rec_text}): {a_text}, {cap_text}"
+    a_note = (
+        f"the KV read per context token a x{_num(ratio)} (decode reads the cache at memory speed)"
+        if scale_a
+        else "the KV read per context token a kept"
+    )
     notes.append(
         f"--kv-dtype {name}: {new_bytes:g} byte(s) per element for the recorded {rec_name} ({rec_bytes:g}, "
-        f"{'assumed' if assumed else 'from ' + source}): the KV read per context token a x{_num(ratio)} "
-        "(decode reads the cache at memory speed); t0, b, c, d and e unchanged; "
+        f"{'assumed' if assumed else 'from ' + source}): {a_note}; t0, b, c, d and e unchanged; "
         + (
             "KV capacity kept as given by --kv-capacity-tokens"
             if cap_given
             else f"KV capacity x{_num(1 / ratio)} (the same memory holds {_num(1 / ratio)} times the tokens)"
         )
     )
+    if why:
+        notes.append(f"--kv-dtype {name}: {why}")
     info = {
         "kv_dtype": name,
         "recorded_kv_dtype": rec_name,
         "recorded_source": source,
         "ratio": float(ratio),
-        "scaled_terms": list(KV_READ_TERMS),
+        "scaled_terms": list(KV_READ_TERMS) if scale_a else [],
+        "kv_read_cost": kv_read,
         "kv_capacity_tokens_before": cap_before,
         "kv_capacity_tokens": cap_after,
         "kv_capacity_source": "option" if cap_given else "scaled",
         "summary": summary,
     }
     return replace(cal, notes=notes, whatif={**cal.whatif, "kv_dtype": info})
+
+
+def kv_read_cost(cal: Calibration) -> tuple[str, str | None]:
+    """Whether the fit finds a KV read per context token to scale, and a warning when it does not.
+
+    ``fitted``: ``a > 0`` and its 95% interval (memory-bound fit) lies above 0; ``uncertain``:
+    ``a > 0`` but the interval includes 0, so a is scaled and the step-time part of the what-if
+    is within the fit's noise; ``none``: ``a <= 0``, no KV-read cost to scale (halving a
+    negative slope would make a smaller cache slower), so a is kept and only the capacity moves.
+    """
+    a = cal.model.a_ms_per_ctx
+    fit = cal.details.get("fit") or {}
+    ci = fit.get("a_ci_ms_per_ctx") if cal.details.get("iteration_model") == "memory-bound" else None
+    per_1k = f"a = {a * 1000:.4g} ms per 1k context tokens"
+    if a <= 0:
+        return "none", (
+            f"the fit finds no KV-read cost ({per_1k}, not above 0), so the dtype what-if keeps a and changes "
+            "only the KV capacity; the step-time effect of the dtype is not measured on this run (a run with "
+            "longer contexts or larger batches separates a from t0)"
+        )
+    if ci is not None and ci[0] <= 0:
+        k = 1000 * float(cal.details.get("mean_scale") or 1.0)  # the interval of the fit, as the replay scales a
+        return "uncertain", (
+            f"{per_1k}, but its 95% interval ({ci[0] * k:.4g} .. {ci[1] * k:.4g}) includes 0: "
+            "the step-time part of the dtype what-if is within the fit's uncertainty, the KV capacity part is not"
+        )
+    return "fitted", None
 
 
 def with_compute_speedup(cal: Calibration, speedup: float) -> Calibration:

@@ -167,3 +167,26 @@ def test_a_written_replay_records_the_kv_dtype_it_ran_with(kv_bound, tmp_path):
     assert replay_dtypes(base, src) == src
     named = calibrate(con, "kvb", noise="none", whatif={"compute_speedup": 2.0}, recorded_kv_dtype="fp16")
     assert replay_dtypes(named, src) == {"dtype": "bfloat16", "kv_dtype": "fp16"}
+
+
+def test_no_kv_read_cost_keeps_a_and_says_so(kv_bound):
+    """A fit with a <= 0 finds no KV read to scale: a is kept, only the capacity moves, with a warning."""
+    _, _, base = kv_bound
+    assert base.details["fit"]["a_ci_ms_per_ctx"][0] > 0  # the recorded run's a is clear of 0
+    fp8 = with_kv_dtype(base, "fp8")
+    assert fp8.whatif["kv_dtype"]["kv_read_cost"] == "fitted" and not any("KV-read" in n for n in fp8.notes)
+    negative = replace(base, model=replace(base.model, a_ms_per_ctx=-2e-4))
+    out = with_kv_dtype(negative, "fp8")
+    info = out.whatif["kv_dtype"]
+    assert out.model.a_ms_per_ctx == -2e-4  # halving it would make the fp8 steps slower
+    assert out.policy.kv_capacity_tokens == 2 * CAPACITY
+    assert info["kv_read_cost"] == "none" and info["scaled_terms"] == []
+    assert "a kept (the fit finds no KV-read cost)" in info["summary"]
+    assert any("finds no KV-read cost (a = -0.2 ms per 1k context tokens" in n for n in out.notes)
+    # a > 0 whose interval includes 0: scaled, with a warning that the step-time part is within the noise
+    loose = replace(base, details={**base.details, "fit": {**base.details["fit"], "a_ci_ms_per_ctx": [-1e-5, 1e-3]}})
+    out = with_kv_dtype(loose, "fp8")
+    assert out.model.a_ms_per_ctx == pytest.approx(base.model.a_ms_per_ctx / 2, rel=1e-12)
+    assert out.whatif["kv_dtype"]["kv_read_cost"] == "uncertain"
+    assert "a x0.5 (a's 95% interval includes 0)" in out.whatif["kv_dtype"]["summary"]
+    assert any("95% interval" in n and "includes 0" in n for n in out.notes)
