@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from pipeline.cli import COMMANDS, cli
+from ..clirun import run_cli
 
 TINY = Path(__file__).resolve().parents[2] / "fixtures" / "canonical" / "tiny.jsonl"
 
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, cwd=cwd)
+    return run_cli(*args, cwd=cwd)
 
 
 def test_ingest_then_summary_json(tmp_path):
@@ -49,7 +50,21 @@ def test_errors_are_one_line_exit_2(tmp_path):
 
 
 def test_debug_shows_traceback(tmp_path):
-    r = run("--debug", "ingest", str(tmp_path / "missing.jsonl"), "--db", str(tmp_path / "x.duckdb"))
+    # a process of its own: in process, --debug lets the exception reach the caller
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "--debug",
+            "ingest",
+            str(tmp_path / "missing.jsonl"),
+            "--db",
+            str(tmp_path / "x.duckdb"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode != 0 and "Traceback" in r.stderr
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
 import pytest
+from ..clirun import run_cli
 
 TINY = Path(__file__).resolve().parents[2] / "fixtures" / "canonical" / "tiny.jsonl"
 
@@ -24,7 +24,7 @@ def tiny_as(tmp_path: Path, run_id: str) -> Path:
 
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, cwd=cwd)
+    return run_cli(*args, cwd=cwd)
 
 
 @pytest.mark.parametrize("name", ['a"b.duckdb', 'range"(1); commit; drop table requests; begin; --.duckdb'])

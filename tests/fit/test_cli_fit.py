@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,10 +11,11 @@ import pytest
 from pipeline import store
 from pipeline.fit import explain, get_or_fit
 from pipeline.ingest import ingest_paths
+from ..clirun import run_cli
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True)
+    return run_cli(*args)
 
 
 @pytest.fixture(scope="module")

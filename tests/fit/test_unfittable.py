@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
+from ..clirun import run_cli
 
 README_RUN = [  # the README's canonical example: a run record, one step, one request
     {
@@ -43,12 +43,7 @@ README_RUN = [  # the README's canonical example: a run record, one step, one re
 
 
 def cli(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    r = subprocess.run(
-        [sys.executable, "-m", "pipeline", *args, "--db", str(tmp_path / "u.duckdb")],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-    )
+    r = run_cli(*args, "--db", str(tmp_path / "u.duckdb"), cwd=tmp_path)  # an uncaught error raises here
     assert r.returncode == 0 and "Traceback" not in r.stderr and "Error" not in r.stderr, (args, r.stderr)
     return r
 

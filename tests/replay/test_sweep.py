@@ -18,6 +18,7 @@ from pipeline.report.sweep_chart import chart_rows, save_chart
 from pipeline.sim import Policy, WorkloadSpec
 
 from .conftest import simulated_store
+from ..clirun import run_cli
 
 VALUES = [256, 512, 1024, 2048]
 SEEDS = [0, 1]
@@ -190,11 +191,7 @@ def test_cli_sweep_refuses_an_option_it_would_replace_and_an_infeasible_value(in
     db = incident[0]
 
     def replay(*args):
-        return subprocess.run(
-            [sys.executable, "-m", "pipeline", "replay", "incident", "--db", str(db), "--seeds", "1", *args],
-            capture_output=True,
-            text=True,
-        )
+        return run_cli("replay", "incident", "--db", str(db), "--seeds", "1", *args)
 
     # the sweep's values replaced --max-num-batched-tokens 512 without a word
     r = replay("--max-num-batched-tokens", "512", "--sweep", "max_num_batched_tokens=256,1024")
