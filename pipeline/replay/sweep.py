@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -273,6 +273,8 @@ def run_sweep(
     rows = []
     for v in values:
         c = cal.with_setting(param, v)
+        if param == "kv_capacity_tokens" and "kv_dtype" in c.whatif:  # the row ran the swept capacity
+            c = replace(c, whatif={**c.whatif, "kv_dtype": hw_whatif.with_swept_capacity(c.whatif["kv_dtype"], v)})
         notes += [n for n in c.notes if n not in cal.notes and n not in notes]  # what a what-if value says
 
         def add_goodput(seed: int, result: SimResult, stats: dict[str, Any], c=c) -> None:

@@ -145,17 +145,6 @@ def with_kv_dtype(cal: Calibration, name: str) -> Calibration:
         cal = cal.with_policy(kv_capacity_tokens=cap_after)
     except InputError as exc:
         raise InputError(f"--kv-dtype {name}: {exc}") from None
-    cap_text = (
-        f"kv capacity {cap_before} tokens as given (--kv-capacity-tokens)"
-        if cap_given
-        else f"kv capacity x{_num(1 / ratio)} ({cap_before} -> {cap_after} tokens)"
-    )
-    a_text = {
-        "fitted": f"a x{_num(ratio)}",
-        "uncertain": f"a x{_num(ratio)} (a's 95% interval includes 0)",
-        "none": "a kept (the fit finds no KV-read cost)",
-    }[kv_read]
-    summary = f"kv_dtype={name} (recorded {rec_text}): {a_text}, {cap_text}"
     a_note = (
         f"the KV read per context token a x{_num(ratio)} (decode reads the cache at memory speed)"
         if scale_a
@@ -182,9 +171,33 @@ def with_kv_dtype(cal: Calibration, name: str) -> Calibration:
         "kv_capacity_tokens_before": cap_before,
         "kv_capacity_tokens": cap_after,
         "kv_capacity_source": "option" if cap_given else "scaled",
-        "summary": summary,
     }
+    info["summary"] = _kv_summary(info)
     return replace(cal, notes=notes, whatif={**cal.whatif, "kv_dtype": info})
+
+
+def with_swept_capacity(info: dict[str, Any], tokens: int) -> dict[str, Any]:
+    """The KV what-if's description when a sweep replaces its capacity: the swept value, not rescaled."""
+    out = {**info, "kv_capacity_tokens": int(tokens), "kv_capacity_source": "sweep"}
+    out["summary"] = _kv_summary(out)
+    return out
+
+
+def _kv_summary(info: dict[str, Any]) -> str:
+    """``kv_dtype=fp8 (recorded bf16, assumed): a x0.5, kv capacity x2 (12000 -> 24000 tokens)``."""
+    ratio, before, after = info["ratio"], info["kv_capacity_tokens_before"], info["kv_capacity_tokens"]
+    rec_text = f"{info['recorded_kv_dtype']}{', assumed' if info['recorded_source'] == 'assumed' else ''}"
+    a_text = {
+        "fitted": f"a x{_num(ratio)}",
+        "uncertain": f"a x{_num(ratio)} (a's 95% interval includes 0)",
+        "none": "a kept (the fit finds no KV-read cost)",
+    }[info["kv_read_cost"]]
+    cap_text = {
+        "option": f"kv capacity {after} tokens as given (--kv-capacity-tokens)",
+        "scaled": f"kv capacity x{_num(1 / ratio)} ({before} -> {after} tokens)",
+        "sweep": f"kv capacity {after} tokens as swept (not rescaled)",
+    }[info["kv_capacity_source"]]
+    return f"kv_dtype={info['kv_dtype']} (recorded {rec_text}): {a_text}, {cap_text}"
 
 
 def kv_read_cost(cal: Calibration) -> tuple[str, str | None]:

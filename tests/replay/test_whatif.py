@@ -190,3 +190,18 @@ def test_no_kv_read_cost_keeps_a_and_says_so(kv_bound):
     assert out.whatif["kv_dtype"]["kv_read_cost"] == "uncertain"
     assert "a x0.5 (a's 95% interval includes 0)" in out.whatif["kv_dtype"]["summary"]
     assert any("95% interval" in n and "includes 0" in n for n in out.notes)
+
+
+def test_a_capacity_sweep_row_describes_the_capacity_it_ran(kv_bound):
+    """With --kv-dtype fp8, each kv_capacity_tokens row's what_if carries its swept value, not the scaled one."""
+    _, con, _ = kv_bound
+    fp8 = calibrate(con, "kvb", noise="none", whatif={"kv_dtype": "fp8"})
+    assert fp8.whatif["kv_dtype"]["kv_capacity_tokens"] == 2 * CAPACITY
+    sw = run_sweep(fp8, "kv_capacity_tokens", [CAPACITY, 3 * CAPACITY], [0])
+    for row, cap in zip(sw.rows, (CAPACITY, 3 * CAPACITY)):
+        info = row.whatif["kv_dtype"]
+        assert (info["kv_capacity_tokens"], info["kv_capacity_source"]) == (cap, "sweep")
+        assert info["summary"].endswith(f"a x0.5, kv capacity {cap} tokens as swept (not rescaled)")
+        assert info["ratio"] == 0.5 and info["kv_capacity_tokens_before"] == CAPACITY
+    assert sw.to_dict()["rows"][0]["what_if"]["kv_dtype"]["kv_capacity_tokens"] == CAPACITY
+    assert fp8.whatif["kv_dtype"]["kv_capacity_tokens"] == 2 * CAPACITY  # the base calibration is unchanged
