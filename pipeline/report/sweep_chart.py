@@ -19,13 +19,14 @@ PANELS = (("ttft_ms", "p99", "p99 TTFT (ms)"), ("tpot_ms", "p99", "p99 TPOT (ms)
 def chart_rows(sweep: Sweep) -> list[dict[str, Any]]:
     """Long-form data: one row per (swept value, panel, seed)."""
     rows = []
-    for r in sweep.rows:
+    for i, r in enumerate(sweep.rows):
         status = "no SLO file" if r.meets is None else ("meets SLO" if r.meets else "misses SLO")
         for metric, stat, title in PANELS:
             for seed, s in zip(sweep.seeds, r.per_seed):
                 rows.append(
                     {
-                        "value": r.value if not isinstance(r.value, bool) else str(r.value).lower(),
+                        "value": _shown(r.value),
+                        "order": i,  # the sweep's order: categories are drawn as given, not sorted
                         "panel": title,
                         "seed": seed,
                         "ms": (s.get(metric) or {}).get(stat),
@@ -54,8 +55,11 @@ def sweep_chart(sweep: Sweep):
             axis=alt.Axis(values=[r.value for r in sweep.rows]),
         )
         if numeric
-        else alt.X("value:N", title=sweep.param)
+        # categories in the sweep's order (bf16, fp8, int4, fp32), not alphabetically (bf16, fp32, fp8, int4)
+        else alt.X("value:N", title=sweep.param, sort=[_shown(r.value) for r in sweep.rows])
     )
+    # the line joins the values in the sweep's order too (a line's path otherwise follows the field's values)
+    path = {} if numeric else {"order": alt.Order("order:Q")}
     palette = {"meets SLO": "#2a9d4b", "misses SLO": "#d1495b", "no SLO file": "#4c78a8"}
     present = [k for k in palette if any(row["status"] == k for row in rows)]
     color = alt.Color("status:N", title=None, scale=alt.Scale(domain=present, range=[palette[k] for k in present]))
@@ -63,7 +67,7 @@ def sweep_chart(sweep: Sweep):
     panels = []
     for metric, stat, title in PANELS:
         base = alt.Chart(data).transform_filter(alt.datum.panel == title)
-        line = base.mark_line(color="#888").encode(x=x, y=alt.Y("mean(mean_ms):Q", title=title))
+        line = base.mark_line(color="#888").encode(x=x, y=alt.Y("mean(mean_ms):Q", title=title), **path)
         dots = base.mark_circle(size=90).encode(
             x=x,
             y="mean(mean_ms):Q",
@@ -88,6 +92,11 @@ def sweep_chart(sweep: Sweep):
     return alt.hconcat(*panels).properties(
         title=alt.TitleParams(f"What-if replay of {sweep.calibration.run_id}: {sweep.param}", subtitle=sub)
     )
+
+
+def _shown(value: Any) -> Any:
+    """A swept value as the chart shows it (on/off settings as true/false)."""
+    return str(value).lower() if isinstance(value, bool) else value
 
 
 def _slo_limits(sweep: Sweep) -> list:
