@@ -206,9 +206,20 @@ def replay(
     con = open_source(db, lake, [run_id], None if do_ingest else fit_ready(run_id))
     tmp = None  # the scratch folder, once made; removed however the replay ends
     try:
-        cal = calibrate(
-            con, run_id, overrides, noise=noise, ok_only=ok_only, whatif=whatif, recorded_kv_dtype=recorded_kv_dtype
-        )
+        try:
+            cal = calibrate(
+                con, run_id, overrides, noise=noise, ok_only=ok_only, whatif=whatif, recorded_kv_dtype=recorded_kv_dtype
+            )
+        except InputError as exc:
+            block = overrides.get("kv_block_size")
+            if not (sweep_spec and param == "kv_capacity_tokens" and block is not None and "kv_block_size" in str(exc)):
+                raise
+            # the options apply to the recorded capacity before the sweep replaces it (not yet per swept value)
+            raise InputError(
+                f"{str(exc).rstrip('. ')}; --kv-block-size is checked against the run's recorded kv_capacity_tokens "
+                "before --sweep kv_capacity_tokens=... replaces it: replay each capacity on its own "
+                "(--kv-capacity-tokens V --kv-block-size N), or sweep kv_block_size at one --kv-capacity-tokens"
+            ) from None
         if workload_file is not None:
             from ..sim.workload import workload_from_file
 

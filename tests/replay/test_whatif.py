@@ -205,3 +205,16 @@ def test_a_capacity_sweep_row_describes_the_capacity_it_ran(kv_bound):
         assert info["ratio"] == 0.5 and info["kv_capacity_tokens_before"] == CAPACITY
     assert sw.to_dict()["rows"][0]["what_if"]["kv_dtype"]["kv_capacity_tokens"] == CAPACITY
     assert fp8.whatif["kv_dtype"]["kv_capacity_tokens"] == 2 * CAPACITY  # the base calibration is unchanged
+
+
+def test_a_block_size_above_the_recorded_capacity_in_a_capacity_sweep_says_how_to_proceed(kv_bound):
+    """Known limit: --kv-block-size is checked against the recorded capacity before the sweep replaces it."""
+    db, _, _ = kv_bound
+    args = ["replay", "kvb", "--db", str(db), "--noise", "none", "--kv-block-size", str(2 * CAPACITY)]
+    res = CliRunner().invoke(cli, [*args, "--sweep", f"kv_capacity_tokens={3 * CAPACITY},{4 * CAPACITY}"])
+    msg = str(res.exception)
+    assert isinstance(res.exception, InputError) and f"kv_capacity_tokens ({CAPACITY}), got {2 * CAPACITY}" in msg
+    assert "replay each capacity on its own (--kv-capacity-tokens V --kv-block-size N)" in msg
+    # without the sweep the plain message stays
+    res = CliRunner().invoke(cli, args)
+    assert isinstance(res.exception, InputError) and "replay each capacity" not in str(res.exception)
