@@ -12,8 +12,10 @@ finish ``c`` (seconds on the run's clock), output token count ``N``, token times
 
 Throughput over time (``queries/summary/steady_state.sql``, rule :data:`STEADY`): the run's
 span is cut into equal windows and each window's output-token rate measured; the steady
-window is the stretch at the run's typical (median) rate, without ramp-up and drain, and the
-peak is the best window. A run whose rate never holds gets no steady figures, and says why.
+window is the stretch at the plateau's level (the mode of the smoothed window rates, with a
+band as wide as the windows' counting noise asks), without ramp-up and drain, and the peak
+is the best window. A run whose rate never holds, or too short to tell, gets no steady
+figures, and says why.
 
 Statistics (``queries/metric_stats.sql``): count, mean, sample std (ddof=1), min, max
 and the percentiles p50, p90, p95, p99, p99.9 with linear interpolation (numpy's
@@ -195,7 +197,7 @@ REGISTRY: tuple[Metric, ...] = (
         "peak_output_tokens_per_s",
         "tokens/s",
         "max over windows of output tokens in the window / window_s",
-        "run",
+        "run (null when too short to tell)",
         STEADY_TABLE,
         "throughput",
         "peak output tokens/s",
@@ -232,36 +234,56 @@ REGISTRY: tuple[Metric, ...] = (
 class SteadyRule:
     """When a run is in steady state: the constants of ``queries/summary/steady_state.sql``.
 
-    The run's span (``run_summary``: ``duration_s`` from ``t_first``) is cut into
-    ``n = min(max_windows, max(min_windows, ceil(duration_s / max_window_s)))`` equal windows
-    of ``window_s = duration_s / n`` (at most 10 s up to a 28-hour span, and a short run still
-    gets 20 windows to tell ramp from hold; the cap keeps a span from a broken clock, years
-    long, to 10,000 rows). Each window's ``rate = output tokens in it / window_s``; tokens
-    are where the run's throughput counts them (``run_summary.throughput_source``): ok
-    requests' ``token_times`` (or, for a request without them, one token at its first
-    token and the other N - 1 spread evenly to its finish), else the steps' decode tokens
-    at their end. A window is *in band* when ``|rate - median| <= band * median``, the
-    median taken over busy windows (rate > 0). The steady window runs from the first to
-    the last in-band window: ramp-up and drain, below the band, fall outside it. It counts
-    as reached when it covers at least ``min_span_share`` of the windows and at least
-    ``min_in_band_share`` of its own windows are in band (idle gaps and bursts inside it are
-    few); otherwise the run never holds a steady load and gets no steady figures.
+    **Windows.** The span ``[t0, t1]`` (``run_summary``'s ``t_first``..``t_last``) is cut into
+    ``n = min(max_windows, max(min_windows, ceil(d / max_window_s)))`` equal windows of
+    ``w = d / n``, ``d = t1 - t0``. Tokens are where the run's throughput counts them
+    (``run_summary.throughput_source``): ok requests' ``token_times`` (or, for a request without
+    them, one token at its first token and the other N - 1 spread evenly to its finish), else
+    the steps' decode tokens at their end; times outside the span are left out.
+    ``rate_k = sum_i x_ik / w`` with ``x_ik`` the tokens of unit ``i`` (a request; a step) in
+    window ``k``. When the windows from the one where the cumulative token share passes
+    ``stretch_tail`` to the one where it reaches ``1 - stretch_tail`` cover less than
+    ``empty_span_share`` of the span (a clock jump, a long idle tail), the run is windowed
+    again over that busy stretch and says so.
 
-    Two-sided on purpose: a lower bound alone would call the upper half of a run that only
-    ramps up steady. The median is the reference, so a hold shorter than the ramps around
-    it (less than half the busy time) is not found.
+    **Counting noise.** ``noise = sqrt(busy_windows * sum_ik x_ik^2) / tokens``: the relative
+    standard error of a busy window's token count when units arrive at random (compound
+    Poisson; ``1 / sqrt(u)`` for windows holding ``u`` equal units). Above ``max_noise``
+    (fewer than 4 units' worth of tokens a window) the run is too short to tell and has
+    no steady state and no peak.
+
+    **Level and band.** ``s_k = median(rate_{k-1}, rate_k, rate_{k+1})`` smooths one-window
+    bursts and dips out. ``beta = max(band, noise_z * noise)``: a window is in band at level
+    ``L`` when ``L / (1 + beta) <= s_k <= L * (1 + beta)``. The level is the plateau's, not the
+    run's median: ``L`` = the median of the ``s_k`` in band of the mode, the busy window's
+    ``s_j`` whose band holds the most tokens (ramps spread their windows over many levels, a
+    hold piles them on one).
+
+    **Steady window** = first..last window with ``s_k`` within a factor ``1 + band`` of ``L``
+    (the edges at the strict band, so a ramp within the noise stays out). Reached when
+    ``noise <= max_noise``, the window spans at least
+    ``max(min_span_share, ramp_guard * beta / (1 + beta))`` of the busy span (first to last
+    window with tokens) and at least ``min_in_band_share`` of its windows are in band. The
+    top band of a pure linear ramp covers ``beta / (1 + beta)`` of it: the ramp guard asks a
+    hold to be half as long again, so a noisier run needs a longer hold.
     """
 
     max_window_s: float = 10.0
     min_windows: int = 20
     max_windows: int = 10_000
     band: float = 0.2
+    edge_share: float = 0.5
+    noise_z: float = 2.0
+    max_noise: float = 0.5
     min_span_share: float = 0.25
+    ramp_guard: float = 1.5
     min_in_band_share: float = 0.8
+    stretch_tail: float = 0.01
+    empty_span_share: float = 0.5  # applied in pipeline/steady.py, not a query parameter
 
     def params(self) -> dict[str, float]:
         """The query's bound parameters (``$max_window_s`` ...)."""
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if k != "empty_span_share"}
 
 
 STEADY = SteadyRule()

@@ -6,7 +6,8 @@ a steady load. The rule (``pipeline.metrics.STEADY``) and formulas (the registry
 ``steady_state`` metrics) are written down once in :mod:`pipeline.metrics`; the numbers come
 from one DuckDB query (``queries/summary/steady_state.sql``), computed when asked for, not
 stored: it reads the run's token times, so a store would pay for it on every ingest
-(0.13 s on a 1M-step trace with 8.8M token times, docs/metrics.md).
+(about 0.3 s on a 1M-step trace with 8.8M token times, docs/metrics.md). A span that is
+mostly empty (a clock jump) is windowed again over its busy stretch: a second query.
 """
 
 from __future__ import annotations
@@ -25,6 +26,15 @@ FIGURES = tuple(m.name for m in REGISTRY if m.table == STEADY_TABLE and m.name n
 IDENTITY = ("steps", "batch_decode_tokens_mean", "iteration_ms_mean", "busy_share", *_IDENTITY_FIGURES)
 
 
+def _query(con: duckdb.DuckDBPyConnection, run_id: str, t0: float | None, t1: float | None) -> dict[str, Any] | None:
+    sql = store.query_text("summary/steady_state")
+    cur = con.execute(sql, store.bind(sql, STEADY.params() | {"run_id": run_id, "t0": t0, "t1": t1}))
+    rows = cur.fetchall()
+    if not rows:
+        return None
+    return {d[0]: (None if isinstance(v, float) and v != v else v) for d, v in zip(cur.description, rows[0])}
+
+
 def _reason(r: dict[str, Any]) -> str | None:
     """Why the run has no steady state (None when it has one)."""
     if r["reached"]:
@@ -33,48 +43,73 @@ def _reason(r: dict[str, Any]) -> str | None:
         if r["source"] == "iterations":
             return "no step has a time and decode_tokens"
         return "no ok request has output tokens with a time (token_times, t_first_token or t_finish)"
-    band = f"within ±{STEADY.band:.0%} of the median rate ({r['median_tokens_per_s']:.4g} tokens/s)"
-    if r["steady_windows"] is None:  # a median between two far-apart rates has no window near it
-        return f"no window's rate is {band}: the load never holds"
-    if r["steady_windows"] < STEADY.min_span_share * r["windows"]:
+    unit = "steps'" if r["source"] == "iterations" else "requests'"
+    if r["noise"] > STEADY.max_noise:
         return (
-            f"the rate is {band} over {r['steady_windows']} of {r['windows']} windows only, "
-            f"less than {STEADY.min_span_share:.0%} of the run: it never holds"
+            f"too short to tell: its {r['windows']} windows hold about {1 / r['noise'] ** 2:.1f} {unit} worth of "
+            f"tokens each (counting noise ±{r['noise']:.0%} a window), fewer than {1 / STEADY.max_noise**2:.0f}"
+        )
+    level = f"the load's level ({r['level_tokens_per_s']:.4g} tokens/s)"
+    if r["steady_windows"] is None:
+        return f"no window's rate is within ±{STEADY.edge_share * r['band']:.0%} of {level}: the load never holds"
+    a, b = r["steady_start_s"], r["steady_end_s"]
+    if r["steady_windows"] < r["min_span"] * r["busy_span_windows"]:
+        return (
+            f"the rate is within ±{STEADY.edge_share * r['band']:.0%} of {level} over {r['steady_windows']} of the "
+            f"{r['busy_span_windows']} windows with load only ({a:.1f}..{b:.1f} s), less than "
+            f"{r['min_span']:.0%} of them: a ramp or a burst, the load never holds"
         )
     return (
-        f"from the first to the last window {band}, only {r['in_band_windows']} of {r['steady_windows']} "
-        f"windows are in that band (less than {STEADY.min_in_band_share:.0%}): bursts or idle gaps, no steady load"
+        f"from the first to the last window within ±{STEADY.edge_share * r['band']:.0%} of {level} ({a:.1f}..{b:.1f} s), only "
+        f"{r['in_band_windows']} of its {r['steady_windows']} windows are within ±{r['band']:.0%} of it "
+        f"(less than {STEADY.min_in_band_share:.0%}): bursts or idle gaps, no steady load"
     )
 
 
 def section(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
     """``{"steady_state": {...}}``: always present; ``reached`` false with a ``reason`` when there is none."""
-    cur = con.execute(
-        store.query_text("summary/steady_state"),
-        store.bind(store.query_text("summary/steady_state"), STEADY.params() | {"run_id": run_id}),
-    )
-    rows = cur.fetchall()
-    if not rows:
+    r = _query(con, run_id, None, None)
+    if r is None:
         return {"steady_state": {"reached": False, "reason": "the run has no time span (duration_s is 0 or unknown)"}}
-    r = {d[0]: (None if isinstance(v, float) and v != v else v) for d, v in zip(cur.description, rows[0])}
-    w = r["window_s"]
+    start, span_note, offset, share = r["span_t0"], None, 0.0, 1.0
+    w, n = r["window_s"], r["windows"]
+    if r["busy_windows"] and r["stretch_end_s"] - r["stretch_start_s"] < STEADY.empty_span_share * n * w:
+        # a span that is mostly empty (a clock jump, a long idle tail): window its busy stretch
+        a, b = r["stretch_start_s"], r["stretch_end_s"]
+        r2 = _query(con, run_id, start + a, start + b)
+        if r2 is not None and r2["busy_windows"]:
+            share = r2["tokens"] / r["tokens"]
+            span_note = (
+                f"the run's {n * w:.6g} s span is mostly empty (a clock jump or a long idle gap?): "
+                f"{share:.3%} of its tokens fall in {a:.6g}..{b:.6g} s from the start, which the windows cover"
+            )
+            r, offset = r2, a
+            w = r["window_s"]
+    elif r["busy_windows"] and r["busy_windows"] < STEADY.empty_span_share * r["busy_span_windows"]:
+        span_note = (
+            f"the run's {n * w:.6g} s span is mostly empty (a clock jump or long idle gaps?): only "
+            f"{r['busy_windows']} of the {r['busy_span_windows']} windows of {w:.4g} s from its first "
+            f"to its last token hold any"
+        )
     reached = bool(r["reached"])
+    peak_start = r["peak_window_start_s"]
     out: dict[str, Any] = {
         "source": r["source"],
         "window_s": w,
         "windows": r["windows"],
         "busy_windows": r["busy_windows"],
-        "median_tokens_per_s": r["median_tokens_per_s"],
+        "span_note": span_note,
+        "counting_noise": r["noise"],
+        "band": r["band"],
+        "level_tokens_per_s": r["level_tokens_per_s"],
         "reached": reached,
         "reason": _reason(r),
-        "steady_window_s": [r["steady_start_s"], r["steady_end_s"]] if reached else None,
+        "steady_window_s": [offset + r["steady_start_s"], offset + r["steady_end_s"]] if reached else None,
         "steady_span_s": r["steady_end_s"] - r["steady_start_s"] if reached else None,
         "in_band_share": r["in_band_windows"] / r["steady_windows"] if reached else None,
         **{m: r[m] for m in FIGURES},
-        "steady_token_share": r["steady_token_share"],
-        "peak_window_s": (
-            [r["peak_window_start_s"], r["peak_window_start_s"] + w] if r["peak_window_start_s"] is not None else None
-        ),
+        "steady_token_share": r["steady_token_share"] * share if reached else None,
+        "peak_window_s": [offset + peak_start, offset + peak_start + w] if peak_start is not None else None,
         "identity": {k: r[k] for k in IDENTITY} if reached and r["steps"] else None,
     }
     return {"steady_state": out}
@@ -90,8 +125,9 @@ def format_lines(s: dict[str, Any]) -> list[str]:
     if not st:
         return []
     peak = f"; peak {_n(st.get('peak_output_tokens_per_s'))} tokens/s" if st.get("peak_output_tokens_per_s") else ""
+    note = [f"  note: {st['span_note']}"] if st.get("span_note") else []
     if not st["reached"]:
-        return [f"steady state: none ({st['reason']}){peak}"]
+        return [f"steady state: none ({st['reason']}){peak}", *note]
     a, b = st["steady_window_s"]
     lines = [
         f"steady state ({st['source']}, {st['windows']} windows of {st['window_s']:.4g} s): "
@@ -105,7 +141,7 @@ def format_lines(s: dict[str, Any]) -> list[str]:
             f"{i['iteration_ms_mean']:.3f} ms = {_n(i['batch_per_iteration_tokens_per_s'])} tokens/s while busy; "
             f"busy {i['busy_share']:.1%} of the window: {_n(i['step_decode_tokens_per_s'])} decode tokens/s from steps"
         )
-    return lines
+    return lines + note
 
 
 def report_rows(s: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -127,6 +163,8 @@ def report_rows(s: dict[str, Any]) -> list[tuple[str, Any]]:
             rows.append(("batch / iteration time (tokens/s while busy)", i["batch_per_iteration_tokens_per_s"]))
     elif st:
         rows.append(("steady state", f"none: {st['reason']}"))
+    if st.get("span_note"):
+        rows.append(("time span", st["span_note"]))
     if st.get("peak_output_tokens_per_s") is not None:
         rows.append((f"output tokens/s, peak {st['window_s']:.3g} s window", st["peak_output_tokens_per_s"]))
     return rows

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from pipeline import ingest, steady, store
-from pipeline.metrics import STEADY
 from pipeline.summary import format_summary, summary
 
 R = 200.0  # tokens/s while the load holds
@@ -31,12 +30,22 @@ def ramp_hold_drain(t: np.ndarray) -> np.ndarray:
     return up + hold + R * (d - d**2 / 20)
 
 
+def ramp_hold_short(t: np.ndarray) -> np.ndarray:
+    """Λ(t) of a hold shorter than the ramps around it (the shape of a real vLLM run): a linear
+    ramp-up over 0..35 s, R from 35 to 65 s, a linear drain over 65..100 s."""
+    up = R * np.minimum(t, 35) ** 2 / 70
+    d = np.clip(t - 65, 0, 35)
+    return up + R * np.clip(t - 35, 0, 30) + R * (d - d**2 / 70)
+
+
 def ramp_only(t: np.ndarray) -> np.ndarray:
     """Λ(t) of a load that rises all run long (rate R * t / 100): never steady."""
     return R * t**2 / 200
 
 
-def build(lam, run_id: str, steps: bool = True, requests: bool = True, token_times: bool = True):
+def build(
+    lam, run_id: str, steps: bool = True, requests: bool = True, token_times: bool = True, per_request=PER_REQUEST
+):
     """Canonical records of the trace, and its token times and steps for the expectations."""
     t_end = np.arange(1, round(T_END / STEP_S) + 1) / 50  # exact: k / 50 s
     t_start = np.maximum(t_end - DUR_S, 0.0)
@@ -52,12 +61,12 @@ def build(lam, run_id: str, steps: bool = True, requests: bool = True, token_tim
         ]
     finish = []
     if requests:
-        for j in range(0, len(times), PER_REQUEST):
-            tt = times[j : j + PER_REQUEST]
+        for j in range(0, len(times), per_request):
+            tt = times[j : j + per_request]
             arrival = 0.0 if j == 0 else float(tt[0]) - 0.005
             rec = {
                 "kind": "request",
-                "req_id": f"r{j // PER_REQUEST}",
+                "req_id": f"r{j // per_request}",
                 "t_arrival": arrival,
                 "t_scheduled": arrival,
                 "t_first_token": float(tt[0]),
@@ -72,6 +81,35 @@ def build(lam, run_id: str, steps: bool = True, requests: bool = True, token_tim
     return recs, times, (t_start, t_end, decode), np.array(finish)
 
 
+# constant-rate Poisson loads: (requests, requests/s); short runs hold ~30 requests a window
+POISSON = [(600, 10.0)] * 6 + [(1200, 2.0)] * 2
+
+
+def poisson(run_id: str, n: int, rate: float, seed: int):
+    """Requests arriving at random (Poisson, ``rate``/s), log-normal output lengths (cv ~0.9),
+    50 ms to the first token and 10 ms a token after it: a load that holds from start to end."""
+    rng = np.random.default_rng(seed)
+    arrival = np.concatenate([[0.0], np.cumsum(rng.exponential(1 / rate, n - 1))])
+    out = np.maximum(1, rng.lognormal(np.log(100), 0.8, n).astype(int))
+    recs: list[dict] = [{"kind": "run", "run_id": run_id, "engine": "hand"}]
+    for j, (a, m) in enumerate(zip(arrival, out)):
+        tt = a + 0.05 + 0.01 * np.arange(m)
+        recs.append(
+            {
+                "kind": "request",
+                "req_id": f"r{j}",
+                "t_arrival": float(a),
+                "t_first_token": float(tt[0]),
+                "t_finish": float(tt[-1]),
+                "prompt_tokens": 16,
+                "output_tokens": int(m),
+                "token_times": [float(x) for x in tt],
+            }
+        )
+    # the load's rate: the requests' tokens over the arrivals' span (what the clients sent)
+    return recs, out.sum() / arrival[-1]
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """One store holding every variant (one ingest, one build of the derived tables)."""
@@ -81,13 +119,25 @@ def runs(tmp_path_factory):
         "requests_only": dict(lam=ramp_hold_drain, steps=False, token_times=False),
         "steps_only": dict(lam=ramp_hold_drain, requests=False),
         "ramp": dict(lam=ramp_only),
+        # 5 tokens a request: 200 requests a window (counting noise 7%, the real run's 6-8%)
+        "short_hold": dict(lam=ramp_hold_short, steps=False, per_request=5),
+        "skewed": dict(lam=ramp_hold_drain, steps=False),
+        "one": dict(lam=lambda t: np.minimum(t, 1) * PER_REQUEST, steps=False),
     }
     built = {}
     with (d / "trace.jsonl").open("w") as f:
         for run_id, kw in variants.items():
             recs, *rest = build(run_id=run_id, **kw)
+            if run_id == "skewed":  # a clock jump: one request's last token and finish a day late
+                last = recs[-1]
+                last["token_times"][-1] += 86400.0
+                last["t_finish"] += 86400.0
             f.writelines(json.dumps(r) + "\n" for r in recs)
             built[run_id] = rest
+        for seed, (n, rate) in enumerate(POISSON):
+            recs, truth = poisson(f"poisson{seed}", n, rate, seed)
+            f.writelines(json.dumps(r) + "\n" for r in recs)
+            built[f"poisson{seed}"] = truth
     con = store.connect(d / "s.duckdb")
     ingest.ingest_paths(con, [d / "trace.jsonl"])
     store.build_derived(con)
@@ -135,8 +185,9 @@ def test_steady_throughput_is_the_hold_phase_rate(runs, summaries):
     assert st["peak_output_tokens_per_s"] == pytest.approx(1.5 * R, rel=0.01)  # the burst
     assert s["throughput"]["output_tokens_per_s"] == pytest.approx(exp["whole"], rel=1e-12)
     assert st["peak_output_tokens_per_s"] > st["steady_output_tokens_per_s"] > s["throughput"]["output_tokens_per_s"]
-    # the burst window is inside the steady window but out of the band: 15 of 16 in band
-    assert st["in_band_share"] == pytest.approx(15 / 16)
+    # the one-window burst is inside the steady window; the median of 3 windows smooths it out
+    # of the band test (the peak, from the raw windows, still shows it)
+    assert st["in_band_share"] == 1.0
 
 
 def test_batch_over_iteration_time_identity(runs):
@@ -183,7 +234,8 @@ def test_a_run_that_only_ramps_up_has_no_steady_state(runs, summaries):
     st = s["steady_state"]
     assert not st["reached"]
     assert st["steady_output_tokens_per_s"] is None and st["steady_window_s"] is None and st["identity"] is None
-    assert "never holds" in st["reason"] and f"{STEADY.min_span_share:.0%}" in st["reason"]
+    # the top of a ramp is within the band over a stretch shorter than the ramp guard asks
+    assert "never holds" in st["reason"] and "a ramp or a burst" in st["reason"]
     assert st["peak_output_tokens_per_s"] == pytest.approx(expected(times, times)["peak"], rel=1e-12)
     assert "steady state: none (" in format_summary(s)
 
@@ -204,7 +256,7 @@ def test_report_table_lists_whole_run_steady_and_peak(summaries):
     assert "output tokens/s, whole run" in html and "output tokens/s, steady state" in html
     assert "output tokens/s, peak 5 s window" in html and "10.0 .. 90.0 (89% of the tokens)" in html
     html = _stats_table(summaries["ramp"])
-    assert '<th class="l">steady state</th><td class="l">none: the rate is within ±20%' in html
+    assert '<th class="l">steady state</th><td class="l">none: the rate is within ±' in html
 
 
 def test_markdown_summary_shows_steady_and_peak(runs, summaries):
@@ -215,4 +267,75 @@ def test_markdown_summary_shows_steady_and_peak(runs, summaries):
     assert f"{exp['steady']:.1f} output tokens/s, {exp['requests']:.3f} requests/s over 10.0..90.0 s" in line
     assert f"peak {exp['peak']:.1f} output tokens/s (5 s window)" in line
     ramp = summary_markdown(summaries["ramp"])
-    assert "Steady state: none (the rate is within ±20%" in ramp and "peak" in ramp
+    assert "Steady state: none (the rate is within ±" in ramp and "peak" in ramp
+
+
+@pytest.mark.parametrize("seed", range(len(POISSON)))
+def test_a_constant_poisson_load_is_steady_at_its_rate(runs, seed):
+    """Counting noise (a window holds ~30 requests: ±25%) is not taken for bursts: the band
+    widens with it, and the rate is that of the load."""
+    st = section(runs, f"poisson{seed}")
+    rate = runs[1][f"poisson{seed}"]
+    assert st["reached"], st["reason"]
+    assert st["steady_output_tokens_per_s"] == pytest.approx(rate, rel=0.05)
+    assert st["steady_token_share"] > 0.75  # the whole run, less at most its ramp-up and drain
+    # the noise estimate: 1 / sqrt(requests' worth of tokens a window), counted with numpy
+    assert 0.1 < st["counting_noise"] < 0.35 and st["band"] == pytest.approx(2 * st["counting_noise"])
+
+
+def test_a_hold_shorter_than_its_ramps_is_found(runs):
+    """The level is the plateau's (the mode of the window rates), not the run's median, which
+    lies on the ramps: the hold 35..65 s is found, its rate within a few % of R."""
+    times, _, _ = runs[1]["short_hold"]
+    st = section(runs, "short_hold")
+    assert st["reached"], st["reason"]
+    a, b = st["steady_window_s"]
+    assert 30 - 1e-9 <= a <= 35 + 1e-9 and 65 - 1e-9 <= b <= 70 + 1e-9  # at most one ramp window each side
+    held = ((times >= a) & (times < b)).sum() / (b - a)
+    assert st["steady_output_tokens_per_s"] == pytest.approx(held, rel=1e-12)
+    assert st["steady_output_tokens_per_s"] == pytest.approx(R, rel=0.03)
+    assert st["level_tokens_per_s"] == pytest.approx(R, rel=0.02)
+
+
+def test_a_clock_jump_is_named_and_the_busy_stretch_windowed(runs):
+    """One token a day late stretches the run's span to 86,500 s: the windows cover the
+    busy stretch instead, the note says why, and the hold is found as without the jump."""
+    times, _, finish = runs[1]["skewed"]
+    exp = expected(times, finish)
+    st = section(runs, "skewed")
+    assert "mostly empty" in st["span_note"] and "clock jump" in st["span_note"]
+    assert st["reached"], st["reason"]
+    assert st["window_s"] < 10
+    a, b = st["steady_window_s"]
+    assert 5 <= a <= 10 and 90 <= b <= 95
+    assert st["steady_output_tokens_per_s"] == pytest.approx(exp["steady"], rel=0.02)
+    assert "note: the run's" in "\n".join(steady.format_lines({"steady_state": st}))
+
+
+def test_a_one_request_run_is_too_short_to_tell(runs):
+    st = section(runs, "one")
+    assert not st["reached"] and st["reason"].startswith("too short to tell")
+    assert st["peak_output_tokens_per_s"] is None and st["peak_window_s"] is None
+
+
+Q30 = "/work/shared/realdata/llmservingsim/bench/examples/RTXPRO6000/Qwen3-30B-A3B-Instruct-2507/vllm/requests.jsonl"
+
+
+def test_real_vllm_run_finds_the_plateau_an_engineer_picks(tmp_path):
+    """A real vLLM bench run (300 requests, 64 s): the rate ramps 345 -> 5,395 tokens/s over
+    seven 3.2 s windows, holds ~5,060-5,400 over windows 7-12 (22.4..41.6 s), then drains."""
+    from pathlib import Path
+
+    if not Path(Q30).exists():
+        pytest.skip("no /work/shared/realdata")
+    con = store.connect(tmp_path / "q.duckdb")
+    try:
+        ingest.ingest_paths(con, [Path(Q30)], run_id="q30")
+        store.build_derived(con)
+        st = steady.section(con, "q30")["steady_state"]
+    finally:
+        con.close()
+    assert st["reached"], st["reason"]
+    a, b = st["steady_window_s"]
+    assert 19 <= a <= 23 and 41 <= b <= 45
+    assert 5000 <= st["steady_output_tokens_per_s"] <= 5400

@@ -64,14 +64,16 @@ def _steady_lines(st: dict[str, Any] | None) -> list[str]:
         return []
     peak = st.get("peak_output_tokens_per_s")
     peak_text = f"; peak {_n(peak, 1)} output tokens/s ({st['window_s']:.3g} s window)" if peak is not None else ""
+    note = [f"Note: {md_text(st['span_note'], 400)}", ""] if st.get("span_note") else []
     if not st.get("reached"):
-        return [f"Steady state: none ({md_text(st.get('reason') or '', 400)}){peak_text}", ""]
+        return [f"Steady state: none ({md_text(st.get('reason') or '', 400)}){peak_text}", "", *note]
     a, b = st["steady_window_s"]
     return [
         f"Steady state: {_n(st['steady_output_tokens_per_s'], 1)} output tokens/s, "
         f"{_n(st['steady_requests_per_s'], 3)} requests/s over {a:.1f}..{b:.1f} s from the start "
         f"({st['steady_token_share']:.0%} of the tokens){peak_text}",
         "",
+        *note,
     ]
 
 

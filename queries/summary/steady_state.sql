@@ -1,39 +1,56 @@
 -- table:   steady_state (computed on demand by `tracelat summary` for its steady_state section; not stored)
 -- grain:   one row per run (none when the run has no span: no run_summary row, or duration_s = 0)
 -- inputs:  run_summary, runs, requests, token_lists, iterations
--- params:  $run_id, $max_window_s, $min_windows, $max_windows, $band, $min_span_share, $min_in_band_share
+-- params:  $run_id, $t0, $t1 (the span to window: null = run_summary's [t_first, t_last]),
+--          $max_window_s, $min_windows, $max_windows, $band, $edge_share, $noise_z, $max_noise, $min_span_share,
+--          $ramp_guard, $min_in_band_share, $stretch_tail
 -- purpose: steady-state and peak throughput; the rule and its constants are
 --   pipeline/metrics.py STEADY (docs/metrics.md, "Steady state and peak").
---   windows: n = min($max_windows, max($min_windows, ceil(duration_s / $max_window_s))) windows of
---     window_s = duration_s / n tile run_summary's span [t_first, t_last] (so the mean of the
---     windows' rates is the whole-run output_tokens_per_s; a time at t_last counts in the last one)
+--   windows: n = min($max_windows, max($min_windows, ceil(d / $max_window_s))) windows of
+--     w = d / n tile the span [t0, t1], d = t1 - t0 (a time at t1 counts in the last one;
+--     times outside the span are left out, never clamped into an edge window)
 --   where output tokens are (run_summary's throughput_source):
 --     'requests'   each ok request's N output tokens at its token_times, N / len(token_times)
 --                  at each (a streamed chunk may carry several tokens); without token_times
 --                  one at t_first_token and N - 1 spread evenly over (t_first_token, t_finish]
 --     'iterations' decode_tokens (times the sampling interval of a sampled log) at each
 --                  step's t_end (t_start when the step has no end)
---   rate_k = tokens in window k / window_s;  median_tokens_per_s = median of the busy
---   windows' rates (rate_k > 0);  in band: |rate_k - median| <= $band * median
---   steady window: first to last in-band window; reached when it covers >= $min_span_share of
---   the windows and >= $min_in_band_share of its windows are in band (else its figures are null)
+--   x_ik = tokens of unit i (an ok request; a step) in window k; rate_k = sum_i x_ik / w
+--   noise  = sqrt(busy_windows * sum_ik x_ik^2) / tokens: a busy window's relative counting
+--            noise (compound Poisson; 1 / sqrt(units' worth of tokens per window))
+--   beta   = max($band, $noise_z * noise): the band's half-width; in band at level L:
+--            L / (1 + beta) <= s_k <= L * (1 + beta)
+--   s_k    = median(rate_{k-1}, rate_k, rate_{k+1}) (a one-window burst or dip is smoothed out)
+--   level  = the busy windows' s_k near the mode: the s_j whose band holds the most tokens,
+--            then the median of the s_k in its band (level_tokens_per_s)
+--   steady window = first..last window with s_k within a factor (1 + $edge_share * beta) of the level;
+--   reached when noise <= $max_noise, it spans >= max($min_span_share, $ramp_guard * beta / (1 + beta))
+--   of the busy span (first to last window with tokens) and >= $min_in_band_share of its
+--   windows are in band
 --   steady_output_tokens_per_s = tokens in the steady window / steady_span_s
 --   steady_requests_per_s      = ok requests finishing in it / steady_span_s
---   peak_output_tokens_per_s   = max rate_k
+--   peak_output_tokens_per_s   = max rate_k (null when noise > $max_noise)
+--   stretch: the windows from the one where the cumulative token share passes $stretch_tail to
+--   the one where it reaches 1 - $stretch_tail (pipeline/steady.py re-windows a span that is
+--   mostly empty over it)
 --   identity, over the steps ending in the steady window with decode_tokens and a duration:
 --   batch_decode_tokens_mean = mean decode_tokens per step (effective batch size),
 --   iteration_ms_mean, batch_per_iteration_tokens_per_s = batch * 1000 / iteration_ms_mean,
 --   busy_share = step time / steady_span_s, step_decode_tokens_per_s = decode tokens / steady_span_s
 --   (= batch_per_iteration_tokens_per_s * busy_share when every step has both).
 --   Token and time sums are DECIMAL: exact, so the result never depends on how threads split them.
-with g as (
-    select
-        t_first as t0,
-        least($max_windows, greatest($min_windows, ceil(duration_s / $max_window_s)))::bigint as n,
-        duration_s / least($max_windows, greatest($min_windows, ceil(duration_s / $max_window_s))) as w,
-        throughput_source as source
+with g0 as (
+    select coalesce($t0, t_first) as t0, coalesce($t1, t_last) as t1, throughput_source as source
     from run_summary
     where run_id = $run_id and duration_s > 0
+),
+
+g as (
+    select t0, t1, source,
+           least($max_windows, greatest($min_windows, ceil((t1 - t0) / $max_window_s)))::bigint as n,
+           (t1 - t0) / least($max_windows, greatest($min_windows, ceil((t1 - t0) / $max_window_s))) as w
+    from g0
+    where t1 > t0
 ),
 
 sampling as (
@@ -49,10 +66,13 @@ ok as (
 ),
 
 listed as (
-    -- the requests with token times; no list is carried here (a CTE read twice is copied)
+    -- the requests with token times; no list is carried here (a CTE read twice is copied).
+    -- A window index: k(t) = floor((t - t0) / w), n - 1 at t1, n past it, negative before t0
     select l.req_id, ok.output_tokens, l.n_times,
-           least(g.n - 1, greatest(0, floor((l.t_one - g.t0) / g.w)))::bigint as k_first,
-           least(g.n - 1, greatest(0, floor((l.t_end - g.t0) / g.w)))::bigint as k_last
+           case when l.t_one >= g.t0 and l.t_end <= g.t1
+                then least(g.n - 1, floor((l.t_one - g.t0) / g.w)) end::bigint as k_first,
+           case when l.t_one >= g.t0 and l.t_end <= g.t1
+                then least(g.n - 1, floor((l.t_end - g.t0) / g.w)) end::bigint as k_last
     from (
         select req_id, len(t_s) as n_times, t_s[1] as t_one, t_s[-1] as t_end
         from token_lists
@@ -65,79 +85,94 @@ listed as (
 
 listed_tokens as (
     -- a request whose times all fall in one window puts its N tokens there at once: only the
-    -- few that cross a window boundary (a tenth on a 1M-step trace) are unnested, each time
-    -- weighted N / len(token_times)
-    select k_first as k, output_tokens::decimal(38, 12) as tokens from listed where k_first = k_last
+    -- few that cross a window boundary (a tenth on a 1M-step trace) or the span's ends are
+    -- unnested, each time weighted N / len(token_times); x = a request's tokens in the window
+    select k_first as k, output_tokens::decimal(38, 12) as tokens, output_tokens::double ^ 2 as x2
+    from listed where k_first = k_last
     union all
-    select least(g.n - 1, greatest(0, floor((t - g.t0) / g.w)))::bigint, weight
+    select k, sum(weight), sum(weight)::double ^ 2
     from (
-        select unnest(l.t_s) as t, (x.output_tokens / x.n_times)::decimal(38, 12) as weight
-        from token_lists as l
-        join listed as x on l.req_id = x.req_id
-        where l.run_id = $run_id and x.k_first <> x.k_last
-    ), g
+        select case when t > g.t1 then g.n else least(g.n - 1, floor((t - g.t0) / g.w)) end::bigint as k,
+               req_id, weight
+        from (
+            select unnest(l.t_s) as t, l.req_id, (x.output_tokens / x.n_times)::decimal(38, 12) as weight
+            from token_lists as l
+            join listed as x on l.req_id = x.req_id
+            where l.run_id = $run_id and (x.k_first is null or x.k_first <> x.k_last)
+        ), g
+    )
+    where k >= 0 and k < (select n from g)
+    group by req_id, k
 ),
 
 spans as (
     select output_tokens as n_out, f, c,
-           least(g.n - 1, greatest(0, floor((f - g.t0) / g.w)))::bigint as k_f,
-           least(g.n - 1, greatest(0, floor((c - g.t0) / g.w)))::bigint as k_c
+           case when f > g.t1 then g.n else least(g.n - 1, floor((f - g.t0) / g.w)) end::bigint as k_f,
+           case when c > g.t1 then g.n else least(g.n - 1, floor((c - g.t0) / g.w)) end::bigint as k_c
     from (
         select output_tokens, coalesce(t_first_token, t_finish) as f,
                greatest(coalesce(t_first_token, t_finish), coalesce(t_finish, t_first_token)) as c
         from ok
         where output_tokens > 0 and req_id not in (select req_id from listed)
     ), g
-    where f is not null and g.source = 'requests'
+    where f is not null and g.source = 'requests' and c >= g.t0 and f <= g.t1
 ),
 
 spread as (
     -- share of (f, c] in window k: the first and last windows are cut at f and c, so the
-    -- shares of a request add up to 1
-    select k,
-           ((k = k_f)::int + case when c > f
-                then (n_out - 1) * (case when k = k_c then c else g.t0 + (k + 1) * g.w end
-                                    - case when k = k_f then f else g.t0 + k * g.w end) / (c - f)
-                else (n_out - 1) * (k = k_f)::int end)::decimal(38, 12) as tokens
-    from (select *, unnest(range(k_f, k_c + 1)) as k from spans), g
+    -- shares of a request add up to 1 (windows outside the span are left out)
+    select k, tokens, tokens::double ^ 2 as x2
+    from (
+        select k,
+               ((k = k_f)::int + case when c > f
+                    then (n_out - 1) * (case when k = k_c then c else g.t0 + (k + 1) * g.w end
+                                        - case when k = k_f then f else g.t0 + k * g.w end) / (c - f)
+                    else (n_out - 1) * (k = k_f)::int end)::decimal(38, 12) as tokens
+        from (select *, unnest(range(greatest(k_f, 0), least(k_c, g.n - 1) + 1)) as k from spans, g), g
+    )
 ),
 
 st as (
-    -- steps by the window of their end; a sampled log's line stands for per_line steps (a
-    -- constant of the run, so it scales the sums)
-    select least(g.n - 1, greatest(0, floor((coalesce(t_end, t_start) - g.t0) / g.w)))::bigint as k,
+    -- steps by the window of their end (steps outside the span are left out); a sampled log's
+    -- line stands for per_line steps (a constant of the run, so it scales the sums)
+    select k,
            count(*) filter (where decode_tokens is not null and dur_ms is not null) as steps,
            sum(decode_tokens) filter (where dur_ms is not null) as decode,
            sum(dur_ms::decimal(38, 9)) filter (where decode_tokens is not null) as dur_ms,
-           (sum(decode_tokens) * any_value(sampling.per_line))::decimal(38, 12) as scaled_decode,
-           sum(dur_ms::decimal(38, 9)) * any_value(sampling.per_line)::decimal(38, 9) as scaled_dur_ms
-    from iterations, g, sampling
-    where run_id = $run_id and coalesce(t_end, t_start) is not null
-    group by all
+           (sum(decode_tokens) * any_value(per_line))::decimal(38, 12) as scaled_decode,
+           sum(decode_tokens::double ^ 2) * any_value(per_line) as x2,
+           sum(dur_ms::decimal(38, 9)) * any_value(per_line)::decimal(38, 9) as scaled_dur_ms
+    from (
+        select least(g.n - 1, floor((t - g.t0) / g.w))::bigint as k, decode_tokens, dur_ms, per_line
+        from (select coalesce(t_end, t_start) as t, decode_tokens, dur_ms
+              from iterations where run_id = $run_id), g, sampling
+        where t >= g.t0 and t <= g.t1
+    )
+    group by k
 ),
 
 tok as (
-    select k, sum(tokens) as tokens
+    select k, sum(tokens) as tokens, sum(x2) as x2
     from (
-        select k, tokens from listed_tokens
+        select k, tokens, x2 from listed_tokens
         union all
-        select k, tokens from spread
+        select k, tokens, x2 from spread
         union all
-        select k, scaled_decode from st where (select source from g) = 'iterations' and scaled_decode is not null
+        select k, scaled_decode, x2 from st where (select source from g) = 'iterations' and scaled_decode is not null
     )
     group by k
 ),
 
 fin as (
-    select least(g.n - 1, greatest(0, floor((coalesce(t_finish, t_first_token, t_arrival) - g.t0) / g.w)))::bigint
-               as k,
-           count(*) as finished
-    from ok, g
+    select least(g.n - 1, floor((t - g.t0) / g.w))::bigint as k, count(*) as finished
+    from (select coalesce(t_finish, t_first_token, t_arrival) as t from ok), g
+    where t >= g.t0 and t <= g.t1
     group by all
 ),
 
-win as (
+win0 as (
     select w.k, g.w, coalesce(tok.tokens, 0) as tokens, coalesce(tok.tokens, 0)::double / g.w as rate,
+           coalesce(tok.x2, 0) as x2,
            coalesce(fin.finished, 0) as finished, st.steps, st.decode, st.dur_ms, st.scaled_decode, st.scaled_dur_ms
     from (select unnest(range(n)) as k from g) as w
     cross join g
@@ -146,19 +181,60 @@ win as (
     left join st using (k)
 ),
 
-level as (
-    select median(rate) filter (where rate > 0) as m,
-           count(*) filter (where rate > 0) as busy_windows,
+win as materialized (
+    select *, median(rate) over (order by k rows between 1 preceding and 1 following) as s,
+           sum(tokens) over (order by k) as cum
+    from win0
+),
+
+runlevel as (
+    select count(*) filter (where tokens > 0) as busy_windows,
+           min(k) filter (where tokens > 0) as kb0,
+           max(k) filter (where tokens > 0) as kb1,
            max(rate) as peak,
-           sum(tokens) as tokens
+           sum(tokens) as tokens,
+           sqrt(count(*) filter (where tokens > 0) * sum(x2)) / nullif(sum(tokens)::double, 0) as noise
     from win
 ),
 
+stretch as (
+    select min(k) filter (where cum > $stretch_tail * r.tokens) as ks0,
+           min(k) filter (where cum >= (1 - $stretch_tail) * r.tokens) as ks1
+    from win, runlevel as r
+),
+
+bw as (
+    select greatest($band, $noise_z * noise) as beta from runlevel
+),
+
+dens as (
+    -- the band of each busy window's s in log space: ln(s) / ln(1 + beta) within 1 of its own
+    select s, sum(tokens) over (order by ln(s) / ln(1 + bw.beta) range between 1 preceding and 1 following) as c
+    from win, bw
+    where s > 0
+),
+
+mode as (
+    select arg_max(s, [c, s]) as s_mode from dens
+),
+
+level as (
+    select median(win.s) as m
+    from win, mode, bw
+    where win.s > 0 and abs(ln(win.s / mode.s_mode)) <= ln(1 + bw.beta)
+),
+
 band as (
-    select min(k) filter (where abs(rate - m) <= $band * m) as k0,
-           max(k) filter (where abs(rate - m) <= $band * m) as k1,
-           count(*) filter (where abs(rate - m) <= $band * m) as in_band
-    from win, level
+    select min(k) filter (where abs(ln(s / m)) <= ln(1 + $edge_share * bw.beta)) as k0,
+           max(k) filter (where abs(ln(s / m)) <= ln(1 + $edge_share * bw.beta)) as k1
+    from win, level, bw
+    where s > 0
+),
+
+inband as (
+    select count(*) filter (where s > 0 and abs(ln(s / m)) <= ln(1 + bw.beta)) as in_band
+    from win, band, level, bw
+    where k between band.k0 and band.k1
 ),
 
 held as (
@@ -171,10 +247,13 @@ held as (
 ),
 
 verdict as (
-    select band.*, held.*,
-           (band.k1 - band.k0 + 1) >= $min_span_share * g.n
-               and band.in_band >= $min_in_band_share * (band.k1 - band.k0 + 1) as reached
-    from band cross join g left join held on true
+    select band.*, held.*, inband.in_band,
+           greatest($min_span_share, $ramp_guard * bw.beta / (1 + bw.beta)) as min_span,
+           r.noise <= $max_noise
+               and (band.k1 - band.k0 + 1) >= greatest($min_span_share, $ramp_guard * bw.beta / (1 + bw.beta))
+                                               * (r.kb1 - r.kb0 + 1)
+               and inband.in_band >= $min_in_band_share * (band.k1 - band.k0 + 1) as reached
+    from band cross join bw cross join runlevel as r cross join inband left join held on true
 )
 
 select
@@ -185,13 +264,23 @@ select
             when not exists (select 1 from spans) then 'token_times'
             else 'token_times+request_spans' end
     end as source,
+    g.t0 as span_t0,
     g.w as window_s,
     g.n as windows,
-    level.busy_windows,
-    level.tokens::double as tokens,
-    level.m as median_tokens_per_s,
-    level.peak as peak_output_tokens_per_s,
-    (select min(k) from win where rate = level.peak) * g.w as peak_window_start_s,
+    r.busy_windows,
+    r.kb0 * g.w as busy_start_s,
+    (r.kb1 + 1) * g.w as busy_end_s,
+    r.kb1 - r.kb0 + 1 as busy_span_windows,
+    stretch.ks0 * g.w as stretch_start_s,
+    (stretch.ks1 + 1) * g.w as stretch_end_s,
+    r.tokens::double as tokens,
+    r.noise,
+    bw.beta as band,
+    v.min_span,
+    level.m as level_tokens_per_s,
+    case when r.noise <= $max_noise then r.peak end as peak_output_tokens_per_s,
+    case when r.noise <= $max_noise then (select min(k) from win where rate = r.peak) * g.w end
+        as peak_window_start_s,
     v.k0 * g.w as steady_start_s,
     (v.k1 + 1) * g.w as steady_end_s,
     v.k1 - v.k0 + 1 as steady_windows,
@@ -199,11 +288,11 @@ select
     coalesce(v.reached, false) as reached,
     case when v.reached then v.tokens::double / v.span_s end as steady_output_tokens_per_s,
     case when v.reached and exists (select 1 from ok) then v.finished / v.span_s end as steady_requests_per_s,
-    case when v.reached then v.tokens::double / nullif(level.tokens::double, 0) end as steady_token_share,
+    case when v.reached then v.tokens::double / nullif(r.tokens::double, 0) end as steady_token_share,
     case when v.reached then v.steps end as steps,
     case when v.reached then v.decode / nullif(v.steps, 0) end as batch_decode_tokens_mean,
     case when v.reached then v.dur_ms::double / nullif(v.steps, 0) end as iteration_ms_mean,
     case when v.reached then v.decode * 1000 / nullif(v.dur_ms::double, 0) end as batch_per_iteration_tokens_per_s,
     case when v.reached then v.scaled_dur_ms::double / 1000 / v.span_s end as busy_share,
     case when v.reached then v.scaled_decode::double / v.span_s end as step_decode_tokens_per_s
-from g, level, verdict as v
+from g, runlevel as r, stretch, bw, verdict as v, level
