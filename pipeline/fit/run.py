@@ -31,8 +31,9 @@ from .result import FitResult
 # predictions, no longer NaN ones that flagged every step a stall, and all-0 ms steps are not fitted;
 # v5: stalls by false-discovery rate (Benjamini-Hochberg under a fitted Student-t null), k is the cut's
 # equivalent in robust sigmas; the extended model chosen by held-out error; v6: data-parallel dummy steps
-# are not fitted and get no prediction).
-FIT_VERSION = 6
+# are not fitted and get no prediction; v7: the coefficients are refitted without the flagged stalls,
+# whose one-sided pull put them high).
+FIT_VERSION = 7
 TOL_S = 1e-6  # request times match a step ending up to 1 us later (float rounding of the same clock)
 
 FITS_SCHEMA = """
