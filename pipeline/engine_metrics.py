@@ -53,6 +53,9 @@ GAUGES = {
     "running_reqs": ("vllm:num_requests_running", "sglang:num_running_reqs"),
     "waiting_reqs": ("vllm:num_requests_waiting", "sglang:num_queue_reqs"),
     "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"),
+    # vLLM v0's logged throughputs (tokens/s); LLMServingSim's bench timeseries.csv per tick
+    "prompt_tokens_per_s": ("vllm:avg_prompt_throughput_toks_per_s",),
+    "generation_tokens_per_s": ("vllm:avg_generation_throughput_toks_per_s",),
 }
 COUNTERS = {"preemptions": ("vllm:num_preemptions_total",)}
 READ_BYTES = "vllm:estimated_read_bytes_per_gpu_total"
@@ -162,7 +165,7 @@ def gauge_series(con: duckdb.DuckDBPyConnection, run_id: str, t0: float | None):
     import polars as pl
 
     names = {"running_reqs": "running requests", "waiting_reqs": "waiting requests", "kv_usage": "KV usage %"}
-    fams = {f: names[k] for k, fs in GAUGES.items() for f in fs}
+    fams = {f: names[k] for k, fs in GAUGES.items() if k in names for f in fs}
     if not con.execute("select count(*) from duckdb_tables() where table_name = 'metric_samples'").fetchall()[0][0]:
         return None
     df = store.select(con, "engine_metrics/gauge_series", {"run": run_id, "fams": list(fams)})

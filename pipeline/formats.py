@@ -15,6 +15,11 @@ FORMATS: tuple[tuple[str, str], ...] = (
     ("vllm-log", "vLLM server log with --enable-logging-iteration-details (Iteration(N) lines)"),
     ("vllm-bench", "vllm bench serve --save-result --save-detailed JSON (ttfts, itls, ...)"),
     ("vllm-requests", "vLLM per-request stats JSONL (arrival_time, queued_ts, first_token_ts, ...)"),
+    ("llmservingsim-meta", "LLMServingSim vLLM bench meta.json (engine_kwargs, vllm_version, started_at)"),
+    (
+        "llmservingsim-timeseries",
+        "LLMServingSim vLLM bench timeseries.csv (running, waiting, kv_cache_pct per tick)",
+    ),
     ("trtllm-iterlog", "TensorRT-LLM IterationStats: JSON lines/array (/metrics) or trtllm-bench --iteration_log"),
     ("sglang-log", "SGLang server log: Prefill batch / Decode batch lines"),
     ("sglang-metrics", "SGLang --export-metrics-to-file request records (sglang-request-metrics-*.log)"),

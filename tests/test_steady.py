@@ -318,19 +318,15 @@ def test_a_one_request_run_is_too_short_to_tell(runs):
     assert st["peak_output_tokens_per_s"] is None and st["peak_window_s"] is None
 
 
-Q30 = "/work/shared/realdata/llmservingsim/bench/examples/RTXPRO6000/Qwen3-30B-A3B-Instruct-2507/vllm/requests.jsonl"
+Q30 = "llmservingsim/bench/examples/RTXPRO6000/Qwen3-30B-A3B-Instruct-2507/vllm/requests.jsonl"
 
 
-def test_real_vllm_run_finds_the_plateau_an_engineer_picks(tmp_path):
+def test_real_vllm_run_finds_the_plateau_an_engineer_picks(tmp_path, realdata):
     """A real vLLM bench run (300 requests, 64 s): the rate ramps 345 -> 5,395 tokens/s over
     seven 3.2 s windows, holds ~5,060-5,400 over windows 7-12 (22.4..41.6 s), then drains."""
-    from pathlib import Path
-
-    if not Path(Q30).exists():
-        pytest.skip("no /work/shared/realdata")
     con = store.connect(tmp_path / "q.duckdb")
     try:
-        ingest.ingest_paths(con, [Path(Q30)], run_id="q30")
+        ingest.ingest_paths(con, [realdata / Q30], run_id="q30")
         store.build_derived(con)
         st = steady.section(con, "q30")["steady_state"]
     finally:

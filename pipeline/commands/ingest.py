@@ -115,10 +115,15 @@ def ingest(
         for problem, text in aligned:
             if problem:
                 echo(f"warning: {text}", err=True)
+        for r in results:
+            for text in r.conflicts:
+                echo(f"warning: {clean(r.path)}: {text}", err=True)
         _fail_if_nothing_loaded(results, where)
         return
     for r in results:
         echo(r.line())
+        for text in r.conflicts:
+            echo(f"warning: {clean(r.path)}: {text}", err=True)
     for problem, text in aligned:
         echo(f"warning: {text}" if problem else text, err=problem)
     rejected = sum(r.rejected for r in results)

@@ -81,6 +81,8 @@ class IngestResult:
     status: str = "ingested"  # ingested | unchanged | replaced | skipped
     note: str = ""
     removed_runs: list[str] = field(default_factory=list)  # runs of the replaced ingests (they may be gone)
+    # run facts this file gives differently from another file of the same run (see run_conflicts)
+    conflicts: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         path = str(self.path)
@@ -637,6 +639,7 @@ def _ingest_transaction(
             ).fetchall()
         ]
         _refuse_unsafe_runs(con, result, ingest_id, default_run)
+        result.conflicts = run_conflicts(con, ingest_id)
         con.execute(
             "insert into ingests values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
@@ -656,6 +659,52 @@ def _ingest_transaction(
         )
         store.bump_generation(con, [*result.run_ids, *removed])
     return result
+
+
+# Run facts two files of one run must agree on; engine and clock are left out (a client's
+# records and a server's log of one run name different engines and clocks), and a model named
+# as a path by one and a served name by the other (same last path part, any case) agrees.
+CONFLICT_FIELDS = (
+    ("model", "model"),
+    ("engine_version", "engine_version"),
+    ("gpu", "gpu"),
+    ("num_gpus", "num_gpus::varchar"),
+    ("dtype", "dtype"),
+    ("kv_dtype", "kv_dtype"),
+    ("meta.max_num_seqs", "meta->>'max_num_seqs'"),
+    ("meta.max_num_batched_tokens", "meta->>'max_num_batched_tokens'"),
+    ("meta.kv_cache_tokens", "meta->>'kv_cache_tokens'"),
+)
+RUN_CONFLICTS_SQL = f"""
+with r as (
+  select run_id, ingest_id, unnest([{", ".join(repr(n) for n, _ in CONFLICT_FIELDS)}]) as field,
+         unnest([{", ".join(e for _, e in CONFLICT_FIELDS)}]) as value
+  from run_records
+  where ingest_id is not null and run_id in (select run_id from run_records where ingest_id = $i)
+),
+v as (select *, case when field = 'model' then lower(regexp_extract(value, '[^/]*$')) else value end as key from r)
+select m.run_id, m.field, m.value, o.value, string_agg(distinct i.path, ', ' order by i.path)
+from v m join v o on o.run_id = m.run_id and o.field = m.field and o.ingest_id <> m.ingest_id
+left join ingests i on i.ingest_id = o.ingest_id
+where m.ingest_id = $i and m.value is not null and o.value is not null and m.key <> o.key
+group by all order by all
+"""
+
+
+def run_conflicts(con: duckdb.DuckDBPyConnection, ingest_id: int) -> list[str]:
+    """What the run records of ingest ``ingest_id`` say differently from other files of their runs.
+
+    The run keeps the value of the file ingested last (merge_runs_sql); these lines say so,
+    so that two files of different runs merged under one --run-id do not pass unnoticed.
+    """
+    out = []
+    for run_id, fld, mine, other, paths in con.execute(RUN_CONFLICTS_SQL, {"i": ingest_id}).fetchall():
+        out.append(
+            f"run {run_id}: {fld} is {mine!r} in this file but {other!r} in "
+            f"{paths or 'another file'}; the run keeps this file's value (the last ingested). "
+            "If the files are of different runs, ingest them with different --run-id"
+        )
+    return out
 
 
 def _delete_ingests(con: duckdb.DuckDBPyConnection, digest: str, path: str, default_run: str) -> tuple[int, list[str]]:

@@ -42,6 +42,8 @@ def test_detect_from_content_not_name(tmp_path, rel, name):
 SAMPLES_2026 = {
     "sglang/server_2026.log": "sglang-log",
     "fpm/fpm-relay-w0.jsonl": "fpm",
+    "llmservingsim/meta.json": "llmservingsim-meta",
+    "llmservingsim/timeseries.csv": "llmservingsim-timeseries",
     "guidellm/benchmarks.json": "guidellm",
     "inference_perf/per_request_lifecycle_metrics.json": "inference-perf",
     "otel/vllm-traces.jsonl": "otel",

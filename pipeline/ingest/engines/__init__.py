@@ -8,7 +8,7 @@ docs/formats.md documents each format and its mapping to canonical fields.
 from __future__ import annotations
 
 from .. import Ingestor, register
-from . import aiperf, fpm, harness, otel, prometheus, sglang, trtllm, vllm_bench, vllm_log, vllm_requests
+from . import aiperf, fpm, harness, llmservingsim, otel, prometheus, sglang, trtllm, vllm_bench, vllm_log, vllm_requests
 
 register(
     Ingestor(
@@ -32,6 +32,22 @@ register(
         "vLLM per-request stats JSONL (arrival_time, queued_ts, first_token_ts, ...)",
         vllm_requests.sniff,
         vllm_requests.convert,
+    )
+)
+register(
+    Ingestor(
+        "llmservingsim-meta",
+        "LLMServingSim vLLM bench meta.json (engine_kwargs, vllm_version, started_at)",
+        llmservingsim.sniff_meta,
+        llmservingsim.convert_meta,
+    )
+)
+register(
+    Ingestor(
+        "llmservingsim-timeseries",
+        "LLMServingSim vLLM bench timeseries.csv (running, waiting, kv_cache_pct per tick)",
+        llmservingsim.sniff_timeseries,
+        llmservingsim.convert_timeseries,
     )
 )
 register(

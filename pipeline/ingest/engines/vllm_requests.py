@@ -37,6 +37,7 @@ from ... import store
 from .. import reader
 from ..load import Batch
 from . import _common as c
+from . import llmservingsim
 
 # how far a line's arrival_time - queued_ts may lie from the file's median (see module doc):
 # above it, the request would have reached the engine before the median request's front-end
@@ -112,45 +113,18 @@ def sniff(path: Path, head: str) -> bool:
 
 
 def _sidecar(path: Path) -> dict:
-    """Run facts from an LLMServingSim-style ``meta.json`` beside the file, if any."""
-    side = path.parent / "meta.json"
+    """Run facts from an LLMServingSim-style ``meta.json`` beside the file, if any (the fields
+    the ``llmservingsim-meta`` format gives, :func:`llmservingsim.run_fields`)."""
+    side = path.parent / llmservingsim.META_FILE
     try:
         doc = json.loads(side.read_text(errors="replace"))
     except (OSError, ValueError, RecursionError):
         return {}
     if not isinstance(doc, dict):  # optional run facts: a damaged file is left out, never fatal
         return {}
-
-    def part(key: str) -> dict:
-        v = doc.get(key)
-        return v if isinstance(v, dict) else {}
-
-    kw, kv, hw = part("engine_kwargs"), part("kv_cache"), part("hardware")
-    meta = {
-        k: kw.get(k)
-        for k in (
-            "max_num_seqs",
-            "max_num_batched_tokens",
-            "max_model_len",
-            "tensor_parallel_size",
-            "data_parallel_size",
-        )
-    }
-    meta.update(
-        kv_cache_tokens=kv.get("num_kv_tokens"),
-        kv_block_size=kv.get("block_size"),
-        enable_prefix_caching=kv.get("enable_prefix_caching"),
-        metadata_file=side.name,
-    )
-    return {
-        "engine_version": doc.get("vllm_version"),
-        "model": doc.get("model") or kw.get("model"),
-        "gpu": hw.get("device_name"),
-        "num_gpus": hw.get("device_count"),
-        "dtype": kw.get("dtype"),
-        "kv_dtype": kw.get("kv_cache_dtype"),
-        "meta": meta,
-    }
+    run = llmservingsim.run_fields(doc, side.name)
+    run.pop("engine")
+    return run
 
 
 # Why a parsed line is not a request (None: it is one).
