@@ -22,13 +22,18 @@ ON_DEMAND = sorted(p for p in QUERIES_DIR.glob("*/*.sql") if p.parent.name != "c
 
 
 def header(text: str) -> dict[str, str]:
+    """The header's keys; an indented comment line continues the key above it."""
     head: dict[str, str] = {}
+    key = None
     for line in text.splitlines():
         if not line.startswith("--"):
             break
         m = re.match(r"--\s*(\w+):\s*(.*)", line)
         if m:
-            head[m.group(1)] = m.group(2).strip()
+            key = m.group(1)
+            head[key] = m.group(2).strip()
+        elif key is not None:
+            head[key] += " " + line[2:].strip()
     return head
 
 
