@@ -312,6 +312,20 @@ def test_a_clock_jump_is_named_and_the_busy_stretch_windowed(runs):
     assert "note: the run's" in "\n".join(steady.format_lines({"steady_state": st}))
 
 
+@pytest.mark.parametrize("run_id", ["full", "steps_only"])
+def test_times_outside_a_given_span_are_left_out_not_clamped(runs, run_id):
+    """Windowing [20, 60] s of a 100 s run counts the tokens in it (both ends included) and
+    none of those before or after it, which an edge window would take if times were clamped."""
+    con, built = runs
+    times = built[run_id][0]
+    t_first = con.execute("select t_first from run_summary where run_id = ?", [run_id]).fetchall()[0][0]
+    r = steady._query(con, run_id, t_first + 20.0, t_first + 60.0)
+    inside = ((times >= t_first + 20.0) & (times <= t_first + 60.0)).sum()
+    assert 0 < inside < len(times)
+    assert r["tokens"] == pytest.approx(inside, rel=1e-12)
+    assert r["windows"] * r["window_s"] == pytest.approx(40.0)
+
+
 def test_a_one_request_run_is_too_short_to_tell(runs):
     st = section(runs, "one")
     assert not st["reached"] and st["reason"].startswith("too short to tell")
