@@ -9,6 +9,7 @@ Names are ``<group>.<stat>`` (``tpot_ms.p99``, ``throughput.output_tokens_per_s`
 * Throughput: the normal approximations of ``tracelat compare``.
 * Goodput attainment and request goodput (with an SLO file that has
   ``[goodput]``): binomial and Poisson normal approximations.
+* Steady-state output tokens/s (when the run reaches one): value only.
 * Iteration-time CV: no interval (the value only).
 * Model fit: ``t0`` and the per-context-token slope with the fit's intervals;
   effective bandwidth ``= kv_bytes / slope`` (when the model and GPU are known),
@@ -33,6 +34,7 @@ _LOWER_IS_WORSE = ("throughput.", "goodput.", "fit.effective_bandwidth_gbps")
 _NAMES = {m: BY_NAME[m].label for m in LATENCY} | {
     "throughput.output_tokens_per_s": "output tokens/s",
     "throughput.requests_per_s": "requests/s",
+    "throughput.steady_output_tokens_per_s": "steady output tokens/s",
     "goodput.attainment": "goodput attainment",
     "goodput.request_goodput_rps": "request goodput (req/s)",
     "iteration_ms.cv": "iteration-time CV",
@@ -170,6 +172,11 @@ def night_statistics(
         if rps is not None and good:
             # good requests counted over the run's duration: Poisson, SE = rate / sqrt(count)
             out += _normal("goodput.request_goodput_rps", rps, rps / np.sqrt(good), z)
+    steady = summary.get("steady_state") or {}
+    if steady.get("reached") and steady.get("steady_output_tokens_per_s") is not None:
+        # value only: the hold's edges are chosen from the same windows, so a counting
+        # interval around its rate would claim more than it knows
+        out.append(Stat("throughput.steady_output_tokens_per_s", float(steady["steady_output_tokens_per_s"])))
     cv = (summary.get("iteration_ms") or {}).get("cv")
     if cv is not None:
         out.append(Stat("iteration_ms.cv", float(cv)))

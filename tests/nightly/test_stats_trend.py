@@ -64,6 +64,10 @@ def test_night_statistics_on_a_simulated_run(tmp_path):
         st = stats[f"tpot_ms.p{p}"]
         assert st.value == pytest.approx(np.percentile(tpot, p)) and st.ci_low <= st.value <= st.ci_high
     assert stats["iteration_ms.cv"].value == pytest.approx(s["iteration_ms"]["cv"])
+    steady = s["steady_state"]
+    assert steady["reached"], steady["reason"]  # a constant-rate simulated night holds its load
+    got = stats["throughput.steady_output_tokens_per_s"]
+    assert got.value == pytest.approx(steady["steady_output_tokens_per_s"]) and got.ci_low is None
     assert stats["fit.effective_bandwidth_gbps"].value == pytest.approx(s["fit"]["effective_bandwidth_gbps"])
     assert stats["stalls.rate"].value == pytest.approx(s["spikes"]["unexplained"] / s["iterations"])
     assert {m for m in stats if m.startswith("tail.tpot.")} >= {
