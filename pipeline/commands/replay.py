@@ -214,12 +214,24 @@ def replay(
             block = overrides.get("kv_block_size")
             if not (sweep_spec and param == "kv_capacity_tokens" and block is not None and "kv_block_size" in str(exc)):
                 raise
-            # the options apply to the recorded capacity before the sweep replaces it (not yet per swept value)
-            raise InputError(
-                f"{str(exc).rstrip('. ')}; --kv-block-size is checked against the run's recorded kv_capacity_tokens "
-                "before --sweep kv_capacity_tokens=... replaces it: replay each capacity on its own "
-                "(--kv-capacity-tokens V --kv-block-size N), or sweep kv_block_size at one --kv-capacity-tokens"
-            ) from None
+            # --kv-block-size above the recorded capacity: the sweep replaces the capacity, so
+            # calibrate at the largest swept one; run_sweep checks the block size against each value
+            try:
+                cal = calibrate(
+                    con,
+                    run_id,
+                    {**overrides, "kv_capacity_tokens": max(swept)},
+                    noise=noise,
+                    ok_only=ok_only,
+                    whatif=whatif,
+                    recorded_kv_dtype=recorded_kv_dtype,
+                )
+            except InputError:
+                raise exc from None
+            cal.notes.append(
+                f"--kv-block-size {block} is above the recorded kv_capacity_tokens; each row runs its swept "
+                f"capacity (the policy shown carries the largest, {max(swept)})"
+            )
         if workload_file is not None:
             from ..sim.workload import workload_from_file
 

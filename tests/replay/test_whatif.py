@@ -207,14 +207,30 @@ def test_a_capacity_sweep_row_describes_the_capacity_it_ran(kv_bound):
     assert fp8.whatif["kv_dtype"]["kv_capacity_tokens"] == 2 * CAPACITY  # the base calibration is unchanged
 
 
-def test_a_block_size_above_the_recorded_capacity_in_a_capacity_sweep_says_how_to_proceed(kv_bound):
-    """Known limit: --kv-block-size is checked against the recorded capacity before the sweep replaces it."""
+def test_a_capacity_sweep_takes_a_block_size_above_the_recorded_capacity(kv_bound):
+    """--kv-block-size is checked against each swept capacity, not the recorded one the sweep replaces."""
     db, _, _ = kv_bound
-    args = ["replay", "kvb", "--db", str(db), "--noise", "none", "--kv-block-size", str(2 * CAPACITY)]
+    args = ["replay", "kvb", "--db", str(db), "--noise", "none", "--kv-block-size", str(2 * CAPACITY), "--json"]
     res = CliRunner().invoke(cli, [*args, "--sweep", f"kv_capacity_tokens={3 * CAPACITY},{4 * CAPACITY}"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert [r["value"] for r in out["rows"]] == [3 * CAPACITY, 4 * CAPACITY]
+    assert out["recorded_value"] == CAPACITY and not any(r["recorded"] for r in out["rows"])
+    # each row ran its capacity in blocks of 2C: 3C holds one block, 4C two, so 4C admits more at once
+    assert out["rows"][0]["ttft_ms_p99"] > out["rows"][1]["ttft_ms_p99"]
+    assert any("each row runs its swept capacity" in n for n in out["notes"])
+    # the 3C row is the replay of --kv-capacity-tokens 3C --kv-block-size 2C on its own
+    one = ["--kv-capacity-tokens", str(3 * CAPACITY)]
+    single = json.loads(CliRunner().invoke(cli, [*args[:-1], *one, "--json"]).stdout)
+    p99 = next(r["replay"] for r in single["rows"] if (r["metric"], r["stat"]) == ("ttft_ms", "p99"))
+    assert out["rows"][0]["ttft_ms_p99"] == pytest.approx(p99, rel=1e-12)
+    # a swept capacity below the block size is refused by name, before any replay
+    res = CliRunner().invoke(cli, [*args, "--sweep", f"kv_capacity_tokens={CAPACITY},{4 * CAPACITY}"])
     msg = str(res.exception)
-    assert isinstance(res.exception, InputError) and f"kv_capacity_tokens ({CAPACITY}), got {2 * CAPACITY}" in msg
-    assert "replay each capacity on its own (--kv-capacity-tokens V --kv-block-size N)" in msg
-    # without the sweep the plain message stays
-    res = CliRunner().invoke(cli, args)
-    assert isinstance(res.exception, InputError) and "replay each capacity" not in str(res.exception)
+    assert isinstance(res.exception, InputError)
+    assert f"--sweep kv_capacity_tokens={CAPACITY}:" in msg and f"leave {CAPACITY} out of the sweep" in msg
+    # without the sweep the block size is checked against the recorded capacity
+    res = CliRunner().invoke(cli, args[:-1])
+    assert isinstance(res.exception, InputError) and f"kv_capacity_tokens ({CAPACITY}), got {2 * CAPACITY}" in str(
+        res.exception
+    )
