@@ -28,6 +28,7 @@ import hashlib
 import io
 import random
 import re
+import shutil
 import sys
 import time
 from collections import Counter
@@ -50,7 +51,11 @@ FORMATS: dict[str, tuple[Path | None, str]] = {
     "sglang-metrics": (FIX / "sglang" / "sglang-request-metrics-20260301_10.log", ".log"),
     "genai-perf": (FIX / "genai_perf" / "profile_export.json", ".json"),
     "aiperf": (None, ".jsonl"),
+    "llmservingsim-meta": (FIX / "llmservingsim" / "meta.json", ".json"),
+    "llmservingsim-timeseries": (FIX / "llmservingsim" / "timeseries.csv", ".csv"),
 }
+# files a format reads beside the damaged one (kept intact): the timeseries' t counts from meta.json
+COMPANIONS: dict[str, tuple[Path, ...]] = {"llmservingsim-timeseries": (FIX / "llmservingsim" / "meta.json",)}
 
 AIPERF_LINES = [
     '{"metadata": {"x_request_id": "r%d", "request_start_ns": %d, "request_end_ns": %d, "worker_id": "w0"}, '
@@ -360,7 +365,20 @@ def mutated(fmt: str, case: int, seed: int, data: bytes, others: list[bytes]):
 
 # Formats whose converter reads lines with DuckDB's reader, the Python line reader standing by
 # (reader.lines): --readers checks that both give the same store for every damaged case.
-READER_FORMATS = ("vllm-log", "sglang-log", "vllm-requests", "trtllm-iterlog", "sglang-metrics", "aiperf")
+READER_FORMATS = (
+    "vllm-log",
+    "sglang-log",
+    "vllm-requests",
+    "trtllm-iterlog",
+    "sglang-metrics",
+    "aiperf",
+    "llmservingsim-timeseries",
+)
+
+
+def _companions(fmt: str, workdir: Path) -> None:
+    for f in COMPANIONS.get(fmt, ()):
+        shutil.copy(f, workdir / f.name)
 
 
 def readers_agree(fmt: str, cases: int, workdir: Path, seed: int = 0) -> list[str]:
@@ -370,6 +388,7 @@ def readers_agree(fmt: str, cases: int, workdir: Path, seed: int = 0) -> list[st
     from pipeline.ingest import ingest_paths, reader
 
     workdir.mkdir(parents=True, exist_ok=True)
+    _companions(fmt, workdir)
     data, others = sources(fmt, workdir)
     problems = []
     queries = (
@@ -415,6 +434,7 @@ def fuzz_format(
 ) -> list[Outcome]:
     """Run ``cases`` mutated copies of the format's fixture; one store for all of them."""
     workdir.mkdir(parents=True, exist_ok=True)
+    _companions(fmt, workdir)
     db = workdir / f"{fmt}.duckdb"
     code, text = run_cli(
         ["ingest", str(FIX / "canonical" / "tiny.jsonl"), "--run-id", "fuzz-baseline", "--db", str(db)]
