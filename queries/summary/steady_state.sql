@@ -209,7 +209,7 @@ bw as (
 
 dens as (
     -- the band of each busy window's s in log space: ln(s) / ln(1 + beta) within 1 of its own
-    select s, sum(tokens) over (order by ln(s) / ln(1 + bw.beta) range between 1 preceding and 1 following) as c
+    select s, sum(tokens) over (order by ln(case when s > 0 then s end) / ln(1 + bw.beta) range between 1 preceding and 1 following) as c
     from win, bw
     where s > 0
 ),
@@ -221,18 +221,18 @@ mode as (
 level as (
     select median(win.s) as m
     from win, mode, bw
-    where win.s > 0 and abs(ln(win.s / mode.s_mode)) <= ln(1 + bw.beta)
+    where win.s > 0 and abs(ln(case when win.s > 0 then win.s / mode.s_mode end)) <= ln(1 + bw.beta)
 ),
 
 band as (
-    select min(k) filter (where abs(ln(s / m)) <= ln(1 + $edge_share * bw.beta)) as k0,
-           max(k) filter (where abs(ln(s / m)) <= ln(1 + $edge_share * bw.beta)) as k1
+    select min(k) filter (where abs(ln(case when s > 0 then s / m end)) <= ln(1 + $edge_share * bw.beta)) as k0,
+           max(k) filter (where abs(ln(case when s > 0 then s / m end)) <= ln(1 + $edge_share * bw.beta)) as k1
     from win, level, bw
     where s > 0
 ),
 
 inband as (
-    select count(*) filter (where s > 0 and abs(ln(s / m)) <= ln(1 + bw.beta)) as in_band
+    select count(*) filter (where abs(ln(case when s > 0 then s / m end)) <= ln(1 + bw.beta)) as in_band
     from win, band, level, bw
     where k between band.k0 and band.k1
 ),
