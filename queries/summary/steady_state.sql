@@ -38,7 +38,8 @@
 --   iteration_ms_mean, batch_per_iteration_tokens_per_s = batch * 1000 / iteration_ms_mean,
 --   busy_share = step time / steady_span_s, step_decode_tokens_per_s = decode tokens / steady_span_s
 --   (= batch_per_iteration_tokens_per_s * busy_share when every step has both).
---   Token and time sums are DECIMAL: exact, so the result never depends on how threads split them.
+--   Token, squared-token and time sums are DECIMAL (each term rounded alone, then summed exactly), so
+--   the result never depends on how threads split them or on the order of the file's records.
 with g0 as (
     select coalesce($t0, t_first) as t0, coalesce($t1, t_last) as t1, throughput_source as source
     from run_summary
@@ -87,10 +88,10 @@ listed_tokens as (
     -- a request whose times all fall in one window puts its N tokens there at once: only the
     -- few that cross a window boundary (a tenth on a 1M-step trace) or the span's ends are
     -- unnested, each time weighted N / len(token_times); x = a request's tokens in the window
-    select k_first as k, output_tokens::decimal(38, 12) as tokens, output_tokens::double ^ 2 as x2
+    select k_first as k, output_tokens::decimal(38, 12) as tokens, (output_tokens::double ^ 2)::decimal(38, 12) as x2
     from listed where k_first = k_last
     union all
-    select k, sum(weight), sum(weight)::double ^ 2
+    select k, sum(weight), (sum(weight)::double ^ 2)::decimal(38, 12)
     from (
         select case when t > g.t1 then g.n else least(g.n - 1, floor((t - g.t0) / g.w)) end::bigint as k,
                req_id, weight
@@ -121,7 +122,7 @@ spans as (
 spread as (
     -- share of (f, c] in window k: the first and last windows are cut at f and c, so the
     -- shares of a request add up to 1 (windows outside the span are left out)
-    select k, tokens, tokens::double ^ 2 as x2
+    select k, tokens, (tokens::double ^ 2)::decimal(38, 12) as x2
     from (
         select k,
                ((k = k_f)::int + case when c > f
@@ -140,7 +141,7 @@ st as (
            sum(decode_tokens) filter (where dur_ms is not null) as decode,
            sum(dur_ms::decimal(38, 9)) filter (where decode_tokens is not null) as dur_ms,
            (sum(decode_tokens) * any_value(per_line))::decimal(38, 12) as scaled_decode,
-           sum(decode_tokens::double ^ 2) * any_value(per_line) as x2,
+           (sum((decode_tokens::double ^ 2)::decimal(38, 12)) * any_value(per_line))::decimal(38, 12) as x2,
            sum(dur_ms::decimal(38, 9)) * any_value(per_line)::decimal(38, 9) as scaled_dur_ms
     from (
         select least(g.n - 1, floor((t - g.t0) / g.w))::bigint as k, decode_tokens, dur_ms, per_line
@@ -193,7 +194,7 @@ runlevel as (
            max(k) filter (where tokens > 0) as kb1,
            max(rate) as peak,
            sum(tokens) as tokens,
-           sqrt(count(*) filter (where tokens > 0) * sum(x2)) / nullif(sum(tokens)::double, 0) as noise
+           sqrt(count(*) filter (where tokens > 0) * sum(x2)::double) / nullif(sum(tokens)::double, 0) as noise
     from win
 ),
 
