@@ -1,6 +1,6 @@
 """Stall detection by false-discovery rate: false stalls must not grow with the run.
 
-Runs of 30k (default suite), 300k and 1M steps (slow) with Gaussian and Student-t (3 df) log
+Runs of 30k (default suite: two seeds; four under -m slow), 300k and 1M steps (slow) with Gaussian and Student-t (3 df) log
 noise and 0.05%..2% of steps stalled: the steps' compositions are resampled from one scheduled
 run and fresh noise and stalls drawn (``pipeline.sim.scoring.resampled_steps``), then the real
 fit and detector judge them and the simulator's truth scores them. Sampling slack: false stalls
@@ -77,6 +77,11 @@ def _check(template, n: int, seeds: range) -> None:
 
 
 def test_fdr_and_recall_30k_steps(template):
+    _check(template, 30_000, range(2))  # four seeds and bigger runs under -m slow
+
+
+@pytest.mark.slow
+def test_fdr_and_recall_30k_steps_more_seeds(template):
     _check(template, 30_000, range(4))
 
 

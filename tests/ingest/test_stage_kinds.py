@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from pipeline import ingest, store
 from pipeline.ingest import load
+from .props import budgets
 from pipeline.ingest.canonical_sql import ALL_FIELDS, COMMON, FIELDS, UNWORDED, reasons_sql, stage_sql
 
 # Run records good and bad: every run field in every JSON type, unknown fields, escapes,
@@ -177,14 +178,20 @@ _records = st.dictionaries(
 ).map(lambda d: {"kind": "run", **d})
 
 
-@settings(max_examples=40, deadline=None, derandomize=True, database=None)
-@given(records=st.lists(_records, min_size=1, max_size=8), compact=st.booleans())
-def test_any_run_records_stage_alike(records, compact):
+@pytest.mark.parametrize("examples", budgets(20, 100))
+def test_any_run_records_stage_alike(examples):
     """Whatever a run record holds (any JSON in any field, unknown names, compact or spaced JSON),
     the statement for run records says of it what the whole one says."""
-    seps = (",", ":") if compact else (", ", ": ")
-    raws = [json.dumps(r, separators=seps) for r in records]
-    _assert_alike(_staged(stage_sql("batch_in", kinds=("run",)), raws), _staged(stage_sql("batch_in"), raws), ("run",))
+
+    @settings(max_examples=examples, deadline=None, derandomize=True, database=None)
+    @given(records=st.lists(_records, min_size=1, max_size=8), compact=st.booleans())
+    def prop(records, compact):
+        seps = (",", ":") if compact else (", ", ": ")
+        raws = [json.dumps(r, separators=seps) for r in records]
+        run_only = _staged(stage_sql("batch_in", kinds=("run",)), raws)
+        _assert_alike(run_only, _staged(stage_sql("batch_in"), raws), ("run",))
+
+    prop()
 
 
 # Records of any kind with any canonical fields (their own or another kind's), unknown names and
@@ -206,21 +213,26 @@ _any_records = st.builds(
 )
 
 
-@settings(max_examples=40, deadline=None, derandomize=True, database=None)
-@given(records=st.lists(_any_records, min_size=1, max_size=8))
-def test_clean_lines_read_as_the_slow_path_reads_them(records):
+@pytest.mark.parametrize("examples", budgets(20, 100))
+def test_clean_lines_read_as_the_slow_path_reads_them(examples):
     """A compact line that passes the clean test (no second look at its text) is staged exactly as
     the same record with one more unknown field, which always takes the slow path (json_type,
     json_keys): same values and reasons, and the same extra but for that field."""
-    fast = _staged(stage_sql("batch_in"), [json.dumps(r, separators=(",", ":")) for r in records])
-    slow = _staged(stage_sql("batch_in"), [json.dumps({**r, "zz_slow": 1}, separators=(",", ":")) for r in records])
-    for f, s in zip(fast, slow):
-        same = ("extra", "raw")  # raw: rejected lines keep their text, which differs by the field
-        assert {k: v for k, v in f.items() if k not in same} == {k: v for k, v in s.items() if k not in same}
-        if s["reason"] is None:  # stored: extra is the record's unknown fields, with zz_slow on the slow side
-            slow_extra = json.loads(s["extra"])
-            assert slow_extra.pop("zz_slow") == 1
-            assert (json.loads(f["extra"]) if f["extra"] is not None else {}) == slow_extra
+
+    @settings(max_examples=examples, deadline=None, derandomize=True, database=None)
+    @given(records=st.lists(_any_records, min_size=1, max_size=8))
+    def prop(records):
+        fast = _staged(stage_sql("batch_in"), [json.dumps(r, separators=(",", ":")) for r in records])
+        slow = _staged(stage_sql("batch_in"), [json.dumps({**r, "zz_slow": 1}, separators=(",", ":")) for r in records])
+        for f, s in zip(fast, slow):
+            same = ("extra", "raw")  # raw: rejected lines keep their text, which differs by the field
+            assert {k: v for k, v in f.items() if k not in same} == {k: v for k, v in s.items() if k not in same}
+            if s["reason"] is None:  # stored: extra is the record's unknown fields, with zz_slow on the slow side
+                slow_extra = json.loads(s["extra"])
+                assert slow_extra.pop("zz_slow") == 1
+                assert (json.loads(f["extra"]) if f["extra"] is not None else {}) == slow_extra
+
+    prop()
 
 
 def test_a_failed_check_rejects_even_when_its_message_is_null():

@@ -27,7 +27,8 @@ def summary_bytes(db: Path) -> str:
         con.close()
 
 
-@pytest.mark.parametrize("row_group_size", [None, 2048])
+# 2048-row groups are the harder case (more threads); DuckDB's default size runs under -m slow
+@pytest.mark.parametrize("row_group_size", [pytest.param(None, marks=pytest.mark.slow), 2048])
 def test_summary_json_is_identical_across_fresh_ingests(tmp_path, monkeypatch, row_group_size):
     # 142,730 token gaps, 13,720 steps, 1,220 requests: enough rows for DuckDB to split the work;
     # with 2048-row groups every table is scanned by several threads at once
