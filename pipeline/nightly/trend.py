@@ -47,13 +47,13 @@ def stat_chart(df: pl.DataFrame, cps: list[analysis.Change], title: str) -> alt.
     x = alt.X("i:Q", title="night", axis=alt.Axis(tickMinStep=1, format="d"))
     base = alt.Chart(df)
     layers = [
-        base.mark_rule(color="#9aa5b8").encode(x=x, y=alt.Y("ci_low:Q"), y2="ci_high:Q"),
+        base.mark_rule(color="#9aa5b8").encode(x=x, y=alt.Y("ci_low:Q"), y2=alt.Y2("ci_high:Q")),
         base.mark_line(point=True, color="#4c78a8").encode(
             x=x,
             y=alt.Y("value:Q", title=None, scale=alt.Scale(zero=False)),
             tooltip=[
-                "run_id:N",
-                "night:N",
+                alt.Tooltip("run_id:N"),
+                alt.Tooltip("night:N"),
                 alt.Tooltip("value:Q", format=",.4g"),
                 alt.Tooltip("ci_low:Q", format=",.4g"),
                 alt.Tooltip("ci_high:Q", format=",.4g"),
@@ -77,8 +77,12 @@ def stat_chart(df: pl.DataFrame, cps: list[analysis.Change], title: str) -> alt.
         )
         cp = alt.Chart(marks)
         layers += [
-            cp.mark_rule(strokeDash=[4, 3], strokeWidth=2).encode(x="x:Q", color=color, tooltip=["run_id:N", "text:N"]),
-            cp.mark_text(align="left", dx=3, y=6, fontSize=10).encode(x="x:Q", text="text:N", color=color),
+            cp.mark_rule(strokeDash=[4, 3], strokeWidth=2).encode(
+                x=alt.X("x:Q"), color=color, tooltip=[alt.Tooltip("run_id:N"), alt.Tooltip("text:N")]
+            ),
+            cp.mark_text(align="left", dx=3, y=6, fontSize=10).encode(
+                x=alt.X("x:Q"), text=alt.Text("text:N"), color=color
+            ),
         ]
     return alt.layer(*layers).properties(width=WIDTH, height=HEIGHT, title=alt.Title(title, anchor="start"))
 
@@ -103,7 +107,7 @@ def tail_chart(series: pl.DataFrame, nights: list[Night], fam: str) -> alt.Chart
             x=alt.X("i:Q", title="night", axis=alt.Axis(tickMinStep=1, format="d")),
             y=alt.Y("value:Q", title="share of the p99 group's extra latency", axis=alt.Axis(format="%")),
             color=alt.Color("cause:N", title="cause"),
-            tooltip=["run_id:N", "cause:N", alt.Tooltip("value:Q", format=".1%")],
+            tooltip=[alt.Tooltip("run_id:N"), alt.Tooltip("cause:N"), alt.Tooltip("value:Q", format=".1%")],
         )
         .properties(width=WIDTH, height=HEIGHT, title=alt.Title(f"{fam.upper()} tail attribution", anchor="start"))
     )

@@ -62,7 +62,7 @@ def timeline(df: pl.DataFrame, method: str, spikes: pl.DataFrame | None, spikes_
     if (df["lo_ms"] != df["hi_ms"]).any():
         layers.append(
             base.mark_area(opacity=0.3, color="#4c78a8").encode(
-                y=alt.Y("lo_ms:Q", title="iteration time (ms)"), y2="hi_ms:Q"
+                y=alt.Y("lo_ms:Q", title="iteration time (ms)"), y2=alt.Y2("hi_ms:Q")
             )
         )
     layers.append(
@@ -76,13 +76,13 @@ def timeline(df: pl.DataFrame, method: str, spikes: pl.DataFrame | None, spikes_
             alt.Chart(_data(spikes))
             .mark_point(filled=True, size=40)
             .encode(
-                x="t_s:Q",
-                y="iteration_ms:Q",
+                x=alt.X("t_s:Q"),
+                y=alt.Y("iteration_ms:Q"),
                 color=alt.Color("cause:N", scale=alt.Scale(domain=CAUSES, range=CAUSE_COLORS), title="spike cause"),
                 tooltip=[
                     alt.Tooltip("t_s:Q", format=".3f"),
                     alt.Tooltip("iteration_ms:Q", format=".2f"),
-                    "cause:N",
+                    alt.Tooltip("cause:N"),
                     alt.Tooltip("residual_ms:Q", format=".2f"),
                 ],
             )
@@ -103,11 +103,11 @@ def context_scatter(df: pl.DataFrame, method: str, fit_line: pl.DataFrame | None
             .mark_rect()
             .encode(
                 x=alt.X("ctx_lo:Q", bin="binned", title="context tokens in the batch"),
-                x2="ctx_hi:Q",
+                x2=alt.X2("ctx_hi:Q"),
                 y=alt.Y("ms_lo:Q", bin="binned", title=y_title),
-                y2="ms_hi:Q",
+                y2=alt.Y2("ms_hi:Q"),
                 color=alt.Color("count:Q", scale=alt.Scale(type="log", scheme="blues"), title="iterations"),
-                tooltip=["ctx_lo:Q", "ms_lo:Q", "count:Q"],
+                tooltip=[alt.Tooltip("ctx_lo:Q"), alt.Tooltip("ms_lo:Q"), alt.Tooltip("count:Q")],
             )
         )
         df = points.select("context_tokens", "iteration_ms", "batch")
@@ -123,14 +123,18 @@ def context_scatter(df: pl.DataFrame, method: str, fit_line: pl.DataFrame | None
                     scale=alt.Scale(domain=["decode only", "with prefill"], range=["#4c78a8", "#e45756"]),
                     title="batch",
                 ),
-                tooltip=["context_tokens:Q", alt.Tooltip("iteration_ms:Q", format=".2f"), "batch:N"],
+                tooltip=[
+                    alt.Tooltip("context_tokens:Q"),
+                    alt.Tooltip("iteration_ms:Q", format=".2f"),
+                    alt.Tooltip("batch:N"),
+                ],
             )
         )
     if fit_line is not None and fit_line.height:
         layers.append(
             alt.Chart(_data(fit_line))
             .mark_line(color="black", strokeDash=[6, 3])
-            .encode(x="context_tokens:Q", y="predicted_ms:Q")
+            .encode(x=alt.X("context_tokens:Q"), y=alt.Y("predicted_ms:Q"))
         )
     return alt.layer(*layers).properties(
         width=WIDTH,
@@ -163,10 +167,12 @@ def cdf(df: pl.DataFrame, metric: str, method: str, marks: dict[str, float | Non
     ]
     layers: list[alt.Chart] = [line]
     if rows:
-        rules = alt.Chart(_rows(rows)).encode(x="value_ms:Q")
+        rules = alt.Chart(_rows(rows)).encode(x=alt.X("value_ms:Q"))
         layers.append(rules.mark_rule(strokeDash=[4, 2], color="#e45756"))
         layers.append(
-            rules.mark_text(align="left", dx=4, dy=-6, color="#e45756").encode(y=alt.value(12), text="label:N")
+            rules.mark_text(align="left", dx=4, dy=-6, color="#e45756").encode(
+                y=alt.YValue(12), text=alt.Text("label:N")
+            )
         )
     return alt.layer(*layers).properties(
         width=WIDTH // 2 - 30, height=HEIGHT, title=_title(f"{LABELS.get(metric, metric)}: distribution", method)
@@ -182,7 +188,7 @@ def tail_bars(df: pl.DataFrame) -> alt.FacetChart:
             x=alt.X("share:Q", axis=alt.Axis(format="%"), title="share of the tail's extra latency"),
             y=alt.Y("part:N", title=None, sort="-x"),
             color=alt.Color("part:N", legend=None),
-            tooltip=["metric:N", "part:N", alt.Tooltip("share:Q", format=".1%")],
+            tooltip=[alt.Tooltip("metric:N"), alt.Tooltip("part:N"), alt.Tooltip("share:Q", format=".1%")],
         )
         .properties(width=WIDTH - 260, height=alt.Step(18))
     )
@@ -214,7 +220,7 @@ def queue(df: pl.DataFrame, method: str) -> alt.VConcatChart:
                 scale=alt.Scale(domain=["running requests", "waiting requests"], range=["#4c78a8", "#f58518"]),
                 title=None,
             ),
-            tooltip=["series:N", alt.Tooltip("t_s:Q", format=".3f"), alt.Tooltip("value:Q", format=".1f")],
+            tooltip=[alt.Tooltip("series:N"), alt.Tooltip("t_s:Q", format=".3f"), alt.Tooltip("value:Q", format=".1f")],
         )
         .properties(width=WIDTH, height=HEIGHT - 60)
     )
@@ -249,7 +255,11 @@ def compare_cdf(df: pl.DataFrame, metric: str, method: str) -> alt.Chart:
             color=alt.Color(
                 "run:N", scale=alt.Scale(domain=["baseline", "candidate"], range=["#4c78a8", "#e45756"]), title=None
             ),
-            tooltip=["run:N", alt.Tooltip("value_ms:Q", format=".3f"), alt.Tooltip("fraction:Q", format=".4f")],
+            tooltip=[
+                alt.Tooltip("run:N"),
+                alt.Tooltip("value_ms:Q", format=".3f"),
+                alt.Tooltip("fraction:Q", format=".4f"),
+            ],
         )
         .properties(
             width=WIDTH // 2 - 30,
@@ -267,24 +277,24 @@ def compare_deltas(df: pl.DataFrame, threshold: float) -> alt.LayerChart:
     )
     bars = base.mark_errorbar(ticks=True).encode(
         x=alt.X("rel_lo:Q", axis=alt.Axis(format="%"), title="candidate vs baseline (relative change, CI)"),
-        x2="rel_hi:Q",
+        x2=alt.X2("rel_hi:Q"),
         color=alt.Color("verdict:N", scale=colors, title=None),
     )
     dots = base.mark_point(filled=True, size=50).encode(
-        x="rel:Q",
+        x=alt.X("rel:Q"),
         color=alt.Color("verdict:N", scale=colors, title=None),
         tooltip=[
-            "label:N",
+            alt.Tooltip("label:N"),
             alt.Tooltip("rel:Q", format="+.2%"),
             alt.Tooltip("rel_lo:Q", format="+.2%"),
             alt.Tooltip("rel_hi:Q", format="+.2%"),
-            "verdict:N",
+            alt.Tooltip("verdict:N"),
         ],
     )
     rules = (
         alt.Chart(_rows([{"x": -threshold}, {"x": 0.0}, {"x": threshold}]))
         .mark_rule(strokeDash=[3, 3], color="#888")
-        .encode(x="x:Q")
+        .encode(x=alt.X("x:Q"))
     )
     return alt.layer(rules, bars, dots).properties(
         width=WIDTH - 200,

@@ -59,7 +59,7 @@ def _p99_chart(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
             color=alt.Color(
                 "flagged:N", scale=alt.Scale(domain=["ordinary", "flagged"], range=["#4c78a8", "#e45756"]), title=None
             ),
-            tooltip=["run:N", "metric:N", alt.Tooltip("p99_ms:Q", format=".3f")],
+            tooltip=[alt.Tooltip("run:N"), alt.Tooltip("metric:N"), alt.Tooltip("p99_ms:Q", format=".3f")],
         )
         .properties(
             width=820,

@@ -70,7 +70,7 @@ def sweep_chart(sweep: Sweep):
         line = base.mark_line(color="#888").encode(x=x, y=alt.Y("mean(mean_ms):Q", title=title), **path)
         dots = base.mark_circle(size=90).encode(
             x=x,
-            y="mean(mean_ms):Q",
+            y=alt.Y("mean(mean_ms):Q"),
             color=color,
             tooltip=[
                 alt.Tooltip("value:Q" if numeric else "value:N", title=sweep.param),
@@ -78,13 +78,13 @@ def sweep_chart(sweep: Sweep):
                 alt.Tooltip("status:N"),
             ],
         )
-        seeds = base.mark_tick(opacity=0.4, color="#555").encode(x=x, y="ms:Q")
+        seeds = base.mark_tick(opacity=0.4, color="#555").encode(x=x, y=alt.Y("ms:Q"))
         layer = line + seeds + dots
         if (metric, stat) in limits:
             rule = (
                 alt.Chart(alt.Data(values=[{"limit": limits[(metric, stat)]}]))
                 .mark_rule(color="#d1495b", strokeDash=[6, 4])
-                .encode(y="limit:Q")
+                .encode(y=alt.Y("limit:Q"))
             )
             layer = layer + rule
         panels.append(layer.properties(width=320, height=240, title=title))
