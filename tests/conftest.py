@@ -65,3 +65,17 @@ def chromium(tmp_path_factory):
     from .headless import browser_or_skip
 
     return browser_or_skip(tmp_path_factory.mktemp("chromium"))
+
+
+@pytest.fixture
+def string_channels(monkeypatch) -> list:
+    """Chart channels built from a shorthand string while the test runs (assert the list is empty).
+
+    Altair builds a channel given as a string ("t_s:Q") by hashing every schema class it has,
+    about 5 ms a channel; tracelat's charts pass channel objects (alt.X(...)) instead."""
+    from altair.utils import schemapi
+
+    seen: list = []
+    real_init = schemapi._FromDict.__init__
+    monkeypatch.setattr(schemapi._FromDict, "__init__", lambda self, *a: seen.append(1) or real_init(self, *a))
+    return seen

@@ -109,7 +109,7 @@ def test_fleet_cli_json_and_glob(lake):
         assert {"run_id", "ttft_ms", "tpot_ms", "e2e_ms", "itl_ms", "outlier", "z", "t0_ms"} <= set(r)
 
 
-def test_fleet_slo_junit_and_page(lake, tmp_path):
+def test_fleet_slo_junit_and_page(lake, tmp_path, string_channels):
     """--slo: each run's verdict is `audit`'s; the fleet-wide p99 is the merged sketch's, checked against the
     limit; exit 1 on a violation; --junit holds a testsuite per run and one for the fleet; --out links reports."""
     import xml.etree.ElementTree as ET
@@ -173,6 +173,7 @@ def test_fleet_slo_junit_and_page(lake, tmp_path):
     assert specs
     for spec in specs.values():
         Root.validate(spec)
+    assert not string_channels
 
 
 @pytest.mark.parametrize("size", [20_000, 1_340, 7, 1])

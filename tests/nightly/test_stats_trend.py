@@ -112,8 +112,9 @@ def _trend(tmp_path):
     return write_trend(tmp_path / "out", nights, series, found, [], 0.05), found
 
 
-def test_trend_page_escapes_and_links(tmp_path):
+def test_trend_page_escapes_and_links(tmp_path, string_channels):
     path, found = _trend(tmp_path)
+    assert not string_channels
     html = path.read_text()
     assert [c.metric for c in found] == ["tpot_ms.p99"]
     body = html.split("</head>", 1)[1]  # the vega bundle in the head has markup of its own
