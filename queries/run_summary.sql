@@ -9,7 +9,8 @@
 --   output_tokens_per_s   = sum(output_tokens of ok requests) / duration_s; a run without
 --                           request records uses sum(decode_tokens) of its iterations instead
 --                           (throughput_source says which)
---   busy_s                = sum of iteration durations (engine busy time)
+--   busy_s                = sum of iteration durations (engine busy time), summed exactly (each
+--                           dur_ms to 1e-9 ms as DECIMAL): a float sum depends on the rows' order
 --   A log that samples its decode steps (SGLang writes one Decode line per
 --   meta.decode_log_interval steps, meta.decode_lines_sampled) stands for that many
 --   steps per line: its decode token and duration sums are scaled by the interval.
@@ -35,7 +36,7 @@ it as (
         sum(decode_tokens) * any_value(sampling.per_line) as decode_tokens,
         min(t_start) as t_first,
         max(t_end) as t_last,
-        sum(dur_ms) / 1000 * any_value(sampling.per_line) as busy_s
+        sum(dur_ms::decimal(38, 9))::double / 1000 * any_value(sampling.per_line) as busy_s
     from iterations
     left join (
         select run_id, coalesce(case when meta->>'decode_lines_sampled' = 'true'

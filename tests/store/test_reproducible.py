@@ -40,3 +40,31 @@ def test_summary_json_is_identical_across_fresh_ingests(tmp_path, monkeypatch, r
         if out != outputs[0]:
             diff = [(a, b) for a, b in zip(outputs[0].splitlines(), out.splitlines()) if a != b]
             raise AssertionError(f"store {i} differs from store 0: {diff[:6]}")
+
+
+def test_run_summary_does_not_depend_on_the_order_of_the_steps(tmp_path):
+    """busy_s adds every step's duration: as a float sum it came out 127.09414430923732 in file
+    order and ...752 with the steps reversed; summed exactly, the same bits either way."""
+    import json
+    import math
+    import random
+
+    rng = random.Random(3)
+    recs: list[dict] = [{"kind": "run", "run_id": "b"}]
+    t = 0.0
+    for i in range(5000):
+        d = rng.uniform(0.001, 0.05)
+        recs.append({"kind": "iteration", "iter": i, "t_start": t, "t_end": t + d, "decode_tokens": 3})
+        t += d + rng.uniform(0, 0.01)
+    rows = []
+    for name, order in (("a", recs), ("b", recs[:1] + recs[:0:-1])):
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in order))
+        con = store.connect(":memory:")
+        ingest.ingest_paths(con, [path])
+        store.build_derived(con)
+        rows.append(con.execute("select * from run_summary").fetchall())
+        busy_s = con.execute("select busy_s from run_summary").fetchall()[0][0]
+        con.close()
+    assert rows[0] == rows[1]
+    assert busy_s == pytest.approx(math.fsum(r["t_end"] - r["t_start"] for r in recs[1:]), rel=1e-12)
