@@ -90,3 +90,24 @@ def test_runs_without_samples_have_no_section(tmp_path):
     store.build_derived(con)
     run = con.execute("select run_id from runs").fetchone()[0]
     assert "engine_metrics" not in summary(con, run)
+
+
+def test_gauge_totals_do_not_depend_on_the_order_of_the_label_sets():
+    """A scrape's total over label sets adds them in one order: 0.1 + 0.2 + 0.3 is
+    0.6000000000000001 left to right and 0.6 right to left, whichever order the rows came in."""
+    got = []
+    for values in ((0.1, 0.2, 0.3), (0.3, 0.2, 0.1)):
+        con = store.connect(":memory:")
+        for i, v in enumerate(values):
+            con.execute(
+                "insert into metric_samples by name select 'r' as run_id, ? as line_no, 1.0 as t, "
+                "'vllm:kv_cache_usage_perc' as family, ? as labels, 'gauge' as kind, NULL as le, ? as value, "
+                "1 as ingest_id",
+                [i, json.dumps({"engine": str(int(v * 10))}), v],
+            )
+        stats = store.rows(con, "engine_metrics/gauge_stats", {"run": "r", "family": "vllm:kv_cache_usage_perc"})
+        series = store.rows(con, "engine_metrics/gauge_series", {"run": "r", "fams": ["vllm:kv_cache_usage_perc"]})
+        got.append((stats, series))
+        con.close()
+    assert got[0] == got[1]
+    assert got[0][0][0][1] == sum(sorted([0.1, 0.2, 0.3]))  # the label sets in order: 0.1 + 0.2 + 0.3
