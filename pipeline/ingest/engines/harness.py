@@ -40,6 +40,24 @@ from ..load import Batch
 from . import _common as c
 
 STATUSES = (("successful", "ok"), ("incomplete", "aborted"), ("errored", "error"))
+# canonical field -> where its value is in the file (the first of the fields read), so that a
+# record failing a canonical check is named as the user wrote it
+GUIDELLM_SOURCES = {
+    "req_id": "request_id",
+    "t_arrival": "info.timings.request_start",
+    "t_first_token": "info.timings.first_token_iteration",
+    "t_finish": "info.timings.last_token_iteration",
+    "prompt_tokens": "input_metrics.total_tokens",
+    "output_tokens": "output_metrics.total_tokens",
+}
+INFERENCE_PERF_SOURCES = {
+    "t_arrival": "start_time",
+    "t_finish": "end_time",
+    "token_times": "info.response_metrics.output_token_times",
+    "t_first_token": "info.response_metrics.output_token_times[0]",
+    "prompt_tokens": "info.input_tokens",
+    "output_tokens": "info.response_metrics.output_tokens",
+}
 EMPTY_GUIDELLM = {
     "req_id": pl.String,
     "t_arrival": pl.Float64,
@@ -228,7 +246,8 @@ def convert_guidellm(
         if len(benches) > 1:
             run["run_id"] = f"{run_name or c.stem(path)}-{k + 1}"
         bad = df.filter(pl.col("reason").is_not_null()).select("line_no", "reason", raw=pl.col("req_id"))
-        yield c.batch(c.encode(good, "request", ("guidellm_status",)), df.height, run=run, rejects=bad)
+        records = c.encode(good, "request", ("guidellm_status",), sources=GUIDELLM_SOURCES)
+        yield c.batch(records, df.height, run=run, rejects=bad)
         line += df.height
 
 
@@ -296,4 +315,6 @@ def convert_inference_perf(
         },
     }
     bad = df.filter(pl.col("reason").is_not_null()).select("line_no", "reason", raw=pl.col("req_id"))
-    yield c.batch(c.encode(good, "request", ("error",)), df.height, run=run, rejects=bad)
+    yield c.batch(
+        c.encode(good, "request", ("error",), sources=INFERENCE_PERF_SOURCES), df.height, run=run, rejects=bad
+    )
