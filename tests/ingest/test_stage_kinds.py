@@ -178,7 +178,7 @@ _records = st.dictionaries(
 ).map(lambda d: {"kind": "run", **d})
 
 
-@pytest.mark.parametrize("examples", budgets(20, 100))
+@pytest.mark.parametrize("examples", budgets(20, 60))
 def test_any_run_records_stage_alike(examples):
     """Whatever a run record holds (any JSON in any field, unknown names, compact or spaced JSON),
     the statement for run records says of it what the whole one says."""
@@ -213,7 +213,7 @@ _any_records = st.builds(
 )
 
 
-@pytest.mark.parametrize("examples", budgets(20, 100))
+@pytest.mark.parametrize("examples", budgets(20, 60))
 def test_clean_lines_read_as_the_slow_path_reads_them(examples):
     """A compact line that passes the clean test (no second look at its text) is staged exactly as
     the same record with one more unknown field, which always takes the slow path (json_type,
