@@ -23,8 +23,12 @@ seeded random subsample is tested (stated in the output).  Token gaps of one
 request are not independent, so treat ITL p-values as optimistic.
 
 Throughput (output tokens/s, requests/s) is one number per run; its CI is a normal
-approximation (requests resampled for tokens/s, Poisson counts for requests/s), and
+approximation (compound Poisson over requests for tokens/s, Poisson counts for requests/s), and
 it is a regression when it *drops* by more than ``threshold`` with the CI below 0.
+The steady-state rates (``steady_output_tokens_per_s``, ``steady_requests_per_s``) are
+compared the same way when both runs reach a steady state: their CI is the batch-means one
+of ``pipeline.metrics.STEADY`` (Student t on the fewer windows), widened by each run's edge
+allowance, since the steady window was chosen from the same window rates.
 
 The default confidence is 99%: a comparison tests ~30 statistics at once, and at
 95% a run against a re-run of the same workload flags one now and then.
@@ -39,7 +43,7 @@ import duckdb
 import numpy as np
 
 from . import store
-from .metrics import COMPARED, SOURCES, percentile_of
+from .metrics import COMPARED, SOURCES, STEADY, percentile_of
 
 METRICS = COMPARED  # from the registry (pipeline/metrics.py)
 STATS = ("p50", "p90", "p99", "p999", "mean")
@@ -205,19 +209,27 @@ def mann_whitney(base: np.ndarray, cand: np.ndarray, rng: np.random.Generator) -
     }
 
 
-def _throughput(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, tuple[float, float] | None]:
-    """``{name: (value, standard error)}`` of the run's throughputs.
+def _throughput(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, tuple[float, float | None, str] | None]:
+    """``{name: (value, standard error, source)}`` of the run's throughputs.
 
-    Output tokens/s is a sum over requests (or steps, for runs without request
-    records) divided by the duration: its SE treats the units as resampled
-    (``sqrt(n) * sd / duration``).  Requests/s counts events: Poisson SE ``sqrt(n) / duration``.
+    Output tokens/s is the ok requests' output tokens over the duration; requests arrive at
+    random, so its SE is compound Poisson: ``sqrt(sum of squared request tokens) / duration``.
+    A run counted from steps (no request records) has no independent units: its SE is the
+    batch-means one over the span's windows (``queries/summary/steady_state.sql``,
+    ``run_output_tokens_per_s_se``); None when its windows drift too much to tell.  Requests/s counts events:
+    Poisson SE ``sqrt(n) / duration`` (queries/compare/throughput_inputs.sql).
     """
     rows = store.rows(con, "compare/throughput_inputs", {"r": run_id})
     if not rows or not rows[0][0]:
         return {"output_tokens_per_s": None, "requests_per_s": None}
-    dur, source, n_ok, n_req, var_req, n_it, var_it, tok_s, req_s, n_all = rows[0]
-    n, var = (n_req, var_req) if source == "requests" else (n_it, var_it)
-    tok = (tok_s, float(np.sqrt(n * (var or 0.0))) / dur, source) if tok_s is not None else None
+    dur, source, n_ok, ss_req, tok_s, req_s, n_all = rows[0]
+    if source == "requests":
+        se = float(np.sqrt(ss_req or 0.0)) / dur
+    else:  # steps are no independent units: batch means over the span's windows (pipeline/steady.py)
+        from .steady import whole_run_se
+
+        se = whole_run_se(con, run_id)
+    tok = (tok_s, se, source) if tok_s is not None else None
     # a run without request records has no request rate (not a rate of 0)
     req = (req_s, float(np.sqrt(n_ok)) / dur, "requests") if req_s is not None and n_all else None
     return {"output_tokens_per_s": tok, "requests_per_s": req}
@@ -231,8 +243,51 @@ def _throughput_delta(
 
     z = float(norm.ppf(0.5 + confidence / 2))
     (vb, sb, _), (vc, sc, _) = b, c
+    return _rate_delta(name, vb, vc, z * float(np.hypot(sb, sc)), threshold)
+
+
+def _steady(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, tuple[float, float, float, int, str] | str]:
+    """``{name: (value, se, edge, windows, source)}`` of the run's steady rates, or why there is none."""
+    from .steady import section
+
+    st = section(con, run_id)["steady_state"]
+    names = ("steady_output_tokens_per_s", "steady_requests_per_s")
+    if not st["reached"]:
+        return {n: f"no steady state ({st['reason']})" for n in names}
+    u = st["uncertainty"]
+    source = "steps" if st["source"] == "iterations" else "requests"
+    out: dict[str, tuple[float, float, float, int, str] | str] = {}
+    for n in names:
+        short = n.removeprefix("steady_")
+        if st[n] is None:
+            out[n] = "no ok requests" if short == "requests_per_s" else "no output tokens"
+        elif u[f"{short}_se"] is None:
+            out[n] = f"no interval: {u['no_interval'] or 'its window rates drift'}"
+        else:
+            out[n] = (float(st[n]), float(u[f"{short}_se"]), float(u[f"{short}_edge"]), int(u["windows"]), source)
+    return out
+
+
+def _steady_delta(
+    name: str,
+    b: tuple[float, float, float, int, str],
+    c: tuple[float, float, float, int, str],
+    threshold: float,
+    confidence: float,
+) -> Delta:
+    """A steady rate: higher is better; batch-means CI of the difference (Student t on the fewer
+    windows' degrees of freedom) widened by both runs' edge allowances (``pipeline.metrics.STEADY``)."""
+    from scipy.stats import t as student_t
+
+    (vb, sb, eb, mb, _), (vc, sc, ec, mc, _) = b, c
+    q = float(student_t.ppf(0.5 + confidence / 2, min(mb, mc) - 1))
+    return _rate_delta(name, vb, vc, q * float(np.hypot(sb, sc)) + eb + ec, threshold)
+
+
+def _rate_delta(name: str, vb: float, vc: float, half: float, threshold: float) -> Delta:
+    """A rate's delta with the half-width ``half`` of its CI: a drop beyond the threshold with the
+    CI below 0 is a regression, a rise beyond it with the CI above 0 an improvement."""
     d = vc - vb
-    half = z * float(np.hypot(sb, sc))
     rel = vc / vb - 1 if vb > 0 else None
     rel_half = half / vb if vb > 0 else None
     verdict = "no significant change"
@@ -287,13 +342,36 @@ def compare(
         if tb[key] is not None and tc[key] is not None and tb[key][2] != tc[key][2]:
             out.skipped[key] = f"counted from {tb[key][2]} in the baseline and from {tc[key][2]} in the candidate"
             out.one_sided.append(key)
+        elif tb[key] is not None and tc[key] is not None and None in (tb[key][1], tc[key][1]):
+            which = "baseline" if tb[key][1] is None else "candidate"
+            out.skipped[key] = (
+                f"no interval for the {which}: its steps' window rates drift (lag-1 autocorrelation > {STEADY.max_lag1})"
+            )
         elif tb[key] is not None and tc[key] is not None:
             out.deltas.append(_throughput_delta(key, tb[key], tc[key], threshold, confidence))
         elif tb[key] is not None or tc[key] is not None:
             out.skipped[key] = f"only the {'baseline' if tb[key] is not None else 'candidate'} has it"
             out.one_sided.append(key)
+    _compare_steady(out, _steady(base_con, base_run), _steady(cand_con, cand_run), threshold, confidence)
     _check_overlap(out)
     return out
+
+
+def _compare_steady(out: Comparison, sb: dict, sc: dict, threshold: float, confidence: float) -> None:
+    """The steady rates: compared when both runs have them with an interval, counted alike; else
+    ``skipped`` says why. No warning: whether a short run holds its load is itself noisy, and
+    the whole-run rates are compared either way."""
+    for key in sb:
+        b, c = sb[key], sc[key]
+        if isinstance(b, tuple) and isinstance(c, tuple):
+            if b[4] != c[4]:
+                out.skipped[key] = f"counted from {b[4]} in the baseline and from {c[4]} in the candidate"
+            else:
+                out.deltas.append(_steady_delta(key, b, c, threshold, confidence))
+        elif isinstance(b, str) and isinstance(c, str):
+            out.skipped[key] = f"baseline: {b}; candidate: {c}" if b != c else f"neither run: {b}"
+        else:
+            out.skipped[key] = f"{'candidate' if isinstance(c, str) else 'baseline'}: {c if isinstance(c, str) else b}"
 
 
 def _check_overlap(out: Comparison) -> None:

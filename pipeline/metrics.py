@@ -266,6 +266,14 @@ class SteadyRule:
     window with tokens) and at least ``min_in_band_share`` of its windows are in band. The
     top band of a pure linear ramp covers ``beta / (1 + beta)`` of it: the ramp guard asks a
     hold to be half as long again, so a noisier run needs a longer hold.
+
+    **Uncertainty** (what `tracelat compare` and nightly read): batch means over the steady
+    window's ``m`` windows, ``d_k = rate_k - steady rate``: ``se = sqrt(sum d_k^2 / (m - 1) / m
+    * (1 + rho) / (1 - rho))`` with ``rho = max(0, sum d_k d_{k-1} / sum d_k^2)`` (windows share
+    requests, so neighbours correlate); none below ``min_interval_windows`` windows or above
+    ``max_lag1`` (a drifting rate). The window's edges were chosen from the same rates, so an
+    interval adds ``edge``: the most the rate moves when the left edge moves one window, plus
+    the same for the right: ``rate ± (t * se + edge)``.
     """
 
     max_window_s: float = 10.0
@@ -279,6 +287,8 @@ class SteadyRule:
     ramp_guard: float = 1.5
     min_in_band_share: float = 0.8
     stretch_tail: float = 0.01
+    min_interval_windows: int = 10
+    max_lag1: float = 0.9
     empty_span_share: float = 0.5  # applied in pipeline/steady.py, not a query parameter
 
     def params(self) -> dict[str, float]:

@@ -35,6 +35,13 @@ def _query(con: duckdb.DuckDBPyConnection, run_id: str, t0: float | None, t1: fl
     return {d[0]: (None if isinstance(v, float) and v != v else v) for d, v in zip(cur.description, rows[0])}
 
 
+def whole_run_se(con: duckdb.DuckDBPyConnection, run_id: str) -> float | None:
+    """The batch-means standard error of the run's whole-span output rate (tokens / span) over the
+    span's windows (``run_output_tokens_per_s_se``); None without a span or when the windows drift."""
+    r = _query(con, run_id, None, None)
+    return None if r is None else r["run_output_tokens_per_s_se"]
+
+
 def _reason(r: dict[str, Any]) -> str | None:
     """Why the run has no steady state (None when it has one)."""
     if r["reached"]:
@@ -111,8 +118,31 @@ def section(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
         "steady_token_share": r["steady_token_share"] * share if reached else None,
         "peak_window_s": [offset + peak_start, offset + peak_start + w] if peak_start is not None else None,
         "identity": {k: r[k] for k in IDENTITY} if reached and r["steps"] else None,
+        "uncertainty": _uncertainty(r) if reached else None,
     }
     return {"steady_state": out}
+
+
+def _uncertainty(r: dict[str, Any]) -> dict[str, Any]:
+    """The steady rates' standard errors and edge allowances (rule: ``STEADY``, "Uncertainty"),
+    with why there is no standard error when there is none."""
+    out: dict[str, Any] = {
+        "windows": r["steady_windows"],
+        "lag1_autocorrelation": r["steady_lag1_autocorrelation"],
+        **{f"{k}_{part}": r[f"steady_{k}_{part}"] for k in _RATES for part in ("se", "edge")},
+        "no_interval": None,
+    }
+    if r["steady_output_tokens_per_s_se"] is None:
+        rho = r["steady_lag1_autocorrelation"]
+        out["no_interval"] = (
+            f"the steady window has {r['steady_windows']} windows, fewer than {STEADY.min_interval_windows}"
+            if r["steady_windows"] < STEADY.min_interval_windows
+            else f"its window rates drift (lag-1 autocorrelation {rho:.2f} > {STEADY.max_lag1})"
+        )
+    return out
+
+
+_RATES = ("output_tokens_per_s", "requests_per_s")
 
 
 def _n(v: Any, digits: int = 1) -> str:

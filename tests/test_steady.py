@@ -382,3 +382,66 @@ def test_real_vllm_run_finds_the_plateau_an_engineer_picks(tmp_path, realdata):
     a, b = st["steady_window_s"]
     assert 19 <= a <= 23 and 41 <= b <= 45
     assert 5000 <= st["steady_output_tokens_per_s"] <= 5400
+
+
+def _batch_se(rates: np.ndarray) -> tuple[float, float]:
+    """Batch-means SE of the mean of ``rates`` with the AR(1) inflation, and the lag-1 autocorrelation."""
+    d = rates - rates.mean()
+    rho = float((d[1:] * d[:-1]).sum() / (d * d).sum())
+    r = max(rho, 0.0)
+    return float(np.sqrt((d * d).sum() / (len(d) - 1) / len(d) * (1 + r) / (1 - r))), rho
+
+
+@pytest.mark.parametrize("run_id", ["full", "steps_only"])
+def test_uncertainty_is_batch_means_over_the_steady_windows(runs, run_id):
+    """The steady rates' SE, lag-1 autocorrelation and edge allowance, recounted with numpy from
+    the built token times (and finish times) on the section's windows."""
+    con, built = runs
+    times, _, finish = built[run_id]
+    st = section(runs, run_id)
+    u = st["uncertainty"]
+    w, (a, b) = st["window_s"], st["steady_window_s"]
+    t0 = con.execute("select t_first from run_summary where run_id = ?", [run_id]).fetchall()[0][0]
+    k0, k1 = round((a - t0) / w), round((b - t0) / w) - 1
+    edges = t0 + w * np.arange(st["windows"] + 1)
+    tok = np.histogram(times, edges)[0].astype(float)
+    rates = tok[k0 : k1 + 1] / w
+    assert u["windows"] == k1 - k0 + 1 >= 10
+    se, rho = _batch_se(rates)
+    assert rates.mean() == pytest.approx(st["steady_output_tokens_per_s"], rel=1e-12)
+    assert u["output_tokens_per_s_se"] == pytest.approx(se, rel=1e-9)
+    assert u["lag1_autocorrelation"] == pytest.approx(rho, rel=1e-9)
+
+    def moved(counts: np.ndarray) -> float:
+        v, m = counts[k0 : k1 + 1].sum() / (len(rates) * w), len(rates)
+        left = [
+            abs(counts[k0 : k1 + 1].sum() + s * counts[k] - v * (m + s) * w) / ((m + s) * w)
+            for k, s in ((k0 - 1, 1), (k0, -1))
+            if k >= 0
+        ]
+        right = [
+            abs(counts[k0 : k1 + 1].sum() + s * counts[k] - v * (m + s) * w) / ((m + s) * w)
+            for k, s in ((k1 + 1, 1), (k1, -1))
+            if k < len(counts)
+        ]
+        return max(left) + max(right)
+
+    assert u["output_tokens_per_s_edge"] == pytest.approx(moved(tok), rel=1e-9)
+    if run_id == "steps_only":
+        assert u["requests_per_s_se"] is None and u["requests_per_s_edge"] is None
+    else:
+        fin = np.histogram(finish, edges)[0].astype(float)
+        assert u["requests_per_s_se"] == pytest.approx(_batch_se(fin[k0 : k1 + 1] / w)[0], rel=1e-9)
+        assert u["requests_per_s_edge"] == pytest.approx(moved(fin), rel=1e-9)
+    assert u["no_interval"] is None
+
+
+def test_a_steady_window_of_few_windows_has_no_interval(runs):
+    """The 30 s hold of ``short_hold`` is 8 windows of 5 s, under ``min_interval_windows``: no
+    SE, the section says why, and the edge allowance is still there."""
+    st = section(runs, "short_hold")
+    u = st["uncertainty"]
+    assert st["reached"] and u["windows"] == 8 < steady.STEADY.min_interval_windows
+    assert u["output_tokens_per_s_se"] is None and u["requests_per_s_se"] is None
+    assert u["output_tokens_per_s_edge"] > 0
+    assert u["no_interval"] == "the steady window has 8 windows, fewer than 10"

@@ -174,9 +174,17 @@ def night_statistics(
             out += _normal("goodput.request_goodput_rps", rps, rps / np.sqrt(good), z)
     steady = summary.get("steady_state") or {}
     if steady.get("reached") and steady.get("steady_output_tokens_per_s") is not None:
-        # value only: the hold's edges are chosen from the same windows, so a counting
-        # interval around its rate would claim more than it knows
-        out.append(Stat("throughput.steady_output_tokens_per_s", float(steady["steady_output_tokens_per_s"])))
+        # batch means over the steady window's windows, widened by the edge allowance: the
+        # hold's edges were chosen from the same windows (pipeline/metrics.py STEADY)
+        v, u = float(steady["steady_output_tokens_per_s"]), steady.get("uncertainty") or {}
+        se, edge = u.get("output_tokens_per_s_se"), u.get("output_tokens_per_s_edge")
+        if se is None or edge is None:
+            out.append(Stat("throughput.steady_output_tokens_per_s", v))
+        else:
+            from scipy.stats import t as student_t
+
+            half = float(student_t.ppf(0.5 + confidence / 2, u["windows"] - 1)) * se + edge
+            out.append(Stat("throughput.steady_output_tokens_per_s", v, v - half, v + half))
     cv = (summary.get("iteration_ms") or {}).get("cv")
     if cv is not None:
         out.append(Stat("iteration_ms.cv", float(cv)))

@@ -3,7 +3,7 @@
 -- inputs:  run_summary, runs, requests, token_lists, iterations
 -- params:  $run_id, $t0, $t1 (the span to window: null = run_summary's [t_first, t_last]),
 --          $max_window_s, $min_windows, $max_windows, $band, $edge_share, $noise_z, $max_noise, $min_span_share,
---          $ramp_guard, $min_in_band_share, $stretch_tail
+--          $ramp_guard, $min_in_band_share, $stretch_tail, $min_interval_windows, $max_lag1
 -- purpose: steady-state and peak throughput; the rule and its constants are
 --   pipeline/metrics.py STEADY (docs/metrics.md, "Steady state and peak").
 --   windows: n = min($max_windows, max($min_windows, ceil(d / $max_window_s))) windows of
@@ -38,6 +38,18 @@
 --   iteration_ms_mean, batch_per_iteration_tokens_per_s = batch * 1000 / iteration_ms_mean,
 --   busy_share = step time / steady_span_s, step_decode_tokens_per_s = decode tokens / steady_span_s
 --   (= batch_per_iteration_tokens_per_s * busy_share when every step has both).
+--   uncertainty of the steady rates (batch means over the steady window's m windows; rate r the
+--   steady rate, d_k = rate_k - r):
+--     steady_lag1_autocorrelation rho = sum_k d_k d_{k-1} / sum_k d_k^2
+--     steady_output_tokens_per_s_se = sqrt(sum_k d_k^2 / (m - 1) / m * (1 + rho+) / (1 - rho+)),
+--       rho+ = max(rho, 0) (AR(1) variance inflation; neighbouring windows share requests);
+--       null when m < $min_interval_windows or rho > $max_lag1 (the rate drifts: no honest interval)
+--     steady_output_tokens_per_s_edge = the most the rate moves when the left edge moves one window
+--       (out or in) + the same for the right edge: the window was chosen from these same rates
+--     steady_requests_per_s_se, _edge: the same over ok requests finishing per window
+--     run_output_tokens_per_s_se: the se over all n windows of the span (their mean rate is the
+--       span's tokens / d): `tracelat compare`'s SE of a steps-only run's whole-run rate (steps
+--       are no independent units; ramps widen it, which errs on the safe side)
 --   Token, squared-token and time sums are DECIMAL (each term rounded alone, then summed exactly), so
 --   the result never depends on how threads split them or on the order of the file's records.
 with g0 as (
@@ -247,6 +259,55 @@ held as (
     group by band.k0, band.k1
 ),
 
+hold as (
+    -- the steady window's windows: each one's rate less the steady rate (d), and the window before's
+    select k, d, lag(d) over (order by k) as d_prev, df, lag(df) over (order by k) as df_prev
+    from (
+        select win.k,
+               win.tokens::double / win.w - held.tokens::double / held.span_s as d,
+               win.finished / win.w - held.finished / held.span_s as df
+        from win, band, held
+        where win.k between band.k0 and band.k1
+    )
+),
+
+spread_hold as (
+    -- batch means: sums in window order, so the bits never depend on how threads split them
+    select count(*) as m,
+           sum(d * d order by k) as ss, sum(d * d_prev order by k) as sp,
+           sum(df * df order by k) as ssf, sum(df * df_prev order by k) as spf
+    from hold
+),
+
+spread_run as (
+    -- the same over every window of the span: the whole run's rate (tokens / span) as a batch mean
+    select count(*) as m, sum(d * d order by k) as ss, sum(d * d_prev order by k) as sp
+    from (
+        select k, d, lag(d) over (order by k) as d_prev
+        from (select win.k, win.tokens::double / win.w - r.tokens::double / (g.n * g.w) as d from win, runlevel as r, g)
+    )
+),
+
+edges as (
+    -- the steady rates with either edge moved by one window (out, or in), as differences from the rate
+    select max(abs(x)) filter (where side = 'left') as tok_left, max(abs(x)) filter (where side = 'right') as tok_right,
+           max(abs(y)) filter (where side = 'left') as fin_left, max(abs(y)) filter (where side = 'right') as fin_right
+    from (
+        select side,
+               (held.tokens + sign * win.tokens)::double / (held.span_s + sign * win.w)
+                   - held.tokens::double / held.span_s as x,
+               (held.finished + sign * win.finished) / (held.span_s + sign * win.w) - held.finished / held.span_s as y
+        from (
+            select 'left' as side, band.k0 - 1 as k, 1 as sign from band
+            union all select 'left', band.k0, -1 from band where band.k1 > band.k0
+            union all select 'right', band.k1 + 1, 1 from band
+            union all select 'right', band.k1, -1 from band where band.k1 > band.k0
+        ) as moved
+        join win using (k)
+        cross join held
+    )
+),
+
 verdict as (
     select band.*, held.*, inband.in_band,
            greatest($min_span_share, $ramp_guard * bw.beta / (1 + bw.beta)) as min_span,
@@ -295,5 +356,25 @@ select
     case when v.reached then v.dur_ms::double / nullif(v.steps, 0) end as iteration_ms_mean,
     case when v.reached then v.decode * 1000 / nullif(v.dur_ms::double, 0) end as batch_per_iteration_tokens_per_s,
     case when v.reached then v.scaled_dur_ms::double / 1000 / v.span_s end as busy_share,
-    case when v.reached then v.scaled_decode::double / v.span_s end as step_decode_tokens_per_s
-from g, runlevel as r, stretch, bw, verdict as v, level
+    case when v.reached then v.scaled_decode::double / v.span_s end as step_decode_tokens_per_s,
+    case when v.reached then sh.sp / nullif(sh.ss, 0) end as steady_lag1_autocorrelation,
+    case when v.reached and sh.m >= $min_interval_windows and coalesce(sh.sp / nullif(sh.ss, 0), 0) <= $max_lag1
+        then sqrt(sh.ss / (sh.m - 1) / sh.m
+                  * (1 + greatest(coalesce(sh.sp / nullif(sh.ss, 0), 0), 0))
+                  / (1 - greatest(coalesce(sh.sp / nullif(sh.ss, 0), 0), 0))) end
+        as steady_output_tokens_per_s_se,
+    case when v.reached and sh.m >= $min_interval_windows and coalesce(sh.spf / nullif(sh.ssf, 0), 0) <= $max_lag1
+             and exists (select 1 from ok)
+        then sqrt(sh.ssf / (sh.m - 1) / sh.m
+                  * (1 + greatest(coalesce(sh.spf / nullif(sh.ssf, 0), 0), 0))
+                  / (1 - greatest(coalesce(sh.spf / nullif(sh.ssf, 0), 0), 0))) end
+        as steady_requests_per_s_se,
+    case when v.reached then coalesce(e.tok_left, 0) + coalesce(e.tok_right, 0) end as steady_output_tokens_per_s_edge,
+    case when v.reached and exists (select 1 from ok) then coalesce(e.fin_left, 0) + coalesce(e.fin_right, 0) end
+        as steady_requests_per_s_edge,
+    case when coalesce(sr.sp / nullif(sr.ss, 0), 0) <= $max_lag1
+        then sqrt(sr.ss / (sr.m - 1) / sr.m
+                  * (1 + greatest(coalesce(sr.sp / nullif(sr.ss, 0), 0), 0))
+                  / (1 - greatest(coalesce(sr.sp / nullif(sr.ss, 0), 0), 0))) end
+        as run_output_tokens_per_s_se
+from g, runlevel as r, stretch, bw, verdict as v, level, spread_hold as sh, edges as e, spread_run as sr

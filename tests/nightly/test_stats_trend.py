@@ -10,6 +10,7 @@ import numpy as np
 import polars as pl
 import pytest
 from altair.vegalite.v6.schema.core import Root
+from scipy.stats import t as student_t
 
 from pipeline.nightly.analysis import changes
 from pipeline.nightly.changepoint import Settings
@@ -67,7 +68,10 @@ def test_night_statistics_on_a_simulated_run(tmp_path):
     steady = s["steady_state"]
     assert steady["reached"], steady["reason"]  # a constant-rate simulated night holds its load
     got = stats["throughput.steady_output_tokens_per_s"]
-    assert got.value == pytest.approx(steady["steady_output_tokens_per_s"]) and got.ci_low is None
+    assert got.value == pytest.approx(steady["steady_output_tokens_per_s"])
+    u = steady["uncertainty"]  # a 95% interval: t on the steady windows times the SE, plus the edge allowance
+    half = student_t.ppf(0.975, u["windows"] - 1) * u["output_tokens_per_s_se"] + u["output_tokens_per_s_edge"]
+    assert (got.ci_low, got.ci_high) == pytest.approx((got.value - half, got.value + half), rel=1e-12)
     assert stats["fit.effective_bandwidth_gbps"].value == pytest.approx(s["fit"]["effective_bandwidth_gbps"])
     assert stats["stalls.rate"].value == pytest.approx(s["spikes"]["unexplained"] / s["iterations"])
     assert {m for m in stats if m.startswith("tail.tpot.")} >= {
