@@ -145,6 +145,20 @@ def _uncertainty(r: dict[str, Any]) -> dict[str, Any]:
 _RATES = ("output_tokens_per_s", "requests_per_s")
 
 
+def half_widths(st: dict[str, Any], confidence: float = 0.95) -> dict[str, float | None]:
+    """``{rate: half-width}`` of the steady rates' intervals: Student t on the steady windows
+    times the SE, plus the edge allowance (``STEADY``, "Uncertainty"); None without an SE."""
+    u = st.get("uncertainty") or {}
+    if u.get("output_tokens_per_s_se") is None:
+        return dict.fromkeys(_RATES)
+    from scipy.stats import t as student_t
+
+    q = float(student_t.ppf(0.5 + confidence / 2, u["windows"] - 1))
+    return {
+        k: None if u[f"{k}_se"] is None or u[f"{k}_edge"] is None else q * u[f"{k}_se"] + u[f"{k}_edge"] for k in _RATES
+    }
+
+
 def _n(v: Any, digits: int = 1) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
@@ -164,6 +178,15 @@ def format_lines(s: dict[str, Any]) -> list[str]:
         f"{_n(st['steady_output_tokens_per_s'])} output tokens/s, {_n(st['steady_requests_per_s'], 3)} requests/s "
         f"over {a:.1f}..{b:.1f} s from the start ({st['steady_token_share']:.0%} of the tokens){peak}"
     ]
+    half = half_widths(st)
+    if half["output_tokens_per_s"] is not None:
+        req = f", ±{half['requests_per_s']:.3f} requests/s" if half["requests_per_s"] is not None else ""
+        lines.append(
+            f"  95% interval: ±{half['output_tokens_per_s']:.1f} output tokens/s{req} "
+            f"(batch means over {st['uncertainty']['windows']} windows, plus the edges' allowance)"
+        )
+    elif st.get("uncertainty"):
+        lines.append(f"  no interval: {st['uncertainty']['no_interval']}")
     i = st.get("identity")
     if i:
         lines.append(
@@ -172,6 +195,14 @@ def format_lines(s: dict[str, Any]) -> list[str]:
             f"busy {i['busy_share']:.1%} of the window: {_n(i['step_decode_tokens_per_s'])} decode tokens/s from steps"
         )
     return lines + note
+
+
+def _interval_text(st: dict[str, Any]) -> str:
+    half = half_widths(st)["output_tokens_per_s"]
+    if half is None:
+        return f"none: {(st.get('uncertainty') or {}).get('no_interval')}"
+    v = st["steady_output_tokens_per_s"]
+    return f"{v - half:.1f} .. {v + half:.1f} (±{half:.1f})"
 
 
 def report_rows(s: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -185,6 +216,7 @@ def report_rows(s: dict[str, Any]) -> list[tuple[str, Any]]:
         a, b = st["steady_window_s"]
         rows += [
             ("output tokens/s, steady state", st["steady_output_tokens_per_s"]),
+            ("output tokens/s, steady state, 95% interval", _interval_text(st)),
             ("requests/s, steady state", st["steady_requests_per_s"]),
             ("steady window (s from start)", f"{a:.1f} .. {b:.1f} ({st['steady_token_share']:.0%} of the tokens)"),
         ]

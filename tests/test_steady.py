@@ -445,3 +445,22 @@ def test_a_steady_window_of_few_windows_has_no_interval(runs):
     assert u["output_tokens_per_s_se"] is None and u["requests_per_s_se"] is None
     assert u["output_tokens_per_s_edge"] > 0
     assert u["no_interval"] == "the steady window has 8 windows, fewer than 10"
+
+
+def test_text_and_report_show_the_steady_interval(runs, summaries):
+    """The 95% half-width shown is t(0.975, m - 1) * SE + edge, recomputed from the section."""
+    from scipy.stats import t as student_t
+
+    from pipeline.report.render import _stats_table
+
+    st = summaries["full"]["steady_state"]
+    u = st["uncertainty"]
+    half = student_t.ppf(0.975, u["windows"] - 1) * u["output_tokens_per_s_se"] + u["output_tokens_per_s_edge"]
+    line = next(x for x in format_summary(summaries["full"]).splitlines() if "95% interval" in x)
+    assert f"±{half:.1f} output tokens/s" in line and f"over {u['windows']} windows" in line
+    v = st["steady_output_tokens_per_s"]
+    assert f"{v - half:.1f} .. {v + half:.1f} (±{half:.1f})" in _stats_table(summaries["full"])
+    short = section(runs, "short_hold")
+    assert "  no interval: the steady window has 8 windows, fewer than 10" in steady.format_lines(
+        {"steady_state": short}
+    )
