@@ -32,6 +32,12 @@ allowance, since the steady window was chosen from the same window rates.
 
 The default confidence is 99%: a comparison tests ~30 statistics at once, and at
 95% a run against a re-run of the same workload flags one now and then.
+
+Known limit: the latency bootstrap treats requests as independent, but requests of one run
+share its queue and batches. Re-runs of one simulated load flag p90+ of TPOT, ITL and queueing
+far more often than the confidence says (``benchmarks/compare_reruns.py``: 8 of 8 pairs
+flagged something at 99%; docs/reports-and-audit.md). A block bootstrap over arrival time
+would fix it.
 """
 
 from __future__ import annotations
