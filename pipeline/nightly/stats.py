@@ -176,15 +176,12 @@ def night_statistics(
     if steady.get("reached") and steady.get("steady_output_tokens_per_s") is not None:
         # batch means over the steady window's windows, widened by the edge allowance: the
         # hold's edges were chosen from the same windows (pipeline/metrics.py STEADY)
-        v, u = float(steady["steady_output_tokens_per_s"]), steady.get("uncertainty") or {}
-        se, edge = u.get("output_tokens_per_s_se"), u.get("output_tokens_per_s_edge")
-        if se is None or edge is None:
-            out.append(Stat("throughput.steady_output_tokens_per_s", v))
-        else:
-            from scipy.stats import t as student_t
+        from ..steady import half_widths
 
-            half = float(student_t.ppf(0.5 + confidence / 2, u["windows"] - 1)) * se + edge
-            out.append(Stat("throughput.steady_output_tokens_per_s", v, v - half, v + half))
+        v, half = float(steady["steady_output_tokens_per_s"]), half_widths(steady, confidence)["output_tokens_per_s"]
+        out.append(
+            Stat("throughput.steady_output_tokens_per_s", v, *((v - half, v + half) if half is not None else ()))
+        )
     cv = (summary.get("iteration_ms") or {}).get("cv")
     if cv is not None:
         out.append(Stat("iteration_ms.cv", float(cv)))

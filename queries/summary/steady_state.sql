@@ -259,33 +259,42 @@ held as (
     group by band.k0, band.k1
 ),
 
-hold as (
-    -- the steady window's windows: each one's rate less the steady rate (d), and the window before's
-    select k, d, lag(d) over (order by k) as d_prev, df, lag(df) over (order by k) as df_prev
+devs as (
+    -- each window's rate less its mean: over the steady window, its tokens ('tok') and its
+    -- finished requests ('fin'); over the whole span, its tokens ('run')
+    select 'tok' as what, win.k, win.tokens::double / win.w - held.tokens::double / held.span_s as d
+    from win, band, held
+    where win.k between band.k0 and band.k1
+    union all
+    select 'fin', win.k, win.finished / win.w - held.finished / held.span_s
+    from win, band, held
+    where win.k between band.k0 and band.k1
+    union all
+    select 'run', win.k, win.tokens::double / win.w - r.tokens::double / (g.n * g.w)
+    from win, runlevel as r, g
+),
+
+spreads as (
+    -- batch means: sums in window order (the same bits however threads split them), the lag-1
+    -- autocorrelation rho, and the SE with the AR(1) inflation (none when rho > $max_lag1)
+    select what, m, rho,
+           case when coalesce(rho, 0) <= $max_lag1
+                then sqrt(ss / (m - 1) / m * (1 + greatest(coalesce(rho, 0), 0)) / (1 - greatest(coalesce(rho, 0), 0)))
+           end as se
     from (
-        select win.k,
-               win.tokens::double / win.w - held.tokens::double / held.span_s as d,
-               win.finished / win.w - held.finished / held.span_s as df
-        from win, band, held
-        where win.k between band.k0 and band.k1
+        select what, count(*) as m, sum(d * d order by k) as ss, sum(d * d_prev order by k) / nullif(sum(d * d order by k), 0) as rho
+        from (select what, k, d, lag(d) over (partition by what order by k) as d_prev from devs)
+        group by what
     )
 ),
 
-spread_hold as (
-    -- batch means: sums in window order, so the bits never depend on how threads split them
-    select count(*) as m,
-           sum(d * d order by k) as ss, sum(d * d_prev order by k) as sp,
-           sum(df * df order by k) as ssf, sum(df * df_prev order by k) as spf
-    from hold
-),
-
-spread_run as (
-    -- the same over every window of the span: the whole run's rate (tokens / span) as a batch mean
-    select count(*) as m, sum(d * d order by k) as ss, sum(d * d_prev order by k) as sp
-    from (
-        select k, d, lag(d) over (order by k) as d_prev
-        from (select win.k, win.tokens::double / win.w - r.tokens::double / (g.n * g.w) as d from win, runlevel as r, g)
-    )
+rate_se as (
+    select max(m) filter (where what = 'tok') as m,
+           max(rho) filter (where what = 'tok') as rho,
+           max(se) filter (where what = 'tok') as se_tok,
+           max(se) filter (where what = 'fin') as se_fin,
+           max(se) filter (where what = 'run') as se_run
+    from spreads
 ),
 
 edges as (
@@ -357,24 +366,12 @@ select
     case when v.reached then v.decode * 1000 / nullif(v.dur_ms::double, 0) end as batch_per_iteration_tokens_per_s,
     case when v.reached then v.scaled_dur_ms::double / 1000 / v.span_s end as busy_share,
     case when v.reached then v.scaled_decode::double / v.span_s end as step_decode_tokens_per_s,
-    case when v.reached then sh.sp / nullif(sh.ss, 0) end as steady_lag1_autocorrelation,
-    case when v.reached and sh.m >= $min_interval_windows and coalesce(sh.sp / nullif(sh.ss, 0), 0) <= $max_lag1
-        then sqrt(sh.ss / (sh.m - 1) / sh.m
-                  * (1 + greatest(coalesce(sh.sp / nullif(sh.ss, 0), 0), 0))
-                  / (1 - greatest(coalesce(sh.sp / nullif(sh.ss, 0), 0), 0))) end
-        as steady_output_tokens_per_s_se,
-    case when v.reached and sh.m >= $min_interval_windows and coalesce(sh.spf / nullif(sh.ssf, 0), 0) <= $max_lag1
-             and exists (select 1 from ok)
-        then sqrt(sh.ssf / (sh.m - 1) / sh.m
-                  * (1 + greatest(coalesce(sh.spf / nullif(sh.ssf, 0), 0), 0))
-                  / (1 - greatest(coalesce(sh.spf / nullif(sh.ssf, 0), 0), 0))) end
+    case when v.reached then sp.rho end as steady_lag1_autocorrelation,
+    case when v.reached and sp.m >= $min_interval_windows then sp.se_tok end as steady_output_tokens_per_s_se,
+    case when v.reached and sp.m >= $min_interval_windows and exists (select 1 from ok) then sp.se_fin end
         as steady_requests_per_s_se,
     case when v.reached then coalesce(e.tok_left, 0) + coalesce(e.tok_right, 0) end as steady_output_tokens_per_s_edge,
     case when v.reached and exists (select 1 from ok) then coalesce(e.fin_left, 0) + coalesce(e.fin_right, 0) end
         as steady_requests_per_s_edge,
-    case when coalesce(sr.sp / nullif(sr.ss, 0), 0) <= $max_lag1
-        then sqrt(sr.ss / (sr.m - 1) / sr.m
-                  * (1 + greatest(coalesce(sr.sp / nullif(sr.ss, 0), 0), 0))
-                  / (1 - greatest(coalesce(sr.sp / nullif(sr.ss, 0), 0), 0))) end
-        as run_output_tokens_per_s_se
-from g, runlevel as r, stretch, bw, verdict as v, level, spread_hold as sh, edges as e, spread_run as sr
+    sp.se_run as run_output_tokens_per_s_se
+from g, runlevel as r, stretch, bw, verdict as v, level, edges as e, rate_se as sp
