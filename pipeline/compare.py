@@ -5,22 +5,24 @@ For each metric (TTFT, TPOT, ITL, E2E, queueing, iteration time) and statistic
 (p50, p90, p99, p99.9, mean):
 
 * ``delta = cand - base`` and ``rel = cand / base - 1``;
-* a bootstrap CI of both.  Percentiles are bootstrapped *exactly* without
-  resampling arrays: a bootstrap sample's k-th order statistic is
-  ``F_n^-1(U_(k))`` with ``U_(k) ~ Beta(k, n-k+1)`` and, given it, the next one
-  ``U_(k+1) = U_(k) + (1 - U_(k)) * Beta(1, n-k)``; numpy's linear interpolation
-  between the two gives the bootstrap percentile.  So each replicate costs O(1)
-  after one sort, even for millions of token gaps.  The mean uses its normal
-  approximation ``N(mean, s^2/n)``.  Base and candidate are resampled independently;
-  the CI is the percentile interval of the replicate differences (ratios for ``rel``);
+* a bootstrap CI of both, from a **block bootstrap over time** (``pipeline.blockboot``): each
+  run's span is cut into blocks a few request residence times long, a replicate draws the
+  run's blocks with replacement and takes every value of a drawn block (weighted percentiles
+  and means, computed exactly without copying values). Requests of one run share its queue and
+  batches, so resampling single requests gave intervals far too narrow: every one of 8 re-run
+  pairs of one simulated load flagged some p90+ latency at 99%. Base and candidate are
+  resampled independently; the CI is the percentile interval of the replicate differences
+  (ratios for ``rel``), expanded for the fewer runs' blocks (``blockboot.tail_level``: Student t
+  on m - 1 degrees of freedom, as in batch means). A percentile with fewer than ``BlockRule.min_tail`` values beyond it in
+  either run (p99.9 of under 10,000 requests) gets no CI and no verdict;
 * ``regression`` when ``rel > threshold`` and the CI of ``delta`` lies above 0;
   ``improvement`` symmetrically; otherwise ``no significant change``.
 
 Mann-Whitney U (scipy, two-sided, asymptotic) compares whole distributions;
 ``prob_cand_greater`` = U / (n_base n_cand) is the chance that a random candidate
 value exceeds a random baseline one (ties count half).  Above ``MW_MAX`` values a
-seeded random subsample is tested (stated in the output).  Token gaps of one
-request are not independent, so treat ITL p-values as optimistic.
+seeded random subsample is tested (stated in the output).  Values of one run are not
+independent (see below), so treat its p-values as optimistic.
 
 Throughput (output tokens/s, requests/s) is one number per run; its CI is a normal
 approximation (compound Poisson over requests for tokens/s, Poisson counts for requests/s), and
@@ -32,12 +34,6 @@ allowance, since the steady window was chosen from the same window rates.
 
 The default confidence is 99%: a comparison tests ~30 statistics at once, and at
 95% a run against a re-run of the same workload flags one now and then.
-
-Known limit: the latency bootstrap treats requests as independent, but requests of one run
-share its queue and batches. Re-runs of one simulated load flag p90+ of TPOT, ITL and queueing
-far more often than the confidence says (``benchmarks/compare_reruns.py``: 8 of 8 pairs
-flagged something at 99%; docs/reports-and-audit.md). A block bootstrap over arrival time
-would fix it.
 """
 
 from __future__ import annotations
@@ -49,7 +45,8 @@ import duckdb
 import numpy as np
 
 from . import store
-from .metrics import COMPARED, SOURCES, STEADY, percentile_of
+from .blockboot import BLOCKS, Blocked, interval, mean_replicates, percentile_replicates, weights
+from .metrics import COMPARED, SOURCES, STEADY, TIME_OF, percentile_of
 
 METRICS = COMPARED  # from the registry (pipeline/metrics.py)
 STATS = ("p50", "p90", "p99", "p999", "mean")
@@ -87,6 +84,7 @@ class Comparison:
     skipped: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     one_sided: list[str] = field(default_factory=list)  # skipped metrics that one of the runs has
+    blocks: dict[str, dict[str, Any]] = field(default_factory=dict)  # each run's bootstrap blocks
 
     @property
     def regressions(self) -> list[Delta]:
@@ -103,6 +101,7 @@ class Comparison:
             "threshold": self.threshold,
             "confidence": self.confidence,
             "bootstrap_resamples": self.resamples,
+            "bootstrap_blocks": self.blocks,
             "regressed": bool(self.regressions),
             "exit_code": self.exit_code,
             "deltas": [asdict(d) for d in self.deltas],
@@ -122,25 +121,61 @@ def values(con: duckdb.DuckDBPyConnection, run_id: str, metric: str) -> np.ndarr
     return np.asarray(arr, dtype=float)
 
 
-def _order_stat(xs: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """F_n^-1(u) for sorted xs: the ceil(n u)-th smallest value."""
-    idx = np.clip(np.ceil(len(xs) * u).astype(np.int64) - 1, 0, len(xs) - 1)
-    return xs[idx]
+@dataclass(frozen=True)
+class RunBlocks:
+    """How a run is cut into time blocks for the bootstrap (``BlockRule``)."""
+
+    t_first: float | None
+    width_s: float | None
+    blocks: int
+    why: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"blocks": self.blocks, "block_s": self.width_s, "why": self.why}
 
 
-def boot_percentile(xs: np.ndarray, pct: float, b: int, rng: np.random.Generator) -> np.ndarray:
-    """``b`` bootstrap replicates of numpy's (linear) percentile ``pct`` of sorted ``xs``."""
-    n = len(xs)
-    h = (n - 1) * pct / 100
-    lo = int(np.floor(h))
-    frac = h - lo
-    k = lo + 1  # 1-based rank of the lower order statistic
-    u_k = rng.beta(k, n - k + 1, size=b)
-    x_k = _order_stat(xs, u_k)
-    if frac == 0 or k >= n:
-        return x_k
-    u_next = u_k + (1 - u_k) * rng.beta(1, n - k, size=b)
-    return x_k + frac * (_order_stat(xs, u_next) - x_k)
+def run_blocks(con: duckdb.DuckDBPyConnection, run_id: str) -> RunBlocks:
+    """The run's blocks: ``BLOCKS.blocks`` of its span and residence time (queries/compare/block_inputs.sql)."""
+    rows = store.rows(con, "compare/block_inputs", {"r": run_id})
+    t_first, span, residence = rows[0] if rows else (None, None, None)
+    m, why = BLOCKS.blocks(span, residence)
+    width = span / m if span is not None and span > 0 else None
+    return RunBlocks(t_first, width, m, why)
+
+
+def blocked_values(con: duckdb.DuckDBPyConnection, run_id: str, metric: str, rb: RunBlocks) -> Blocked:
+    """A metric's values in a run, sorted, each with its time block (``TIME_OF`` its table):
+    ``clamp(floor((t - t_first) / width_s), 0, m - 1)``; by position in time order (m blocks of
+    equal count) when the run has no span or a value has no time. DuckDB sorts and blocks the
+    values: tens of millions of token gaps are sorted once, in parallel."""
+    table, where = SOURCES[metric]
+    rows = f"from {table} where run_id = $r and {where} and {metric} is not null"
+    p: dict[str, Any] = {"r": run_id, "m": rb.blocks}
+    if rb.width_s is not None:
+        a = con.sql(
+            f"select {metric} as v, least(greatest(floor(({TIME_OF[table]} - $t0) / $w), 0), $m - 1)::smallint as b "
+            f"{rows} order by v",
+            params={**p, "t0": rb.t_first, "w": rb.width_s},
+        ).fetchnumpy()
+        if not len(a["b"]) or not np.ma.is_masked(a["b"]):
+            return Blocked(np.asarray(a["v"], dtype=float), np.asarray(a["b"], dtype=np.int16), rb.blocks)
+    a = con.sql(
+        f"select {metric} as v, (floor((row_number() over (order by {TIME_OF[table]} nulls last) - 1) * $m "
+        f"/ count(*) over ()))::smallint as b {rows} order by v",
+        params=p,
+    ).fetchnumpy()
+    return Blocked(np.asarray(a["v"], dtype=float), np.asarray(a["b"], dtype=np.int16), rb.blocks)
+
+
+def replicates(v: Blocked, w: np.ndarray) -> dict[str, np.ndarray | None]:
+    """Each stat's block-bootstrap replicates under weights ``w``; None for a percentile whose
+    tail is too thin for an interval (``BlockRule.min_tail``)."""
+    n = len(v.xs)
+    pcts = {s: _pct(s) for s in STATS if s != "mean" and not BLOCKS.tail_too_thin(n, _pct(s))}
+    out: dict[str, np.ndarray | None] = {s: None for s in STATS}
+    out.update(zip(pcts, percentile_replicates(v, w, list(pcts.values())), strict=True))
+    out["mean"] = mean_replicates(v, w)
+    return out
 
 
 def _point(xs: np.ndarray, stat: str) -> float:
@@ -153,13 +188,6 @@ def _pct(stat: str) -> float:
     return p
 
 
-def _replicates(xs: np.ndarray, stat: str, b: int, rng: np.random.Generator) -> np.ndarray:
-    if stat == "mean":
-        sd = xs.std(ddof=1) if len(xs) > 1 else 0.0
-        return rng.normal(xs.mean(), sd / np.sqrt(len(xs)), size=b)
-    return boot_percentile(xs, _pct(stat), b, rng)
-
-
 def _verdict(rel: float | None, lo: float | None, hi: float | None, threshold: float) -> str:
     if rel is None or lo is None or hi is None:
         return "no significant change"
@@ -170,29 +198,32 @@ def _verdict(rel: float | None, lo: float | None, hi: float | None, threshold: f
     return "no significant change"
 
 
-def compare_metric(
-    base: np.ndarray,
-    cand: np.ndarray,
+def delta(
     metric: str,
     stat: str,
+    base: np.ndarray,
+    cand: np.ndarray,
+    rb: np.ndarray | None,
+    rc: np.ndarray | None,
     threshold: float,
     confidence: float,
-    b: int,
-    rng: np.random.Generator,
+    blocks: int,
 ) -> Delta:
-    """Delta, bootstrap CI and verdict of one statistic (arrays sorted)."""
+    """Delta of one statistic of sorted ``base`` and ``cand``, its CI from the replicates ``rb``
+    and ``rc`` (NaN where a replicate drew no value: left out) expanded for ``blocks`` (the fewer
+    of the two runs', :func:`pipeline.blockboot.tail_level`), and the verdict; no CI and no verdict
+    where either has no replicates."""
     pb, pc = _point(base, stat), _point(cand, stat)
-    rb, rc = _replicates(base, stat, b, rng), _replicates(cand, stat, b, rng)
-    alpha = (1 - confidence) / 2
-    lo, hi = (float(v) for v in np.quantile(rc - rb, [alpha, 1 - alpha]))
-    rel = rel_lo = rel_hi = None
+    rel = pc / pb - 1 if pb > 0 else None
+    ci = None if rb is None or rc is None else interval(rc - rb, confidence, blocks)
+    if ci is None:
+        return Delta(metric, stat, pb, pc, pc - pb, rel)
+    rel_ci = None
     if pb > 0:
-        rel = pc / pb - 1
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = rc / rb - 1
-        ratio = ratio[np.isfinite(ratio)]
-        if len(ratio):
-            rel_lo, rel_hi = (float(v) for v in np.quantile(ratio, [alpha, 1 - alpha]))
+            rel_ci = interval(rc / rb - 1, confidence, blocks)
+    rel_lo, rel_hi = rel_ci if rel_ci is not None else (None, None)
+    lo, hi = ci
     return Delta(metric, stat, pb, pc, pc - pb, rel, lo, hi, rel_lo, rel_hi, _verdict(rel, lo, hi, threshold))
 
 
@@ -333,15 +364,31 @@ def compare(
     store.require_run(cand_con, cand_run)
     rng = np.random.default_rng(seed)
     out = Comparison(base_run, cand_run, threshold, confidence, resamples)
+    blocks_b, blocks_c = run_blocks(base_con, base_run), run_blocks(cand_con, cand_run)
+    out.blocks = {"baseline": blocks_b.to_dict(), "candidate": blocks_c.to_dict()}
+    # one draw of blocks per run for every metric: a replicate is one resampled run
+    wb, wc = weights(blocks_b.blocks, resamples, rng), weights(blocks_c.blocks, resamples, rng)
     for metric in METRICS:
-        base, cand = values(base_con, base_run, metric), values(cand_con, cand_run, metric)
+        vb, vc = (
+            blocked_values(base_con, base_run, metric, blocks_b),
+            blocked_values(cand_con, cand_run, metric, blocks_c),
+        )
+        base, cand = vb.xs, vc.xs
         if len(base) < 2 or len(cand) < 2:
             out.skipped[metric] = f"fewer than 2 values (baseline {len(base)}, candidate {len(cand)})"
             if max(len(base), len(cand)) >= 2:
                 out.one_sided.append(metric)
             continue
+        rb, rc = replicates(vb, wb), replicates(vc, wc)
+        fewer = min(blocks_b.blocks, blocks_c.blocks)
         for stat in STATS:
-            out.deltas.append(compare_metric(base, cand, metric, stat, threshold, confidence, resamples, rng))
+            out.deltas.append(delta(metric, stat, base, cand, rb[stat], rc[stat], threshold, confidence, fewer))
+        thin = [s for s in STATS if rb[s] is None or rc[s] is None]
+        if thin:
+            out.skipped[f"{metric} {', '.join(thin)}"] = (
+                f"no interval and no verdict: fewer than {BLOCKS.min_tail} values beyond the percentile "
+                f"(baseline {len(base)}, candidate {len(cand)} values)"
+            )
         out.tests[metric] = mann_whitney(base, cand, rng)
     tb, tc = _throughput(base_con, base_run), _throughput(cand_con, cand_run)
     for key in tb:

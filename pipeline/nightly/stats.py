@@ -3,9 +3,10 @@
 Names are ``<group>.<stat>`` (``tpot_ms.p99``, ``throughput.output_tokens_per_s``,
 ``tail.tpot.decode_baseline``); :func:`direction` says which way is worse.
 
-* Latency percentiles (TTFT, TPOT, ITL, E2E; p50, p90, p99): bootstrap over the
-  run's values, exactly and without resampling arrays
-  (:func:`pipeline.compare.boot_percentile`, order statistics drawn from Beta laws).
+* Latency percentiles (TTFT, TPOT, ITL, E2E; p50, p90, p99): the block bootstrap over time of
+  ``tracelat compare`` (:mod:`pipeline.blockboot`: requests of one run share its queue, so
+  resampling them one by one gave intervals too narrow); a percentile with too few values
+  beyond it (``BlockRule.min_tail``) gets the value only.
 * Throughput: the normal approximations of ``tracelat compare``.
 * Goodput attainment and request goodput (with an SLO file that has
   ``[goodput]``): binomial and Poisson normal approximations.
@@ -78,18 +79,26 @@ def label(metric: str) -> str:
 def _latency(
     con: duckdb.DuckDBPyConnection, run_id: str, confidence: float, resamples: int, rng: np.random.Generator
 ) -> list[Stat]:
-    from ..compare import boot_percentile, values
+    from ..blockboot import BLOCKS, interval, percentile_replicates, weights
+    from ..compare import blocked_values, run_blocks
 
-    alpha = (1 - confidence) / 2
+    blocks = run_blocks(con, run_id)
+    w = weights(blocks.blocks, resamples, rng)
     out = []
     for metric in LATENCY:
-        xs = values(con, run_id, metric)  # sorted
-        if len(xs) < 2:
+        v = blocked_values(con, run_id, metric, blocks)  # sorted
+        if len(v.xs) < 2:
             continue
+        thin = {name for name, pct in PERCENTILES.items() if BLOCKS.tail_too_thin(len(v.xs), pct)}
+        wide = {name: pct for name, pct in PERCENTILES.items() if name not in thin}
+        reps = dict(zip(wide, percentile_replicates(v, w, list(wide.values())), strict=True))
         for name, pct in PERCENTILES.items():
-            reps = boot_percentile(xs, pct, resamples, rng)
-            lo, hi = np.quantile(reps, [alpha, 1 - alpha])
-            out.append(Stat(f"{metric}.{name}", float(np.percentile(xs, pct)), float(lo), float(hi)))
+            value = float(np.percentile(v.xs, pct))
+            if name in thin:
+                out.append(Stat(f"{metric}.{name}", value))
+                continue
+            ci = interval(reps[name], confidence, blocks.blocks)
+            out.append(Stat(f"{metric}.{name}", value, *(ci or (None, None))))
     return out
 
 

@@ -63,7 +63,12 @@ def test_night_statistics_on_a_simulated_run(tmp_path):
     tpot = tpot_from_trace(night / "trace.jsonl")
     for p in (50, 90, 99):
         st = stats[f"tpot_ms.p{p}"]
-        assert st.value == pytest.approx(np.percentile(tpot, p)) and st.ci_low <= st.value <= st.ci_high
+        assert st.value == pytest.approx(np.percentile(tpot, p))
+        if len(tpot) * (1 - p / 100) >= 10:  # enough values beyond it for a block-bootstrap interval
+            assert st.ci_low <= st.value <= st.ci_high
+        else:
+            assert st.ci_low is None and st.ci_high is None
+    assert len(tpot) < 1000 and stats["tpot_ms.p99"].ci_low is None  # both kinds were seen
     assert stats["iteration_ms.cv"].value == pytest.approx(s["iteration_ms"]["cv"])
     steady = s["steady_state"]
     assert steady["reached"], steady["reason"]  # a constant-rate simulated night holds its load
