@@ -149,18 +149,21 @@ def blocked_values(con: duckdb.DuckDBPyConnection, run_id: str, metric: str, rb:
     equal count) when the run has no span or a value has no time. DuckDB sorts and blocks the
     values: tens of millions of token gaps are sorted once, in parallel."""
     table, where = SOURCES[metric]
+    time, order = TIME_OF[table]
     rows = f"from {table} where run_id = $r and {where} and {metric} is not null"
     p: dict[str, Any] = {"r": run_id, "m": rb.blocks}
     if rb.width_s is not None:
         a = con.sql(
-            f"select {metric} as v, least(greatest(floor(({TIME_OF[table]} - $t0) / $w), 0), $m - 1)::smallint as b "
+            # least/greatest skip NULLs: a missing time must stay NULL to send the run to positions
+            f"select {metric} as v, (case when {time} is not null "
+            f"then least(greatest(floor(({time} - $t0) / $w), 0), $m - 1) end)::smallint as b "
             f"{rows} order by v",
             params={**p, "t0": rb.t_first, "w": rb.width_s},
         ).fetchnumpy()
         if not len(a["b"]) or not np.ma.is_masked(a["b"]):
             return Blocked(np.asarray(a["v"], dtype=float), np.asarray(a["b"], dtype=np.int16), rb.blocks)
     a = con.sql(
-        f"select {metric} as v, (floor((row_number() over (order by {TIME_OF[table]} nulls last) - 1) * $m "
+        f"select {metric} as v, (floor((row_number() over (order by {order} nulls last) - 1) * $m "
         f"/ count(*) over ()))::smallint as b {rows} order by v",
         params=p,
     ).fetchnumpy()

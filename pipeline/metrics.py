@@ -319,12 +319,13 @@ COMPARED: tuple[str, ...] = tuple(m.name for m in REGISTRY if m.stats and m.comp
 HEADLINE: tuple[str, ...] = tuple(m.name for m in REGISTRY if m.stats and m.kind in ("latency", "step"))
 # metric -> (table, filter) holding its values in column <metric>; from this file only, so safe to format into SQL
 SOURCES: dict[str, tuple[str, str]] = {m.name: (m.table, m.where) for m in REGISTRY if m.stats}
-# table -> when its row happened (seconds, the run's clock): the block bootstrap of `tracelat compare`
-# groups values by it (pipeline/blockboot.py); a request by its arrival, a gap by its token, a step by its start
-TIME_OF: dict[str, str] = {
-    REQUEST_TABLE: "t_arrival",
-    "token_gaps": "t_token",
-    "iteration_metrics": "coalesce(t_start, t_end)",
+# table -> (when its row happened, in seconds on the run's clock; its order when times are missing):
+# the block bootstrap of `tracelat compare` groups values by it (pipeline/blockboot.py): a request
+# by its arrival, a token gap by its token, a step by its start (a step with only a duration, by its number)
+TIME_OF: dict[str, tuple[str, str]] = {
+    REQUEST_TABLE: ("t_arrival", "t_arrival, req_id"),
+    "token_gaps": ("t_token", "t_token, req_id, idx"),
+    "iteration_metrics": ("coalesce(t_start, t_end)", "coalesce(t_start, t_end), iter"),
 }
 STATS = ("p50", "p90", "p95", "p99", "p999", "mean", "std", "max", "count")
 

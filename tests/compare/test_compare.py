@@ -170,3 +170,35 @@ def test_throughput_has_a_ci(runs_db):
     assert tok.ci_low < tok.delta < tok.ci_high
     same = compare(con, "base", con, "base")
     assert all(d.verdict == "no significant change" for d in same.deltas if d.metric == "throughput")
+
+
+def test_steps_without_times_are_blocked_by_position(tmp_path):
+    """Steps that logged only a duration have no time: they are cut into blocks of equal count
+    in step order, while the run's requests keep their time blocks."""
+    from pipeline import ingest, store
+
+    lines = [{"kind": "run", "run_id": "d", "engine": "hand"}]
+    lines += [{"kind": "iteration", "iter": i, "dur_ms": 5.0 + (i % 7)} for i in range(95)]
+    lines += [
+        {
+            "kind": "request",
+            "req_id": f"q{k}",
+            "t_arrival": k * 1.0,
+            "t_first_token": k + 0.1,
+            "t_finish": k + 0.5,
+            "output_tokens": 3,
+        }
+        for k in range(60)
+    ]
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    con = store.connect(tmp_path / "s.duckdb")
+    ingest.ingest_paths(con, [path])
+    store.build_derived(con)
+    rb = run_blocks(con, "d")
+    assert rb.width_s is not None and rb.blocks == 30  # 59.5 s / (4 x 0.5 s) = 29.75 -> 30 blocks
+    steps = blocked_values(con, "d", "iteration_ms", rb)
+    want = sorted(zip([5.0 + (i % 7) for i in range(95)], [i * 30 // 95 for i in range(95)]))
+    assert sorted(zip(steps.xs.tolist(), steps.block.tolist())) == want
+    ttft = blocked_values(con, "d", "ttft_ms", rb)
+    assert sorted(ttft.block.tolist()) == sorted(min(int(k / rb.width_s), 29) for k in range(60))
