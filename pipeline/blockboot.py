@@ -119,27 +119,12 @@ CHUNK = 4096  # replicates per matrix product (bounds memory at CHUNK x GRID dou
 
 @dataclass(frozen=True)
 class Blocked:
-    """One metric's values of a run, sorted, each with the time block it fell in."""
+    """One metric's values of a run, sorted, each with the time block it fell in
+    (``pipeline.compare.blocked_values`` cuts them)."""
 
     xs: np.ndarray  # sorted values
-    block: np.ndarray  # block index (0..m-1) of each sorted value (m <= 32767)
+    block: np.ndarray  # int16 block index (0..m-1) of each sorted value
     m: int  # blocks in the run (some may hold none of this metric's values)
-
-    @classmethod
-    def of(cls, xs: np.ndarray, t: np.ndarray, t0: float | None, width_s: float | None, m: int) -> Blocked:
-        """Values ``xs`` observed at times ``t`` (in time order), in ``m`` blocks of ``width_s`` from
-        ``t0``; times outside the span go to the first or last block. Without a span or with a
-        time missing, the values are cut by their position instead (``m`` blocks of equal count)."""
-        xs = np.asarray(xs, dtype=float)
-        t = np.asarray(t, dtype=float)
-        n = len(xs)
-        if t0 is not None and width_s is not None and width_s > 0 and not np.isnan(t).any():
-            b = np.floor((t - t0) / width_s)
-        else:
-            b = np.floor(np.arange(n) * m / max(n, 1))
-        b = np.clip(b, 0, m - 1).astype(np.int16)
-        order = np.argsort(xs, kind="stable")
-        return cls(xs[order], b[order], m)
 
     @property
     def counts(self) -> np.ndarray:
@@ -166,7 +151,7 @@ class _Ranks:
         self.n, self.m = n, v.m
         # composite key block * n + rank, sorted: a block's ranks are one ascending run (a stable
         # sort of small integers is a radix sort: linear in n)
-        order = np.argsort(v.block.astype(np.int16), kind="stable")
+        order = np.argsort(v.block, kind="stable")
         self.keys = v.block[order].astype(np.int64) * n + order
         self.starts = np.searchsorted(self.keys, np.arange(v.m, dtype=np.int64) * n)
 

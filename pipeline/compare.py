@@ -12,17 +12,19 @@ For each metric (TTFT, TPOT, ITL, E2E, queueing, iteration time) and statistic
   batches, so resampling single requests gave intervals far too narrow: every one of 8 re-run
   pairs of one simulated load flagged some p90+ latency at 99%. Base and candidate are
   resampled independently; the CI is the percentile interval of the replicate differences
-  (ratios for ``rel``), expanded for the fewer runs' blocks (``blockboot.tail_level``: Student t
-  on m - 1 degrees of freedom, as in batch means). A percentile with fewer than ``BlockRule.min_tail`` values beyond it in
-  either run (p99.9 of under 10,000 requests) gets no CI and no verdict;
+  (ratios for ``rel``), expanded for the fewer runs' blocks (``blockboot.tail_level``: Student
+  t on m - 1 degrees of freedom, as in batch means). A percentile with fewer than
+  ``BlockRule.min_tail`` values beyond it in either run (p99.9 of under 10,000 requests) gets
+  no CI and no verdict;
 * ``regression`` when ``rel > threshold`` and the CI of ``delta`` lies above 0;
   ``improvement`` symmetrically; otherwise ``no significant change``.
 
 Mann-Whitney U (scipy, two-sided, asymptotic) compares whole distributions;
 ``prob_cand_greater`` = U / (n_base n_cand) is the chance that a random candidate
 value exceeds a random baseline one (ties count half).  Above ``MW_MAX`` values a
-seeded random subsample is tested (stated in the output).  Values of one run are not
-independent (see below), so treat its p-values as optimistic.
+seeded random subsample is tested (stated in the output).  It treats values as
+independent, which values of one run are not (above): read its p-values as a description,
+not a gate.
 
 Throughput (output tokens/s, requests/s) is one number per run; its CI is a normal
 approximation (compound Poisson over requests for tokens/s, Poisson counts for requests/s), and
@@ -111,16 +113,6 @@ class Comparison:
         }
 
 
-def values(con: duckdb.DuckDBPyConnection, run_id: str, metric: str) -> np.ndarray:
-    """All values of a metric in a run (ok requests / token gaps / steps), sorted."""
-    table, where = SOURCES[metric]
-    arr = con.sql(
-        f"select {metric} as v from {table} where run_id = $r and {where} and {metric} is not null order by {metric}",
-        params={"r": run_id},
-    ).fetchnumpy()["v"]
-    return np.asarray(arr, dtype=float)
-
-
 @dataclass(frozen=True)
 class RunBlocks:
     """How a run is cut into time blocks for the bootstrap (``BlockRule``)."""
@@ -152,6 +144,7 @@ def blocked_values(con: duckdb.DuckDBPyConnection, run_id: str, metric: str, rb:
     time, order = TIME_OF[table]
     rows = f"from {table} where run_id = $r and {where} and {metric} is not null"
     p: dict[str, Any] = {"r": run_id, "m": rb.blocks}
+    a = None
     if rb.width_s is not None:
         a = con.sql(
             # least/greatest skip NULLs: a missing time must stay NULL to send the run to positions
@@ -160,24 +153,24 @@ def blocked_values(con: duckdb.DuckDBPyConnection, run_id: str, metric: str, rb:
             f"{rows} order by v",
             params={**p, "t0": rb.t_first, "w": rb.width_s},
         ).fetchnumpy()
-        if not len(a["b"]) or not np.ma.is_masked(a["b"]):
-            return Blocked(np.asarray(a["v"], dtype=float), np.asarray(a["b"], dtype=np.int16), rb.blocks)
-    a = con.sql(
-        f"select {metric} as v, (floor((row_number() over (order by {order} nulls last) - 1) * $m "
-        f"/ count(*) over ()))::smallint as b {rows} order by v",
-        params=p,
-    ).fetchnumpy()
+    if a is None or np.ma.is_masked(a["b"]):
+        a = con.sql(
+            f"select {metric} as v, (floor((row_number() over (order by {order} nulls last) - 1) * $m "
+            f"/ count(*) over ()))::smallint as b {rows} order by v",
+            params=p,
+        ).fetchnumpy()
     return Blocked(np.asarray(a["v"], dtype=float), np.asarray(a["b"], dtype=np.int16), rb.blocks)
 
 
-def replicates(v: Blocked, w: np.ndarray) -> dict[str, np.ndarray | None]:
+def replicates(v: Blocked, w: np.ndarray, stats: tuple[str, ...] = STATS) -> dict[str, np.ndarray | None]:
     """Each stat's block-bootstrap replicates under weights ``w``; None for a percentile whose
     tail is too thin for an interval (``BlockRule.min_tail``)."""
     n = len(v.xs)
-    pcts = {s: _pct(s) for s in STATS if s != "mean" and not BLOCKS.tail_too_thin(n, _pct(s))}
-    out: dict[str, np.ndarray | None] = {s: None for s in STATS}
+    pcts = {s: _pct(s) for s in stats if s != "mean" and not BLOCKS.tail_too_thin(n, _pct(s))}
+    out: dict[str, np.ndarray | None] = {s: None for s in stats}
     out.update(zip(pcts, percentile_replicates(v, w, list(pcts.values())), strict=True))
-    out["mean"] = mean_replicates(v, w)
+    if "mean" in stats:
+        out["mean"] = mean_replicates(v, w)
     return out
 
 

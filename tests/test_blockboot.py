@@ -10,6 +10,16 @@ from scipy import stats
 from pipeline import blockboot as bb
 
 
+def _blocked(xs: np.ndarray, block: np.ndarray, m: int) -> bb.Blocked:
+    """Values with their blocks, sorted as ``pipeline.compare.blocked_values`` returns them."""
+    order = np.argsort(xs, kind="stable")
+    return bb.Blocked(np.asarray(xs, dtype=float)[order], np.asarray(block, dtype=np.int16)[order], m)
+
+
+def _by_time(t: np.ndarray, width_s: float, m: int) -> np.ndarray:
+    return np.clip(np.floor(t / width_s), 0, m - 1)
+
+
 def _brute(v: bb.Blocked, w: np.ndarray, pct: float | None) -> np.ndarray:
     out = []
     for wr in w:
@@ -28,7 +38,7 @@ def test_replicates_equal_brute_force(n, m, decimals):
     xs = rng.lognormal(size=n)
     xs = xs if decimals is None else xs.round(decimals)  # rounding makes ties
     t = rng.uniform(0, 100, n)
-    v = bb.Blocked.of(xs, t, 0.0, 100 / m, m)
+    v = _blocked(xs, _by_time(t, 100 / m, m), m)
     assert np.array_equal(np.sort(xs), v.xs) and v.counts.sum() == n
     w = bb.weights(m, 200, rng)
     pcts = [0, 37, 50, 90, 99, 99.9, 100]
@@ -44,7 +54,7 @@ def test_wide_brackets_are_placed_within_a_grid_step():
     n, m = 200_000, 8
     t = np.sort(rng.uniform(0, 80, n))
     xs = rng.lognormal(size=n) * (1 + np.floor(t / 10) / 4)  # each block its own level: wide spread
-    v = bb.Blocked.of(xs, t, 0.0, 10.0, m)
+    v = _blocked(xs, _by_time(t, 10.0, m), m)
     w = bb.weights(m, 60, rng)
     for pct, got in zip((50, 99), bb.percentile_replicates(v, w, [50, 99]), strict=True):
         want = _brute(v, w, pct)
@@ -57,7 +67,7 @@ def test_one_value_per_block_is_the_classic_bootstrap():
     rng = np.random.default_rng(7)
     n = 300
     xs = rng.gamma(2.0, 10.0, n)
-    v = bb.Blocked.of(xs, np.arange(n), None, None, n)
+    v = _blocked(xs, np.arange(n), n)
     assert sorted(v.block.tolist()) == list(range(n))
     got = bb.percentile_replicates(v, bb.weights(n, 20_000, rng), [90])[0]
     brute = np.percentile(np.sort(xs)[rng.integers(0, n, (20_000, n))], 90, axis=1)
@@ -65,17 +75,6 @@ def test_one_value_per_block_is_the_classic_bootstrap():
     for q in (2.5, 25, 50, 75, 97.5):
         assert np.percentile(got, q) == pytest.approx(np.percentile(brute, q), abs=0.03 * spread)
     assert stats.ks_2samp(got.round(9), brute.round(9)).statistic < 0.03
-
-
-def test_blocks_by_time_and_by_position():
-    xs = np.array([5.0, 1.0, 3.0, 2.0])
-    v = bb.Blocked.of(xs, np.array([-1.0, 0.5, 1.5, 9.0]), 0.0, 1.0, 3)
-    # sorted values 1, 2, 3, 5 at times 0.5, 9 (past the span: last block), 1.5, -1 (before: first)
-    assert v.xs.tolist() == [1.0, 2.0, 3.0, 5.0] and v.block.tolist() == [0, 2, 1, 0]
-    assert v.counts.tolist() == [2.0, 1.0, 1.0]
-    # a missing time: blocks of equal count by position (the rows come in time order)
-    p = bb.Blocked.of(xs, np.array([0.0, np.nan, 2.0, 3.0]), 0.0, 1.0, 2)
-    assert dict(zip(p.xs.tolist(), p.block.tolist())) == {5.0: 0, 1.0: 0, 3.0: 1, 2.0: 1}
 
 
 def test_weights_draw_m_blocks():

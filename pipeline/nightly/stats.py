@@ -79,8 +79,8 @@ def label(metric: str) -> str:
 def _latency(
     con: duckdb.DuckDBPyConnection, run_id: str, confidence: float, resamples: int, rng: np.random.Generator
 ) -> list[Stat]:
-    from ..blockboot import BLOCKS, interval, percentile_replicates, weights
-    from ..compare import blocked_values, run_blocks
+    from ..blockboot import interval, weights
+    from ..compare import blocked_values, replicates, run_blocks
 
     blocks = run_blocks(con, run_id)
     w = weights(blocks.blocks, resamples, rng)
@@ -89,16 +89,11 @@ def _latency(
         v = blocked_values(con, run_id, metric, blocks)  # sorted
         if len(v.xs) < 2:
             continue
-        thin = {name for name, pct in PERCENTILES.items() if BLOCKS.tail_too_thin(len(v.xs), pct)}
-        wide = {name: pct for name, pct in PERCENTILES.items() if name not in thin}
-        reps = dict(zip(wide, percentile_replicates(v, w, list(wide.values())), strict=True))
+        reps = replicates(v, w, tuple(PERCENTILES))  # None where the tail is too thin
         for name, pct in PERCENTILES.items():
-            value = float(np.percentile(v.xs, pct))
-            if name in thin:
-                out.append(Stat(f"{metric}.{name}", value))
-                continue
-            ci = interval(reps[name], confidence, blocks.blocks)
-            out.append(Stat(f"{metric}.{name}", value, *(ci or (None, None))))
+            r = reps[name]
+            ci = None if r is None else interval(r, confidence, blocks.blocks)
+            out.append(Stat(f"{metric}.{name}", float(np.percentile(v.xs, pct)), *(ci or (None, None))))
     return out
 
 
