@@ -10,18 +10,26 @@ so each output escapes them for its own syntax:
 * Markdown (PR comments, table cells): :func:`md_text`.
 * XML (JUnit): :func:`xml_clean` drops characters XML 1.0 cannot hold (ElementTree
   escapes the rest).
+
+File names are hostile too: DuckDB's and Polars' readers take a path as a glob pattern
+and expand a leading ``~``, so a log named ``[ab].jsonl`` would read ``a.jsonl`` and
+``b.jsonl`` instead. :func:`glob_literal` turns a path into the pattern that matches
+only that file.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import os
 import re
 from typing import Any
 
 _SCRIPT_UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 _XML_INVALID = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 # characters that can start markup inside a line (links need "[", images "![", so "(" and "!" are inert)
+# DuckDB's glob syntax (* ? [...]); inside brackets each of these stands for itself
+_GLOB_SPECIAL = re.compile(r"([\[\]*?])")
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]|~])")
 
 
@@ -56,3 +64,12 @@ def md_text(value: Any, limit: int | None = 120) -> str:
 def xml_clean(value: Any) -> str:
     """``value`` as a string XML 1.0 can hold (invalid characters become U+FFFD)."""
     return _XML_INVALID.sub("\ufffd", "" if value is None else str(value))
+
+
+def glob_literal(path: Any) -> str:
+    """``path`` as a DuckDB file pattern that matches that one file and no other.
+
+    Absolute, so a relative name starting with ``~`` is not taken for the home folder;
+    each of ``[ ] * ?`` in a bracket of its own, so it stands for itself.
+    """
+    return _GLOB_SPECIAL.sub(r"[\1]", os.path.abspath(os.fspath(path)))

@@ -42,6 +42,7 @@ from urllib.parse import quote
 import duckdb
 
 from . import store
+from .escape import glob_literal
 
 # ingests with the run(s) whose partition holds them: every run it touched, else its default run
 INGEST_RUNS = (
@@ -83,8 +84,9 @@ def _globs(lake: Path, table: str, run_ids: list[str] | None) -> list[str]:
     if not d.is_dir():
         return []
     if run_ids is None:
-        return [str(d / "*" / "*.parquet")] if any(p.name.startswith("run_id=") for p in d.iterdir()) else []
-    return [str(d / n / "*.parquet") for n in sorted({part_name(r) for r in run_ids}) if (d / n).is_dir()]
+        return [glob_literal(d) + "/*/*.parquet"] if any(p.name.startswith("run_id=") for p in d.iterdir()) else []
+    # the folder names are ours (percent-encoded); the lake's own path may hold glob characters
+    return [glob_literal(d / n) + "/*.parquet" for n in sorted({part_name(r) for r in run_ids}) if (d / n).is_dir()]
 
 
 def _has(lake: Path, table: str) -> bool:
@@ -184,8 +186,9 @@ def export_locked(con, run_ids: list[str], lake: Path) -> dict[str, int]:
                 "create or replace temp table _lake_run as select * from temp.main._lake_out where run_id = $r",
                 {"r": run},
             )
-            # COPY takes its target as text: the path is ours (a uuid folder, an encoded name)
-            target = store.quote_literal(str(folder / "data_0.parquet"))
+            # COPY takes its target as text: the path is ours (a uuid folder, an encoded name), and
+            # absolute, so a lake named "~x" is not written to the home folder
+            target = store.quote_literal(os.path.abspath(folder / "data_0.parquet"))
             con.execute(f"copy temp.main._lake_run to {target} (format parquet)")
         con.execute("drop table if exists temp.main._lake_run")
         if n:

@@ -11,6 +11,7 @@ import duckdb
 
 from .. import store
 from ..errors import InputError
+from ..escape import glob_literal
 from . import reader
 from .canonical_sql import OWN_NAMES, stage_sql
 from .load import MAX_RUN_CASES, Batch, last_run_case
@@ -84,7 +85,7 @@ class StagedJsonl:
         stage: str | None = None,
     ):
         self.con, self.path, self.default_run = con, path, default_run
-        self.params = {"path": str(path), **(read_params or {})}
+        self.params = {"path": glob_literal(path), **(read_params or {})}
         comp = reader.compression(path)
         # read: another relation of the file's records as JSON text in a column ``raw`` (Parquet)
         self.read = read or _READ.format(max_line=MAX_LINE_BYTES, compression={"none": "none"}.get(comp, comp))
@@ -244,7 +245,7 @@ def stage_parquet(con: duckdb.DuckDBPyConnection, path: Path, default_run: str) 
     None when DuckDB cannot read it (convert_parquet then reads it with PyArrow and says why)."""
 
     def make() -> StagedJsonl:
-        columns = _typed_columns(con, "read_parquet($path)", {"path": str(path)})
+        columns = _typed_columns(con, "read_parquet($path)", {"path": glob_literal(path)})
         names = [name for name, _ in columns]
         row, keys = json_row_sql(names)
         read = f"(select {row} as raw from read_parquet($path))"  # in file order: row k is "line" k

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import InputError
+from ..escape import glob_literal
 
 if TYPE_CHECKING:  # Arrow loads only for files read line by line here (not DuckDB's reader)
     import pyarrow as pa
@@ -285,7 +286,7 @@ def duckdb_line_batches(path: Path, progress: Progress | None = None) -> Iterato
     def batches() -> Iterator[pa.Table]:
         next_line = 1
         try:
-            for rb in con.sql(sql, params={"path": str(path)}).to_arrow_reader(rows):
+            for rb in con.sql(sql, params={"path": glob_literal(path)}).to_arrow_reader(rows):
                 n = rb.num_rows
                 yield pa.table({"line_no": pa.array(np.arange(next_line, next_line + n, dtype=np.int64)), "raw": rb[0]})
                 next_line += n

@@ -125,7 +125,7 @@ class History:
         (self.dir / "runs").mkdir(parents=True, exist_ok=True)
         path = self.dir / "history.duckdb"
         try:
-            self.con = duckdb.connect(str(path))
+            self.con = duckdb.connect(str(path.absolute()))  # DuckDB reads a leading "~" as the home folder
         except duckdb.Error as exc:
             raise StoreError(f"cannot open the nightly history {path}: {exc} (another nightly job running?)") from exc
         self.con.execute(SCHEMA)

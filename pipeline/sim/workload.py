@@ -240,9 +240,11 @@ def _read_table(path: Path):
     name = path.name.lower().removesuffix(".gz")
     is_jsonl = name.endswith((".jsonl", ".ndjson", ".json"))
     try:
+        # Polars takes a path as a glob pattern: give it the file itself ("[ab].csv" is one file)
         if is_jsonl:
-            return pl.read_ndjson(path, infer_schema_length=None), 1
-        return pl.read_csv(path, infer_schema_length=None), 2
+            with open(path, "rb") as f:
+                return pl.read_ndjson(f, infer_schema_length=None), 1
+        return pl.read_csv(path, infer_schema_length=None, glob=False), 2
     except Exception as exc:  # polars raises several error types; find the line ourselves
         line = _first_bad_json_line(path) if is_jsonl else None
         raise _bad(
