@@ -151,7 +151,7 @@ REGISTRY: tuple[Metric, ...] = (
     Metric(
         "output_tokens_per_s",
         "tokens/s",
-        "sum(N of ok requests) / duration_s",
+        "sum(N of ok requests) / duration_s (no request N: sum(decode_tokens) / steps' span)",
         "run",
         "run_summary",
         "throughput",

@@ -6,9 +6,11 @@
 --                           wall time: first request sent to last finished, as vllm bench
 --                           reports it); a run without request records uses its steps,
 --                           max(t_end) - min(t_start). Never a span over two sources' clocks.
---   output_tokens_per_s   = sum(output_tokens of ok requests) / duration_s; a run without
---                           request records uses sum(decode_tokens) of its iterations instead
---                           (throughput_source says which)
+--   output_tokens_per_s   = sum(output_tokens of ok requests) / duration_s (0 with no ok
+--                           request); a run without request records, or whose ok requests do
+--                           not all say their output_tokens, uses sum(decode_tokens) of its
+--                           iterations over its steps' span, max(t_end) - min(t_start)
+--                           (throughput_source says which): tokens and span from one source
 --   busy_s                = sum of iteration durations (engine busy time), summed exactly (each
 --                           dur_ms to 1e-9 ms as DECIMAL): a float sum depends on the rows' order
 --   A log that samples its decode steps (SGLang writes one Decode line per
@@ -22,6 +24,7 @@ with req as (
         count(*) filter (where status = 'ok') as requests_ok,
         count(*) filter (where status <> 'ok') as requests_failed,
         sum(output_tokens) filter (where status = 'ok') as output_tokens,
+        count(*) filter (where status = 'ok' and output_tokens is null) as ok_without_tokens,
         sum(prompt_tokens) filter (where status = 'ok') as prompt_tokens,
         min(t_arrival) as t_first,
         max(greatest(t_finish, t_first_token, t_arrival)) as t_last
@@ -53,10 +56,11 @@ joined as (
         coalesce(req.requests_ok, 0) as requests_ok,
         coalesce(req.requests_failed, 0) as requests_failed,
         coalesce(it.iterations, 0) as iterations,
-        req.output_tokens,
+        case when req.ok_without_tokens = 0 then coalesce(req.output_tokens, 0) end as output_tokens,
         req.prompt_tokens,
         it.decode_tokens,
         it.busy_s,
+        it.t_last - it.t_first as steps_s,
         coalesce(req.t_first, it.t_first) as t_first,
         coalesce(req.t_last, it.t_last) as t_last
     from runs
@@ -74,7 +78,8 @@ select
     t_last,
     t_last - t_first as duration_s,
     busy_s,
-    coalesce(output_tokens, decode_tokens) / nullif(t_last - t_first, 0) as output_tokens_per_s,
+    case when output_tokens is not null then output_tokens / nullif(t_last - t_first, 0)
+         else decode_tokens / nullif(steps_s, 0) end as output_tokens_per_s,
     case when requests > 0 then requests_ok / nullif(t_last - t_first, 0) end as requests_per_s,
     case when output_tokens is not null then 'requests' when decode_tokens is not null then 'iterations' end
         as throughput_source

@@ -77,3 +77,33 @@ def test_summary_keys_match_spec(tiny):
         assert set(metrics.STATS) <= set(tiny[m])
     assert "cv" in tiny["iteration_ms"]
     assert set(tiny["throughput"]) >= {"output_tokens_per_s", "requests_per_s"}
+
+
+def _variant(tmp_path: Path, name: str, requests: list[str]) -> Path:
+    """tiny's run and steps (decode 0+1+2+1 = 4 tokens over 1.000-1.075 s) with other requests."""
+    lines = TINY.read_text().splitlines()
+    f = tmp_path / f"{name}.jsonl"
+    f.write_text("\n".join(lines[:5] + requests) + "\n")
+    return f
+
+
+@pytest.mark.parametrize(
+    "requests, tokens_per_s, source",
+    [
+        # every request failed: the client got no tokens over its span (not step tokens over it)
+        (['{"kind":"request","req_id":"C","t_arrival":1.0,"t_finish":1.5,"status":"error"}'], 0.0, "requests"),
+        # an ok request without output_tokens: the steps' tokens over the steps' span (0.075 s)
+        (
+            ['{"kind":"request","req_id":"A","t_arrival":0.5,"t_first_token":1.02,"t_finish":2.5}'],
+            4 / 0.075,
+            "iterations",
+        ),
+    ],
+)
+def test_throughput_takes_tokens_and_span_from_one_source(con, tmp_path, requests, tokens_per_s, source):
+    ingest.ingest_paths(con, [_variant(tmp_path, "tiny", requests)])
+    store.build_derived(con)
+    got = summary(con, "tiny")
+    assert got["throughput"]["output_tokens_per_s"] == pytest.approx(tokens_per_s)
+    assert got["throughput"]["source"] == source
+    assert got["throughput"]["requests_per_s"] == pytest.approx(0.0 if source == "requests" else 1 / 2.0)
