@@ -15,7 +15,7 @@ For each metric (TTFT, TPOT, ITL, E2E, queueing, iteration time) and statistic
   (ratios for ``rel``), expanded for the fewer runs' blocks (``blockboot.tail_level``: Student
   t on m - 1 degrees of freedom, as in batch means). A percentile with fewer than
   ``BlockRule.min_tail`` values beyond it in either run (p99.9 of under 10,000 requests) gets
-  no CI and no verdict;
+  no CI and the verdict ``no verdict``;
 * ``regression`` when ``rel > threshold`` and the CI of ``delta`` lies above 0;
   ``improvement`` symmetrically; otherwise ``no significant change``.
 
@@ -69,7 +69,7 @@ class Delta:
     ci_high: float | None = None
     rel_low: float | None = None
     rel_high: float | None = None
-    verdict: str = "no significant change"
+    verdict: str = "no verdict"  # no CI: too few values beyond the percentile to judge
 
 
 @dataclass

@@ -16,7 +16,7 @@ from ..escape import html_text, md_text
 from .render import name_digest, safe_name
 from .page import Section, card, page, table
 
-ICON = {"regression": "\u274c", "improvement": "\u2705", "no significant change": ""}
+ICON = {"regression": "\u274c", "improvement": "\u2705", "no significant change": "", "no verdict": ""}
 
 
 def default_out_dir(base_run: str, cand_run: str) -> Path:
@@ -153,7 +153,7 @@ def comparison_markdown(comp: Comparison, only_changes: bool = False) -> str:
         f"{n_reg} regression{'s' if n_reg != 1 else ''}: {md_text(comp.cand_run)} vs baseline "
         f"{md_text(comp.base_run)}"
     )
-    rows: list[Any] = [d for d in comp.deltas if not only_changes or d.verdict != "no significant change"]
+    rows: list[Any] = [d for d in comp.deltas if not only_changes or d.verdict in ("regression", "improvement")]
     lines = [
         head,
         "",
