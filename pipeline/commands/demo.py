@@ -11,6 +11,8 @@ from ..resources import EXAMPLE_SLO
 from ..terminal import echo
 from .options import db_option
 
+SIMULATED = "demo-simulated"
+
 
 @click.command()
 @db_option
@@ -21,7 +23,11 @@ from .options import db_option
     help="Trace to analyse (default: the bundled simulated incident, fixtures/demo/incident.jsonl.gz).",
 )
 @click.option(
-    "--simulate", "fresh", is_flag=True, help="Simulate a new incident run instead of using the bundled trace."
+    "--simulate",
+    "fresh",
+    is_flag=True,
+    help="Simulate a new incident (a random seed, printed) as run demo-simulated, replacing the last one, "
+    "instead of using the bundled trace.",
 )
 @click.option(
     "--out",
@@ -43,10 +49,15 @@ def demo(db: str, trace: Path | None, fresh: bool, out: Path | None, open_report
     from ..ingest import reader
 
     if fresh:
+        import secrets
+
         from ..fixtures_gen import make_incident
 
-        trace = make_incident(Path(db).with_suffix("").parent / "demo-incident.jsonl.gz")
-        echo(f"simulated {trace}")
+        # its own run id, replaced each time: the same id as the bundled run would make every
+        # step of the new trace a duplicate of the stored run's
+        seed = secrets.randbelow(2**31)
+        trace = make_incident(Path(db).with_suffix("").parent / f"{SIMULATED}.jsonl.gz", seed=seed, run_id=SIMULATED)
+        echo(f"simulated {trace} (seed {seed})")
     if trace is None:
         if not BUNDLED.exists():
             raise InputError(
@@ -55,7 +66,7 @@ def demo(db: str, trace: Path | None, fresh: bool, out: Path | None, open_report
             )
         trace = BUNDLED
     con = store.connect(db)
-    for res in ingest.ingest_paths(con, [trace]):
+    for res in ingest.ingest_paths(con, [trace], replace=fresh):
         echo(res.line())
     store.build_derived(con)
     # the run of THIS trace (it may have been ingested earlier, so not the latest ingest)

@@ -44,3 +44,26 @@ def test_demo_again_after_other_ingests_summarises_its_own_run(tmp_path):
     r = subprocess.run(args + ["demo", "--db", db, "--out", str(tmp_path / "rep")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "unchanged" in r.stdout and "run demo-incident:" in r.stdout
+
+
+def test_simulate_after_demo_is_its_own_run_and_replaces_the_last(tmp_path):
+    from pipeline.cli import run_captured
+
+    db = tmp_path / "d.duckdb"
+    code, out = run_captured("demo", "--db", db, "--out", tmp_path / "r0")
+    assert code == 0, out
+    seen = []
+    for k in (1, 2):
+        code, out = run_captured("demo", "--simulate", "--db", db, "--out", tmp_path / f"r{k}")
+        assert code == 0, out
+        assert " 0 rejected" in out and "run demo-simulated:" in out, out
+        seen.append(json.loads((tmp_path / f"r{k}" / "summary.json").read_text()))
+    assert [s["run_id"] for s in seen] == ["demo-simulated"] * 2
+    code, out = run_captured("runs", "--json", "--db", db)
+    assert sorted(r["run_id"] for r in json.loads(out)) == ["demo-incident", "demo-simulated"]
+    code, out = run_captured("rejects", "--json", "--db", db)
+    assert code == 0 and json.loads(out)["total"] == 0, out
+    # the second simulation replaced the first: the stored run is the last one written
+    code, out = run_captured("summary", "demo-simulated", "--json", "--db", db)
+    stored = json.loads(out)["ttft_ms"]["p50"]
+    assert stored == seen[1]["ttft_ms"]["p50"] != seen[0]["ttft_ms"]["p50"]
