@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from ..errors import InputError
 from ..terminal import echo
 from .options import db_option, lake_option, open_source, dumps, json_option
 
@@ -55,11 +56,16 @@ def _names_of(con, path: str) -> list[str]:
     the file is here to read, any ingest of the same content (a relative path given in
     another folder resolves elsewhere; the content hash does not)."""
     want = Path(path).resolve()
-    stored = [p for (p,) in con.execute("select distinct path from rejects").fetchall()]
+    stored = [p for (p,) in con.execute("select path from ingests union select path from rejects").fetchall()]
     names = [path] + [p for p in stored if p != path and Path(p).resolve() == want]
     if want.is_file():
         from ..ingest import reader
 
         digest = reader.sha256_and_quotes(want, count_quotes=False)[0]
         names += [p for (p,) in con.execute("select distinct path from ingests where sha256 = ?", [digest]).fetchall()]
+    if not set(names) & set(stored):  # a typo must not read as a clean file
+        raise InputError(
+            f"{path}: no file of that name or content was ingested here; "
+            "`tracelat rejects` without PATH lists the rejected lines of every file"
+        )
     return names

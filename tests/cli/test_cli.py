@@ -116,6 +116,14 @@ def test_rejects_lists_lines_with_reasons(tmp_path):
     (tmp_path / "sub").mkdir()
     r = run("rejects", "../bad.jsonl", "--db", rel, "--json", cwd=tmp_path / "sub")
     assert json.loads(r.stdout)["total"] == 2, r.stdout
+    # a misspelled name is an error, not "no rejected lines"; a clean ingested file has none
+    r = run("rejects", "bda.jsonl", "--db", db, cwd=tmp_path)
+    assert r.returncode == 2 and "bda.jsonl: no file of that name or content was ingested" in r.stderr, r.stderr
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"kind":"iteration","iter":0,"dur_ms":1}\n')
+    assert run("ingest", str(good), "--db", db).returncode == 0
+    r = run("rejects", str(good), "--db", db)
+    assert r.returncode == 0 and r.stdout.strip() == f"no rejected lines for {good}", r.stdout
 
 
 def test_rejected_duplicates_print_no_empty_text_line(tmp_path):
