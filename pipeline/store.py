@@ -276,6 +276,24 @@ def _open(path: str, read_only: bool) -> duckdb.DuckDBPyConnection:
     return con
 
 
+def _check_ours(con: duckdb.DuckDBPyConnection, path: str, tables: set[str]) -> None:
+    """Refuse a DuckDB file that holds tables but not a store's: ingest would add ours beside
+    the owner's, and a read command would answer "no runs" about the wrong file."""
+    if not tables or "ingests" in tables:
+        return
+    con.close()
+    if "nightly_runs" in tables:
+        raise StoreError(
+            f"database {path} is a nightly history, not a store: each night's store is "
+            f"{Path(path).parent / 'runs'}/<night>.duckdb, one file per night"
+        )
+    shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+    raise StoreError(
+        f"database {path} is a DuckDB file of something else (tables {shown}), not a tracelat store; "
+        "pass a new path or a store with --db"
+    )
+
+
 def connect(
     db: str | os.PathLike | None = None, must_exist: bool = False, read_only: bool = False
 ) -> duckdb.DuckDBPyConnection:
@@ -313,9 +331,10 @@ def connect(
     limit = memory_limit_sql()
     if limit:  # DuckDB spills to disk beyond this; the default is 80% of RAM
         con.execute(limit)
+    before = {r[0] for r in con.execute("select table_name from duckdb_tables()").fetchall()}
+    _check_ours(con, path, before)
     if read_only:
         return con
-    before = {r[0] for r in con.execute("select table_name from duckdb_tables()").fetchall()}
     con.execute(SCHEMA)
     if "runs" in before and "run_records" not in before:
         # a store from before run_records: each run's merged row stands for the records that made it

@@ -37,6 +37,31 @@ def test_sqlite_file_is_refused_up_front(tmp_path):
         store.connect(tmp_path / "junk.duckdb")
 
 
+def test_duckdb_file_of_something_else_is_refused(tmp_path):
+    other = tmp_path / "other.duckdb"
+    con = duckdb.connect(str(other))
+    con.execute("create table foo (x int)")
+    con.close()
+    for args in (("ingest", TINY), ("runs",), ("summary", "tiny")):
+        code, out = cli(*args, "--db", other)
+        assert code == 2 and "is a DuckDB file of something else (tables foo)" in out, out
+    con = duckdb.connect(str(other), read_only=True)
+    try:  # nothing of ours was added beside the owner's table
+        assert [r[0] for r in con.execute("select table_name from duckdb_tables()").fetchall()] == ["foo"]
+    finally:
+        con.close()
+    code, out = cli("ingest", TINY, "--db", tmp_path / "ok.duckdb")  # a new path is a new store
+    assert code == 0, out
+
+
+def test_nightly_history_as_db_points_at_the_nights_stores(tmp_path):
+    from pipeline.nightly.history import History
+
+    History(tmp_path / "h").close()
+    code, out = cli("runs", "--db", tmp_path / "h" / "history.duckdb")
+    assert code == 2 and "is a nightly history, not a store" in out and "runs/<night>.duckdb" in out, out
+
+
 def test_failed_commit_reports_its_cause(tmp_path, monkeypatch):
     con = store.connect(tmp_path / "t.duckdb")
 
