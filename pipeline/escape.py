@@ -7,7 +7,9 @@ so each output escapes them for its own syntax:
 * JSON inside ``<script>``: :func:`script_json`; ``<``, ``>``, ``&`` and the JS line
   separators U+2028/9 become ``\\uXXXX`` escapes, so neither ``</script>`` nor
   ``<!--`` can appear in the page while the parsed JSON is unchanged.
-* Markdown (PR comments, table cells): :func:`md_text`.
+* Markdown (PR comments, table cells): :func:`md_text`; markup characters, ``< > &``
+  included, take a backslash (CommonMark's escape for any ASCII punctuation), so
+  ``<script>`` stays text and a summary printed to a terminal reads ``\\<=``, not ``&lt;=``.
 * XML (JUnit): :func:`xml_clean` drops characters XML 1.0 cannot hold (ElementTree
   escapes the rest).
 
@@ -27,10 +29,11 @@ from typing import Any
 
 _SCRIPT_UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 _XML_INVALID = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-# characters that can start markup inside a line (links need "[", images "![", so "(" and "!" are inert)
 # DuckDB's glob syntax (* ? [...]); inside brackets each of these stands for itself
 _GLOB_SPECIAL = re.compile(r"([\[\]*?])")
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]|~])")
+# characters that can start markup inside a line (links need "[", images "![", so "(" and "!" are
+# inert); "<" starts raw HTML and autolinks, "&" an entity
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]|~<>&])")
 
 
 def html_text(value: Any, limit: int | None = None) -> str:
@@ -57,7 +60,6 @@ def md_text(value: Any, limit: int | None = 120) -> str:
     s = "" if value is None else " ".join(_CONTROLS.sub(" ", str(value)).split())
     if limit is not None and len(s) > limit:
         s = s[: limit - 1] + "\u2026"
-    s = html.escape(s, quote=False)
     return _MD_SPECIAL.sub(r"\\\1", s)
 
 

@@ -224,5 +224,5 @@ def test_hostile_run_id_in_junit_and_markdown(make_store, tmp_path):
     assert props["run_id"] == rid.replace("\x01", "\ufffd")  # round-trips, minus the control character
     assert len(list(root.iter("testcase"))) == 1 and len(list(root.iter("failure"))) == 1
     md = markdown_report(res)
-    assert "<script>" not in md and "</testcase>" not in md and "&lt;script&gt;" in md
+    assert "<script>" not in md and "</testcase>" not in md and "\\<script\\>" in md
     assert "\\|" in md and "\\`code\\`" in md
