@@ -8,15 +8,17 @@ into ``Error: ...`` and an exit code (2 usage/data error, 1 a failed check);
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import io
+import os
 import sys
 
 import click
 
 from . import __version__
 from .errors import MAX_MESSAGE, TracelatError, one_line  # noqa: F401  (MAX_MESSAGE: part of this module's API)
-from .terminal import echo
+from .terminal import OutputClosed, echo
 
 # name -> (module, attribute, one-line help shown by `tracelat --help`)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -125,6 +127,12 @@ def main(argv: list[str] | None = None) -> None:
     debug = "--debug" in args
     try:
         cli.main(args=args, prog_name="tracelat", standalone_mode=False)
+        sys.stdout.flush()  # here, where a closed pipe can still be told apart from a failure
+    except (OutputClosed, BrokenPipeError):
+        # nothing more can be shown; later flushes go nowhere instead of raising again
+        with contextlib.suppress(OSError, ValueError, io.UnsupportedOperation):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(OutputClosed.exit_code)
     except click.exceptions.Abort as exc:
         if isinstance(exc.__cause__, EOFError) and not debug:
             # click turns an EOFError into Abort; ours come from a truncated compressed file

@@ -53,6 +53,16 @@ def shown_id(text: str) -> str:
     return repr(text)
 
 
+class OutputClosed(Exception):
+    """The reader of our output went away (``tracelat ... | head``): the CLI stops quietly with
+    the status a shell gives a process killed by SIGPIPE, 141, not 1 ("a check failed")."""
+
+    exit_code = 141
+
+
 def echo(message: Any = None, err: bool = False, nl: bool = True) -> None:
     """``click.echo`` of the cleaned text."""
-    click.echo(None if message is None else clean(str(message)), err=err, nl=nl)
+    try:
+        click.echo(None if message is None else clean(str(message)), err=err, nl=nl)
+    except BrokenPipeError as exc:  # not an OSError for click to turn into exit code 1
+        raise OutputClosed() from exc

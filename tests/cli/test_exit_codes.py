@@ -43,3 +43,24 @@ def test_good_ingest_and_unchanged_reingest_exit_0(tmp_path):
     for _ in range(2):
         code, out = cli("ingest", FIX / "canonical" / "tiny.jsonl", "--db", db)
         assert code == 0, out
+
+
+def test_closed_output_pipe_exits_141_quietly(tmp_path):
+    # `tracelat ... | head`: the reader has gone; click would exit 1, which means "a check failed"
+    import os
+    import subprocess
+    import sys
+
+    db = tmp_path / "t.duckdb"
+    assert cli("ingest", FIX / "canonical" / "tiny.jsonl", "--db", db)[0] == 0
+    for args in (["runs"], ["summary", "tiny"]):
+        r, w = os.pipe()
+        os.close(r)  # no reader at all: the first write fails, whatever the timing
+        try:
+            p = subprocess.run(
+                [sys.executable, "-m", "pipeline", *args, "--db", str(db)], stdout=w, stderr=subprocess.PIPE, text=True
+            )
+        finally:
+            os.close(w)
+        assert p.returncode == 141, p.stderr
+        assert p.stderr == "", p.stderr  # no traceback, no "Exception ignored"
