@@ -15,9 +15,11 @@ Order matters for the two promises of the command:
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import os
+import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -262,6 +264,17 @@ def _stage(opts: Options, hist: History, digest: str, spec: Any, slo_text: str |
         raise
 
 
+def _forget_history(folder: Path, keep_folder: bool) -> None:
+    """Remove the history a failed first night created, and the folder too when it made it."""
+    if not keep_folder:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    for name in ("history.duckdb", "history.duckdb.wal"):
+        (folder / name).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # only when empty: anything else there is the user's
+        (folder / "runs").rmdir()
+
+
 def run(opts: Options) -> Outcome:
     """The whole night (see the module docstring); raises on a failed night."""
     from .. import audit as aud
@@ -270,7 +283,10 @@ def run(opts: Options) -> Outcome:
     spec = aud.load_slo(opts.slo) if opts.slo is not None else None  # a bad SLO file fails before any work
     slo_text = opts.slo.read_text(encoding="utf-8") if opts.slo is not None else None
     files = [f for f, _ in expand(Path(p) for p in opts.paths)]
+    folder = Path(opts.history)
+    had_folder, fresh = folder.exists(), not (folder / "history.duckdb").exists()
     hist = History(opts.history)
+    ok = False
     try:
         if opts.baseline != "auto" and hist.by_id(opts.baseline) is None:
             known = ", ".join(n.run_id for n in hist.nights()[-5:]) or "none yet"
@@ -281,9 +297,17 @@ def run(opts: Options) -> Outcome:
 
         if night is None:
             night = _stage(opts, hist, digest, spec, slo_text)
-            return finish(opts, hist, night, True, spec)
-        # a re-run: reported as recorded, with the options it was recorded with
-        rerun, spec, ignored = as_recorded(opts, night, spec, slo_text)
-        return finish(rerun, hist, night, False, spec, ignored)
+            outcome = finish(opts, hist, night, True, spec)
+        else:  # a re-run: reported as recorded, with the options it was recorded with
+            rerun, spec, ignored = as_recorded(opts, night, spec, slo_text)
+            outcome = finish(rerun, hist, night, False, spec, ignored)
+        ok = True
+        return outcome
     finally:
+        empty = False
+        if not ok and fresh:
+            with contextlib.suppress(Exception):
+                empty = not hist.nights()
         hist.close()
+        if empty:  # a failed first night leaves no history behind, as a failed later one changes none
+            _forget_history(folder, had_folder)

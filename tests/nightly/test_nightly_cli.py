@@ -190,3 +190,17 @@ def test_labels_are_escaped_and_dates_checked(nights, tmp_path, capsys):
     )
     assert code == 0 and "vllm" in stdout
     assert not any(ord(c) < 32 and c not in "\t\n" or 0x7F <= ord(c) <= 0x9F for c in stdout)
+
+
+def test_failed_first_night_leaves_no_history(tmp_path, capsys):
+    hist = tmp_path / "h"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"kind": "iteration"}\n')  # every line rejected: the night fails
+    code, _, err = cli(capsys, "nightly", str(bad), "--history", str(hist))
+    assert code == 2 and err.startswith("Error:"), err
+    assert not hist.exists()
+    # a failed night in an existing history changes nothing in it
+    hist.mkdir()
+    (hist / "keep.txt").write_text("mine")
+    code, _, _ = cli(capsys, "nightly", str(bad), "--history", str(hist))
+    assert code == 2 and sorted(p.name for p in hist.iterdir()) == ["keep.txt"]
