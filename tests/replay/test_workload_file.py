@@ -75,3 +75,21 @@ def test_twice_the_rate_queues_longer(db, tmp_path):
     fast = _mooncake(tmp_path / "b.jsonl", rows[0, 0] + (rows[:, 0] - rows[0, 0]) / 2, rows[:, 1], rows[:, 2])
     _, twice = _replay(path, "--workload", str(fast))
     assert twice[("ttft_ms", "p90")] > 1.5 * own[("ttft_ms", "p90")]
+
+
+def test_text_table_keeps_columns_apart_far_from_the_run(db, tmp_path):
+    # 50x the rate: errors of thousands of percent must not run into the what-if column
+    path, rows = db
+    fast = _mooncake(tmp_path / "c.jsonl", rows[0, 0] + (rows[:, 0] - rows[0, 0]) / 50, rows[:, 1] * 4, rows[:, 2])
+    res = CliRunner().invoke(cli, ["replay", "cpu", "--db", str(path), "--seeds", "1", "--workload", str(fast)])
+    assert res.exit_code == 0, res.output
+    _, stats = _replay(path, "--workload", str(fast))
+    table = res.output.split("seed range\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert len(table) == len(stats)
+    errors = []
+    for line in table:  # metric [stat], observed, what-if, error: each its own field
+        fields = line.split()
+        assert len(fields) == (4 if fields[0].endswith("_per_s") else 5), line
+        assert float(fields[-2]) > 0 and (fields[-1] == "-" or fields[-1].endswith("%")), line
+        errors.append(fields[-1])
+    assert max(map(len, errors)) > 8  # some error is wider than its column
