@@ -359,4 +359,8 @@ def test_report_and_markdown_state_the_alignment(tmp_path):
     assert "Sources and clocks" in html and "aligned with server.log" in html
     assert "<img" not in html and "&lt;img src=x&gt;" in html
     md = summary_markdown(s)
-    assert "**Sources**:" in md and "scheduling inferred from steps" in md and "<img" not in md
+    assert "**Sources**:" in md and "scheduling inferred from steps" in md
+    from markdown_it import MarkdownIt  # as a chat or PR would render it: the name is text
+
+    rendered = MarkdownIt("commonmark", {"html": True}).render(md)
+    assert "<img" not in rendered and "b&lt;img src=x&gt;.json" in rendered
