@@ -27,6 +27,7 @@ Rules:
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import duckdb
@@ -249,6 +250,10 @@ def align_clocks(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
 # client's requests imply is called into doubt (right offsets match 93-100% on the recordings).
 GIVEN_MIN_STEPS_SHARE = 0.8
 
+# Two Unix clocks of one run differ by seconds at most (NTP), a log read in the wrong time zone by
+# whole hours (at most 26); an estimated offset beyond this joins two runs, whatever the counts say.
+MAX_UNIX_GAP_S = 2 * 86400.0
+
 # Two request sources whose requests pair up (same prompt and output tokens, arrivals this close
 # on the steps' clock) for at least this share of each are taken for two records of one set of
 # requests (a client's and the server's): the run would count every request twice.
@@ -297,7 +302,9 @@ def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, ret
         # how well the given offset joins the files, in the estimate's figures: a wrong one shows
         if len(req.t_first_token) and len(steps.t_end):
             q = clocks.assess(steps, req, given)
-            entry.update(steps_matched_share=q.steps_matched_share, requests_matched_share=q.requests_matched_share)
+            # no step inside the client's span at this offset: none matched (a warning), not "unknown"
+            share = 0.0 if q.steps_matched_share is None else q.steps_matched_share
+            entry.update(steps_matched_share=share, requests_matched_share=q.requests_matched_share)
         _transform(con, run_id, ing, override, 0.0, 0.0, inverse=False)
         entry.update(
             status="override", applied=True, offset_s=override, drift=0.0, pivot_s=0.0, method="--clock-offset"
@@ -306,6 +313,18 @@ def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, ret
     req = _requests(con, run_id, ing)
     al = clocks.estimate(steps, req)
     entry.update({k: v for k, v in al.to_dict().items() if k not in ("ok",)})
+    if al.ok and clock == ref_clock == "unix" and abs(al.offset_s) > MAX_UNIX_GAP_S:
+        al = replace(
+            al,
+            ok=False,
+            reason=(
+                f"both files carry Unix times, yet the best offset is {al.offset_s:+.0f} s "
+                f"({abs(al.offset_s) / 86400:.1f} days): one run's machines agree within seconds, and a wrong "
+                "time zone moves a log by hours, so these look like two runs; if they are one, pass "
+                "--clock-offset SOURCE=SECONDS"
+            ),
+        )
+        entry.update(reason=al.reason)
     if not al.ok:
         entry.update(status="failed", applied=False)
         return entry
@@ -351,14 +370,16 @@ def _infer(con, run_id: str, ing: int, steps: clocks.Steps, entry: dict) -> dict
         [run_id, ing],
     ).fetchone()
     if have[0] == 0 and not steps.sampled and np.isfinite(steps.prefill_tokens).mean() > 0.9:
-        unc = _infer_scheduled(con, run_id, ing, steps)
-        if unc is not None:
+        got = _infer_scheduled(con, run_id, ing, steps)
+        if got is not None:
+            unc, outside = got
             out["fields"].append("t_scheduled")
             out["t_scheduled"] = {
                 "method": "prefill token accounting: the step where the prompt's first chunk was computed, "
                 "anchored at the step that produced the request's first token",
                 "median_uncertainty_ms": round(float(np.median(unc)) * 1e3, 3),
                 "p90_uncertainty_ms": round(float(np.quantile(unc, 0.9)) * 1e3, 3),
+                "requests_outside_steps": outside,
             }
     if have[1] == 0 and not steps.sampled:
         n = _infer_preemptions(con, run_id, ing)
@@ -371,8 +392,9 @@ def _infer(con, run_id: str, ing: int, steps: clocks.Steps, entry: dict) -> dict
     return out
 
 
-def _infer_scheduled(con, run_id: str, ing: int, steps: clocks.Steps) -> np.ndarray | None:
-    """``t_scheduled`` per request (vectorised; see module doc); returns each one's uncertainty (s)."""
+def _infer_scheduled(con, run_id: str, ing: int, steps: clocks.Steps) -> tuple[np.ndarray, int] | None:
+    """``t_scheduled`` per request (vectorised; see module doc); returns the uncertainty (s) of each
+    one inferred and how many were left out (first token outside the steps)."""
     import numpy as np
 
     r = con.execute(
@@ -414,9 +436,18 @@ def _infer_scheduled(con, run_id: str, ing: int, steps: clocks.Steps) -> np.ndar
     k_lo = np.clip(np.searchsorted(cum, np.minimum(before + 1 - p, start), side="right"), k_arr, k_hi)
     lo, hi = steps.t_start[k_lo], steps.t_start[k_hi]
     t_sched = np.clip(hi, a, f)
+    # a first token outside the log's steps (a log cut short, a client that ran on) has no step
+    # that produced it: its scheduling stays unknown rather than clamped to the log's edge
+    # (steps rebuilt from whole-second stamps may sit up to a second off: that much is still "in")
+    slack = 1.0 if steps.reconstructed else float(np.median(ends - steps.t_start))
+    known = (f >= steps.t_start[0]) & (f <= ends[-1] + slack)
+    if not known.any():
+        return None
     import pyarrow as pa
 
-    con.register("_inferred", pa.table({"req_id": pa.array(r["req_id"]), "t_scheduled": t_sched}))
+    con.register(
+        "_inferred", pa.table({"req_id": pa.array(r["req_id"]), "t_scheduled": pa.array(t_sched, mask=~known)})
+    )
     try:
         con.execute(
             "update requests q set t_scheduled = i.t_scheduled from _inferred i "
@@ -425,7 +456,7 @@ def _infer_scheduled(con, run_id: str, ing: int, steps: clocks.Steps) -> np.ndar
         )
     finally:
         con.unregister("_inferred")
-    return hi - lo
+    return (hi - lo)[known], int((~known).sum())
 
 
 def _infer_preemptions(con, run_id: str, ing: int) -> int | None:
@@ -561,6 +592,12 @@ def source_lines(run_id: str, meta: dict) -> list[tuple[bool, str]]:
                 f"; scheduling inferred from steps (±{inf['t_scheduled']['median_uncertainty_ms']:g} ms "
                 f"median, ±{inf['t_scheduled']['p90_uncertainty_ms']:g} ms p90)"
             )
+            outside = inf["t_scheduled"].get("requests_outside_steps") or 0
+            if outside:
+                text += (
+                    f", not for {outside} request{'' if outside == 1 else 's'} whose first token lies outside "
+                    "the log's steps (their queue and prefill times stay unknown)"
+                )
         if "preemptions" in inf:
             n = inf["preemptions"]["requests_preempted"]
             text += f"; preemptions inferred from token gaps ({n} request{'' if n == 1 else 's'})"

@@ -17,7 +17,7 @@ import pytest
 
 from pipeline import store
 from pipeline.errors import InputError
-from pipeline.ingest import ingest_paths
+from pipeline.ingest import align, ingest_paths
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures"
 PAIRS = {"vllm": FIX / "vllm", "vllm_queue": FIX / "vllm_queue"}
@@ -364,3 +364,77 @@ def test_report_and_markdown_state_the_alignment(tmp_path):
 
     rendered = MarkdownIt("commonmark", {"html": True}).render(md)
     assert "<img" not in rendered and "b&lt;img src=x&gt;.json" in rendered
+
+
+def _unix_client(tmp_path: Path, shift_s: float) -> Path:
+    """fixtures/vllm's requests as a client on the Unix clock (from the aligned joint run), moved by ``shift_s``."""
+    con = _joint(tmp_path, PAIRS["vllm"], log="server_epoch.log")
+    rows = con.execute(
+        "select req_id, t_arrival, t_first_token, t_finish, prompt_tokens, output_tokens from requests "
+        "where run_id = 'joint'"
+    ).fetchall()
+    con.close()
+    lines = [json.dumps({"kind": "run", "engine": "client", "clock": "unix"})]  # the run --run-id names
+    keys = ("req_id", "t_arrival", "t_first_token", "t_finish", "prompt_tokens", "output_tokens")
+    for r in rows:
+        rec = dict(zip(keys, r)) | {"kind": "request"}
+        for k in ("t_arrival", "t_first_token", "t_finish"):
+            rec[k] += shift_s
+        lines.append(json.dumps(rec))
+    out = tmp_path / f"client{shift_s:+.0f}.jsonl"
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+@pytest.mark.parametrize("shift_s, aligned", [(5 * 3600.0, True), (3 * 86400.0, False)])
+def test_unix_clocks_days_apart_are_two_runs(tmp_path, shift_s, aligned):
+    # a log read in the wrong time zone is hours off and is aligned; days apart is another run
+    client = _unix_client(tmp_path, shift_s)
+    con = store.connect(tmp_path / "u.duckdb")
+    ingest_paths(con, [PAIRS["vllm"] / "server_epoch.log", client], run_id="joint")
+    src = _alignment(con)["sources"][0]
+    if aligned:
+        assert src["status"] == "aligned" and src["offset_s"] == pytest.approx(-shift_s, abs=0.05)
+    else:
+        assert src["status"] == "failed" and "3.0 days" in src["reason"], src
+
+
+def test_given_offset_outside_the_log_warns(tmp_path):
+    truth = _truth(PAIRS["vllm"])
+    con = _joint(
+        tmp_path, PAIRS["vllm"], log="server_epoch.log", clock_offsets=[f"bench.json={truth['offset_s'] + 1000}"]
+    )
+    src = _alignment(con)["sources"][0]
+    assert src["status"] == "override" and src["steps_matched_share"] == 0.0
+    problem, text = align.source_lines("joint", {"clock_alignment": _alignment(con)})[0]
+    assert problem and "matched 0% of steps" in text
+    # no step made these requests' first tokens: no scheduling is made up for them
+    assert con.execute("select count(t_scheduled) from requests where run_id = 'joint'").fetchone()[0] == 0
+
+
+def test_log_cut_short_leaves_later_requests_unscheduled(tmp_path):
+    lines = (PAIRS["vllm"] / "server_epoch.log").read_text().splitlines(keepends=True)
+    steps = [i for i, line in enumerate(lines) if "Iteration(" in line]
+    cut = tmp_path / "server_epoch.log"
+    cut.write_text("".join(lines[: steps[len(steps) // 2]]))
+    con = store.connect(tmp_path / "c.duckdb")
+    ingest_paths(con, [cut, PAIRS["vllm"] / "bench.json"], run_id="joint")
+    store.build_derived(con)
+    last_end = con.execute("select max(t_end) from iterations where run_id = 'joint'").fetchone()[0]
+    after, unscheduled, queued_after = con.execute(
+        "select count(*) filter (where q.t_first_token > $e + 0.05), "
+        "count(*) filter (where q.t_scheduled is null), "
+        "count(l.queue_ms) filter (where q.t_first_token > $e + 0.05) "
+        "from requests q join request_latency l using (run_id, req_id) where run_id = 'joint'",
+        {"e": last_end},
+    ).fetchone()
+    assert after >= 10 and unscheduled >= after and queued_after == 0
+    inferred = _alignment(con)["sources"][0]["inferred"]["t_scheduled"]
+    assert inferred["requests_outside_steps"] == unscheduled
+    # those inside still get their queueing, close to the server's own
+    truth = _truth(PAIRS["vllm"])["queue_ms"]
+    got = con.execute(
+        "select req_id::int, queue_ms from request_latency where run_id = 'joint' and queue_ms is not null"
+    ).fetchall()
+    err = np.array([abs(q - truth[i]) for i, q in got])
+    assert len(got) >= 20 and np.median(err) <= 10.0
