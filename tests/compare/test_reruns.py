@@ -45,9 +45,9 @@ def _flags(con, pairs) -> tuple[int, int, int]:
     for k in pairs:
         comp = cmp.compare(con, f"r{2 * k}", con, f"r{2 * k + 1}", seed=k)
         lat = [d for d in comp.deltas if d.metric != "throughput" and d.ci_low is not None]
-        flags += sum(d.verdict != "no significant change" for d in lat)
+        flags += sum(d.verdict in ("regression", "improvement") for d in lat)
         tested += len(lat)
-        anyf += any(d.verdict != "no significant change" for d in comp.deltas)
+        anyf += any(d.verdict in ("regression", "improvement") for d in comp.deltas)
     return flags, tested, anyf
 
 
