@@ -66,7 +66,7 @@ def flag_counts(db: Path, pairs: int, confidence: float, max_blocks: int | None 
         comp = cmp.compare(con, f"s{i}", con, f"s{i + 1}", confidence=confidence, seed=i)
         blocks += [comp.blocks["baseline"]["blocks"], comp.blocks["candidate"]["blocks"]]
         latency = [d for d in comp.deltas if d.metric != "throughput" and d.ci_low is not None]
-        flagged = [d for d in comp.deltas if d.verdict in ("regression", "improvement")]
+        flagged = [d for d in comp.deltas if d.flagged]
         any_flag += bool(flagged)
         tested.update(f"{d.metric}.{d.stat}" for d in comp.deltas if d.ci_low is not None)
         flags.update(f"{d.metric}.{d.stat}" for d in flagged)

@@ -71,6 +71,11 @@ class Delta:
     rel_high: float | None = None
     verdict: str = "no verdict"  # no CI: too few values beyond the percentile to judge
 
+    @property
+    def flagged(self) -> bool:
+        """A regression or an improvement: a change the CI supports."""
+        return self.verdict in ("regression", "improvement")
+
 
 @dataclass
 class Comparison:

@@ -153,7 +153,7 @@ def comparison_markdown(comp: Comparison, only_changes: bool = False) -> str:
         f"{n_reg} regression{'s' if n_reg != 1 else ''}: {md_text(comp.cand_run)} vs baseline "
         f"{md_text(comp.base_run)}"
     )
-    rows: list[Any] = [d for d in comp.deltas if not only_changes or d.verdict in ("regression", "improvement")]
+    rows: list[Any] = [d for d in comp.deltas if not only_changes or d.flagged]
     lines = [
         head,
         "",
