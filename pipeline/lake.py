@@ -18,6 +18,9 @@ writer rolls the journal forward, so a run is never left half old, half new once
 writer has run.  One writer at a time (``DIR/.lock``, an advisory lock); a reader during
 a commit may see one table of a run already new and another still old.
 
+Ingest ids are unique across the lake: an exported ingest whose id the lake gives another
+file is written with a new one (stores number their ingests from 1 alike).
+
 Folder names percent-encode the run id (the hive encoding DuckDB and Spark read); an id
 whose encoding passes ``MAX_NAME`` characters (a file name has at most 255 bytes) is cut,
 with ``%~`` and a hash of the whole id after it (``%~`` never occurs in an encoding, so no
@@ -173,7 +176,13 @@ def export_locked(con, run_ids: list[str], lake: Path) -> dict[str, int]:
     staging = lake / name
     written: dict[str, int] = {}
     parts: list[list[str]] = []
+    _map_ingest_ids(con, run_ids, lake)
     for table, sql in TABLES.items():
+        if table != "clock_overrides":  # every other table carries the ingest id
+            sql = (
+                "select x.* replace (coalesce(m.new_id, x.ingest_id) as ingest_id) from "
+                f"({sql}) x left join temp.main._lake_ids m on m.old_id = x.ingest_id"
+            )
         con.execute(
             f"create or replace temp table _lake_out as select * from ({sql}) where run_id = any($r)", {"r": run_ids}
         )
@@ -203,6 +212,7 @@ def export_locked(con, run_ids: list[str], lake: Path) -> dict[str, int]:
             if p not in new:
                 parts.append([table, p])
                 deletes.append([table, p])
+    con.execute("drop table temp.main._lake_ids")
     journal = {"staging": name, "parts": parts, "delete": deletes}
     tmp_j = lake / f".journal-{uuid.uuid4().hex}.tmp"
     with open(tmp_j, "w") as fh:
@@ -215,6 +225,41 @@ def export_locked(con, run_ids: list[str], lake: Path) -> dict[str, int]:
     final_j.unlink()
     shutil.rmtree(staging, ignore_errors=True)
     return written
+
+
+def _map_ingest_ids(con, run_ids: list[str], lake: Path) -> None:
+    """``temp._lake_ids(old_id, new_id)``: new ids for the exported ingests whose id the lake gives another file.
+
+    Stores number their ingests from 1 alike, so runs exported from two stores (or lakes of
+    two hosts put together) would bring one id for two files; a lake ingest, and every
+    command that removes or lists an ingest, needs the id to name one file.  An ingest is the
+    same one when its path and content hash match too; a clash gets an id above every id the
+    lake and the store hold.
+    """
+    con.execute(
+        "create or replace temp table _lake_ids as select distinct ingest_id as old_id, path, sha256 "
+        f"from {INGEST_RUNS} where run_id = any($r)",
+        {"r": run_ids},
+    )
+    globs = _globs(lake, "ingests", None)
+    if not globs:
+        con.execute("alter table temp.main._lake_ids add column new_id bigint")
+        return
+    con.execute(
+        "create or replace temp table _lake_theirs as select distinct ingest_id, path, sha256 "
+        f"from {READ} where not (run_id = any($r))",
+        {"g": globs, "r": run_ids},
+    )
+    con.execute(
+        "create or replace temp table _lake_ids as "
+        "with clash as (select o.old_id from temp.main._lake_ids o join temp.main._lake_theirs t "
+        "  on t.ingest_id = o.old_id and (t.path is distinct from o.path or t.sha256 is distinct from o.sha256)), "
+        "top as (select greatest((select coalesce(max(ingest_id), 0) from temp.main._lake_theirs), "
+        "  (select coalesce(max(ingest_id), 0) from main.ingests)) as n) "
+        "select old_id, (select n from top) + row_number() over (order by old_id) as new_id "
+        "from (select distinct old_id from clash)"
+    )
+    con.execute("drop table temp.main._lake_theirs")
 
 
 def settle(lake: Path) -> None:
@@ -261,8 +306,8 @@ def load_into(
 ) -> None:
     """Insert the lake's rows of ``run_ids`` (None: all runs) into a store's tables.
 
-    ``only_known_ingests``: skip rows of ingests the store does not hold (lake ingest: the
-    ones a --replace removed); rows no ingest made (derived run records) are kept.
+    ``only_known_ingests``: skip rows of ingests the store does not hold for that run (lake
+    ingest: the ones a --replace removed); rows no ingest made (derived run records) are kept.
     """
     lake = Path(lake)
     for table in tables or tuple(TABLES):
@@ -273,7 +318,8 @@ def load_into(
         sel = ", ".join(f'"{c}"' for c in cols)
         where = ["true" if run_ids is None else "run_id = any($r)"]
         if only_known_ingests and "ingest_id" in cols and table != "ingests":
-            where.append("(ingest_id is null or ingest_id in (select ingest_id from main.ingests))")
+            # by run too: a lake written before ids were made unique may give two files one id
+            where.append(f"(ingest_id is null or (ingest_id, run_id) in (select ingest_id, run_id from {INGEST_RUNS}))")
         src = f"select * from {READ} where {' and '.join(where)}"
         if table in SHARED:  # one copy of a file's rows: those in the first partition holding them
             keys = SHARED[table]

@@ -236,9 +236,61 @@ def test_runs_from_two_stores_keep_both_ingest_records(tmp_path):
         _ok("ingest", tmp_path / f"{name}.jsonl", "--db", tmp_path / f"{name}.duckdb")
         _ok("export", name, "--db", tmp_path / f"{name}.duckdb", "--lake", tmp_path / "lake")
     con = open_runs(tmp_path / "lake")
-    assert con.execute("select ingest_id, path from ingests order by path").fetchall() == [
-        (1, str(tmp_path / "x.jsonl")),
-        (1, str(tmp_path / "y.jsonl")),
-    ]
+    got = con.execute("select ingest_id, path from ingests order by path").fetchall()
+    assert [p for _, p in got] == [str(tmp_path / "x.jsonl"), str(tmp_path / "y.jsonl")]
+    assert got[0][0] == 1 and got[1][0] > 1  # the second store's id 1 names another file in the lake
+    # every row of y came with its ingest's new id
+    for table in ("iterations", "requests", "token_lists", "rejects", "runs"):
+        ids = con.execute(f"select distinct ingest_id from {table} where ingest_id is not null order by 1").fetchall()
+        assert ids == [(got[0][0],), (got[1][0],)], table
     got = json.loads(_ok("rejects", "--json", "--lake", tmp_path / "lake"))
     assert got["total"] == 2 and {r["line_no"] for r in got["rejects"]} == {3}
+    # exporting y again keeps one record per file and the same counts
+    before = _counts(tmp_path / "lake")
+    _ok("export", "y", "--db", tmp_path / "y.duckdb", "--lake", tmp_path / "lake")
+    assert _counts(tmp_path / "lake") == before
+
+
+def test_replace_after_export_from_two_stores_keeps_one_copy(tmp_path):
+    """A --replace in a lake whose runs came from two stores replaces the file's rows, not doubles them."""
+    lake = tmp_path / "lake"
+    for name, seed in (("a", 1), ("b", 2)):
+        _ok("simulate", "--out", tmp_path / f"{name}.jsonl", "--requests", "50", "--seed", str(seed), "--run-id", name)
+        _ok("ingest", tmp_path / f"{name}.jsonl", "--db", tmp_path / f"{name}.duckdb")
+        _ok("export", name, "--db", tmp_path / f"{name}.duckdb", "--lake", lake)
+    want = {r: store.scalar(open_runs(lake, [r]), "select count(*) from requests") for r in ("a", "b")}
+    assert want == {"a": 50, "b": 50}
+    out = _ok("ingest", tmp_path / "b.jsonl", "--lake", lake, "--replace")
+    assert "replaced" in out
+    con = open_runs(lake)
+    got = dict(con.execute("select run_id, count(*) from requests group by 1").fetchall())
+    assert got == want
+    assert store.scalar(con, "select count(*) from ingests") == 2
+    # a second --replace finds the same single copy
+    _ok("ingest", tmp_path / "b.jsonl", "--lake", lake, "--replace")
+    con = open_runs(lake)
+    assert dict(con.execute("select run_id, count(*) from requests group by 1").fetchall()) == want
+
+
+def test_replace_in_a_lake_written_with_clashing_ids(tmp_path, monkeypatch):
+    """A lake written before export made ids unique (two files, one id): --replace still keeps one copy."""
+    import pipeline.lake as lk
+
+    def old_writer(con, run_ids, lake):  # no new ids: what an earlier tracelat wrote
+        con.execute("create or replace temp table _lake_ids (old_id bigint, new_id bigint)")
+
+    lake = tmp_path / "lake"
+    with monkeypatch.context() as m:
+        m.setattr(lk, "_map_ingest_ids", old_writer)
+        for name, seed in (("a", 1), ("b", 2)):
+            _ok("simulate", "--out", tmp_path / f"{name}.jsonl", "--requests", "30", "--seed", str(seed))
+            _ok("ingest", tmp_path / f"{name}.jsonl", "--db", tmp_path / f"{name}.duckdb")
+            _ok("export", name, "--db", tmp_path / f"{name}.duckdb", "--lake", lake)
+        assert [r[0] for r in open_runs(lake).execute("select ingest_id from ingests").fetchall()] == [1, 1]
+    _ok("ingest", tmp_path / "b.jsonl", "--lake", lake, "--replace")
+    con = open_runs(lake)
+    assert dict(con.execute("select run_id, count(*) from requests group by 1").fetchall()) == {"a": 30, "b": 30}
+    assert sorted(r[0] for r in con.execute("select path from ingests").fetchall()) == [
+        str(tmp_path / "a.jsonl"),
+        str(tmp_path / "b.jsonl"),
+    ]
