@@ -44,7 +44,7 @@ SIGNALS = {  # name -> (how to read it from a run record, +1 when higher is wors
     "t0_ms": (lambda r: r.get("t0_ms"), 1),
     "bandwidth_gbps": (lambda r: r.get("effective_bandwidth_gbps"), -1),
     "stall_rate": (lambda r: r.get("stall_rate"), 1),
-    "ttft_tail_unexplained": (lambda r: (r.get("tail_shares") or {}).get("ttft_ms", {}).get("unexplained"), 1),
+    "ttft_tail_unexplained": (lambda r: ((r.get("tail_shares") or {}).get("ttft") or {}).get("unexplained"), 1),
 }
 
 

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from pipeline import store
 from pipeline.cli import cli
-from pipeline.fleet import ALPHA, fleet, sketch_quantile
+from pipeline.fleet import ALPHA, SIGNALS, fleet, sketch_quantile
 from pipeline.ingest import ingest_paths
 from pipeline.metrics import metric_stats
 
@@ -87,6 +87,16 @@ def test_fleet_numbers(lake):
         assert f["mean"] == pytest.approx(allv.mean(), rel=1e-12) and f["std"] == pytest.approx(
             allv.std(ddof=1), rel=1e-9
         )
+    # every signal is read from every run (a key summary does not write would leave one out silently)
+    unexplained = np.array([by[r]["tail_shares"]["ttft"]["unexplained"] for r in sorted(by)], dtype=float)
+    assert np.isfinite(unexplained).all()
+    for rec in by.values():
+        assert set(rec["z"]) == set(SIGNALS), rec["run_id"]
+    med = np.median(unexplained)
+    mad = 1.4826 * np.median(np.abs(unexplained - med))
+    if mad > 0:
+        for run, v in zip(sorted(by), unexplained):
+            assert by[run]["z"]["ttft_tail_unexplained"] == round((v - med) / mad, 3)
     ranked = [r["run_id"] for r in out["runs"]]
     assert ranked[0] in ("hol", "slowgpu") and set(ranked[:2]) == {"hol", "slowgpu"}
     assert "ttft_p99_ms" in by["hol"]["outlier"]
