@@ -306,7 +306,8 @@ def goodput(con: duckdb.DuckDBPyConnection, run_id: str, spec: GoodputSpec, dura
     TPOT limit (vLLM counts its TPOT as 0); a missing value (no first token, no finish)
     does not meet its limit. ``attainment = good / all requests`` (failed ones count as
     not good), ``request_goodput_rps = good / duration_s``,
-    ``token_goodput_tps = output tokens of good requests / duration_s``.
+    ``token_goodput_tps = output tokens of good requests / duration_s``; each is None when
+    the run has no requests or no duration (an SLO on it cannot be evaluated).
     """
     params: dict[str, Any] = {"run_id": run_id}
     meets = []
@@ -332,7 +333,8 @@ def goodput(con: duckdb.DuckDBPyConnection, run_id: str, spec: GoodputSpec, dura
     """
     total, ok, good, good_tokens, *per_limit = con.execute(sql, params).fetchall()[0]
     dur = duration_s if duration_s is not None and duration_s > 0 else None  # NaN > 0 is False too
-    rate = (lambda x: x / dur) if dur else (lambda x: None)
+    # no requests recorded (a steps-only log) says nothing of goodput: not 0 req/s, no value
+    rate = (lambda x: x / dur) if dur and total else (lambda x: None)
     return {
         "limits_ms": dict(spec.limits),
         "requests": total,

@@ -90,6 +90,31 @@ def test_goodput_rates_undefined_without_a_duration(duration_s):
     assert got["attainment"] is not None
 
 
+def test_goodput_rates_undefined_without_requests():
+    con = store.scratch()
+    con.register("request_latency", _requests(0).filter(pl.col("run_id") == "none"))
+    got = goodput(con, "r", GoodputSpec({"ttft_ms": 200.0}), 60.0)
+    assert got["requests"] == 0 and got["attainment"] is None
+    assert got["request_goodput_rps"] is None and got["token_goodput_tps"] is None
+
+
+@pytest.mark.parametrize("minimum", ["min_request_goodput_rps = 1", "min_token_goodput_tps = 0", "min_attainment = 0"])
+def test_audit_of_a_steps_only_run_cannot_evaluate_goodput(tmp_path, minimum):
+    """A log of steps only (TRT-LLM iteration log) says nothing of goodput: exit 2, not a FAIL or a PASS."""
+    from pathlib import Path
+
+    from pipeline.cli import run_captured
+
+    repo = Path(__file__).resolve().parents[1]
+    db = tmp_path / "s.duckdb"
+    code, out = run_captured("ingest", repo / "fixtures" / "trtllm" / "iteration_log.txt", "--db", db)
+    assert code == 0, out
+    (tmp_path / "slo.toml").write_text(f"[goodput]\nttft_ms = 100\n{minimum}\n")
+    code, out = run_captured("audit", "iteration_log", "--slo", tmp_path / "slo.toml", "--db", db)
+    assert code == 2, out
+    assert "cannot be evaluated" in out and "FAIL" not in out and "PASS" not in out
+
+
 def test_audit_and_replay_sweep_agree_on_goodput(tmp_path):
     """The same simulated run judged by the audit (ingested) and by a sweep (simulator arrays)."""
     from pipeline import ingest
