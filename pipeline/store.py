@@ -716,5 +716,10 @@ def require_run(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
     """Raise a helpful error when ``run_id`` is not in the store."""
     runs = known_runs(con)
     if run_id not in runs:
-        listing = ", ".join(runs[:10]) + (" ..." if len(runs) > 10 else "") if runs else "none"
-        raise StoreError(f"run {run_id!r} is not in the store (known runs: {listing}); see `tracelat runs`")
+        raise unknown_run(run_id, runs)
+
+
+def unknown_run(run_id: str, runs: list[str], where: str = "the store", see: str = "tracelat runs") -> StoreError:
+    """The error for a run id that ``where`` (holding ``runs``) does not have."""
+    listing = ", ".join(runs[:10]) + (" ..." if len(runs) > 10 else "") if runs else "none"
+    return StoreError(f"run {run_id!r} is not in {where} (known runs: {listing}); see `{see}`")

@@ -46,7 +46,14 @@ def open_source(
 
     if lake is None:
         return store.open_for_reading(db, read_only_if=read_only_if)
-    from ..lake import open_runs
+    from ..lake import lake_runs, open_runs
 
     reject_both(lake)
+    if run_ids is not None:  # the in-memory store holds only the runs asked for: name the lake's own
+        have = lake_runs(lake)
+        missing = [r for r in run_ids if r not in set(have)]
+        if have and missing:
+            import shlex
+
+            raise store.unknown_run(missing[0], have, f"lake {lake}", f"tracelat runs --lake {shlex.quote(str(lake))}")
     return open_runs(lake, run_ids, tables)

@@ -294,3 +294,21 @@ def test_replace_in_a_lake_written_with_clashing_ids(tmp_path, monkeypatch):
         str(tmp_path / "a.jsonl"),
         str(tmp_path / "b.jsonl"),
     ]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("summary", "nosuch"),
+        ("audit", "nosuch", "--slo", REPO / "examples" / "slo.toml"),
+        ("compare", "nosuch", "v"),
+        ("compare", "v", "nosuch"),
+        ("report", "nosuch"),
+    ],
+)
+def test_unknown_run_names_the_lakes_runs(pair, args):
+    _, lake, _ = pair
+    code, out = run_captured(*args, "--lake", lake)
+    assert code == 2, out
+    assert f"run 'nosuch' is not in lake {lake} (known runs: q, v)" in out
+    assert f"tracelat runs --lake {lake}" in out
