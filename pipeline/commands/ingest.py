@@ -122,6 +122,8 @@ def ingest(
         return
     for r in results:
         echo(r.line())
+        for text in r.notes:
+            echo(f"  {text}")
         for text in r.conflicts:
             echo(f"warning: {clean(r.path)}: {text}", err=True)
     for problem, text in aligned:

@@ -14,6 +14,8 @@ Rules:
 * Request sources on ``monotonic`` clocks (or on another clock than the steps) are
   always aligned; two ``unix`` sources only when the estimated offset is larger than
   three times its uncertainty (a client with a synchronised clock is left as it is).
+* Several request sources on one clock (clients of one run on one host) are aligned
+  together (:mod:`pipeline.ingest.align_joint`): alone, each explains only part of the steps' load.
 * A source that cannot be aligned is left on its clock and the run says why
   (``meta.clock_alignment.status = 'failed'``); every quantity that would span two
   clocks is then refused (:func:`cross_clock_problem`).
@@ -183,6 +185,7 @@ def _requests(con, run_id: str, ing: int) -> clocks.Requests:
 
 def align_clocks(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
     """POST_INGEST step (first of all): align the request sources of the touched runs."""
+    from .align_joint import align_joint
     from .load import DERIVED_CLOCKS, derive_run_meta
 
     for run_id in run_ids:
@@ -198,17 +201,28 @@ def align_clocks(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
         ref_clock = next((s[4] for s in refs if s[4]), None) or "unix"
         steps = _steps(con, run_id, [s[0] for s in refs])
         report, inferred_all = [], set()
-        # whole-second stamps and one client: the client's token times can re-time the steps
-        retime_ref = refs[0][0] if len(refs) == 1 and len(others) == 1 and steps.reconstructed else None
+        # whole-second stamps and one client (or clients aligned together): the client's token
+        # times can re-time the steps
+        retime_cand = refs[0][0] if len(refs) == 1 and steps.reconstructed else None
+        retime_ref = retime_cand if len(others) == 1 else None
+        # several clients of one run on one clock: aligned together, or each misses the others' load
+        joint = align_joint(con, run_id, others, ref_clock, steps, retime_cand)
+        if any((e.get("retime") or {}).get("retimed") for e in joint.values()):
+            steps = _steps(con, run_id, [s[0] for s in refs])
         for ing, path, _, n_req, clock, override in others:
             clock = clock or "unix"
-            entry = _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, retime_ref)
+            if ing in joint:
+                entry = joint[ing]
+            else:
+                entry = _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, retime_ref)
             if (entry.get("retime") or {}).get("retimed"):
                 steps = _steps(con, run_id, [s[0] for s in refs])
             if entry["status"] != "failed" and len(steps.t_end):
-                inf = _infer(con, run_id, ing, steps, entry)
+                group = entry.get("joint_ingests") or [ing]
+                inf = _infer(con, run_id, ing, steps, entry, group)
                 entry["inferred"] = inf
                 inferred_all.update(inf.get("fields", []))
+            entry.pop("joint_ingests", None)
             con.execute(
                 "insert into clock_alignments values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::json)",
                 [
@@ -261,17 +275,23 @@ TWIN_ARRIVAL_S = 0.05
 TWIN_SHARE = 0.9
 
 _TWINS = """
-with a as (select t_arrival, prompt_tokens, output_tokens from requests where run_id = $run and ingest_id = $a),
-     b as (select t_arrival, prompt_tokens, output_tokens from requests where run_id = $run and ingest_id = $b)
+with a as (select t_arrival + $sa as t_arrival, prompt_tokens, output_tokens from requests
+           where run_id = $run and ingest_id = $a),
+     b as (select t_arrival + $sb as t_arrival, prompt_tokens, output_tokens from requests
+           where run_id = $run and ingest_id = $b)
 select (select count(*) from a), (select count(*) from b),
        (select count(*) from b semi join a on a.prompt_tokens = b.prompt_tokens
           and a.output_tokens = b.output_tokens and abs(a.t_arrival - b.t_arrival) <= $tol)
 """
 
 
-def _same_requests(con, run_id: str, a: tuple[int, str], b: tuple[int, str]) -> dict | None:
-    """``{paths, matched, requests}`` when sources ``a`` and ``b`` (ingest id, path) hold the same requests."""
-    n_a, n_b, matched = con.execute(_TWINS, {"run": run_id, "a": a[0], "b": b[0], "tol": TWIN_ARRIVAL_S}).fetchone()
+def _same_requests(
+    con, run_id: str, a: tuple[int, str], b: tuple[int, str], shift_a: float = 0.0, shift_b: float = 0.0
+) -> dict | None:
+    """``{paths, matched, requests}`` when sources ``a`` and ``b`` (ingest id, path) hold the same requests
+    (their arrivals compared after adding ``shift_a`` and ``shift_b``)."""
+    params = {"run": run_id, "a": a[0], "b": b[0], "tol": TWIN_ARRIVAL_S, "sa": shift_a, "sb": shift_b}
+    n_a, n_b, matched = con.execute(_TWINS, params).fetchone()
     if not n_a or not n_b or matched < TWIN_SHARE * max(n_a, n_b):
         return None
     return {"paths": [a[1], b[1]], "matched": int(matched), "requests": [int(n_a), int(n_b)]}
@@ -360,8 +380,10 @@ def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, ret
     return entry
 
 
-def _infer(con, run_id: str, ing: int, steps: clocks.Steps, entry: dict) -> dict:
-    """Fill what a request source lacks from the (now aligned) steps; returns what was inferred."""
+def _infer(con, run_id: str, ing: int, steps: clocks.Steps, entry: dict, group: list[int] | None = None) -> dict:
+    """Fill what a request source lacks from the (now aligned) steps; returns what was inferred.
+
+    ``group``: the sources aligned together with it (their requests share the steps' prefill)."""
     import numpy as np
 
     out: dict = {"fields": []}
@@ -370,7 +392,7 @@ def _infer(con, run_id: str, ing: int, steps: clocks.Steps, entry: dict) -> dict
         [run_id, ing],
     ).fetchone()
     if have[0] == 0 and not steps.sampled and np.isfinite(steps.prefill_tokens).mean() > 0.9:
-        got = _infer_scheduled(con, run_id, ing, steps)
+        got = _infer_scheduled(con, run_id, ing, steps, group or [ing])
         if got is not None:
             unc, outside = got
             out["fields"].append("t_scheduled")
@@ -392,16 +414,20 @@ def _infer(con, run_id: str, ing: int, steps: clocks.Steps, entry: dict) -> dict
     return out
 
 
-def _infer_scheduled(con, run_id: str, ing: int, steps: clocks.Steps) -> tuple[np.ndarray, int] | None:
-    """``t_scheduled`` per request (vectorised; see module doc); returns the uncertainty (s) of each
-    one inferred and how many were left out (first token outside the steps)."""
+def _infer_scheduled(
+    con, run_id: str, ing: int, steps: clocks.Steps, group: list[int]
+) -> tuple[np.ndarray, int] | None:
+    """``t_scheduled`` per request of source ``ing`` (vectorised; see module doc); returns the
+    uncertainty (s) of each one inferred and how many were left out (first token outside the
+    steps).  The prefill accounting runs over the requests of every source in ``group``: they
+    shared the steps' prefill tokens."""
     import numpy as np
 
     r = con.execute(
-        "select req_id, t_arrival, t_first_token, prompt_tokens::double as p, "
-        "coalesce(cached_tokens, 0)::double as c from requests "
-        "where run_id = $run and ingest_id = $ing and t_first_token is not null and prompt_tokens is not null",
-        {"run": run_id, "ing": ing},
+        "select req_id, ingest_id = $ing as own, t_arrival, t_first_token, prompt_tokens::double as p, "
+        "coalesce(cached_tokens, 0)::double as c from requests where run_id = $run and ingest_id = any($g) "
+        "and t_first_token is not null and prompt_tokens is not null",
+        {"run": run_id, "ing": ing, "g": sorted(set(group) | {ing})},
     ).fetchnumpy()
     if len(r["req_id"]) == 0:
         return None
@@ -441,12 +467,15 @@ def _infer_scheduled(con, run_id: str, ing: int, steps: clocks.Steps) -> tuple[n
     # (steps rebuilt from whole-second stamps may sit up to a second off: that much is still "in")
     slack = 1.0 if steps.reconstructed else float(np.median(ends - steps.t_start))
     known = (f >= steps.t_start[0]) & (f <= ends[-1] + slack)
+    own = np.asarray(r["own"], dtype=bool)
+    known, t_sched, lo, hi = known[own], t_sched[own], lo[own], hi[own]
     if not known.any():
         return None
     import pyarrow as pa
 
     con.register(
-        "_inferred", pa.table({"req_id": pa.array(r["req_id"]), "t_scheduled": pa.array(t_sched, mask=~known)})
+        "_inferred",
+        pa.table({"req_id": pa.array(r["req_id"][own]), "t_scheduled": pa.array(t_sched, mask=~known)}),
     )
     try:
         con.execute(

@@ -60,6 +60,9 @@ class Batch:
     # rules without a detour through JSON text; ``lines`` then holds only its run record
     # (checked by the statement for run records alone: a record of another kind there is rejected)
     typed: object | None = None
+    # request ids that are only positions in the file (a bench JSON's entry index): a second
+    # such file of the same run would repeat them, so there they are named after the file
+    positional_ids: bool = False
 
 
 # What to check when a file of a format holds no record of it.
@@ -83,6 +86,7 @@ class IngestResult:
     removed_runs: list[str] = field(default_factory=list)  # runs of the replaced ingests (they may be gone)
     # run facts this file gives differently from another file of the same run (see run_conflicts)
     conflicts: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the loader did that the user should know
 
     def line(self) -> str:
         path = str(self.path)
@@ -420,11 +424,43 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
         # rejected, it counts as a line read so that the reject shows in the sums
         res.accepted += runs_ok
         res.lines_read += runs_line0_bad
+    if has_reqs and batch.positional_ids:
+        _scope_positional_ids(q, st)
     for kind, present in (("iteration", has_iters), ("request", has_reqs)):
         if present:
             _load_kind(q, kind, ids)
     if batch.metrics is not None and batch.metrics.num_rows:
         _load_metrics(con, batch, st)
+
+
+# Valid request records whose id another file of their run already holds.
+POSITIONAL_CLASH_SQL = """
+select count(*) from staged s semi join requests r
+  on r.run_id = s.run_id and r.req_id = s.v_req_id and r.ingest_id <> $ingest_id
+where s.kind = 'request' and s.reason is null
+"""
+
+
+def _scope_positional_ids(q: _Scope, st: _State) -> None:
+    """Name positional request ids after the file when another file of the run holds the same ids.
+
+    Two ``vllm bench`` results of one run (two clients) both number their entries from 0:
+    without this the second file's every request would be rejected as a duplicate.
+    """
+    clash = q.count(POSITIONAL_CLASH_SQL, {"ingest_id": st.ingest_id})
+    if not clash:
+        return
+    prefix = Path(st.path).name + "#"
+    q.table(
+        "staged",
+        "select * replace (case when kind = 'request' then $prefix || v_req_id else v_req_id end as v_req_id) "
+        "from staged",
+        {"prefix": prefix},
+    )
+    q.result.notes.append(
+        f"its request ids are entry numbers, and {clash} of them are already ids of another file of the run: "
+        f"this file's are named {prefix}0, {prefix}1, ..."
+    )
 
 
 def _load_kind(q: _Scope, kind: str, ids: dict) -> None:

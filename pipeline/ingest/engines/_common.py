@@ -109,11 +109,13 @@ def batch(
     run: dict[str, Any] | None = None,
     rejects: pl.DataFrame | None = None,
     skipped: int = 0,
+    positional_ids: bool = False,
 ) -> Batch:
     """A :class:`Batch`: the run record (line 0, canonical JSON) and the typed records.
 
     ``rejects`` has columns ``line_no, reason, raw`` (source lines the converter
-    recognised as records but could not read).
+    recognised as records but could not read).  ``positional_ids``: the request ids are
+    entry numbers in the file (see :class:`pipeline.ingest.load.Batch`).
     """
     lines = pa.table(
         {
@@ -127,7 +129,7 @@ def batch(
             pl.col("line_no").cast(pl.Int64), pl.col("reason").cast(pl.String), pl.col("raw").cast(pl.String)
         ).to_arrow()
     typed = records if records is not None and records.table.num_rows else None
-    return Batch(lines, lines_read, rows, skipped, typed=typed)
+    return Batch(lines, lines_read, rows, skipped, typed=typed, positional_ids=positional_ids)
 
 
 # ---------------------------------------------------------------------------

@@ -267,4 +267,4 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
             raw=pl.lit("entry ") + pl.col("idx").cast(pl.String) + pl.lit(" of the per-request arrays"),
         )
         first_line += df.height
-        yield c.batch(records, df.height, run=run, rejects=rejects)
+        yield c.batch(records, df.height, run=run, rejects=rejects, positional_ids=True)
