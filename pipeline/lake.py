@@ -62,7 +62,8 @@ TABLES: dict[str, str] = {
     "metric_samples": "select * from metric_samples",
     "clock_alignments": "select * from clock_alignments",
     "ingests": f"select * from {INGEST_RUNS}",
-    "rejects": f"select j.*, i.run_id from rejects j join {INGEST_RUNS} i using (ingest_id)",
+    # by path too: a lake written before ids were made unique may give two files one id
+    "rejects": f"select j.*, i.run_id from rejects j join {INGEST_RUNS} i using (ingest_id, path)",
     "clock_overrides": f"select o.*, i.run_id from clock_overrides o join {INGEST_RUNS} i using (path)",
 }
 # tables whose rows are per ingest (or path): one copy per key when read back
@@ -252,12 +253,17 @@ def _map_ingest_ids(con, run_ids: list[str], lake: Path) -> None:
     )
     con.execute(
         "create or replace temp table _lake_ids as "
-        "with clash as (select o.old_id from temp.main._lake_ids o join temp.main._lake_theirs t "
+        "with clash as (select distinct o.old_id, o.path, o.sha256 from temp.main._lake_ids o "
+        "  join temp.main._lake_theirs t "
         "  on t.ingest_id = o.old_id and (t.path is distinct from o.path or t.sha256 is distinct from o.sha256)), "
+        # the same file already in the lake (in another run's partition) keeps the id it has there
+        "known as (select c.old_id, min(t.ingest_id) as new_id from clash c join temp.main._lake_theirs t "
+        "  on t.path is not distinct from c.path and t.sha256 is not distinct from c.sha256 group by c.old_id), "
         "top as (select greatest((select coalesce(max(ingest_id), 0) from temp.main._lake_theirs), "
         "  (select coalesce(max(ingest_id), 0) from main.ingests)) as n) "
+        "select old_id, new_id from known union all "
         "select old_id, (select n from top) + row_number() over (order by old_id) as new_id "
-        "from (select distinct old_id from clash)"
+        "from (select distinct old_id from clash where old_id not in (select old_id from known))"
     )
     con.execute("drop table temp.main._lake_theirs")
 

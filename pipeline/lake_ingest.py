@@ -81,6 +81,7 @@ def _merge_lake_rows(con, lake: Path, touched: list[str]) -> None:
                 tables=tuple(t for t in lk.TABLES if t not in ("runs", "ingests")),
                 only_known_ingests=True,
             )
+            _refuse_repeated_keys(con, runs)
             # run rows come from their records; a bare row (data, no record) is made again below
             remerge_runs(con, runs)
             con.execute(
@@ -105,3 +106,33 @@ def _merge_lake_rows(con, lake: Path, touched: list[str]) -> None:
         except BaseException:
             store.rollback(con)
             raise
+
+
+# A key of a run held by two files: the store's duplicate check saw only the new files' rows
+_REPEATED = """
+select t.run_id, t.what || ' ' || t.k, min(g.path), max(g.path) from (
+  select run_id, 'request id' as what, req_id as k, ingest_id from requests where run_id = any($r)
+  union all select run_id, 'step', iter::varchar, ingest_id from iterations where run_id = any($r)
+) t join ingests g using (ingest_id)
+group by t.run_id, t.what, t.k having count(distinct t.ingest_id) > 1 limit 1
+"""
+
+
+def _refuse_repeated_keys(con, runs: list[str]) -> None:
+    """Refuse a lake ingest that would give a run a request id or step number twice.
+
+    In a store the duplicate check sees every row of the run; here the new files were
+    checked against each other only (the lake's rows come in afterwards).  Files ingested
+    together are checked as in a store: a second ``vllm bench`` client of a run, say, gets
+    its ids named after it there.
+    """
+    from .errors import InputError
+
+    hit = con.execute(_REPEATED, {"r": runs}).fetchone()
+    if hit:
+        run, key, a, b = hit
+        raise InputError(
+            f"run {run}: {a} and {b} both hold {key}; the lake already holds one of "
+            "them, so they were not checked against each other: ingest the run's files together "
+            "(`tracelat ingest FILE... --lake DIR --replace`), or give this file its own --run-id"
+        )

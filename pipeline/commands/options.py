@@ -46,10 +46,13 @@ def open_source(
 
     if lake is None:
         return store.open_for_reading(db, read_only_if=read_only_if)
-    from ..lake import lake_runs, open_runs
+    from ..lake import lake_runs, open_runs, part_name
 
     reject_both(lake)
-    if run_ids is not None:  # the in-memory store holds only the runs asked for: name the lake's own
+    runs_dir = Path(lake) / "runs"
+    # the in-memory store holds only the runs asked for: on a miss, name the lake's own (listing
+    # them reads every run's file, so only when some asked run has no folder)
+    if run_ids is not None and not all((runs_dir / part_name(r)).is_dir() for r in run_ids):
         have = lake_runs(lake)
         missing = [r for r in run_ids if r not in set(have)]
         if have and missing:

@@ -7,6 +7,7 @@ the clock they share and aligned as one set.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..store import scalar
@@ -89,8 +90,22 @@ def align_joint(
     al = clocks.estimate(steps, joint)
     if not al.ok or (clock == ref_clock == "unix" and abs(al.offset_s) > MAX_UNIX_GAP_S):
         return {}
+    # two Unix clocks within a step of each other agree, as for one source (align._align_source)
+    dur = steps.t_end - steps.t_start
+    step_s = float(np.median(dur)) if len(dur) else 0.0
+    same = (
+        clock == ref_clock == "unix"
+        and al.drift == 0.0
+        and abs(al.offset_s) <= max(3e-3 * (al.uncertainty_ms or 0.0), step_s)
+    )
     extra: dict = {}
-    if retime_ref is not None and al.drift == 0.0:
+    if same:
+        extra = {
+            "estimated_offset_s": round(al.offset_s, 9),
+            "note": "both clocks are unix and agree within a step time: no offset applied",
+        }
+        al = replace(al, offset_s=0.0)
+    elif retime_ref is not None and al.drift == 0.0:
         how, offset = retime.retime(con, run_id, retime_ref, joint, al)
         extra["retime"] = how | {"ingest_id": retime_ref} if how.get("retimed") else how
         if offset is not None:
@@ -105,7 +120,8 @@ def align_joint(
     for o, sh, r in zip(others, shifts, reqs):
         # t_ref = t_joint + offset + drift (t_joint - pivot), with t_joint = t + sh
         offset, pivot = al.offset_s + sh, al.pivot_s - sh
-        _transform(con, run_id, o[0], offset, al.drift, pivot, inverse=False)
+        if not same:
+            _transform(con, run_id, o[0], offset, al.drift, pivot, inverse=False)
         out[o[0]] = (
             {"path": o[1], "clock": clock}
             | fig
@@ -114,8 +130,8 @@ def align_joint(
                 "offset_s": round(offset, 9),
                 "pivot_s": round(pivot, 9),
                 "requests": len(r.t_first_token),
-                "status": "aligned",
-                "applied": True,
+                "status": "same clock" if same else "aligned",
+                "applied": not same,
                 "method": f"together with {', '.join(p for p in paths if p != o[1])} (one clock: its origin "
                 f"{sh:+.6f} s from the first's)",
                 "joint_requests": al.requests,

@@ -433,10 +433,14 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
         _load_metrics(con, batch, st)
 
 
-# Valid request records whose id another file of their run already holds.
+# Valid request records whose id (with $prefix before it) another file of their run holds, and how
+# many of those are the same request: same tokens in and out, same arrival on the file's own clock
 POSITIONAL_CLASH_SQL = """
-select count(*) from staged s semi join requests r
-  on r.run_id = s.run_id and r.req_id = s.v_req_id and r.ingest_id <> $ingest_id
+select count(*), count(*) filter (where r.prompt_tokens is not distinct from s.v_prompt_tokens
+  and r.output_tokens is not distinct from coalesce(s.v_output_tokens, len(s.v_token_times))
+  and abs(r.t_arrival - s.v_t_arrival) <= 1e-6)
+from staged s join requests r
+  on r.run_id = s.run_id and r.req_id = $prefix || s.v_req_id and r.ingest_id <> $ingest_id
 where s.kind = 'request' and s.reason is null
 """
 
@@ -445,12 +449,18 @@ def _scope_positional_ids(q: _Scope, st: _State) -> None:
     """Name positional request ids after the file when another file of the run holds the same ids.
 
     Two ``vllm bench`` results of one run (two clients) both number their entries from 0:
-    without this the second file's every request would be rejected as a duplicate.
+    without this the second file's every request would be rejected as a duplicate.  A file
+    whose clashing entries are those of the other file (the same result saved twice: same
+    tokens, same arrivals on its own clock) keeps its ids, and its duplicates are rejected.
     """
-    clash = q.count(POSITIONAL_CLASH_SQL, {"ingest_id": st.ingest_id})
-    if not clash:
+    params = {"ingest_id": st.ingest_id, "prefix": ""}
+    clash, same = q.run(POSITIONAL_CLASH_SQL, params)[0]
+    if not clash or same >= 0.9 * clash:
         return
-    prefix = Path(st.path).name + "#"
+    name = Path(st.path).name
+    for prefix in (f"{name}#", f"{name}@{st.ingest_id}#"):  # two files of one name (other folders)
+        if not q.run(POSITIONAL_CLASH_SQL, params | {"prefix": prefix})[0][0]:
+            break
     q.table(
         "staged",
         "select * replace (case when kind = 'request' then $prefix || v_req_id else v_req_id end as v_req_id) "

@@ -312,3 +312,45 @@ def test_unknown_run_names_the_lakes_runs(pair, args):
     assert code == 2, out
     assert f"run 'nosuch' is not in lake {lake} (known runs: q, v)" in out
     assert f"tracelat runs --lake {lake}" in out
+
+
+def test_second_client_in_a_later_lake_ingest_is_refused_then_loads_together(tmp_path):
+    """Lake ingest checks new files against each other only: a repeated request id across ingests is
+    refused (the lake unchanged), and ingesting the run's files together names the ids apart."""
+    doc = json.loads((VLLM / "bench.json").read_text())
+    n = len(doc["ttfts"])
+    for j in range(2):
+        part = {
+            k: ([x for i, x in enumerate(v) if i % 2 == j] if isinstance(v, list) and len(v) == n else v)
+            for k, v in doc.items()
+        }
+        (tmp_path / f"client{j}.json").write_text(json.dumps(part))
+    lake = tmp_path / "lake"
+    _ok("ingest", tmp_path / "client0.json", "--run-id", "r", "--lake", lake)
+    code, out = run_captured("ingest", tmp_path / "client1.json", "--run-id", "r", "--lake", lake)
+    assert code == 2 and "both hold request id" in out and "--replace" in out
+    assert store.scalar(open_runs(lake), "select count(*) from requests") == n // 2
+    _ok("ingest", tmp_path / "client0.json", tmp_path / "client1.json", "--run-id", "r", "--lake", lake, "--replace")
+    con = open_runs(lake)
+    assert con.execute("select count(*), count(distinct req_id) from requests").fetchone() == (n, n)
+
+
+def test_a_file_split_over_runs_keeps_one_id_when_exported_run_by_run(tmp_path):
+    """A file of two runs exported one run at a time, into a lake where its store id names another file."""
+    src = (REPO / "fixtures" / "canonical" / "tiny.jsonl").read_text().splitlines()
+
+    def as_run(name):
+        return [json.dumps({**json.loads(src[0]), "run_id": name}), *src[1:]]
+
+    (tmp_path / "other.jsonl").write_text("\n".join(as_run("o")) + "\n")
+    (tmp_path / "two.jsonl").write_text("\n".join([*as_run("c"), *as_run("e"), "{broken"]) + "\n")
+    lake = tmp_path / "lake"
+    _ok("ingest", tmp_path / "other.jsonl", "--db", tmp_path / "o.duckdb")
+    _ok("export", "o", "--db", tmp_path / "o.duckdb", "--lake", lake)
+    _ok("ingest", tmp_path / "two.jsonl", "--db", tmp_path / "t.duckdb")
+    _ok("export", "c", "--db", tmp_path / "t.duckdb", "--lake", lake)
+    _ok("export", "e", "--db", tmp_path / "t.duckdb", "--lake", lake)
+    con = open_runs(lake)
+    ids = con.execute("select path, list(distinct ingest_id) from ingests group by path").fetchall()
+    assert sorted(len(v) for _, v in ids) == [1, 1] and ids[0][1] != ids[1][1]
+    assert json.loads(_ok("rejects", "--json", "--lake", lake))["total"] == 1

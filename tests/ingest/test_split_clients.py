@@ -147,3 +147,79 @@ def test_second_client_ids_are_named_after_its_file(tmp_path):
     assert code == 0 and "already ids" not in out
     n = con.execute("select count(*) from requests where run_id = 'alone' and req_id not like '%#%'").fetchone()[0]
     assert n == len(picks[1])
+
+
+def test_unix_clients_on_the_servers_clock_are_left_alone(tmp_path):
+    """Two clients with Unix times that agree with the server's (simulated): aligned together, found
+    on the same clock, and not moved: every time equals the single-file run's."""
+    from pipeline.sim.split import scenario, write_split
+    from pipeline.sim.writer import write_trace
+
+    result, pol, model, noise = scenario("light", 3)
+    origin = 1.79e9
+    write_trace(result, tmp_path / "single.jsonl", "single", pol, model, noise)
+    write_split(
+        result,
+        tmp_path / "server.jsonl",
+        tmp_path / "client.jsonl",
+        "split",
+        pol,
+        model,
+        noise,
+        server_origin_s=origin,
+        client_origin_s=origin,
+    )
+    lines = (tmp_path / "client.jsonl").read_text().splitlines()
+    head = json.dumps({**json.loads(lines[0]), "clock": "unix"})
+    files = []
+    for j in range(2):
+        f = tmp_path / f"client{j}.jsonl"
+        f.write_text("\n".join([head, *lines[1 + j :: 2]]) + "\n")
+        files.append(f)
+    db = tmp_path / "s.duckdb"
+    _ingest(db, [tmp_path / "single.jsonl"], "single")
+    _ingest(db, [tmp_path / "server.jsonl", *files], "split")
+    con = store.connect(db)
+    meta = json.loads(con.execute("select meta from runs where run_id = 'split'").fetchone()[0])["clock_alignment"]
+    assert meta["status"] == "same clock"
+    assert all(s["method"].startswith("together with") and not s["applied"] for s in meta["sources"])
+    q = "select req_id, t_arrival, t_first_token, t_finish from requests where run_id = ? order by req_id"
+    got, want = con.execute(q, ["split"]).fetchall(), con.execute(q, ["single"]).fetchall()
+    assert len(got) == len(want) > 0
+    for g, w in zip(got, want):
+        assert g[0] == w[0]
+        for a, b in zip(g[1:], w[1:]):
+            assert (a is None and b is None) or a == pytest.approx(b + origin, abs=1e-6)
+
+
+def test_the_same_result_saved_twice_is_not_a_second_client(tmp_path):
+    """A copy of a bench result (same entries, another label) is rejected as duplicates, not counted twice."""
+    doc = json.loads((PAIRS["vllm"] / "bench.json").read_text())
+    (tmp_path / "copy.json").write_text(json.dumps({**doc, "label": "again"}))
+    db = tmp_path / "s.duckdb"
+    code, out = run_captured(
+        "ingest", PAIRS["vllm"] / "bench.json", tmp_path / "copy.json", "--run-id", "r", "--db", db
+    )
+    assert code == 2 and "already ids" not in out and "all 64 records rejected" in out
+    con = store.connect(db)
+    assert con.execute("select count(*) from requests").fetchone()[0] == 64
+
+
+def test_clients_with_one_file_name_get_distinct_ids(tmp_path):
+    """Three clients' bench.json from three folders: the third is not named like the second."""
+    doc = json.loads((PAIRS["vllm"] / "bench.json").read_text())
+    n = len(doc["ttfts"])
+    paths = []
+    for j, d in enumerate("abc"):
+        part = {
+            k: ([x for i, x in enumerate(v) if i % 3 == j] if isinstance(v, list) and len(v) == n else v)
+            for k, v in doc.items()
+        }
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "bench.json").write_text(json.dumps(part))
+        paths.append(tmp_path / d / "bench.json")
+    db = tmp_path / "s.duckdb"
+    code, out = run_captured("ingest", *paths, "--run-id", "r", "--db", db)
+    assert code == 0, out
+    con = store.connect(db)
+    assert con.execute("select count(*), count(distinct req_id) from requests").fetchone() == (n, n)
