@@ -193,3 +193,28 @@ def test_aiperf_unknown_unit_is_a_reject(con, tmp_path, metric, unit, reason):
     assert (res.accepted, res.rejected) == (len(recs) - 1, 1)
     ((line, got),) = con.execute("select line_no, reason from rejects").fetchall()
     assert line == 4 and got.startswith(reason)
+
+
+def test_two_genai_perf_exports_of_one_run(tmp_path):
+    """GenAI-Perf numbers requests by position: a second client's export of the run gets ids named
+    after its file; a copy of the same export is rejected as duplicates."""
+    from pipeline import store
+    from pipeline.cli import run_captured
+
+    doc = json.loads((FIX / "profile_export.json").read_text())
+    later = json.loads(json.dumps(doc))
+    for r in later["experiments"][0]["requests"]:  # another client: its requests half a second later
+        r["timestamp"] += 500_000_000
+        r["response_timestamps"] = [t + 500_000_000 for t in r["response_timestamps"]]
+    (tmp_path / "other.json").write_text(json.dumps(later))
+    (tmp_path / "copy.json").write_text(json.dumps(doc, indent=1))
+    db = tmp_path / "s.duckdb"
+    code, out = run_captured(
+        "ingest", FIX / "profile_export.json", tmp_path / "other.json", "--run-id", "r", "--db", db
+    )
+    assert code == 0 and "named other.json#0" in out, out
+    code, out = run_captured("ingest", tmp_path / "copy.json", "--run-id", "r", "--db", db)
+    assert code == 2 and "all 2 records rejected" in out, out
+    con = store.connect(db)
+    ids = [r[0] for r in con.execute("select req_id from requests order by req_id").fetchall()]
+    assert ids == ["0", "1", "other.json#0", "other.json#1"]

@@ -271,7 +271,7 @@ def convert_genai_perf(
         if len(exps) > 1:
             run["run_id"] = f"{run_name or c.stem(path)}-{experiment.get('mode', 'exp')}{experiment.get('value', k)}"
         bad = df.filter(pl.col("reason").is_not_null()).select("line_no", "reason", "raw")
-        yield c.batch(c.encode(good, "request"), n, run=run, rejects=bad)
+        yield c.batch(c.encode(good, "request"), n, run=run, rejects=bad, positional_ids=True)  # ids: positions
         first_line += n
 
 
