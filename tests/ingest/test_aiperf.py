@@ -218,3 +218,50 @@ def test_two_genai_perf_exports_of_one_run(tmp_path):
     con = store.connect(db)
     ids = [r[0] for r in con.execute("select req_id from requests order by req_id").fetchall()]
     assert ids == ["0", "1", "other.json#0", "other.json#1"]
+
+
+def test_two_aiperf_exports_without_request_ids(tmp_path):
+    """An AIPerf record without metadata.x_request_id is known by its session_num, which every AIPerf
+    process counts from 0: a second client's export of the run keeps its requests under ids named
+    after its file. With x_request_id (uuids in real exports) nothing is renamed."""
+    import json
+
+    from pipeline import store
+    from pipeline.cli import run_captured
+
+    recs = [json.loads(x) for x in AIPERF_FIX.read_text().splitlines()]
+    for k, r in enumerate(recs):
+        del r["metadata"]["x_request_id"]
+        r["metadata"]["session_num"] = k
+    later = json.loads(json.dumps(recs))
+    for r in later:  # another client: its requests half a second later
+        for key in ("request_start_ns", "request_end_ns"):
+            r["metadata"][key] += 500_000_000
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    b.write_text("".join(json.dumps(r) + "\n" for r in later))
+    db = tmp_path / "s.duckdb"
+    code, out = run_captured("ingest", a, b, "--run-id", "r", "--db", db)
+    assert code == 0 and "named b.jsonl#0" in out, out
+    con = store.connect(db)
+    got = dict(con.execute("select req_id, t_arrival from requests").fetchall())
+    assert len(got) == 2 * len(recs)
+    for k, r in enumerate(recs):
+        t = r["metadata"]["request_start_ns"] / 1e9
+        assert got[str(k)] == pytest.approx(t, abs=1e-6)
+        assert got[f"b.jsonl#{k}"] == pytest.approx(t + 0.5, abs=1e-6)
+    con.close()
+    # the same pair with their own x_request_id: ids are identities, the second file's are duplicates
+    own = [json.loads(x) for x in AIPERF_FIX.read_text().splitlines()]
+    for r in own:
+        for key in ("request_start_ns", "request_end_ns"):
+            r["metadata"][key] += 500_000_000
+    c = tmp_path / "c.jsonl"
+    c.write_text("".join(json.dumps(r) + "\n" for r in own))
+    db2 = tmp_path / "s2.duckdb"
+    code, out = run_captured("ingest", AIPERF_FIX, c, "--run-id", "r", "--db", db2)
+    assert "named" not in out, out
+    con = store.connect(db2)
+    assert con.execute("select count(*) from requests").fetchall()[0][0] == len(own)
+    dups = con.execute("select count(*) from rejects where reason like '%duplicate%'").fetchall()[0][0]
+    assert dups == len(own)

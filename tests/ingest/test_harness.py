@@ -79,3 +79,85 @@ def test_broken_documents_are_clear_errors(tmp_path):
     q.write_text('{"start_time": 1}')
     with pytest.raises(InputError, match="must be a JSON list"):
         ingest_paths(store.connect(tmp_path / "q.duckdb"), [q], fmt="inference-perf")
+
+
+def _shifted(doc, shift_s: float, guidellm: bool):
+    """Another client's results of the same run: every time ``shift_s`` later (a deep copy)."""
+    doc = json.loads(json.dumps(doc))
+    if guidellm:
+        for reqs in doc["benchmarks"][0]["requests"].values():
+            for r in reqs:
+                tm = r["info"]["timings"]
+                for k, v in tm.items():
+                    if isinstance(v, float) and v > 1e9:
+                        tm[k] = v + shift_s
+    else:
+        for r in doc:
+            for k in ("start_time", "end_time"):
+                if k in r:
+                    r[k] += shift_s
+            rm = r["info"]["response_metrics"]
+            for k in ("chunk_times", "output_token_times"):
+                if k in rm:
+                    rm[k] = [t + shift_s for t in rm[k]]
+    return doc
+
+
+def _strip_ids(doc):
+    for reqs in doc["benchmarks"][0]["requests"].values():
+        for r in reqs:
+            r.pop("request_id", None)
+    return doc
+
+
+@pytest.mark.parametrize("fmt", ["inference-perf", "guidellm-no-ids"])
+def test_two_clients_with_positional_ids(tmp_path, fmt):
+    """inference-perf (and guidellm without request_id) number requests by position: a second
+    client's file of the run keeps its requests under ids named after the file; a copy of the
+    same file is rejected as duplicates, not counted twice."""
+    from pipeline.cli import run_captured
+
+    guidellm = fmt.startswith("guidellm")
+    doc = json.loads((GUIDELLM if guidellm else IPERF).read_text())
+    if guidellm:
+        doc = _strip_ids(doc)
+    first, other = tmp_path / "first.json", tmp_path / "other.json"
+    first.write_text(json.dumps(doc))
+    other.write_text(json.dumps(_shifted(doc, 0.5, guidellm)))
+    db = tmp_path / "s.duckdb"
+    code, out = run_captured("ingest", first, other, "--run-id", "r", "--db", db)
+    assert code == 0 and "named other.json#" in out, out
+    con = store.connect(db)
+    rows = con.execute("select req_id, t_arrival from requests order by t_arrival, req_id").fetchall()
+    n = len(rows) // 2
+    assert n > 0 and len(rows) == 2 * n
+    mine = {r[0]: r[1] for r in rows if not r[0].startswith("other.json#")}
+    theirs = {r[0].removeprefix("other.json#"): r[1] for r in rows if r[0].startswith("other.json#")}
+    assert mine.keys() == theirs.keys() and len(mine) == n  # every request of both clients kept
+    for k, t in mine.items():
+        assert theirs[k] == pytest.approx(t + 0.5, abs=1e-9)
+    con.close()
+    copy = tmp_path / "copy.json"
+    copy.write_text(json.dumps(doc, indent=1))
+    code, out = run_captured("ingest", copy, "--run-id", "r", "--db", db)
+    assert code == 2 and "rejected" in out, out
+    con = store.connect(db)
+    assert con.execute("select count(*) from requests").fetchall()[0][0] == 2 * n
+    reasons = [r[0] for r in con.execute("select reason from rejects where path like '%copy.json'").fetchall()]
+    assert sum("duplicate" in r for r in reasons) == n, reasons
+
+
+def test_guidellm_request_ids_are_identities(tmp_path):
+    """guidellm's own request_id names a request: a second file with the same ids is not renamed
+    (its records are duplicates of the first file's requests)."""
+    doc = json.loads(GUIDELLM.read_text())
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(_shifted(doc, 0.5, True)))
+    con = store.connect(tmp_path / "s.duckdb")
+    res = ingest_paths(con, [GUIDELLM, other], run_id="r")
+    assert not any(r.notes for r in res)
+    n = con.execute("select count(*) from requests").fetchall()[0][0]
+    assert n == res[0].accepted and res[1].accepted == 0
+    reasons = [r[0] for r in con.execute("select reason from rejects where path like '%other.json'").fetchall()]
+    assert sum("duplicate" in r for r in reasons) == n, reasons
+    assert con.execute("select count(*) from requests where req_id like 'other.json#%'").fetchall()[0][0] == 0

@@ -50,6 +50,7 @@ select line_no, raw,
   case when trim(raw) = '' then 'blank'
        when not ok then 'not valid JSON (truncated or garbage line)' end as perr,
   coalesce(js->>'$.metadata.x_request_id', js->>'$.metadata.session_num') as req_id,
+  (js->>'$.metadata.x_request_id') is null as by_session,
   try_cast(js->>'$.metadata.request_start_ns' as hugeint) as start_ns,
   try_cast(js->>'$.metadata.request_ack_ns' as hugeint) as ack_ns,
   try_cast(js->>'$.metadata.request_end_ns' as hugeint) as end_ns,
@@ -197,12 +198,16 @@ def convert_aiperf(
             }
             first = False
         skipped = df.filter(pl.col("perr") == "blank").height
+        # without x_request_id the id is session_num, which every AIPerf process counts from 0: a
+        # second client's export of the run would clash (load.py names such ids after the file)
+        positional = good.height > 0 and bool(good.get_column("by_session").all())
         yield c.batch(
             c.encode(good, "request", ("t_ack", "error", "benchmark_phase", "worker_id"), sources=SOURCES),
             table.num_rows,
             run=run,
             rejects=df.filter(pl.col("reason").is_not_null()),
             skipped=skipped,
+            positional_ids=positional,
         )
     con.close()
 

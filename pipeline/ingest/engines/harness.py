@@ -208,6 +208,9 @@ def convert_guidellm(
             )
         # a benchmark without requests still needs every column the checks below name
         df = pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame(schema=EMPTY_GUIDELLM)
+        # without request_id (older guidellm) every id is a position: a second client's file
+        # of the run would clash with this one (load.py names such ids after the file)
+        positional = df.height > 0 and df.get_column("req_id").null_count() == df.height
         df = df.with_row_index("idx").with_columns(
             line_no=pl.col("idx").cast(pl.Int64) + line,
             req_id=pl.coalesce(pl.col("req_id"), pl.lit(f"{k}-") + pl.col("idx").cast(pl.String)),
@@ -247,7 +250,7 @@ def convert_guidellm(
             run["run_id"] = f"{run_name or c.stem(path)}-{k + 1}"
         bad = df.filter(pl.col("reason").is_not_null()).select("line_no", "reason", raw=pl.col("req_id"))
         records = c.encode(good, "request", ("guidellm_status",), sources=GUIDELLM_SOURCES)
-        yield c.batch(records, df.height, run=run, rejects=bad)
+        yield c.batch(records, df.height, run=run, rejects=bad, positional_ids=positional)
         line += df.height
 
 
@@ -315,6 +318,10 @@ def convert_inference_perf(
         },
     }
     bad = df.filter(pl.col("reason").is_not_null()).select("line_no", "reason", raw=pl.col("req_id"))
-    yield c.batch(
-        c.encode(good, "request", ("error",), sources=INFERENCE_PERF_SOURCES), df.height, run=run, rejects=bad
+    yield c.batch(  # ids are positions in the list: a second client's file gets its own (load.py)
+        c.encode(good, "request", ("error",), sources=INFERENCE_PERF_SOURCES),
+        df.height,
+        run=run,
+        rejects=bad,
+        positional_ids=True,
     )
