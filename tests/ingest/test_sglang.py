@@ -163,3 +163,22 @@ def test_current_line_variants(tmp_path):
     # first graph replay, accept len 4.75: 3 requests x 4.75 tokens; step = tokens / throughput
     assert rows[4][2:4] == (3, round(3 * 4.75))
     assert rows[4][6] == pytest.approx(3 * 4.75 * 1000 / 149.0)
+
+
+@pytest.mark.parametrize("accept", ["inf", "1e300", "99999999999999999999"])
+def test_absurd_accept_len_is_a_reject_not_a_crash(tmp_path, accept):
+    """accept len times #running-req is the step's decode tokens: an infinite or huge one does not
+    fit an integer and crashed the converter (InvalidOperationError); it is a rejected line."""
+    from pipeline import store
+    from pipeline.ingest import ingest_paths
+
+    head = "[2026-05-19 00:32:54 DP0 TP0] Decode batch [first graph replay], #running-req: 3, #token: 1000, "
+    tail = "token usage: 0.31, cuda graph: True, gen throughput (token/s): 149.0, accept len: {}, #queue-req: 0\n"
+    f = tmp_path / "sg.log"
+    f.write_text(head + tail.format(accept) + head + tail.format("1.5"))
+    con = store.connect(tmp_path / "s.duckdb")
+    (res,) = ingest_paths(con, [f], fmt="sglang-log")
+    assert (res.accepted, res.rejected) == (1, 1)
+    ((line,),) = con.execute("select line_no from rejects").fetchall()
+    assert line == 1
+    assert con.execute("select decode_tokens from iterations").fetchall() == [(4,)]  # round(3 * 1.5)

@@ -134,3 +134,26 @@ def test_appended_results_become_runs_named_after_the_run(con, tmp_path, run_id,
     for rid in want:
         assert stat(con, rid, "ttft_ms", "count") == n
         assert stat(con, rid, "ttft_ms", "mean") == pytest.approx(doc["mean_ttft_ms"], rel=1e-12)
+
+
+def test_without_start_times_is_refused(con, tmp_path):
+    """Without start_times every arrival would sit at 0: the run's duration would be its longest
+    request and its throughput several times too high. The file is refused, nothing is stored."""
+    with pytest.raises(InputError, match="no start_times"):
+        load(con, _variant(tmp_path, lambda d: d.pop("start_times")), fmt="vllm-bench")
+    assert con.execute("select count(*) from requests").fetchall()[0][0] == 0
+
+
+def test_entry_without_start_time_is_rejected(con, tmp_path):
+    def hole(doc):
+        doc["start_times"][3] = None
+
+    (res,) = load(con, _variant(tmp_path, hole), fmt="vllm-bench")
+    doc = json.loads(BENCH.read_text())
+    assert (res.accepted, res.rejected) == (len(doc["ttfts"]) - 1, 1)
+    ((line, reason),) = con.execute("select line_no, reason from rejects").fetchall()
+    assert line == 4 and "start_times" in reason
+    starts = np.array(doc["start_times"])
+    got = dict(con.execute("select req_id, t_arrival from requests").fetchall())
+    assert "3" not in got
+    assert got["0"] == pytest.approx(starts[0] - starts.min(), abs=1e-9)  # the origin: the other entries

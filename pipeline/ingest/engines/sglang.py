@@ -96,7 +96,12 @@ def _parse(lines: pl.DataFrame, written: float, tz: str = "UTC") -> pl.DataFrame
         prefill_reqs=pl.when(prefill).then(_num("kv", "#new-seq", cast=pl.Int64)).otherwise(0),
         # a prefill batch runs alone (the decode batch waits), so it decodes nothing
         decode_reqs=pl.when(prefill).then(0).otherwise(running),
-        decode_tokens=pl.when(prefill).then(0).otherwise((running.cast(pl.Float64) * accept).round().cast(pl.Int64)),
+        decode_tokens=pl.when(prefill)
+        .then(0)
+        .otherwise(
+            # strict=False: an infinite or huge accept len gives NULL here and a reject below, not a crash
+            (running.cast(pl.Float64) * accept).round().cast(pl.Int64, strict=False)
+        ),
         running_reqs=running,
         context_tokens=pl.when(prefill).then(None).otherwise(_num("kv", "#token", "#full token", cast=pl.Int64)),
         waiting_reqs=_num("kv", "#queue-req", cast=pl.Int64),
@@ -142,6 +147,9 @@ def _reasons(df: pl.DataFrame) -> pl.DataFrame:
     odd = pl.any_horizontal(
         pl.col("reason").is_not_null(),
         *(pl.col(k) < 0 for k in (*counts, "cached_tokens", "gen_throughput_tok_s", "accept_len")),
+        # an infinite or absurd accept len (its decode tokens do not fit an integer)
+        pl.col("accept_len").is_not_null() & pl.col("decode_tokens").is_null(),
+        ~pl.col("accept_len").is_finite(),
         ~pl.col("kv_usage").is_between(0.0, 1.0),
     ).fill_null(False)
     need = df.select(odd).to_series()

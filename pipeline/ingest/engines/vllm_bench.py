@@ -240,8 +240,29 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
     for k, doc in enumerate(docs):
         df = _frame(doc, path).with_row_index("idx")
         starts = df["start_times"].filter(df["start_times"].is_finite()) if "start_times" in df.columns else None
+        if df.height and (starts is None or not starts.len()):
+            # every arrival would sit at 0: durations, throughput, goodput and clock alignment wrong
+            raise InputError(
+                f"{path}: vllm bench result{f' {k + 1}' if len(docs) > 1 else ''} has no start_times "
+                "(older benchmark_serving.py results lack them): the requests' arrival times are unknown, "
+                "so the run's duration, throughput and goodput cannot be computed; save the result with "
+                "`vllm bench serve --save-result --save-detailed`, which records them"
+            )
+        # an entry without its start time has no arrival: rejected, not put at the origin
+        df = (
+            df
+            if not df.height
+            else df.with_columns(
+                wrong=pl.coalesce(
+                    pl.col("wrong"),
+                    pl.when(~pl.col("start_times").is_finite().fill_null(False)).then(
+                        pl.lit("vllm bench entry without a start_times value (its arrival time is unknown)")
+                    ),
+                )
+            )
+        )
         origin = float(starts.min()) if starts is not None and starts.len() else 0.0
-        run = _run(doc, origin, starts is not None and starts.len() > 0)
+        run = _run(doc, origin, df.height > 0)
         if len(docs) > 1:  # several appended results: one run each
             run["run_id"] = f"{run_name or c.stem(path)}-{k + 1}"
         req = _requests(df, origin)
