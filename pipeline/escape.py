@@ -38,7 +38,9 @@ _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]|~<>&])")
 
 def html_text(value: Any, limit: int | None = None) -> str:
     """``value`` as HTML text (safe in element content and quoted attributes)."""
-    s = "" if value is None else str(value)
+    # control and bidi characters from logs (ESC, BEL, U+202E that reverses the text shown) become
+    # spaces; tabs and line breaks are plain whitespace in HTML and stay
+    s = "" if value is None else _HTML_CONTROLS.sub(" ", str(value))
     if limit is not None and len(s) > limit:
         s = s[: limit - 1] + "\u2026"
     return html.escape(s, quote=True)
@@ -53,6 +55,12 @@ def script_json(obj: Any, **kwargs: Any) -> str:
 # C0 and C1 controls (ESC among them) and bidi formatting characters: none belongs in a report,
 # and a Markdown file is also read in terminals (cat, less -R)
 _CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+
+
+# the same in HTML text, less tab, line feed and carriage return (plain whitespace there)
+_HTML_CONTROLS = re.compile(
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]"
+)
 
 
 def md_text(value: Any, limit: int | None = 120) -> str:

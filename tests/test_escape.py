@@ -65,3 +65,13 @@ def test_table_cell_keeps_its_pipe():
 def test_terminal_reads_operators_without_entities():
     # the nightly summary goes to a terminal too: "<=" as "\<=", never "&lt;="
     assert md_text("ttft_ms.p99 <= 2000") == "ttft\\_ms.p99 \\<= 2000"
+
+
+def test_html_text_drops_control_and_bidi_characters():
+    """A log's ESC sequences, BEL and U+202E (which shows the text after it reversed) never reach a
+    page; tabs and line breaks (plain whitespace in HTML) stay, and markup is still escaped."""
+    from pipeline.escape import html_text
+
+    got = html_text("e\x1b]0;PWNED\x07\x1b[31m<b>RED\x1b[0m\u202eevil\u2066x\tx\ny\x85")
+    assert not any(ch in got for ch in "\x1b\x07\u202e\u2066\x85<>")
+    assert "&lt;b&gt;RED" in got and "\tx\ny" in got
