@@ -53,14 +53,12 @@ def script_json(obj: Any, **kwargs: Any) -> str:
 
 
 # C0 and C1 controls (ESC among them) and bidi formatting characters: none belongs in a report,
-# and a Markdown file is also read in terminals (cat, less -R)
-_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
-
-
-# the same in HTML text, less tab, line feed and carriage return (plain whitespace there)
+# and a Markdown file is also read in terminals (cat, less -R). HTML text keeps tab, line feed and
+# carriage return (plain whitespace there); Markdown text is one line, so _CONTROLS takes them too.
 _HTML_CONTROLS = re.compile(
     "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]"
 )
+_CONTROLS = re.compile("[\t\n\r]|" + _HTML_CONTROLS.pattern)
 
 
 def md_text(value: Any, limit: int | None = 120) -> str:

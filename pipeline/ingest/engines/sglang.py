@@ -147,9 +147,8 @@ def _reasons(df: pl.DataFrame) -> pl.DataFrame:
     odd = pl.any_horizontal(
         pl.col("reason").is_not_null(),
         *(pl.col(k) < 0 for k in (*counts, "cached_tokens", "gen_throughput_tok_s", "accept_len")),
-        # an infinite or absurd accept len (its decode tokens do not fit an integer)
+        # an infinite or absurd accept len: its decode tokens do not fit an integer
         pl.col("accept_len").is_not_null() & pl.col("decode_tokens").is_null(),
-        ~pl.col("accept_len").is_finite(),
         ~pl.col("kv_usage").is_between(0.0, 1.0),
     ).fill_null(False)
     need = df.select(odd).to_series()

@@ -249,10 +249,8 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
                 "`vllm bench serve --save-result --save-detailed`, which records them"
             )
         # an entry without its start time has no arrival: rejected, not put at the origin
-        df = (
-            df
-            if not df.height
-            else df.with_columns(
+        if df.height:
+            df = df.with_columns(
                 wrong=pl.coalesce(
                     pl.col("wrong"),
                     pl.when(~pl.col("start_times").is_finite().fill_null(False)).then(
@@ -260,7 +258,6 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
                     ),
                 )
             )
-        )
         origin = float(starts.min()) if starts is not None and starts.len() else 0.0
         run = _run(doc, origin, df.height > 0)
         if len(docs) > 1:  # several appended results: one run each
