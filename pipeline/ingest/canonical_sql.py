@@ -174,6 +174,11 @@ def _unquote(x: str) -> str:
     return f"case when contains({x}, '\\') then json_extract_string({x}, '$') else {x}[2:-2] end"
 
 
+# the run a record names for itself: only a valid run_id; a record whose run_id is rejected
+# (a list, 1.5, "") must not carry the lines that follow it into a run named by that text
+OWN_RUN_SQL = "case when trim(v_run_id) <> '' then v_run_id end"
+
+
 def _x(name: str) -> str:
     """The parsed field: typed, or its JSON text (strings, objects); NULL when absent or null."""
     return f"x_{name}"
@@ -253,6 +258,9 @@ def _problem(f: Field, shown: str | None = None, label: str | None = None) -> li
         checks.insert(0, (absent, f"'missing required field {name}'"))
     if f.kind in ("float", "fraction"):
         checks.append((f"isnan({val}) or isinf({val})", f"'{name}: NaN or infinite value ' || {shown}"))
+    if f.kind == "id":
+        # an empty id names nothing: requests would collide under it, lines would go to a nameless run
+        checks.append((f"trim({val}) = ''", f"'{name}: empty; leave the field out instead'"))
     if f.kind == "count":
         checks.append((f"{val} < 0", f"'{name}: negative count ' || {shown}"))
     if f.kind in ("int", "count"):
@@ -345,7 +353,9 @@ def kind_reasons_sql(kind: str, shown: dict[str, str] | None = None, labels: dic
 
     ``labels``: how reasons name some fields (see :func:`_problem`)."""
     labels = labels or {}
-    fields = [_problem(f, None if shown is None else shown[f.name], labels.get(f.name)) for f in FIELDS[kind]]
+    # every record may name its run; a bad name is the record's problem whatever its kind
+    own = FIELDS[kind] if kind == "run" else (RUN_FIELDS[0], *FIELDS[kind])
+    fields = [_problem(f, None if shown is None else shown[f.name], labels.get(f.name)) for f in own]
     cross = [c for c, _ in CROSS_CHECKS[kind]]
     gates = {
         frozenset({_list_not_finite(v), _list_too_big(v), _list_decreasing(v)}): _list_gate(v)
@@ -546,7 +556,7 @@ def stage_sql(
         "left(raw, 1024)" if keep_raw else "case when reason is not null and reason <> 'blank' then left(raw, 1024) end"
     )
     return f"""
-select {line}kind, own_run, {v_names}, extra, reason, {raw_out} as raw{", quotes" if file_quotes else ""}
+select {line}kind, {OWN_RUN_SQL} as own_run, {v_names}, extra, reason, {raw_out} as raw{", quotes" if file_quotes else ""}
 from (
   select *, {reason} as reason,
     case when not clean and perr is null and kind in ({kinds_sql}) then case kind {" ".join(extra)} end end as extra
@@ -561,12 +571,10 @@ from (
         select *, case when not clean then list_transform(json_type(jraw, {paths}), {_CODE_OF}) end as ty{quotes_col}
         from (
           select *, {clean} as clean, case when perr is null then raw end as jraw,
-            {kind_of_text} as kind,
-            case when t_own_run = {jt("VARCHAR")} then {_unquote(_x("run_id"))} else {_x("run_id")} end as own_run
+            {kind_of_text} as kind
           from (
             select *,
-              {_jtype(_x("kind"))} as t_kind,
-              {_jtype(_x("run_id"), ints=True)} as t_own_run
+              {_jtype(_x("kind"))} as t_kind
             from (
               select {line}raw,
                 case when raw is null then '{BLANK}'

@@ -603,6 +603,10 @@ def _unsafe(run_id: str) -> str:
 
 def check_run_id_option(run_id: str) -> None:
     """Refuse a ``--run-id`` that no run id may be, before any file is read."""
+    if not run_id.strip():
+        raise InputError(
+            f"--run-id {shown_id(run_id)}: empty; give a name, or leave the option out to name runs after the files"
+        )
     if UNSAFE_IN_ID.search(run_id):
         raise InputError(f"--run-id {shown_id(run_id)}: holds {_unsafe(run_id)}; {NO_UNSAFE}; give another --run-id")
 

@@ -34,6 +34,7 @@ from .canonical_sql import (
     ALL_FIELDS,
     ALL_KINDS,
     OWN_NAMES,
+    OWN_RUN_SQL,
     PARSE_ERRORS,
     UNKNOWN_KIND,
     _value,
@@ -133,10 +134,6 @@ def parquet_stage_sql(source: str, columns: list[tuple[str, str]], row_json) -> 
         values.append(f"{_value(f, f't_{name}', _x(f.kind, col, present[name]))} as v_{name}")
         shown[name] = f"left(to_json({col})::varchar, 40)"
     kind = q["kind"] if "kind" in present else "NULL::varchar"
-    if "run_id" in present:
-        own_run = q["run_id"] if present["run_id"] == "VARCHAR" else f"to_json({q['run_id']})::varchar"
-    else:
-        own_run = "NULL::varchar"
     per_kind, extra = [], []
     for k in ALL_KINDS:
         per_kind.append(f"when '{k}' then {kind_reasons_sql(k, shown)}")
@@ -153,13 +150,13 @@ def parquet_stage_sql(source: str, columns: list[tuple[str, str]], row_json) -> 
       else case kind {" ".join(per_kind)} end end"""
     v_names = ", ".join(f"v_{n}" for n in ALL_FIELDS)
     return f"""
-select kind, own_run, {v_names}, extra, reason,
+select kind, {OWN_RUN_SQL} as own_run, {v_names}, extra, reason,
   case when reason is not null then left({raw_sql}, 1024) end as raw
 from (
   select *, {reason} as reason, {extra_sql} as extra
   from (
     select *, {", ".join(values)}
-    from (select *, {kind} as kind, {own_run} as own_run, {", ".join(types)} from {source})
+    from (select *, {kind} as kind, {", ".join(types)} from {source})
   )
 )
 """

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .canonical_sql import ALL_FIELDS, OWN_NAMES, _value, jt, kind_reasons_sql
+from .canonical_sql import ALL_FIELDS, OWN_NAMES, OWN_RUN_SQL, _value, jt, kind_reasons_sql
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -123,7 +123,7 @@ def typed_stage_sql(source: str, typed: Typed) -> str:
         + [f"{_quoted(n)} := {_quoted(n)}" for n in schema if n in known and n != "kind"]
         + [f"{_quoted(n)} := {_quoted(n)}" for n in typed.extra if n in schema]
     )
-    own_run = "v_run_id" if "run_id" in schema else "NULL::varchar"
+    own_run = OWN_RUN_SQL if "run_id" in schema else "NULL::varchar"
     v_names = ", ".join(f"v_{n}" for n in ALL_FIELDS)
     return f"""
 select line_no, '{kind}' as kind, {own_run} as own_run, {v_names}, extra, reason,

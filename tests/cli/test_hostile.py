@@ -149,6 +149,14 @@ def test_run_id_option_with_control_or_bidi_characters_is_refused(tmp_path, run_
     assert not Path(db).exists() or stored_runs(db) == []
 
 
+@pytest.mark.parametrize("run_id", ["", "  "])
+def test_an_empty_run_id_option_is_refused(tmp_path, run_id):
+    db = str(tmp_path / "o.duckdb")
+    r = run("ingest", str(TINY), "--run-id", run_id, "--db", db)
+    assert r.returncode == 2 and r.stderr.startswith(f"Error: --run-id {run_id!r}: empty"), r.stderr
+    assert not Path(db).exists() or stored_runs(db) == []
+
+
 def test_run_id_from_a_file_name_with_a_newline_is_refused(tmp_path):
     lines = [json.loads(x) for x in TINY.read_text().splitlines()]
     del lines[0]["run_id"]  # its records take the file's name

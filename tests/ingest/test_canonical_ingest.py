@@ -301,6 +301,37 @@ def test_run_identity_rules(con, tmp_path):
     assert runs == {"A": "e1", "B": None, "C": None, "cli": None}
 
 
+@pytest.mark.parametrize("bad", [[1], {"a": 1}, 1.5, True, "", "  "])
+def test_a_rejected_run_id_names_no_run(con, tmp_path, monkeypatch, bad):
+    """A run record whose run_id is rejected does not carry the lines below it into a run named
+    by that value's text ('[1]', '1.5', ''): they stay with the run before it, or the file's."""
+    from .test_fast_path import stores_of_both_paths
+
+    lines = [it(0), {"kind": "run", "run_id": bad, "engine": "e"}, it(1), it(2, run_id=bad), it(3)]
+    f = write(tmp_path / "night.jsonl", lines)
+    fast, batch = stores_of_both_paths(tmp_path, monkeypatch, f, ingest.canonical.convert_jsonl)
+    assert fast == batch
+    assert fast["iterations"] == batch["iterations"] and len(fast["iterations"]) == 3
+    assert all(r.startswith("('night', ") for r in fast["iterations"]), fast["iterations"]
+    assert [r[0] for r in fast["ingests"]] == [5] and fast["ingests"][0][2] == 2
+    (res,) = ingest.ingest_paths(con, [f])
+    assert res.run_ids == ["night"]
+    got = rejects(con)
+    assert set(got) == {2, 4}
+    expect = "run_id: empty" if isinstance(bad, str) else "run_id: expected a string or integer"
+    assert all(r.startswith(expect) for r in got.values()), got
+
+
+def test_an_integer_run_id_is_its_decimal_text(con, tmp_path):
+    f = write(tmp_path / "n.jsonl", [{"kind": "run", "run_id": 7}, it(0), it(1, run_id=8)])
+    ingest.ingest_paths(con, [f])
+    assert con.execute("select run_id, count(*) from iterations group by 1 order by 1").fetchall() == [
+        ("7", 1),
+        ("8", 1),
+    ]
+    assert rejects(con) == {}
+
+
 def test_file_name_is_last_resort_and_run_carries_across_batches(con, tmp_path, monkeypatch):
     from pipeline.ingest import reader
 

@@ -112,3 +112,18 @@ def test_column_names_from_the_file_are_data_and_nested_nulls_stay(tmp_path, mon
     ((extra,),) = con.execute("select extra from iterations").fetchall()
     assert json.loads(extra) == {'x"); drop table iterations; --': 1, "back\\slash é": "v", "ITER_1": 5}
     assert json.loads(con.execute("select meta from run_records").fetchall()[0][0]) == {"knob": None, "tp": 2}
+
+
+@pytest.mark.parametrize(("run_id", "stored"), [("1.5::double", "night"), ("''", "night"), ("7::bigint", "7")])
+def test_a_parquet_run_id_column_names_a_run_only_when_valid(tmp_path, monkeypatch, paths, run_id, stored):
+    """A run id of a wrong type or empty is the run row's reject; the rows below it take the file's name."""
+    f = tmp_path / "night.parquet"
+    _parquet(
+        f,
+        f"('run', {run_id}, NULL, NULL, NULL), ('iteration', NULL, 0, 1.0, 1.01)",
+        "kind, run_id, iter, t_start, t_end",
+    )
+    fast, batch = _both(tmp_path, monkeypatch, f)
+    assert paths == ["duckdb"] and fast == batch
+    assert fast["ingests"][0][4] == [stored]
+    assert len(fast["rejects"]) == (stored == "night")
