@@ -17,6 +17,7 @@ Byte counts used by the fit:
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
@@ -132,10 +133,23 @@ class HardwareSpec:
     gpu: str | None = setting(
         None, "GPU from the catalogue (h100-sxm, a100-80gb, ..., cpu:GBPS); default: the run's GPU."
     )
-    bandwidth_gbps: float | None = setting(None, "Peak memory bandwidth in GB/s (required for --gpu cpu).")
-    tflops: float | None = setting(
-        None, "Dense peak TFLOP/s, overriding the catalogue (prefill roofline).", flag="--peak-tflops"
+    bandwidth_gbps: float | None = setting(
+        None, "Peak memory bandwidth in GB/s (required for --gpu cpu).", min=0, min_open=True
     )
+    tflops: float | None = setting(
+        None,
+        "Dense peak TFLOP/s, overriding the catalogue (prefill roofline).",
+        flag="--peak-tflops",
+        min=0,
+        min_open=True,
+    )
+
+    def __post_init__(self) -> None:
+        # a config file or a library caller reaches here without click's check
+        for name in ("bandwidth_gbps", "tflops"):
+            v = getattr(self, name)
+            if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise InputError(f"{name}: expected a positive number, got {v!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form (all fields, None included)."""
@@ -186,15 +200,21 @@ def find_gpu(name: str | None, bandwidth_gbps: float | None = None, tflops: floa
         return None
     m = re.fullmatch(r"\s*(.*?)\s*:\s*([0-9.]+)\s*", name)
     if m:
-        name, bandwidth_gbps = m.group(1), bandwidth_gbps or float(m.group(2))
+        try:
+            given = float(m.group(2))
+        except ValueError:  # "1.2.3"
+            given = 0.0
+        if not given > 0:
+            raise InputError(f"GPU {name!r}: {m.group(2)!r} is no positive bandwidth in GB/s (write e.g. cpu:40)")
+        name, bandwidth_gbps = m.group(1), bandwidth_gbps or given
     hit = _lookup(_table("gpus.toml"), name)
     if hit is None:
         return None
     key, e = hit
     gpu = Gpu(key, e.get("peak_bw_gbps"), e.get("bf16_tflops"), e.get("fp8_tflops"), e.get("memory_gb"), e["source"])
-    if bandwidth_gbps:
+    if bandwidth_gbps is not None:
         gpu = replace(gpu, peak_bw_gbps=float(bandwidth_gbps), source=f"user-given {bandwidth_gbps} GB/s")
-    if tflops:
+    if tflops is not None:
         gpu = replace(gpu, bf16_tflops=float(tflops), fp8_tflops=None)
     return gpu
 

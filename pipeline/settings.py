@@ -27,7 +27,9 @@ class Setting:
     Attributes:
         help: one or two sentences for ``--help`` (and the field's documentation).
         flag: the long option when it is not ``--<field-name>`` (kept for names users know).
-        min: smallest accepted value (inclusive), checked by click before the dataclass sees it.
+        min: smallest accepted value (inclusive; exclusive with ``min_open``), checked by click
+            before the dataclass sees it.
+        allow_inf: a float setting takes ``inf`` (meaning "no limit"); it never takes NaN.
         choices: the accepted strings of a text field.
         existing: ``"file"``: the value names an existing file; ``"path"``: an existing file or folder.
     """
@@ -37,6 +39,8 @@ class Setting:
     min: float | None = None
     choices: tuple[str, ...] | None = None
     existing: str | None = None
+    min_open: bool = False
+    allow_inf: bool = False
 
 
 def setting(
@@ -47,13 +51,15 @@ def setting(
     min: float | None = None,  # noqa: A002
     choices: tuple[str, ...] | None = None,
     existing: str | None = None,
+    min_open: bool = False,
+    allow_inf: bool = False,
     **extra: Any,
 ) -> Any:
     """A dataclass field with ``default`` and its CLI description; ``extra`` goes into the
     field's metadata as is (facts other modules read, e.g. what a replay assumes)."""
     if existing not in (None, "file", "path"):
         raise ValueError(f"existing must be 'file' or 'path', got {existing!r}")
-    meta = {KEY: Setting(help, flag, min, choices, existing), **extra}
+    meta = {KEY: Setting(help, flag, min, choices, existing, min_open, allow_inf), **extra}
     return dataclasses.field(default=default, metadata=meta)
 
 
@@ -98,8 +104,32 @@ def _click_type(s: Setting, t: type):
     if t is int:
         return click.IntRange(min=int(s.min)) if s.min is not None else int
     if t is float:
-        return click.FloatRange(min=s.min) if s.min is not None else float
+        return finite_float(min=s.min, min_open=s.min_open, allow_inf=s.allow_inf)
     return str
+
+
+def finite_float(
+    min: float | None = None,  # noqa: A002
+    max: float | None = None,  # noqa: A002
+    min_open: bool = False,
+    allow_inf: bool = False,
+):
+    """A click float type that refuses NaN and (unless ``allow_inf``) infinities, within
+    ``min``/``max`` when given. Click's FloatRange alone lets NaN through: every comparison
+    with it is false."""
+    import click
+
+    class FiniteFloat(click.FloatRange):
+        name = "float"  # the metavar stays FLOAT; the bounds show in the help as [x>0]
+
+        def convert(self, value, param, ctx):
+            rv = click.FLOAT.convert(value, param, ctx)
+            # before the range: -inf is "no number" first
+            if rv != rv or (not allow_inf and rv in (float("inf"), float("-inf"))):
+                self.fail(f"{value!r} is not a {'number' if allow_inf else 'finite number'}.", param, ctx)
+            return super().convert(rv, param, ctx)
+
+    return FiniteFloat(min=min, max=max, min_open=min_open)
 
 
 def options(cls: type, *, unset: Callable[[dataclasses.Field], str] | None = None) -> Callable:

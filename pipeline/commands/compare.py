@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import CheckFailed, writing
+from ..settings import finite_float
 from ..terminal import echo
 from .options import db_option, lake_option, open_source, dumps, json_option
 
@@ -31,14 +32,14 @@ from .options import db_option, lake_option, open_source, dumps, json_option
     "--threshold",
     default=0.05,
     show_default=True,
-    type=click.FloatRange(0, None),
+    type=finite_float(0, None),
     help="Relative growth a statistic must exceed to count as a regression (0.05 = 5%).",
 )
 @click.option(
     "--confidence",
     default=0.99,
     show_default=True,
-    type=click.FloatRange(0.5, 0.9999),
+    type=finite_float(0.5, 0.9999),
     help="Confidence level of the bootstrap intervals.",
 )
 @click.option(

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import CheckFailed, TracelatError
+from ..settings import finite_float
 from ..terminal import echo
 
 from .options import dumps, json_option
@@ -125,7 +126,7 @@ class _JunitOnUsageError(click.Command):
     "--min-change",
     default=0.05,
     show_default=True,
-    type=click.FloatRange(0, None),
+    type=finite_float(0, None),
     help="A change point for the worse fails the night when it is at least this large (0.05 = 5%).",
 )
 @json_option

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ..errors import InputError, writing
-from ..settings import given, options
+from ..settings import finite_float, given, options
 from ..sim.config import Policy
 from ..terminal import echo
 from .options import db_option, lake_option, open_source, dumps, json_option
@@ -60,7 +60,7 @@ def _seed_path(out: Path, seed: int, n_seeds: int) -> Path:
 @click.option(
     "--compute-speedup",
     metavar="X",
-    type=click.FloatRange(min=0, min_open=True),
+    type=finite_float(min=0, min_open=True),
     help="What-if compute X times faster: the FLOP-bound terms (b prefill, c decode, e prefill attention) "
     "divided by X; t0, a (memory reads) and d unchanged.",
 )

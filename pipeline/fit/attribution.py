@@ -116,11 +116,13 @@ def parse_time(text: str | None, con: duckdb.DuckDBPyConnection, run_id: str, de
     s = text.strip()
     start = run_start(con, run_id) or 0.0
     try:
-        if s.startswith("@"):
-            return float(s[1:])
-        return start + float(s)
+        t = float(s[1:]) if s.startswith("@") else start + float(s)
     except ValueError:
-        pass
+        t = None
+    if t is not None:
+        if not math.isfinite(t):  # "nan", "inf": float() takes them, no window can
+            raise InputError(f"time {text!r}: not a finite number of seconds")
+        return t
     zone = zoneinfo.ZoneInfo(run_zone(con, run_id))
     try:
         if re.fullmatch(r"\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?", s):

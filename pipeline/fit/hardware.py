@@ -20,6 +20,7 @@ import duckdb
 
 from .. import catalog
 from ..catalog import Gpu, HardwareSpec, ModelSpec
+from ..errors import InputError
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,10 @@ def resolve(con: duckdb.DuckDBPyConnection, run_id: str, hw: HardwareSpec = Hard
     if gpu:
         dev = catalog.get_gpu(gpu, bandwidth_gbps, tflops)
     else:
-        dev = catalog.find_gpu(run_gpu, bandwidth_gbps, tflops)
+        try:
+            dev = catalog.find_gpu(run_gpu, bandwidth_gbps, tflops)
+        except InputError:  # the log's "gpu": "cpu:0" is the run's oddity, not the user's mistake
+            dev = None
         if dev is None:
             notes.append(
                 f"GPU {run_gpu!r} of the run is not in the catalogue: pass --gpu"

@@ -110,7 +110,9 @@ class WorkloadSpec:
     requests: int | None = setting(
         None, f"Number of requests. Default {DEFAULT_REQUESTS}, or enough to last --iterations steps.", min=1
     )
-    rate_rps: float = setting(10.0, "Mean arrival rate in requests per second ('inf': all at t=0).", flag="--rate")
+    rate_rps: float = setting(
+        10.0, "Mean arrival rate in requests per second ('inf': all at t=0).", flag="--rate", allow_inf=True
+    )
     burstiness: float = setting(1.0, "Gamma shape of inter-arrival gaps: 1 = Poisson, <1 burstier, >1 more regular.")
     prompt_mean: float = setting(512.0, "Mean prompt length in tokens (log-normal).")
     prompt_sigma: float = setting(0.8, "Log-space sigma of prompt lengths (0 = all equal).")

@@ -287,3 +287,32 @@ def test_replay_field_lists_come_from_policy():
     # a note for each assumption, except those whose reason is None (decided from the requests elsewhere)
     noted = [f for f in c.UNRECORDED if c.UNRECORDED_WHY.get(f, ("", "note"))[1] is not None]
     assert len(notes) == len(noted) and all(sources[f].startswith("default") for f in c.UNRECORDED)
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "NaN"])
+def test_a_float_option_refuses_nan_and_infinities(text):
+    from pipeline.cli import run_captured
+
+    code, out = run_captured("fit", "r", "--db", "none.duckdb", "--bandwidth-gbps", text)
+    assert code == 2 and f"Invalid value for '--bandwidth-gbps': {text!r} is not a finite number" in out, out
+    code, out = run_captured("compare", "a", "b", "--db", "none.duckdb", "--threshold", text)
+    assert code == 2 and f"Invalid value for '--threshold': {text!r} is not a finite number" in out, out
+    # a setting with no bounds too
+    with pytest.raises(click.BadParameter, match="not a finite number"):
+        settings.finite_float().convert(text, None, None)
+
+
+def test_a_hardware_figure_must_be_positive():
+    from pipeline.cli import run_captured
+
+    code, out = run_captured("fit", "r", "--db", "none.duckdb", "--peak-tflops", "0")
+    assert code == 2 and "Invalid value for '--peak-tflops': 0.0 is not in the range x>0" in out, out
+
+
+def test_a_setting_that_means_no_limit_by_inf_takes_inf_but_not_nan(monkeypatch):
+    seen = _capture_simulate(monkeypatch, ["--rate", "inf"])
+    assert seen["spec"].rate_rps == float("inf")
+    from pipeline.cli import run_captured
+
+    code, out = run_captured("simulate", "--rate", "nan", "--out", "x.jsonl")
+    assert code == 2 and "Invalid value for '--rate': 'nan' is not a number" in out, out

@@ -100,3 +100,30 @@ def test_hf_config_errors(tmp_path):
     bad.write_text(json.dumps({"hidden_size": 8}))
     with pytest.raises(InputError, match="lacks 'num_attention_heads'"):
         catalog.model_from_hf_config(bad)
+
+
+@pytest.mark.parametrize("name", ["cpu:0", "cpu:1.2.3", "cpu:."])
+def test_a_gpu_bandwidth_suffix_must_be_a_positive_number(name):
+    with pytest.raises(InputError, match="no positive bandwidth in GB/s"):
+        catalog.find_gpu(name)
+
+
+@pytest.mark.parametrize("field", ["bandwidth_gbps", "tflops"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 0.0, -5.0, "40"])
+def test_hardware_spec_refuses_a_figure_that_is_no_positive_number(field, value):
+    with pytest.raises(InputError, match=f"{field}: expected a positive number"):
+        catalog.HardwareSpec(**{field: value})
+
+
+def test_a_gpu_with_a_bad_bandwidth_in_the_run_metadata_is_a_note_not_an_error():
+    import duckdb
+
+    from pipeline.fit import hardware
+
+    con = duckdb.connect()
+    con.execute(
+        "create table runs as select 'r' as run_id, null::varchar as model, 'cpu:0' as gpu, "
+        "null::int as num_gpus, null::varchar as dtype, null::varchar as kv_dtype"
+    )
+    hw = hardware.resolve(con, "r")
+    assert hw.gpu is None and any("GPU 'cpu:0' of the run is not in the catalogue" in n for n in hw.notes)

@@ -43,6 +43,8 @@ def test_trailing_z_is_accepted(db):
             "--from 300 lies after the run's end (the run spans 2026-11-30T04:47:27.949Z (+0.000 s) ..",
         ),
         (("--to", "@5"), "--to @5 lies before the run's start"),
+        (("--from", "nan"), "time 'nan': not a finite number of seconds"),
+        (("--to", "@inf"), "time '@inf': not a finite number of seconds"),
     ],
 )
 def test_reversed_or_outside_windows_are_errors(db, window, message):
