@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 from .. import store
 from ..errors import InputError
 from . import align, canonical, context, reader
-from .load import Batch, IngestResult, check_run_id_option, default_run_id, ingest_file
+from .load import Batch, IngestResult, check_run_id_option, check_zone, default_run_id, ingest_file
 
 
 @dataclass(frozen=True)
@@ -201,6 +201,8 @@ def ingest_paths(
     """
     if run_id is not None:  # the option, not the names given to files whose names collide
         check_run_id_option(run_id)
+    if tz is not None:
+        check_zone(tz)
     results: list[IngestResult] = []
     files = expand(Path(p) for p in paths)
     if clock_offsets:

@@ -611,6 +611,20 @@ def check_run_id_option(run_id: str) -> None:
         raise InputError(f"--run-id {shown_id(run_id)}: holds {_unsafe(run_id)}; {NO_UNSAFE}; give another --run-id")
 
 
+def check_zone(tz: str) -> str:
+    """``tz`` when it names a time zone, else an InputError (checked before any file is read:
+    only log converters use it, and a wrong --tz must not pass unnoticed on the other files)."""
+    import zoneinfo
+
+    try:
+        zoneinfo.ZoneInfo(tz)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise InputError(
+            f"--tz {shown_id(tz)} is not a known time zone; use an IANA name such as UTC or Europe/Berlin"
+        ) from None
+    return tz
+
+
 def _refuse_unsafe_runs(con: duckdb.DuckDBPyConnection, result: IngestResult, ingest_id: int, default_run: str) -> None:
     """Refuse the file when a run it brings has a control or bidi formatting character in its id:
     printed, a newline in it would forge a line of output, U+202E would reorder it.  Only the

@@ -517,3 +517,15 @@ def test_cut_gzip_names_its_last_whole_line(con, tmp_path, keep):
     assert 0 < whole < 3000
     with pytest.raises(InputError, match=rf"corrupt after line {whole} "):
         ingest.ingest_paths(con, [f])
+
+
+@pytest.mark.parametrize("tz", ["Nope/Zone", "", "../etc/passwd"])
+def test_an_unknown_tz_is_refused_before_any_file_even_one_without_wall_times(con, tmp_path, tz):
+    """--tz matters to server logs only, but a typo must not pass unnoticed on a canonical file."""
+    f = write(tmp_path / "c.jsonl", [it(0)])
+    with pytest.raises(InputError, match="is not a known time zone"):
+        ingest.ingest_paths(con, [f], tz=tz)
+    assert counts(con) == (0, 0, 0)
+    assert con.execute("select count(*) from ingests").fetchall()[0][0] == 0
+    (res,) = ingest.ingest_paths(con, [f], tz="Europe/Berlin")
+    assert res.accepted == 1

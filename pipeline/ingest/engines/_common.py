@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from ...errors import InputError
 from ..canonical_sql import MAX_ABS_TIME_S, MAX_COUNT
-from ..load import Batch
+from ..load import Batch, check_zone  # noqa: F401 - check_zone re-exported for the log converters
 from ..typed_sql import EXTRA_JSON, Typed
 from ..load import default_run_id as stem  # noqa: F401 - re-exported: the loader's rule for a run name
 
@@ -176,18 +176,6 @@ def local_zone() -> str:
         return name or "UTC"
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
         return "UTC"
-
-
-def check_zone(tz: str) -> str:
-    import zoneinfo
-
-    try:
-        zoneinfo.ZoneInfo(tz)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise InputError(
-            f"--tz {tz!r} is not a known time zone; use an IANA name such as UTC or Europe/Berlin"
-        ) from None
-    return tz
 
 
 # A year-less stamp is given the latest year that puts it before the file was last written;
