@@ -82,6 +82,11 @@ def format_summary(s: dict[str, Any]) -> str:
         f"{num(s['throughput']['requests_per_s'], 3)} requests/s",
     ]
     lines += steady.format_lines(s)
+    from .ingest.align import source_lines
+
+    # the ingest's warning scrolls away; the run's sources on two clocks change what it can answer
+    meta = (s.get("run") or {}).get("meta") or {}
+    lines += [f"warning: {text}" for bad, text in source_lines(str(s["run_id"]), meta) if bad]
     lines += [
         "",
         f"{'metric':<14}{'count':>9}" + "".join(f"{k:>10}" for k in ("p50", "p90", "p99", "p999", "mean", "max")),

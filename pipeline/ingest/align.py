@@ -568,7 +568,8 @@ def source_lines(run_id: str, meta: dict) -> list[tuple[bool, str]]:
                 (
                     True,
                     f"run {run_id}: {name} NOT aligned with {ref}: {src.get('reason')}; "
-                    "durations, throughput, attribution and replay of this run are refused",
+                    "tail attribution, replay and the Perfetto timeline of this run are refused "
+                    "(they join steps and requests); each file's own metrics stand",
                 )
             )
             continue

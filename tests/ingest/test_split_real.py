@@ -156,6 +156,17 @@ def test_ingest_line_warns_with_the_match_rate(tmp_path):
     )
     assert res.exit_code == 0
     assert "NOT aligned" in res.output and "do not look like one run" in res.output
+    # what is refused is named: the quantities that join steps and requests, not each file's own
+    assert "tail attribution, replay and the Perfetto timeline of this run are refused" in res.output
+    assert "durations, throughput" not in res.output
+    summary = CliRunner().invoke(cli, ["summary", "joint", "--db", db])
+    assert summary.exit_code == 0, summary.output
+    (warning,) = [x for x in summary.output.splitlines() if x.startswith("warning: ")]
+    assert "bench.json NOT aligned with server.log" in warning
+    from pipeline.cli import run_captured
+
+    code, out = run_captured("explain", "joint", "--db", db)
+    assert code == 2 and "different clocks that could not be aligned" in out, out
     res = CliRunner().invoke(
         cli,
         [
