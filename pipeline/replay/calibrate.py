@@ -112,6 +112,25 @@ UNRECORDED_WHY = {
 }
 NOISE_MODES = ("fitted", "none")
 PREFIX_NOTE = "prefix caching: "  # starts the notes about the recording's cached tokens
+BUDGET_NOTE = "token budget: "  # starts the note about prompts longer than a step's budget
+
+
+def budget_notes(notes: list[str], policy: Policy, workload: Workload) -> list[str]:
+    """``notes`` with the note on prompts over the step budget as ``policy`` meets ``workload``.
+
+    Without chunked prefill the simulator prefills such a prompt whole, alone in a step over
+    the budget; vLLM never meets one: it refuses to start without chunked prefill when
+    max_num_batched_tokens is below max_model_len."""
+    out = [x for x in notes if not x.startswith(BUDGET_NOTE)]
+    budget = policy.max_num_batched_tokens
+    over = int((workload.prompt_tokens > budget).sum()) if len(workload) else 0
+    if over and not policy.chunked_prefill:
+        out.append(
+            f"{BUDGET_NOTE}{over} of {len(workload)} prompts are longer than max_num_batched_tokens ({budget}) "
+            "with chunked prefill off: each is prefilled whole, alone in a step over the budget (vLLM without "
+            "chunked prefill needs max_num_batched_tokens >= max_model_len, so it never meets such a prompt)"
+        )
+    return out
 
 
 @dataclass(frozen=True)
@@ -161,7 +180,7 @@ class Calibration:
             policy = replace(self.policy, **changes)
         except ValueError as exc:
             raise InputError(f"policy {changes}: {exc}") from exc
-        return replace(self, policy=policy)
+        return replace(self, policy=policy, notes=budget_notes(self.notes, policy, self.workload))
 
     def with_setting(self, name: str, value: Any) -> "Calibration":
         """The same calibration with one setting changed: a Policy field or a hardware what-if."""
@@ -210,7 +229,7 @@ class Calibration:
             recorded_status=np.full(n, "ok"),
             frontend_delay_s=np.zeros(n),
             workload_source=source,
-            notes=notes,
+            notes=budget_notes(notes, policy, workload),
         )
 
     def policy_changes(self) -> dict[str, Any]:
@@ -554,7 +573,7 @@ def calibrate(
             f"{big} requests of run {run_id!r} need more KV tokens than kv_capacity_tokens "
             f"({policy.kv_capacity_tokens}{blocks}){scaled} holds; pass a larger --kv-capacity-tokens"
         )
-    return cal
+    return replace(cal, notes=budget_notes(cal.notes, policy, w))
 
 
 def _interval(ci: Any) -> list[float] | None:

@@ -208,3 +208,22 @@ def test_block_settings_missing_from_the_metadata(edited_db):
     assert cal.policy_changes() == {}  # defaults complete the baseline: still a validation
     assert any("--kv-block-size" in n for n in cal.notes) and any("whole prompt" in n for n in cal.notes)
     con.close()
+
+
+def test_prompts_over_the_step_budget_without_chunked_prefill_are_noted(steady_db):
+    con = store.open_for_reading(steady_db)
+    cal = calibrate(con, "steady", noise="none", overrides={"chunked_prefill": False, "max_num_batched_tokens": 256})
+    over, total = con.execute(
+        "select count(*) filter (where prompt_tokens > 256), count(*) from requests where run_id = 'steady'"
+    ).fetchone()
+    assert 0 < over < total and len(cal.workload) == total
+    (note,) = [n for n in cal.notes if n.startswith("token budget: ")]
+    assert f"{over} of {total} prompts are longer than max_num_batched_tokens (256)" in note
+    # the note follows the policy a what-if replays under
+    assert not [n for n in cal.with_policy(chunked_prefill=True).notes if n.startswith("token budget: ")]
+    wide = cal.with_policy(max_num_batched_tokens=int(cal.workload.prompt_tokens.max()))
+    assert not [n for n in wide.notes if n.startswith("token budget: ")]
+    narrower = cal.with_policy(max_num_batched_tokens=128).notes
+    (again,) = [n for n in narrower if n.startswith("token budget: ")]
+    assert "(128)" in again and f"{over} of" not in again
+    assert not [n for n in calibrate(con, "steady", noise="none").notes if n.startswith("token budget: ")]
