@@ -76,10 +76,12 @@ def export(
         from ..lake import export_runs
 
         rows = export_runs(con, list(run_ids), lake)
+        n_runs = len(set(run_ids))
         echo(
             dumps(rows)
             if as_json
-            else f"{lake}: {len(run_ids)} run(s), " + ", ".join(f"{n} {t}" for t, n in rows.items())
+            else f"{lake}: {n_runs} run{'' if n_runs == 1 else 's'}: "
+            + ", ".join(f"{n} {t}" for t, n in rows.items() if t != "runs")
         )
         return
     if len(run_ids) != 1:

@@ -354,3 +354,14 @@ def test_a_file_split_over_runs_keeps_one_id_when_exported_run_by_run(tmp_path):
     ids = con.execute("select path, list(distinct ingest_id) from ingests group by path").fetchall()
     assert sorted(len(v) for _, v in ids) == [1, 1] and ids[0][1] != ids[1][1]
     assert json.loads(_ok("rejects", "--json", "--lake", lake))["total"] == 1
+
+
+def test_the_export_line_counts_the_runs_once(tmp_path):
+    tiny = REPO / "fixtures" / "canonical" / "tiny.jsonl"
+    db = tmp_path / "s.duckdb"
+    _ok("ingest", tiny, "--db", db)
+    out = _ok("export", "tiny", "tiny", "--db", db, "--lake", tmp_path / "lake")
+    iterations = store.scalar(open_runs(tmp_path / "lake"), "select count(*) from iterations")
+    assert out.strip() == f"{tmp_path / 'lake'}: 1 run: 1 run_records, {iterations} iterations, 3 requests, " + (
+        "2 token_lists, 1 ingests"
+    )
