@@ -12,6 +12,7 @@ mostly empty (a clock jump) is windowed again over its busy stretch: a second qu
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import duckdb
@@ -73,6 +74,13 @@ def _reason(r: dict[str, Any]) -> str | None:
     )
 
 
+def _secs(t: float, span: float) -> str:
+    """``t`` seconds to four significant digits of ``span``: 0.0469999 of a 0.047 s span is 0.04700,
+    12345.678 of a day is 12346 (a float's last bits are no information)."""
+    digits = 3 - math.floor(math.log10(span)) if span > 0 else 3
+    return f"{t:.{max(digits, 0)}f}"
+
+
 def section(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
     """``{"steady_state": {...}}``: always present; ``reached`` false with a ``reason`` when there is none."""
     r = _query(con, run_id, None, None)
@@ -86,15 +94,23 @@ def section(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
         r2 = _query(con, run_id, start + a, start + b)
         if r2 is not None and r2["busy_windows"]:
             share = r2["tokens"] / r["tokens"]
+            left_out = round(r["tokens"] - r2["tokens"])
+            held = (
+                f"{share:.1%} of its tokens"
+                if share < 0.999
+                else f"all but {left_out} of its {round(r['tokens'])} tokens"
+                if left_out
+                else "all its tokens"
+            )
             span_note = (
-                f"the run's {n * w:.6g} s span is mostly empty (a clock jump or a long idle gap?): "
-                f"{share:.3%} of its tokens fall in {a:.6g}..{b:.6g} s from the start, which the windows cover"
+                f"the run's {_secs(n * w, n * w)} s span is mostly empty (a clock jump or a long idle gap?): "
+                f"{held} fall in {_secs(a, b - a)}..{_secs(b, b - a)} s from the start, which the windows cover"
             )
             r, offset = r2, a
             w = r["window_s"]
     elif r["busy_windows"] and r["busy_windows"] < STEADY.empty_span_share * r["busy_span_windows"]:
         span_note = (
-            f"the run's {n * w:.6g} s span is mostly empty (a clock jump or long idle gaps?): only "
+            f"the run's {_secs(n * w, n * w)} s span is mostly empty (a clock jump or long idle gaps?): only "
             f"{r['busy_windows']} of the {r['busy_span_windows']} windows of {w:.4g} s from its first "
             f"to its last token hold any"
         )

@@ -304,6 +304,9 @@ def test_a_clock_jump_is_named_and_the_busy_stretch_windowed(runs):
     exp = expected(times, finish)
     st = section(runs, "skewed")
     assert "mostly empty" in st["span_note"] and "clock jump" in st["span_note"]
+    # figures to the precision the spans have, the token left out counted, not rounded away
+    assert st["span_note"].startswith("the run's 86500 s span")
+    assert "all but 1 of its " in st["span_note"] and "0.0..100.0 s from the start" in st["span_note"]
     assert st["reached"], st["reason"]
     assert st["window_s"] < 10
     a, b = st["steady_window_s"]
