@@ -414,6 +414,9 @@ def _infer(con, run_id: str, ing: int, steps: clocks.Steps, entry: dict, group: 
     return out
 
 
+MIN_LAG_SAMPLE = 20  # first tokens inside the steps needed to learn the client's read lag from them
+
+
 def _infer_scheduled(
     con, run_id: str, ing: int, steps: clocks.Steps, group: list[int]
 ) -> tuple[np.ndarray, int] | None:
@@ -466,6 +469,12 @@ def _infer_scheduled(
     # that produced it: its scheduling stays unknown rather than clamped to the log's edge
     # (steps rebuilt from whole-second stamps may sit up to a second off: that much is still "in")
     slack = 1.0 if steps.reconstructed else float(np.median(ends - steps.t_start))
+    inside = (f >= steps.t_start[0]) & (f <= ends[-1])
+    if not steps.reconstructed and inside.sum() >= MIN_LAG_SAMPLE:
+        # a client reads its tokens some ms after the step that made them (more when its CPU is
+        # busy): a first token read after the last step by no more than its usual lag is that step's
+        prev_end = ends[np.maximum(np.searchsorted(ends, f[inside], side="right") - 1, 0)]
+        slack = min(max(slack, float(np.percentile(f[inside] - prev_end, 90))), 1.0)
     known = (f >= steps.t_start[0]) & (f <= ends[-1] + slack)
     own = np.asarray(r["own"], dtype=bool)
     known, t_sched, lo, hi = known[own], t_sched[own], lo[own], hi[own]

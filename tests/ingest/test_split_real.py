@@ -76,13 +76,20 @@ def test_offset_and_queueing_against_the_server_stats(tmp_path, name):
     q = con.execute("select queue_ms from request_latency where run_id = 'joint' order by req_id::int").fetchnumpy()[
         "queue_ms"
     ]
-    # a first token read after the log's last step (more than a step later) has no step that made
-    # it: its queueing stays unknown, and the alignment counts it (one such request on vllm_queue)
+    # on vllm_queue the CPU-starved client read the last first token 16 ms after the log's last
+    # step (six median steps): within its usual lag behind the steps, so that step made it
     q = np.ma.filled(np.ma.asarray(q, dtype=float), np.nan)
-    unknown = np.isnan(q)
-    assert unknown.sum() == src["inferred"]["t_scheduled"]["requests_outside_steps"] <= 1
-    q, want = q[~unknown], truth["queue_ms"][~unknown]
+    assert not np.isnan(q).any() and src["inferred"]["t_scheduled"]["requests_outside_steps"] == 0
+    want = truth["queue_ms"]
     err = np.abs(q - want)
+    assert (
+        err[
+            np.argmax(
+                con.execute("select t_first_token from requests order by req_id::int").fetchnumpy()["t_first_token"]
+            )
+        ]
+        <= 20.0
+    )  # the last request's own queueing, against the server's
     assert np.median(err) <= 10.0  # ms, against queues of up to 4 s
     for p in (50, 90, 99):
         assert np.percentile(q, p) == pytest.approx(np.percentile(want, p), rel=0.10, abs=5.0)
