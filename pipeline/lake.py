@@ -64,11 +64,11 @@ TABLES: dict[str, str] = {
     "ingests": f"select * from {INGEST_RUNS}",
     # by path too: a lake written before ids were made unique may give two files one id
     "rejects": f"select j.*, i.run_id from rejects j join {INGEST_RUNS} i using (ingest_id, path)",
-    "clock_overrides": f"select o.*, i.run_id from clock_overrides o join {INGEST_RUNS} i using (path)",
+    "clock_overrides": "select * from clock_overrides",  # held per run
 }
 # tables whose rows are per ingest (or path): one copy per key when read back
 # (with the path: runs exported from two stores may bring the same ingest id for different files)
-SHARED = {"ingests": ("ingest_id", "path"), "rejects": ("ingest_id", "path"), "clock_overrides": ("path",)}
+SHARED = {"ingests": ("ingest_id", "path"), "rejects": ("ingest_id", "path")}
 
 
 MAX_NAME = 120
@@ -330,7 +330,7 @@ def load_into(
         if table in SHARED:  # one copy of a file's rows: those in the first partition holding them
             keys = SHARED[table]
             src = f"select * from ({src}) qualify run_id = min(run_id) over (partition by {', '.join(keys)})"
-            if table in ("ingests", "clock_overrides"):  # what the store holds already stays as it is
+            if table == "ingests":  # what the store holds already stays as it is
                 same = " and ".join(f"m.{k} is not distinct from x.{k}" for k in keys)
                 src = f"select * from ({src}) x where not exists (select 1 from main.{table} m where {same})"
         params = {"g": globs} | ({} if run_ids is None else {"r": run_ids})

@@ -72,7 +72,8 @@ create table if not exists clock_alignments (
     run_id varchar, ingest_id bigint, path varchar, clock varchar, reference_clock varchar,
     offset_s double, drift double, pivot_s double, applied boolean, inferred varchar[], info json
 );
-create table if not exists clock_overrides (path varchar, offset_s double);
+-- --clock-offset PATH=SECONDS as given for the file's runs (run_id) until the file is loaded again
+create table if not exists clock_overrides (path varchar, offset_s double, run_id varchar);
 create table if not exists _state (key varchar, value bigint);
 -- runs whose base rows changed since the derived tables were built (NULL: all of them)
 create table if not exists _dirty_runs (run_id varchar);
@@ -336,6 +337,14 @@ def connect(
     if read_only:
         return con
     con.execute(SCHEMA)
+    if "clock_overrides" in before and "run_id" not in _table_columns(con, "clock_overrides"):
+        # a store from before offsets were held per run: each one held for every run of its file
+        con.execute("alter table clock_overrides add column run_id varchar")
+        con.execute(
+            "insert into clock_overrides select o.path, o.offset_s, r.run_id from clock_overrides o "
+            "join (select path, unnest(run_ids) as run_id from ingests) r using (path) where o.run_id is null"
+        )
+        con.execute("delete from clock_overrides where run_id is null")
     if "runs" in before and "run_records" not in before:
         # a store from before run_records: each run's merged row stands for the records that made it
         con.execute(
@@ -360,6 +369,10 @@ def connect(
             ) from exc
     con.execute(TOKENS_VIEW)
     return con
+
+
+def _table_columns(con: duckdb.DuckDBPyConnection, table: str) -> set[str]:
+    return {r[0] for r in con.execute(f"describe main.{table}").fetchall()}  # our own table names only
 
 
 def _memory_limit(text: str) -> str:

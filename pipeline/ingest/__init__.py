@@ -205,10 +205,7 @@ def ingest_paths(
         check_zone(tz)
     results: list[IngestResult] = []
     files = expand(Path(p) for p in paths)
-    if clock_offsets:
-        overrides = align.parse_offsets(tuple(clock_offsets), [str(f) for f, _ in files])
-        with store.transaction(con):
-            align.set_overrides(con, overrides)
+    overrides = align.parse_offsets(tuple(clock_offsets), [str(f) for f, _ in files]) if clock_offsets else {}
     run_names = _distinct_run_names([f for f, _ in files]) if run_id is None else {}
     try:
         for path, in_dir in files:
@@ -228,19 +225,36 @@ def ingest_paths(
                 results.append(ingest_file(con, path, ing.name, ing.convert, name, replace, progress, tz=tz))
     except InputError as exc:
         done = [r for r in results if r.status not in ("unchanged", "skipped")]
-        _post_ingest(con, done)
+        _post_ingest(con, done, {p: o for p, o in overrides.items() if p in {r.path for r in results}})
         if done:
             kept = ", ".join(r.path for r in done[:5]) + (" ..." if len(done) > 5 else "")
             raise InputError(f"{exc} (the {len(done)} file(s) before it were ingested and kept: {kept})") from exc
         raise
-    _post_ingest(con, results)
+    _post_ingest(con, results, overrides)
     return results
 
 
-def _post_ingest(con, results: list[IngestResult]) -> None:
-    touched = sorted(
-        {r for res in results if res.status not in ("unchanged", "skipped") for r in (*res.run_ids, *res.removed_runs)}
-    )
+def _post_ingest(con, results: list[IngestResult], overrides: dict[str, float] | None = None) -> None:
+    changed = [res for res in results if res.status not in ("unchanged", "skipped")]
+    touched = {r for res in changed for r in (*res.run_ids, *res.removed_runs)}
+    reloaded = {res.path: [*res.run_ids, *res.removed_runs] for res in changed}
+    if overrides or reloaded:
+        # offsets belong to the runs the file holds after this command: an offset given for a file
+        # already ingested (unchanged, maybe from another path) re-aligns its runs
+        by_path = {res.path: res for res in results}
+        stored = {(by_path[p].stored_as or p) if p in by_path else p: p for p in overrides or {}}
+        with store.transaction(con):
+            realign, applied = align.set_overrides(con, {s: overrides[p] for s, p in stored.items()}, reloaded)
+        touched.update(realign)
+        for path, runs in applied.items():
+            res = by_path.get(stored[path])
+            if res is None:
+                continue
+            if not runs:
+                res.notes.append("--clock-offset not applied: the file holds no run (it loaded no records)")
+            elif res.status == "unchanged":  # its runs are aligned again: the ingest output says how
+                res.run_ids = runs
+    touched = sorted(touched)
     if not touched:
         return
     # clocks first: every later step (context estimation) needs one clock per run

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import duckdb
 
 from ..errors import InputError
+from .canonical_sql import MAX_ABS_TIME_S
 from .. import store
 from ..store import scalar
 
@@ -49,7 +50,7 @@ with it as (select ingest_id, count(*) as n from iterations where run_id = $run 
      clk as (select ingest_id, arg_max(clock, line_no) filter (clock is not null) as clock
              from run_records where run_id = $run and ingest_id is not null group by ingest_id)
 select i.ingest_id, i.path, coalesce(it.n, 0) as n_iter, coalesce(rq.n, 0) as n_req, clk.clock,
-       (select offset_s from clock_overrides o where o.path = i.path) as override_s
+       (select any_value(offset_s) from clock_overrides o where o.path = i.path and o.run_id = $run) as override_s
 from ingests i left join it using (ingest_id) left join rq using (ingest_id) left join clk using (ingest_id)
 where it.n > 0 or rq.n > 0
 order by i.ingest_id
@@ -58,11 +59,39 @@ order by i.ingest_id
 TIME_COLS = ("t_arrival", "t_scheduled", "t_first_token", "t_finish")
 
 
-def set_overrides(con: duckdb.DuckDBPyConnection, overrides: dict[str, float]) -> None:
-    """Remember ``--clock-offset PATH=SECONDS`` for the ingested file at PATH (kept for later re-alignments)."""
+def set_overrides(
+    con: duckdb.DuckDBPyConnection, overrides: dict[str, float], reloaded: dict[str, list[str]]
+) -> tuple[list[str], dict[str, list[str]]]:
+    """Remember ``--clock-offset PATH=SECONDS`` for the runs the file at PATH holds now (kept for
+    later re-alignments of those runs, never for another run that loads the same path), and
+    forget the offsets of ``reloaded`` files (path -> the runs it held or holds) given none this
+    time: a file loaded again is estimated again unless its offset is given again.
+
+    Returns the runs whose offset changed (they are aligned again even when no file changed) and,
+    per path of ``overrides``, the runs its offset now holds for."""
+    changed: set[str] = set()
+    applied: dict[str, list[str]] = {}
+    for path, runs in reloaded.items():
+        if path not in overrides and runs:
+            gone = con.execute(
+                "delete from clock_overrides where path = $p and run_id = any($r) returning run_id",
+                {"p": path, "r": runs},
+            ).fetchall()
+            changed.update(r[0] for r in gone)
     for path, off in overrides.items():
-        con.execute("delete from clock_overrides where path = ?", [path])
-        con.execute("insert into clock_overrides values (?, ?)", [path, off])
+        runs = [
+            r[0]
+            for r in con.execute(
+                "select distinct unnest(run_ids) from ingests where path = ? order by 1", [path]
+            ).fetchall()
+        ]
+        con.execute("delete from clock_overrides where path = $p and run_id = any($r)", {"p": path, "r": runs})
+        con.execute(
+            "insert into clock_overrides select $p, $o, unnest($r::varchar[])", {"p": path, "o": off, "r": runs}
+        )
+        changed.update(runs)
+        applied[path] = runs
+    return sorted(changed), applied
 
 
 def parse_offsets(items: tuple[str, ...], paths: list[str]) -> dict[str, float]:
@@ -76,8 +105,11 @@ def parse_offsets(items: tuple[str, ...], paths: list[str]) -> dict[str, float]:
             off = float(val)
         except ValueError:
             raise InputError(f"--clock-offset {item!r}: {val!r} is not a number of seconds") from None
-        if not math.isfinite(off):
-            raise InputError(f"--clock-offset {item!r}: the offset must be finite")
+        if not math.isfinite(off) or abs(off) > MAX_ABS_TIME_S:
+            raise InputError(
+                f"--clock-offset {item!r}: the offset must be finite seconds, at most {MAX_ABS_TIME_S:.0e} "
+                "(a Unix time is about 1.8e9)"
+            )
         hits = [p for p in paths if p == src or p.endswith("/" + src) or p.split("/")[-1] == src]
         if len(hits) != 1:
             raise InputError(
@@ -537,7 +569,8 @@ def describe(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> list[tuple[b
     # an offset given for a file of steps: the steps are the clock the others are put on
     refs = con.execute(
         "select distinct i.path from clock_overrides o join ingests i on i.path = o.path "
-        "where i.ingest_id in (select ingest_id from iterations where run_id = any($r)) order by 1",
+        "where o.run_id = any($r) and i.ingest_id in (select ingest_id from iterations where run_id = o.run_id) "
+        "order by 1",
         {"r": sorted(set(run_ids))},
     ).fetchall()
     for (path,) in refs:

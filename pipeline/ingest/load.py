@@ -87,6 +87,7 @@ class IngestResult:
     # run facts this file gives differently from another file of the same run (see run_conflicts)
     conflicts: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the loader did that the user should know
+    stored_as: str = ""  # unchanged: the path its content was ingested from (maybe another name)
 
     def line(self) -> str:
         path = str(self.path)
@@ -545,7 +546,7 @@ def ingest_file(
         prior = prior[0] if prior else None
         if prior and not replace:
             note = "" if prior[0] == shown else f" as {prior[0]}"
-            return IngestResult(shown, fmt, status="unchanged", note=note)
+            return IngestResult(shown, fmt, status="unchanged", note=note, stored_as=prior[0])
         status = "replaced" if prior else "ingested"
         if stage is not None and not early:
             staged = stage(con, path, default_run, **stage_kw)

@@ -97,3 +97,68 @@ def test_clock_offset_must_name_one_file(split, tmp_path):
         _align(tmp_path, [d / "server.jsonl", d / "client.jsonl"], clock_offsets=("client.jsonl=soon",))
     with pytest.raises(InputError, match="SOURCE=SECONDS"):
         _align(tmp_path, [d / "server.jsonl", d / "client.jsonl"], clock_offsets=("client.jsonl",))
+    with pytest.raises(InputError, match="at most 1e"):
+        _align(tmp_path, [d / "server.jsonl", d / "client.jsonl"], clock_offsets=("client.jsonl=1e30",))
+
+
+def _source(con, run: str) -> dict:
+    info = con.execute("select json_extract(meta, '$.clock_alignment') from runs where run_id = ?", [run]).fetchone()
+    return json.loads(info[0])["sources"][0]
+
+
+def _unnamed(d, tmp_path) -> list:
+    """Copies of the split's files whose run records name no run: --run-id names it."""
+    out = []
+    for name in ("server.jsonl", "client.jsonl"):
+        first, rest = (d / name).read_text().split("\n", 1)
+        record = json.loads(first)
+        del record["run_id"]
+        (tmp_path / name).write_text(json.dumps(record) + "\n" + rest)
+        out.append(tmp_path / name)
+    return out
+
+
+def test_a_clock_offset_holds_for_the_runs_it_was_given_for(split, tmp_path):
+    """Given for a file already ingested, it re-aligns that file's run; another run loading the
+    same path estimates its own; re-loading the file without the option forgets it."""
+    files = _unnamed(split[0], tmp_path)
+    d = tmp_path
+    con = store.connect(tmp_path / "o.duckdb")
+    ingest_paths(con, files, run_id="a")
+    estimated = _source(con, "a")["offset_s"]
+    assert _source(con, "a")["status"] != "override"
+    given = estimated + 0.25
+    results = ingest_paths(con, files, run_id="a", clock_offsets=(f"client.jsonl={given!r}",))
+    assert [r.status for r in results] == ["unchanged", "unchanged"]
+    assert results[1].run_ids == ["a"]  # its run was aligned again: the ingest output says how
+    src = _source(con, "a")
+    assert src["status"] == "override" and src["offset_s"] == pytest.approx(given)
+    ingest_paths(con, files, run_id="b")  # the same files as another run: its offset is its own
+    assert _source(con, "b")["status"] != "override"
+    assert _source(con, "b")["offset_s"] == pytest.approx(estimated, abs=1e-6)
+    assert _source(con, "a")["offset_s"] == pytest.approx(given)
+    ingest_paths(con, [d / "client.jsonl"], run_id="a", replace=True)
+    assert _source(con, "a")["status"] != "override"
+    assert _source(con, "a")["offset_s"] == pytest.approx(estimated, abs=1e-6)
+    assert con.execute("select count(*) from clock_overrides").fetchone()[0] == 0
+
+
+def test_a_store_from_before_per_run_offsets_keeps_each_offset_for_its_files_runs(split, tmp_path):
+    import duckdb
+
+    files = _unnamed(split[0], tmp_path)
+    d = tmp_path
+    con = store.connect(tmp_path / "old.duckdb")
+    ingest_paths(con, files, run_id="a")
+    con.execute("drop table clock_overrides")
+    con.execute("create table clock_overrides (path varchar, offset_s double)")  # the old schema
+    con.execute("insert into clock_overrides values (?, 5.0)", [str(d / "client.jsonl")])
+    con.close()
+    con = store.connect(tmp_path / "old.duckdb")
+    assert con.execute("select path, offset_s, run_id from clock_overrides").fetchall() == [
+        (str(d / "client.jsonl"), 5.0, "a")
+    ]
+    con.close()
+    assert (
+        duckdb.connect(str(tmp_path / "old.duckdb")).execute("select count(*) from clock_overrides").fetchone()[0] == 1
+    )
