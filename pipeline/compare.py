@@ -190,8 +190,10 @@ def _pct(stat: str) -> float:
 
 
 def _verdict(rel: float | None, lo: float | None, hi: float | None, threshold: float) -> str:
-    if rel is None or lo is None or hi is None:
+    if lo is None or hi is None:
         return "no significant change"
+    if rel is None:  # from a level of 0 (no queueing before): no relative size, a significant growth counts
+        return "regression" if lo > 0 else "no significant change"
     if rel > threshold and lo > 0:
         return "regression"
     if rel < -threshold and hi < 0:

@@ -49,7 +49,13 @@ from .options import db_option, lake_option, open_source, dumps, json_option
     type=click.IntRange(100, None),
     help="Bootstrap resamples per statistic.",
 )
-@click.option("--seed", default=0, show_default=True, help="Random seed (bootstrap, test subsampling).")
+@click.option(
+    "--seed",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Random seed (bootstrap, test subsampling).",
+)
 @json_option
 def compare(
     base_run: str,

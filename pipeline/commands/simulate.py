@@ -38,7 +38,11 @@ from ..terminal import echo
 @options(IterationModel)
 @options(NoiseModel)
 @click.option(
-    "--seed", default=0, show_default=True, type=int, help="Random seed; the same seed and options give the same trace."
+    "--seed",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Random seed; the same seed and options give the same trace.",
 )
 @click.option("--no-token-times", is_flag=True, help="Leave out per-token times (much smaller files for long runs).")
 def simulate(**o) -> None:

@@ -212,7 +212,8 @@ def _stage(opts: Options, hist: History, digest: str, spec: Any, slo_text: str |
     from .stats import night_statistics
 
     given = _labels(opts.labels)
-    date = parse_date(given.get("date") or dt.datetime.now(dt.timezone.utc).date().isoformat())
+    # an empty date= (an unset $DATE in a CI script) is an error, not today
+    date = parse_date(given["date"] if "date" in given else dt.datetime.now(dt.timezone.utc).date().isoformat())
     run_id = hist.new_run_id(date, opts.run_id)
     staging = hist.dir / "runs" / f".staging-{os.getpid()}.duckdb"
     final = hist.dir / "runs" / f"{folder_name(run_id, digest)}.duckdb"

@@ -42,6 +42,16 @@ def test_ci_covers_and_verdicts():
     assert thin.rel == pytest.approx(0.3) and thin.ci_low is None and thin.verdict == "no verdict"
 
 
+def test_growth_from_a_level_of_zero_is_a_regression_when_its_ci_is_above_zero():
+    rng = np.random.default_rng(1)
+    none = np.zeros(2000)
+    queued = np.where(np.arange(2000) % 2 == 0, 0.0, 4.0)  # every other request now waits 4 ms
+    for stat in ("p90", "mean"):
+        d = _compare(none, queued, stat, 0.99, rng)
+        assert d.rel is None and d.ci_low > 0 and d.verdict == "regression", d
+    assert _compare(none, none, "p90", 0.99, rng).verdict == "no significant change"
+
+
 def test_mann_whitney_is_scipys():
     rng = np.random.default_rng(5)
     b, c = rng.normal(0, 1, 300), rng.normal(0.3, 1, 250)
@@ -99,6 +109,8 @@ def test_cli_exit_codes_and_page(runs_db, tmp_path, capsys):
     assert "| ttft_ms | p50 |" in md and "regression" in md
     assert cli("compare", "base", "nope", "--db", str(db)) == 2
     assert "run 'nope' is not in the store" in capsys.readouterr().err
+    assert cli("compare", "base", "slow", "--db", str(db), "--seed", "-1") == 2  # a usage error, not exit 3
+    assert "'--seed': -1 is not in the range x>=0" in capsys.readouterr().err
 
 
 def test_baseline_from_another_store(runs_db, run_file, tmp_path, capsys):

@@ -160,7 +160,12 @@ def test_labels_are_escaped_and_dates_checked(nights, tmp_path, capsys):
         "--json",
     )
     assert code == 0 and json.loads(stdout)["run_id"] == "2026-11-01.2"
-    for bad in (["--label", "date=11/01/2026"], ["--label", "nokey"], ["--baseline", "no-such-night"]):
+    for bad in (
+        ["--label", "date=11/01/2026"],
+        ["--label", "date="],  # an unset $DATE in a CI script: not today
+        ["--label", "nokey"],
+        ["--baseline", "no-such-night"],
+    ):
         code, _, err = cli(capsys, "nightly", str(nights[2]), "--history", str(hist), *bad)
         assert code == 2 and err
     assert _counts(hist)[0] == 2
