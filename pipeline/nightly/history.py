@@ -219,6 +219,12 @@ class History:
                 self.con.unregister("_night_stats")
         return dataclasses.replace(night, seq=seq)
 
+    def forget(self, night: Night) -> None:
+        """Remove a night recorded by this command whose outputs failed: a failed night changes no history."""
+        with transaction(self.con):
+            self.con.execute("delete from nightly_history where run_id = ?", [night.run_id])
+            self.con.execute("delete from nightly_runs where run_id = ?", [night.run_id])
+
     def series(self) -> pl.DataFrame:
         """``nightly_history`` in history order: run_id, seq, night, metric, value, ci_low, ci_high."""
         return self.con.sql(

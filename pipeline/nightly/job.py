@@ -298,7 +298,14 @@ def run(opts: Options) -> Outcome:
 
         if night is None:
             night = _stage(opts, hist, digest, spec, slo_text)
-            outcome = finish(opts, hist, night, True, spec)
+            try:
+                outcome = finish(opts, hist, night, True, spec)
+            except BaseException:
+                # the report, comparison or JUnit could not be written: tonight is not recorded,
+                # so the next night is compared and gated as if this one never ran
+                hist.forget(night)
+                _remove_store(hist.dir / night.store)
+                raise
         else:  # a re-run: reported as recorded, with the options it was recorded with
             rerun, spec, ignored = as_recorded(opts, night, spec, slo_text)
             outcome = finish(rerun, hist, night, False, spec, ignored)

@@ -48,7 +48,13 @@ def _compare(base: Night, night: Night, hist: History, con: Any, out_dir: Path) 
     from ..compare import compare
     from ..report.compare_page import write_comparison
 
-    base_con = store.connect(hist.store_path(base))
+    path = hist.store_path(base)
+    if not path.exists():  # connect would make an empty store there and blame the run
+        raise InputError(
+            f"the store of baseline night {base.run_id} ({path}) is missing from the history: restore it "
+            "(e.g. from the cache or artifact the history came from), or pass --baseline NIGHT"
+        )
+    base_con = store.connect(path, must_exist=True)
     try:
         store.build_derived(base_con)
         comp = compare(base_con, base.source_run, con, night.source_run)

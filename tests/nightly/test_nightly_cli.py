@@ -209,3 +209,34 @@ def test_failed_first_night_leaves_no_history(tmp_path, capsys):
     (hist / "keep.txt").write_text("mine")
     code, _, _ = cli(capsys, "nightly", str(bad), "--history", str(hist))
     assert code == 2 and sorted(p.name for p in hist.iterdir()) == ["keep.txt"]
+
+
+def test_a_night_whose_outputs_fail_is_not_recorded(nights, tmp_path, capsys):
+    """Exit 2 leaves the history unchanged: a night whose report cannot be written is not in
+    it, so a re-run records it and the next night is compared with it, not past it."""
+    hist, out = tmp_path / "hist", tmp_path / "out"
+    base = ["nightly", "--history", str(hist)]
+    code, _, err = cli(capsys, *base, str(nights[0]), "--label", "date=2026-11-01", "--out", str(out))
+    assert code == 0, err
+    before = _counts(hist)
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    code, _, err = cli(capsys, *base, str(nights[1]), "--label", "date=2026-11-02", "--out", str(blocked / "out"))
+    assert code == 2 and err.startswith("Error:"), err
+    assert _counts(hist) == before and all(p.name.startswith("2026-11-01") for p in (hist / "runs").iterdir())
+    code, stdout, err = cli(capsys, *base, str(nights[1]), "--label", "date=2026-11-02", "--out", str(out), "--json")
+    assert code == 0 and json.loads(stdout)["recorded"] is True, err
+    assert _counts(hist)[0] == 2
+
+
+def test_a_missing_baseline_store_is_named(nights, tmp_path, capsys):
+    hist, out = tmp_path / "hist", tmp_path / "out"
+    base = ["nightly", "--history", str(hist), "--out", str(out)]
+    code, _, err = cli(capsys, *base, str(nights[0]), "--label", "date=2026-11-01")
+    assert code == 0, err
+    (store,) = (hist / "runs").glob("2026-11-01*.duckdb")
+    store.unlink()
+    code, _, err = cli(capsys, *base, str(nights[1]), "--label", "date=2026-11-02")
+    assert code == 2 and "the store of baseline night 2026-11-01" in err and "is missing" in err, err
+    assert not store.exists()  # not made again as an empty store
+    assert _counts(hist)[0] == 1
