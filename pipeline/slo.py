@@ -307,20 +307,23 @@ def goodput(con: duckdb.DuckDBPyConnection, run_id: str, spec: GoodputSpec, dura
     does not meet its limit. ``attainment = good / all requests`` (failed ones count as
     not good), ``request_goodput_rps = good / duration_s``,
     ``token_goodput_tps = output tokens of good requests / duration_s``; each is None when
-    the run has no requests or no duration (an SLO on it cannot be evaluated).
+    the run has no requests or no duration, or when no ok request of the run has a value of
+    some limited metric (``unmeasured`` names it: a client without steps has no ``queue_ms``):
+    an SLO on it cannot be evaluated, rather than every request failing it.
     """
     params: dict[str, Any] = {"run_id": run_id}
-    meets = []
+    meets, has = [], []
     for metric, limit in spec.limits.items():
         if metric not in GOODPUT_METRICS:  # names reach the SQL text only from the registry
             raise InputError(f"goodput: unknown per-request metric {metric!r}; use {', '.join(GOODPUT_METRICS)}")
         params[f"lim_{metric}"] = limit
         single_token = " or (tpot_ms is null and output_tokens <= 1)" if metric == "tpot_ms" else ""
         meets.append(f"coalesce({metric} <= $lim_{metric}{single_token}, false) as meets_{metric}")
+        has.append(f"({metric} is not null{single_token}) as has_{metric}")
     all_met = " and ".join(f"meets_{m}" for m in spec.limits)
     sql = f"""
         with judged as (
-            select status, output_tokens, {", ".join(meets)}
+            select status, output_tokens, {", ".join(meets)}, {", ".join(has)}
             from request_latency where run_id = $run_id
         )
         select
@@ -328,21 +331,28 @@ def goodput(con: duckdb.DuckDBPyConnection, run_id: str, spec: GoodputSpec, dura
             count(*) filter (where status = 'ok'),
             count(*) filter (where status = 'ok' and {all_met}),
             coalesce(sum(output_tokens) filter (where status = 'ok' and {all_met}), 0),
-            {", ".join(f"count(*) filter (where status = 'ok' and meets_{m})" for m in spec.limits)}
+            {", ".join(f"count(*) filter (where status = 'ok' and meets_{m})" for m in spec.limits)},
+            {", ".join(f"count(*) filter (where status = 'ok' and coalesce(has_{m}, false))" for m in spec.limits)}
         from judged
     """
-    total, ok, good, good_tokens, *per_limit = con.execute(sql, params).fetchall()[0]
+    total, ok, good, good_tokens, *counts = con.execute(sql, params).fetchall()[0]
+    per_limit, with_value = counts[: len(spec.limits)], counts[len(spec.limits) :]
+    unmeasured = [m for m, n in zip(spec.limits, with_value) if ok and not n]
     dur = duration_s if duration_s is not None and duration_s > 0 else None  # NaN > 0 is False too
     # no requests recorded (a steps-only log) says nothing of goodput: not 0 req/s, no value
-    rate = (lambda x: x / dur) if dur and total else (lambda x: None)
+    measured = bool(total) and not unmeasured
+    rate = (lambda x: x / dur) if dur and measured else (lambda x: None)
     return {
         "limits_ms": dict(spec.limits),
         "requests": total,
         "requests_ok": ok,
         "good_requests": good,
         "good_output_tokens": int(good_tokens),
-        "attainment": good / total if total else None,
-        "attainment_by_limit": {m: (n / total if total else None) for m, n in zip(spec.limits, per_limit)},
+        "attainment": good / total if measured else None,
+        "attainment_by_limit": {
+            m: (n / total if total and m not in unmeasured else None) for m, n in zip(spec.limits, per_limit)
+        },
+        "unmeasured": unmeasured,
         "duration_s": duration_s,
         "request_goodput_rps": rate(good),
         "token_goodput_tps": rate(good_tokens),

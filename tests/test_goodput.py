@@ -98,6 +98,36 @@ def test_goodput_rates_undefined_without_requests():
     assert got["request_goodput_rps"] is None and got["token_goodput_tps"] is None
 
 
+def test_a_limit_on_a_metric_no_request_has_is_not_measured():
+    """A client's records without steps have no queue_ms: not 'every request fails the limit'."""
+    con = store.scratch()
+    con.register("request_latency", _requests(0).with_columns(queue_ms=pl.lit(None, dtype=pl.Float64)))
+    got = goodput(con, "r", GoodputSpec({"ttft_ms": 200.0, "queue_ms": 100.0}), 60.0)
+    assert got["unmeasured"] == ["queue_ms"] and got["attainment"] is None
+    assert got["request_goodput_rps"] is None and got["token_goodput_tps"] is None
+    assert got["attainment_by_limit"]["queue_ms"] is None and got["attainment_by_limit"]["ttft_ms"] > 0
+    # one request with a value makes it measured: the others then do not meet the limit
+    some = _requests(0).with_columns(queue_ms=pl.when(pl.col("req_id") == "q3").then(1.0).otherwise(None))
+    con.register("request_latency", some.with_columns(status=pl.lit("ok")))
+    got = goodput(con, "r", GoodputSpec({"queue_ms": 100.0}), 60.0)
+    assert got["unmeasured"] == [] and got["good_requests"] == 1
+
+
+def test_audit_of_a_goodput_limit_on_a_missing_metric_cannot_be_evaluated(tmp_path):
+    from pathlib import Path
+
+    from pipeline.cli import run_captured
+
+    fix = Path(__file__).resolve().parents[1] / "fixtures"
+    db = tmp_path / "q.duckdb"
+    code, out = run_captured("ingest", fix / "genai_perf" / "profile_export.json", "--run-id", "g", "--db", db)
+    assert code == 0, out
+    (tmp_path / "slo.toml").write_text("[goodput]\nqueue_ms = 100\nmin_attainment = 0.5\n")
+    code, out = run_captured("audit", "g", "--slo", tmp_path / "slo.toml", "--db", db)
+    assert code == 2, out
+    assert "no ok request of the run has queue_ms" in out and "FAIL" not in out
+
+
 @pytest.mark.parametrize("minimum", ["min_request_goodput_rps = 1", "min_token_goodput_tps = 0", "min_attainment = 0"])
 def test_audit_of_a_steps_only_run_cannot_evaluate_goodput(tmp_path, minimum):
     """A log of steps only (TRT-LLM iteration log) says nothing of goodput: exit 2, not a FAIL or a PASS."""

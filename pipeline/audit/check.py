@@ -150,7 +150,9 @@ def _goodput_checks(g: dict[str, Any], spec) -> list[Check]:
                     ">=",
                     limit,
                     unit,
-                    "the run has no requests (or no duration)",
+                    f"no ok request of the run has {', '.join(g['unmeasured'])}"
+                    if g.get("unmeasured")
+                    else "the run has no requests (or no duration)",
                 )
             )
     return out

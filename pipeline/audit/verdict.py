@@ -23,6 +23,8 @@ def _num(v: Any, unit: str = "") -> str:
 
 def _goodput_line(g: dict[str, Any]) -> str:
     limits = ", ".join(f"{m} <= {v:g}" for m, v in g["limits_ms"].items())
+    if g.get("unmeasured"):
+        return f"goodput ({limits}): not measurable, no ok request of the run has {', '.join(g['unmeasured'])}"
     return (
         f"goodput ({limits}): {g['good_requests']} of {g['requests']} requests good "
         f"({_num(g['attainment'], 'fraction')}); request goodput {_num(g['request_goodput_rps'], 'req/s')}, "
