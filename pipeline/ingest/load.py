@@ -163,6 +163,12 @@ _KEYS = {"iteration": ("iter", "v_iter"), "request": ("req_id", "v_req_id")}
 _TARGET = {"iteration": "iterations", "request": "requests"}
 
 
+_ANOTHER = {
+    "iteration": "a run holds one step log; give this file another --run-id, or leave one of the two out",
+    "request": "give this file another --run-id if it is another run, or leave it out if it is a copy",
+}
+
+
 def _duplicates_sql(kind: str) -> str:
     """The valid records of a kind in ``staged`` that lose their key to another record, with why.
 
@@ -178,9 +184,13 @@ select t.line_no, t.raw,
          'duplicate {col} ' || t.{val} || ' in run ' || t.run_id || ' (first at line ' || d.first_line || ')'
        when e.line_no is not null and e.ingest_id = $ingest_id then
          'duplicate {col} ' || t.{val} || ' in run ' || t.run_id || ' (first at line ' || e.line_no || ')'
-       when e.line_no is not null then
+       when e.line_no is not null and e.path = $path then
          'duplicate {col} ' || t.{val} || ' in run ' || t.run_id || ' (already stored from line '
          || e.line_no || ' of ' || e.path || '; use --replace to re-load that file)'
+       when e.line_no is not null then
+         -- another file of the run holds it: --replace of this one would meet it again
+         'duplicate {col} ' || t.{val} || ' in run ' || t.run_id || ' (already stored from line '
+         || e.line_no || ' of ' || e.path || ', another file: {_ANOTHER[kind]})'
   end as final_reason
 from (select line_no, run_id, {val}, raw from staged where kind = '{kind}' and reason is null) t
 left join (
@@ -479,9 +489,10 @@ def _load_kind(q: _Scope, kind: str, ids: dict) -> None:
     res = q.result
     dups = _duplicates_sql(kind)
     # counted first: most batches have none, and then no Arrow table (nor pyarrow) is needed
-    n_losers = q.count(f"select count(*) from ({dups})", {"ingest_id": ids["ingest_id"]})
+    where = {"ingest_id": ids["ingest_id"], "path": str(ids["path"])}
+    n_losers = q.count(f"select count(*) from ({dups})", where)
     if n_losers:
-        q.table("losers", dups, {"ingest_id": ids["ingest_id"]})
+        q.table("losers", dups, where)
     accepted = ACCEPTED.format(kind=kind, without=WITHOUT_LOSERS if n_losers else "")
     res.accepted += q.count(INSERT_SQL[kind].format(accepted=accepted), {"ingest_id": ids["ingest_id"]})
     if kind == "request":

@@ -130,7 +130,17 @@ def test_duplicates_across_files_point_to_the_first(con, tmp_path):
     ingest.ingest_paths(con, [write(tmp_path / "a.jsonl", [{"kind": "run", "run_id": "R"}, it(0)])])
     ingest.ingest_paths(con, [write(tmp_path / "b.jsonl", [{"kind": "run", "run_id": "R"}, it(0, t_end=9.0)])])
     reason = rejects(con)[2]
-    assert "already stored from line 2 of" in reason and "a.jsonl" in reason and "--replace" in reason
+    # another file's record: re-loading this one would meet it again, so no --replace advice
+    assert "already stored from line 2 of" in reason and "a.jsonl, another file" in reason, reason
+    assert "--replace" not in reason and "another --run-id" in reason
+
+
+def test_a_file_edited_and_ingested_again_is_told_to_use_replace(con, tmp_path):
+    f = write(tmp_path / "a.jsonl", [{"kind": "run", "run_id": "R"}, it(0)])
+    ingest.ingest_paths(con, [f])
+    write(f, [{"kind": "run", "run_id": "R"}, it(0, t_end=9.0)])  # new content, same path
+    reason = rejects(con)[2] if ingest.ingest_paths(con, [f]) else None
+    assert "already stored from line 2 of" in reason and "use --replace to re-load that file" in reason, reason
 
 
 def test_unknown_fields_are_kept(con, tmp_path):
