@@ -643,6 +643,10 @@ def source_lines(run_id: str, meta: dict) -> list[tuple[bool, str]]:
             )
             if src.get("applied") is False:
                 text += " (no offset applied)"
+            method = str(src.get("method") or "")
+            if method.startswith("together with "):  # the match figures are the clients' together
+                others = [x.rsplit("/", 1)[-1] for x in method[len("together with ") :].split(" (", 1)[0].split(", ")]
+                text += f", together with {', '.join(others)}"
             if src.get("drift"):
                 text += f", drift {src['drift'] * 1e6:.2f} ppm"
         rt = src.get("retime") or {}

@@ -15,7 +15,7 @@ import pytest
 
 from pipeline import store
 from pipeline.cli import run_captured
-from pipeline.ingest import align_joint, ingest_paths
+from pipeline.ingest import align, align_joint, ingest_paths
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures"
 PAIRS = {"vllm": FIX / "vllm", "vllm_queue": FIX / "vllm_queue"}
@@ -73,6 +73,13 @@ def test_clients_of_one_run_align_as_the_whole_bench(tmp_path, name, k, seed, lo
     meta = json.loads(con.execute("select meta from runs where run_id = 'parts'").fetchone()[0])["clock_alignment"]
     assert meta["status"] == "aligned" and len(meta["sources"]) == k
     assert all(s["status"] == "aligned" and s["method"].startswith("together with") for s in meta["sources"])
+    # the ingest line says so: its match figures are those of the clients together
+    lines = [text for _, text in align.describe(con, ["parts"])]
+    names = [f.name for f in files]
+    assert len(lines) == k and all(
+        f"{n} aligned with {log}" in t and f", together with {', '.join(m for m in names if m != n)}" in t
+        for n, t in zip(names, lines)
+    ), lines
     whole, parts = _times(con, "whole"), _times(con, "parts")
     assert len(parts) == len(whole)
     for j, idx in enumerate(picks):  # the first client keeps its entry numbers, the others are named after the file
