@@ -49,11 +49,15 @@ def _fit_lines(s: dict[str, Any]) -> list[str]:
     if isinstance(tail, dict):
         for metric, parts in tail.items():
             if isinstance(parts, dict):
-                top = sorted(((k, v) for k, v in parts.items() if isinstance(v, (int, float))), key=lambda kv: -kv[1])[
-                    :3
-                ]
+                # every part, a negative one too (a part smaller in the tail than in the median group):
+                # the three largest alone could add up past 100%
+                shown = sorted(
+                    ((k, v) for k, v in parts.items() if isinstance(v, (int, float)) and round(100 * v)),
+                    key=lambda kv: -kv[1],
+                )
                 out.append(
-                    f"**Tail of {md_text(metric)}**: " + ", ".join(f"{md_text(k)} {100 * v:.0f}%" for k, v in top)
+                    f"**Tail of {md_text(metric)}**: "
+                    + (", ".join(f"{md_text(k)} {100 * v:.0f}%" for k, v in shown) or "no part above 0.5%")
                 )
     return out
 
