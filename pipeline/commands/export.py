@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..terminal import echo
+from ..terminal import echo, shown_id
 from .options import db_option, dumps, json_option
 
 
@@ -73,8 +73,9 @@ def export(
     for r in run_ids:
         store.require_run(con, r)
     if not targets:
-        from ..lake import export_runs
+        from ..lake import export_runs, lake_runs
 
+        held = sorted(set(run_ids) & set(lake_runs(lake))) if Path(lake).exists() else []
         rows = export_runs(con, list(run_ids), lake)
         n_runs = len(set(run_ids))
         echo(
@@ -83,6 +84,12 @@ def export(
             else f"{lake}: {n_runs} run{'' if n_runs == 1 else 's'}: "
             + ", ".join(f"{n} {t}" for t, n in rows.items() if t != "runs")
         )
+        if held:  # the lake's rows of a run are replaced whole: say so, it may have been another run's
+            echo(
+                f"replaced in {lake}: {', '.join(shown_id(r) for r in held)} (what the lake held of "
+                f"{'it' if len(held) == 1 else 'them'} is gone)",
+                err=True,
+            )
         return
     if len(run_ids) != 1:
         raise InputError(f"--{'perfetto' if perfetto is not None else 'llm-d'} writes one run; name one")

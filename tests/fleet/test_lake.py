@@ -365,3 +365,6 @@ def test_the_export_line_counts_the_runs_once(tmp_path):
     assert out.strip() == f"{tmp_path / 'lake'}: 1 run: 1 run_records, {iterations} iterations, 3 requests, " + (
         "2 token_lists, 1 ingests"
     )
+    # exported again, the run replaces what the lake held of it: said on stderr
+    code, out = run_captured("export", "tiny", "--db", db, "--lake", tmp_path / "lake")
+    assert code == 0 and f"replaced in {tmp_path / 'lake'}: 'tiny'" in out, out
