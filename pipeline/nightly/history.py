@@ -127,7 +127,13 @@ class History:
         try:
             self.con = duckdb.connect(str(path.absolute()))  # DuckDB reads a leading "~" as the home folder
         except duckdb.Error as exc:
-            raise StoreError(f"cannot open the nightly history {path}: {exc} (another nightly job running?)") from exc
+            hint = (
+                "another nightly job running?"
+                if "lock" in str(exc).lower()
+                else "the file is damaged or no DuckDB database: restore it from where the history is kept, "
+                "or start a new --history"
+            )
+            raise StoreError(f"cannot open the nightly history {path}: {exc} ({hint})") from exc
         self.con.execute(SCHEMA)
 
     def close(self) -> None:

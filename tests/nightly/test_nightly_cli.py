@@ -240,3 +240,13 @@ def test_a_missing_baseline_store_is_named(nights, tmp_path, capsys):
     assert code == 2 and "the store of baseline night 2026-11-01" in err and "is missing" in err, err
     assert not store.exists()  # not made again as an empty store
     assert _counts(hist)[0] == 1
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00" * 4096, b"garbage " * 100])
+def test_a_damaged_history_file_is_called_damaged_not_locked(nights, tmp_path, capsys, content):
+    hist = tmp_path / "hist"
+    hist.mkdir()
+    (hist / "history.duckdb").write_bytes(content)
+    code, _, err = cli(capsys, "nightly", str(nights[0]), "--history", str(hist))
+    assert code == 2 and "cannot open the nightly history" in err, err
+    assert "damaged" in err and "another nightly job" not in err
