@@ -392,6 +392,13 @@ def load_workload(
     return w, keep["status"].to_numpy().astype(str), origin, delay, counts, notes
 
 
+def _steps_retimed(meta: dict[str, Any]) -> bool:
+    """Whether a client's token times re-timed the run's steps (pipeline.ingest.retime): their gaps are then known."""
+    info = meta.get("clock_alignment")
+    sources = info.get("sources") if isinstance(info, dict) else None
+    return any(isinstance(x, dict) and (x.get("retime") or {}).get("retimed") for x in sources or [])
+
+
 def corrections(con: duckdb.DuckDBPyConnection, run_id: str, meta: dict[str, Any]) -> tuple[float, float, list[str]]:
     """``mean_scale`` and ``host_gap_ms`` (see the module docstring), with notes."""
     rows = store.rows(con, "replay/corrections", {"run_id": run_id})
@@ -399,13 +406,19 @@ def corrections(con: duckdb.DuckDBPyConnection, run_id: str, meta: dict[str, Any
     notes = []
     if scale is None or not math.isfinite(scale) or scale <= 0:
         scale = 1.0
-    if meta.get("timestamps_reconstructed"):
+    retimed = _steps_retimed(meta)
+    if meta.get("timestamps_reconstructed") and not retimed:
         gap = 0.0
         notes.append(
             "step times were rebuilt from coarse log stamps: host time between steps is not known and not added"
         )
     elif gap is None or busy < 10:
         gap = 0.0
+    elif meta.get("timestamps_reconstructed"):
+        notes.append(
+            f"step times were rebuilt from coarse log stamps and re-timed from the client's token times: "
+            f"host time between steps ({gap:.3g} ms a step) is taken from them"
+        )
     return float(scale), float(gap), notes
 
 

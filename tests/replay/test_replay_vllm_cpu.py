@@ -135,3 +135,27 @@ def test_token_counting_and_first_chunk_admission_miss_the_queue(replayed):
     p90_first = rows(first_chunk)[("ttft_ms", "p90")]
     assert p90_tokens["rel_error"] < -0.3 and p90_tokens["replay_max"] < p90_tokens["observed"]
     assert p90_first["rel_error"] > 0.3 and p90_first["replay_min"] > p90_first["observed"]
+
+
+def test_steps_re_timed_from_the_client_give_the_host_gap(tmp_path):
+    """The default log stamps steps to the second; re-timed from bench.json's token times, the
+    gaps between steps are known again: the replay adds the same host time per step as with
+    the epoch-stamped log (1.18 ms) instead of none, which left TPOT about 20% short."""
+    from pipeline.ingest import ingest_paths
+    from pipeline.replay import calibrate
+
+    con = store.connect(tmp_path / "g.duckdb")
+    ingest_paths(con, [VLLM / "server.log", VLLM / "bench.json"], run_id="coarse")
+    ingest_paths(con, [VLLM / "server_epoch.log", VLLM / "bench.json"], run_id="epoch")
+    store.build_derived(con)
+    coarse, epoch = calibrate(con, "coarse"), calibrate(con, "epoch")
+    assert epoch.details["host_gap_ms"] == pytest.approx(1.18, abs=0.05)
+    assert coarse.details["host_gap_ms"] == pytest.approx(epoch.details["host_gap_ms"], rel=0.1)
+    assert any("re-timed from the client's token times" in n for n in coarse.notes)
+    # not re-timed (the server's request stats have no token times): the gap stays unknown, and
+    # the note says so
+    ingest_paths(con, [VLLM / "server.log", VLLM / "requests.jsonl"], run_id="alone")
+    store.build_derived(con)
+    alone = calibrate(con, "alone")
+    assert alone.details["host_gap_ms"] == 0.0
+    assert any("host time between steps is not known" in n for n in alone.notes)
