@@ -239,7 +239,8 @@ def align_clocks(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
         retime_ref = retime_cand if len(others) == 1 else None
         # several clients of one run on one clock: aligned together, or each misses the others' load
         joint = align_joint(con, run_id, others, ref_clock, steps, retime_cand)
-        if any((e.get("retime") or {}).get("retimed") for e in joint.values()):
+        retimed = any((e.get("retime") or {}).get("retimed") for e in joint.values())
+        if retimed:
             steps = _steps(con, run_id, [s[0] for s in refs])
         for ing, path, _, n_req, clock, override in others:
             clock = clock or "unix"
@@ -249,9 +250,13 @@ def align_clocks(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
                 entry = _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, retime_ref)
             if (entry.get("retime") or {}).get("retimed"):
                 steps = _steps(con, run_id, [s[0] for s in refs])
+                retimed = True
             if entry["status"] != "failed" and len(steps.t_end):
                 group = entry.get("joint_ingests") or [ing]
-                inf = _infer(con, run_id, ing, steps, entry, group)
+                coarse = None
+                if steps.reconstructed and not retimed:
+                    coarse = (entry.get("retime") or {}).get("why") or "steps stamped to the second"
+                inf = _infer(con, run_id, ing, steps, entry, group, coarse)
                 entry["inferred"] = inf
                 inferred_all.update(inf.get("fields", []))
             entry.pop("joint_ingests", None)
@@ -412,7 +417,15 @@ def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, ret
     return entry
 
 
-def _infer(con, run_id: str, ing: int, steps: clocks.Steps, entry: dict, group: list[int] | None = None) -> dict:
+def _infer(
+    con,
+    run_id: str,
+    ing: int,
+    steps: clocks.Steps,
+    entry: dict,
+    group: list[int] | None = None,
+    coarse: str | None = None,
+) -> dict:
     """Fill what a request source lacks from the (now aligned) steps; returns what was inferred.
 
     ``group``: the sources aligned together with it (their requests share the steps' prefill)."""
@@ -427,6 +440,8 @@ def _infer(con, run_id: str, ing: int, steps: clocks.Steps, entry: dict, group: 
         got = _infer_scheduled(con, run_id, ing, steps, group or [ing])
         if got is not None:
             unc, outside = got
+            if coarse:  # steps rebuilt from whole-second stamps and not re-timed: each may sit that far off
+                unc = np.maximum(unc, STAMP_RESOLUTION_S)
             out["fields"].append("t_scheduled")
             out["t_scheduled"] = {
                 "method": "prefill token accounting: the step where the prompt's first chunk was computed, "
@@ -435,6 +450,8 @@ def _infer(con, run_id: str, ing: int, steps: clocks.Steps, entry: dict, group: 
                 "p90_uncertainty_ms": round(float(np.quantile(unc, 0.9)) * 1e3, 3),
                 "requests_outside_steps": outside,
             }
+            if coarse:
+                out["t_scheduled"]["steps_not_retimed"] = coarse
     if have[1] == 0 and not steps.sampled:
         n = _infer_preemptions(con, run_id, ing)
         if n is not None:
@@ -447,6 +464,7 @@ def _infer(con, run_id: str, ing: int, steps: clocks.Steps, entry: dict, group: 
 
 
 MIN_LAG_SAMPLE = 20  # first tokens inside the steps needed to learn the client's read lag from them
+STAMP_RESOLUTION_S = 1.0  # vLLM's and SGLang's default log stamps: whole seconds
 
 
 def _infer_scheduled(
@@ -668,6 +686,14 @@ def source_lines(run_id: str, meta: dict) -> list[tuple[bool, str]]:
                 f"; scheduling inferred from steps (±{inf['t_scheduled']['median_uncertainty_ms']:g} ms "
                 f"median, ±{inf['t_scheduled']['p90_uncertainty_ms']:g} ms p90)"
             )
+            not_retimed = inf["t_scheduled"].get("steps_not_retimed")
+            if not_retimed:
+                poor = True
+                text += (
+                    f"; the log's steps, stamped to the second, were NOT re-timed ({not_retimed}): they may sit "
+                    "up to a second off, and so may the inferred queue and prefill times (give the log with "
+                    "sub-second stamps, or a client file with per-token times)"
+                )
             outside = inf["t_scheduled"].get("requests_outside_steps") or 0
             if outside:
                 text += (

@@ -335,9 +335,9 @@ def test_client_and_server_records_of_the_same_requests_are_named(tmp_path):
     [twin] = _alignment(con)["same_requests"]
     assert twin["matched"] == 64 and twin["requests"] == [64, 64]
     problems = [text for problem, text in describe(con, ["joint"]) if problem]
-    assert (
-        len(problems) == 1 and "bench.json and requests.jsonl look like two records of the same requests" in problems[0]
-    )
+    twins = [t for t in problems if "bench.json and requests.jsonl look like two records of the same requests" in t]
+    # two request sources re-time no steps of a second-stamped log: the others say so
+    assert len(twins) == 1 and all("NOT re-timed" in t for t in problems if t not in twins)
     # other requests in the same minutes (every output one token longer) are no twins
     other = tmp_path / "other"
     other.mkdir()
@@ -462,3 +462,26 @@ def test_log_cut_short_leaves_later_requests_unscheduled(tmp_path):
     ).fetchall()
     err = np.array([abs(q - truth[i]) for i, q in got])
     assert len(got) >= 20 and np.median(err) <= 10.0
+
+
+def test_steps_stamped_to_the_second_and_not_re_timed_are_named_with_their_error(tmp_path):
+    """Three timed-out entries in bench.json keep its token times from re-timing the default log's
+    steps: the inferred scheduling is then only as good as whole-second stamps, and the line says
+    so as a warning instead of claiming ±0 ms."""
+    bench = json.loads((PAIRS["vllm"] / "bench.json").read_text())
+    for i in (10, 11, 12):
+        bench["errors"][i], bench["output_lens"][i], bench["itls"][i] = "Timeout", 0, []
+        bench["ttfts"][i] = bench["latencies"][i] = 0
+    (tmp_path / "bench.json").write_text(json.dumps(bench))
+    con = store.connect(tmp_path / "t.duckdb")
+    ingest_paths(con, [PAIRS["vllm"] / "server.log", tmp_path / "bench.json"], run_id="joint")
+    src = _alignment(con)["sources"][0]
+    assert not (src.get("retime") or {}).get("retimed")
+    sched = src["inferred"]["t_scheduled"]
+    assert sched["median_uncertainty_ms"] >= 1000 and sched["steps_not_retimed"]
+    ((problem, text),) = align.describe(con, ["joint"])
+    assert problem and "were NOT re-timed" in text and "up to a second off" in text
+    # re-timed (the unchanged bench.json): no such warning
+    con2 = _joint(tmp_path, PAIRS["vllm"])
+    ((problem, text),) = align.describe(con2, ["joint"])
+    assert not problem and "NOT re-timed" not in text and "steps re-timed from its token times" in text
