@@ -156,7 +156,8 @@ class History:
                 r[6],
                 r[7],
                 tuple(r[8] or ()),
-                r[9],
+                # a report inside the history is kept relative to it: the history may move (a CI cache)
+                None if r[9] is None else str((self.dir / r[9]).resolve()),
                 json.loads(r[10]) if r[10] else {},
             )
             for r in rows
@@ -304,10 +305,14 @@ def labels_of(summary: dict[str, Any], date: str, given: dict[str, str]) -> dict
 
 
 def set_report(hist: History, run_id: str, folder: Path) -> None:
-    """Remember where a night's report was written (the trend page links to it)."""
-    hist.con.execute(
-        "update nightly_runs set report = $r where run_id = $id", {"r": str(Path(folder).resolve()), "id": run_id}
-    )
+    """Remember where a night's report was written (the trend page links to it): relative to the
+    history when inside it, so that links survive the history folder being moved or restored."""
+    where = Path(folder).resolve()
+    try:
+        where = where.relative_to(hist.dir.resolve())
+    except ValueError:
+        pass  # an --out outside the history: its absolute path
+    hist.con.execute("update nightly_runs set report = $r where run_id = $id", {"r": str(where), "id": run_id})
 
 
 def changes_key(nights: list[Night], settings: object) -> str:

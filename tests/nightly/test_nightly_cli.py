@@ -250,3 +250,26 @@ def test_a_damaged_history_file_is_called_damaged_not_locked(nights, tmp_path, c
     code, _, err = cli(capsys, "nightly", str(nights[0]), "--history", str(hist))
     assert code == 2 and "cannot open the nightly history" in err, err
     assert "damaged" in err and "another nightly job" not in err
+
+
+def test_trend_links_survive_moving_the_history(nights, tmp_path, capsys):
+    """A history restored elsewhere (a CI cache): the trend page links every night's report
+    in the moved folder, not in the old one."""
+    import re
+    import shutil
+    from urllib.parse import unquote
+
+    old = tmp_path / "old"
+    for i in (0, 1):
+        code, _, err = cli(
+            capsys, "nightly", str(nights[i]), "--history", str(old), "--label", f"date=2026-11-0{i + 1}"
+        )
+        assert code == 0, err
+    moved = tmp_path / "moved"
+    shutil.move(str(old), str(moved))
+    code, _, err = cli(capsys, "nightly", str(nights[2]), "--history", str(moved), "--label", "date=2026-11-03")
+    assert code == 0, err
+    page = moved / "reports" / "index.html"
+    links = [unquote(h) for h in re.findall(r'href="([^"]+index\.html)"', page.read_text())]
+    assert len(links) == 3 and all((page.parent / h).resolve().is_file() for h in links), links
+    assert all("old" not in h for h in links)
