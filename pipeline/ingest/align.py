@@ -453,7 +453,10 @@ def _infer(
             if coarse:
                 out["t_scheduled"]["steps_not_retimed"] = coarse
     if have[1] == 0 and not steps.sampled:
-        n = _infer_preemptions(con, run_id, ing)
+        # a source left on its clock (two Unix clocks within a step) is still a few ms off the steps:
+        # its tokens are matched to steps on the estimated offset, or every gap looks like a skipped step
+        shift = 0.0 if entry.get("applied") else float(entry.get("estimated_offset_s") or 0.0)
+        n = _infer_preemptions(con, run_id, ing, shift)
         if n is not None:
             out["fields"].append("preemptions")
             out["preemptions"] = {
@@ -547,9 +550,12 @@ def _infer_scheduled(
     return (hi - lo)[known], int((~known).sum())
 
 
-def _infer_preemptions(con, run_id: str, ing: int) -> int | None:
-    """Preemptions per request from token gaps spanning more than one step, when tokens come one per step."""
-    store.materialise(con, "ingest/preemption_gaps", {"run": run_id, "ing": ing}, table="_gaps", temp=True)
+def _infer_preemptions(con, run_id: str, ing: int, shift_s: float = 0.0) -> int | None:
+    """Preemptions per request from token gaps spanning more than one step, when tokens come one per
+    step; ``shift_s`` puts the source's token times on the steps' clock for the matching only."""
+    store.materialise(
+        con, "ingest/preemption_gaps", {"run": run_id, "ing": ing, "shift": shift_s}, table="_gaps", temp=True
+    )
     ones, total = con.execute("select sum(ones), sum(n) from _gaps").fetchone()
     if not total or ones < 0.8 * total:  # tokens arrive in chunks: one gap per step cannot be assumed
         con.execute("drop table _gaps")

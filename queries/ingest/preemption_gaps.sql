@@ -1,7 +1,8 @@
 -- table:   _gaps (a temporary table of the post-ingest alignment)
 -- grain:   one row per request of source $ing in run $run with token times
 -- inputs:  iterations, tokens
--- params:  $run, $ing
+-- params:  $run, $ing, $shift (seconds added to the source's token times: a source left on its own
+--   Unix clock a few ms off the steps' is matched on its estimated offset)
 -- purpose: preemptions inferred from token gaps (pipeline/ingest/align.py): each token
 --   belongs to the step whose end is nearest its time (k = the step's rank by t_end);
 --   dk = k - k of the previous token of the request.
@@ -11,7 +12,7 @@
 with s as (
   select t_end, row_number() over (order by t_end, iter) as k from iterations where run_id = $run
 ), tk as (
-  select req_id, idx, t from tokens where run_id = $run and ingest_id = $ing
+  select req_id, idx, t + $shift as t from tokens where run_id = $run and ingest_id = $ing
 ), prev as (
   select tk.req_id, tk.idx, tk.t, s.k as k0, s.t_end as e0 from tk asof left join s on tk.t >= s.t_end
 ), j as (

@@ -485,3 +485,38 @@ def test_steps_stamped_to_the_second_and_not_re_timed_are_named_with_their_error
     con2 = _joint(tmp_path, PAIRS["vllm"])
     ((problem, text),) = align.describe(con2, ["joint"])
     assert not problem and "NOT re-timed" not in text and "steps re-timed from its token times" in text
+
+
+@pytest.mark.parametrize("skew_s", [0.002, 0.004, -0.002])
+def test_a_unix_client_a_few_ms_off_infers_the_preemptions_of_an_aligned_one(tmp_path, skew_s):
+    """A client on a synchronised Unix clock a few ms off the log's is left on its clock; its
+    token gaps are still matched to steps on the estimated offset: before, every token sat
+    near a step boundary and dozens of requests got preemptions that never happened."""
+    aligned = _joint(tmp_path, PAIRS["vllm"], log="server_epoch.log")
+    want = dict(aligned.execute("select req_id, preemptions from requests where run_id = 'joint'").fetchall())
+    rows = aligned.execute(
+        "select r.req_id, r.t_arrival, r.t_first_token, r.t_finish, r.prompt_tokens, r.output_tokens, l.t_s "
+        "from requests r join token_lists l using (run_id, req_id) where run_id = 'joint' order by r.req_id"
+    ).fetchall()
+    client = tmp_path / "client.jsonl"
+    lines = [{"kind": "run", "clock": "unix"}] + [
+        {
+            "kind": "request",
+            "req_id": r,
+            "t_arrival": a + skew_s,
+            "t_first_token": f + skew_s,
+            "t_finish": e + skew_s,
+            "prompt_tokens": p,
+            "output_tokens": n,
+            "token_times": [t + skew_s for t in ts],
+        }
+        for r, a, f, e, p, n, ts in rows
+    ]
+    client.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    con = store.connect(tmp_path / "u.duckdb")
+    ingest_paths(con, [PAIRS["vllm"] / "server_epoch.log", client], run_id="u")
+    meta = con.execute("select json_extract(meta, '$.clock_alignment') from runs where run_id = 'u'").fetchone()[0]
+    src = json.loads(meta)["sources"][0]
+    assert src["applied"] is False  # left on its clock: within a step of the log's
+    got = dict(con.execute("select req_id, preemptions from requests where run_id = 'u'").fetchall())
+    assert sum(got.values()) == sum(want.values()) and got == want
