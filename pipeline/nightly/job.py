@@ -214,6 +214,14 @@ def _stage(opts: Options, hist: History, digest: str, spec: Any, slo_text: str |
     given = _labels(opts.labels)
     # an empty date= (an unset $DATE in a CI script) is an error, not today
     date = parse_date(given["date"] if "date" in given else dt.datetime.now(dt.timezone.utc).date().isoformat())
+    latest = max((n.night for n in hist.nights()), default=None)
+    if latest is not None and date < latest:
+        # a night slipped in before later ones would change their change points and verdicts,
+        # which a re-run of them must reproduce
+        raise InputError(
+            f"--label date={date} is before the history's latest night ({latest}): nights are added in date "
+            "order, so that a recorded night never changes; record older nights into a new --history, oldest first"
+        )
     run_id = hist.new_run_id(date, opts.run_id)
     staging = hist.dir / "runs" / f".staging-{os.getpid()}.duckdb"
     final = hist.dir / "runs" / f"{folder_name(run_id, digest)}.duckdb"

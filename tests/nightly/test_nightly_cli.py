@@ -171,7 +171,18 @@ def test_labels_are_escaped_and_dates_checked(nights, tmp_path, capsys):
     assert _counts(hist)[0] == 2
     # an id from a label or option cannot pick a folder outside the history and the output
     code, stdout, _ = cli(
-        capsys, "nightly", str(nights[2]), "--history", str(hist), "--out", str(out), "--run-id", "../evil", "--json"
+        capsys,
+        "nightly",
+        str(nights[2]),
+        "--history",
+        str(hist),
+        "--out",
+        str(out),
+        "--run-id",
+        "../evil",
+        "--label",
+        "date=2026-11-02",
+        "--json",
     )
     res = json.loads(stdout)
     assert code == 0 and res["run_id"] == "../evil"
@@ -195,6 +206,11 @@ def test_labels_are_escaped_and_dates_checked(nights, tmp_path, capsys):
     )
     assert code == 0 and "vllm" in stdout
     assert not any(ord(c) < 32 and c not in "\t\n" or 0x7F <= ord(c) <= 0x9F for c in stdout)
+    # a night dated before the latest would change the recorded nights' change points: refused
+    before = _counts(hist)
+    code, _, err = cli(capsys, "nightly", str(nights[4]), "--history", str(hist), "--label", "date=2026-11-02")
+    assert code == 2 and "is before the history's latest night (2026-11-03)" in err, err
+    assert _counts(hist) == before
 
 
 def test_failed_first_night_leaves_no_history(tmp_path, capsys):
