@@ -34,12 +34,17 @@ compared the same way when both runs reach a steady state: their CI is the batch
 of ``pipeline.metrics.STEADY`` (Student t on the fewer windows), widened by each run's edge
 allowance, since the steady window was chosen from the same window rates.
 
+The share of failed or aborted requests (``requests failed_share``) is a regression when it
+rises beyond the threshold (from 0: at all) with its CI above 0; the CI is Newcombe's hybrid
+score interval of a difference of two proportions (:func:`failed_share_delta`).
+
 The default confidence is 99%: a comparison tests ~30 statistics at once, and at
 95% a run against a re-run of the same workload flags one now and then.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -409,8 +414,49 @@ def compare(
             out.skipped[key] = f"only the {'baseline' if tb[key] is not None else 'candidate'} has it"
             out.one_sided.append(key)
     _compare_steady(out, _steady(base_con, base_run), _steady(cand_con, cand_run), threshold, confidence)
+    fb, fc = _failures(base_con, base_run), _failures(cand_con, cand_run)
+    if fb is not None and fc is not None:
+        out.deltas.append(failed_share_delta(fb, fc, threshold, confidence))
+    elif fb is not None or fc is not None:
+        out.skipped["failed_share"] = f"only the {'baseline' if fb is not None else 'candidate'} has requests"
     _check_overlap(out)
     return out
+
+
+def _failures(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[int, int] | None:
+    """(failed or aborted requests, requests) of the run; None without request records."""
+    rows = con.execute("select requests_failed, requests from run_summary where run_id = ?", [run_id]).fetchall()
+    return (int(rows[0][0] or 0), int(rows[0][1])) if rows and rows[0][1] else None
+
+
+def _wilson(k: int, n: int, z: float) -> tuple[float, float]:
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
+def failed_share_delta(b: tuple[int, int], c: tuple[int, int], threshold: float, confidence: float) -> Delta:
+    """The share of requests that failed or were aborted: lower is better. CI of the difference by
+    Newcombe's hybrid score method (Wilson intervals of each share), which holds for shares near 0
+    and a handful of failures where the normal approximation does not. A rise from 0 has no
+    relative size and counts once its CI is above 0, as for latencies."""
+    from scipy.stats import norm
+
+    z = float(norm.ppf(0.5 + confidence / 2))
+    (kb, nb), (kc, nc) = b, c
+    pb, pc = kb / nb, kc / nc
+    (lb, ub), (lc, uc) = _wilson(kb, nb, z), _wilson(kc, nc, z)
+    d = pc - pb
+    lo, hi = d - math.hypot(pc - lc, ub - pb), d + math.hypot(uc - pc, pb - lb)
+    rel = pc / pb - 1 if pb > 0 else None
+    verdict = "no significant change"
+    if lo > 0 and (rel is None or rel > threshold):
+        verdict = "regression"
+    elif hi < 0 and rel is not None and rel < -threshold:
+        verdict = "improvement"
+    rel_lo, rel_hi = (lo / pb, hi / pb) if pb > 0 else (None, None)
+    return Delta("requests", "failed_share", pb, pc, d, rel, lo, hi, rel_lo, rel_hi, verdict)
 
 
 def _compare_steady(out: Comparison, sb: dict, sc: dict, threshold: float, confidence: float) -> None:

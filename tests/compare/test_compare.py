@@ -217,3 +217,38 @@ def test_steps_without_times_are_blocked_by_position(tmp_path):
     assert sorted(zip(steps.xs.tolist(), steps.block.tolist())) == want
     ttft = blocked_values(con, "d", "ttft_ms", rb)
     assert sorted(ttft.block.tolist()) == sorted(min(int(k / rb.width_s), 29) for k in range(60))
+
+
+def test_failed_share_ci_against_newcombes_worked_example():
+    """Newcombe (1998), Statistics in Medicine 17:873, Table II example (a): 56/70 vs 48/80,
+    difference 0.2 with the hybrid score 95% interval 0.0524 to 0.3339."""
+    from pipeline.compare import failed_share_delta
+
+    d = failed_share_delta((48, 80), (56, 70), 0.05, 0.95)
+    assert d.delta == pytest.approx(0.2)
+    assert d.ci_low == pytest.approx(0.0524, abs=5e-4) and d.ci_high == pytest.approx(0.3339, abs=5e-4)
+    assert d.verdict == "regression"
+
+
+def test_failed_requests_are_compared(runs_db, run_file, tmp_path):
+    from pipeline import ingest, store
+
+    lines = [json.loads(x) for x in run_file("base", 1.0, 1).read_text().splitlines()]
+    failed = 0
+    for i, x in enumerate(lines):
+        if x["kind"] == "request" and i % 8 == 0:
+            x["status"], failed = "error", failed + 1
+    path = tmp_path / "failing.jsonl"
+    path.write_text(
+        "".join(json.dumps(x | ({"run_id": "failing"} if x["kind"] == "run" else {})) + "\n" for x in lines)
+    )
+    con = store.connect(tmp_path / "f.duckdb")
+    ingest.ingest_paths(con, [path])
+    store.build_derived(con)
+    base_con, _ = runs_db
+    res = compare(base_con, "base", con, "failing")
+    row = next(d for d in res.deltas if (d.metric, d.stat) == ("requests", "failed_share"))
+    assert row.base == 0 and row.cand == pytest.approx(failed / 300) and row.verdict == "regression"
+    assert res.exit_code == 1
+    same = next(d for d in compare(base_con, "base", base_con, "noise").deltas if d.stat == "failed_share")
+    assert same.delta == 0 and same.verdict == "no significant change"
