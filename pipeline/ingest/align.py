@@ -436,6 +436,12 @@ def _infer(
         "select count(t_scheduled), count(preemptions), count(*) from requests where run_id = ? and ingest_id = ?",
         [run_id, ing],
     ).fetchone()
+    prompts = con.execute(
+        "select count(prompt_tokens) from requests where run_id = ? and ingest_id = ?", [run_id, ing]
+    ).fetchall()[0][0]
+    if have[0] == 0 and not prompts:
+        # prefill token accounting needs each prompt's length: say why queueing stays unknown
+        out["t_scheduled_not_inferred"] = "its records give no prompt token counts"
     if have[0] == 0 and not steps.sampled and np.isfinite(steps.prefill_tokens).mean() > 0.9:
         got = _infer_scheduled(con, run_id, ing, steps, group or [ing])
         if got is not None:
@@ -706,6 +712,11 @@ def source_lines(run_id: str, meta: dict) -> list[tuple[bool, str]]:
                     f", not for {outside} request{'' if outside == 1 else 's'} whose first token lies outside "
                     "the log's steps (their queue and prefill times stay unknown)"
                 )
+        if inf.get("t_scheduled_not_inferred"):
+            text += (
+                f"; scheduling NOT inferred ({inf['t_scheduled_not_inferred']}): queue and prefill times stay "
+                "unknown, and explain cannot split the TTFT tail"
+            )
         if "preemptions" in inf:
             n = inf["preemptions"]["requests_preempted"]
             text += f"; preemptions inferred from token gaps ({n} request{'' if n == 1 else 's'})"

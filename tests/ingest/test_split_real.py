@@ -520,3 +520,21 @@ def test_a_unix_client_a_few_ms_off_infers_the_preemptions_of_an_aligned_one(tmp
     assert src["applied"] is False  # left on its clock: within a step of the log's
     got = dict(con.execute("select req_id, preemptions from requests where run_id = 'u'").fetchall())
     assert sum(got.values()) == sum(want.values()) and got == want
+
+
+def test_a_client_without_prompt_lengths_says_why_queueing_is_not_inferred(tmp_path):
+    aligned = _joint(tmp_path, PAIRS["vllm"], log="server_epoch.log")
+    rows = aligned.execute(
+        "select req_id, t_arrival, t_first_token, t_finish, output_tokens from requests where run_id = 'joint'"
+    ).fetchall()
+    client = tmp_path / "client.jsonl"
+    lines = [{"kind": "run", "clock": "unix"}] + [
+        {"kind": "request", "req_id": r, "t_arrival": a, "t_first_token": f, "t_finish": e, "output_tokens": n}
+        for r, a, f, e, n in rows
+    ]
+    client.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    con = store.connect(tmp_path / "p.duckdb")
+    ingest_paths(con, [PAIRS["vllm"] / "server_epoch.log", client], run_id="p")
+    ((_, text),) = align.describe(con, ["p"])
+    assert "scheduling NOT inferred (its records give no prompt token counts)" in text, text
+    assert con.execute("select count(t_scheduled) from requests where run_id = 'p'").fetchone()[0] == 0
