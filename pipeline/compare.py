@@ -429,7 +429,8 @@ def _failures(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[int, int] | 
     return (int(rows[0][0] or 0), int(rows[0][1])) if rows and rows[0][1] else None
 
 
-def _wilson(k: int, n: int, z: float) -> tuple[float, float]:
+def wilson(k: int, n: int, z: float) -> tuple[float, float]:
+    """Wilson's score interval of the share k / n at normal quantile z."""
     p = k / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
@@ -446,7 +447,7 @@ def failed_share_delta(b: tuple[int, int], c: tuple[int, int], threshold: float,
     z = float(norm.ppf(0.5 + confidence / 2))
     (kb, nb), (kc, nc) = b, c
     pb, pc = kb / nb, kc / nc
-    (lb, ub), (lc, uc) = _wilson(kb, nb, z), _wilson(kc, nc, z)
+    (lb, ub), (lc, uc) = wilson(kb, nb, z), wilson(kc, nc, z)
     d = pc - pb
     lo, hi = d - math.hypot(pc - lc, ub - pb), d + math.hypot(uc - pc, pb - lb)
     rel = pc / pb - 1 if pb > 0 else None

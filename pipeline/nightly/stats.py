@@ -106,10 +106,14 @@ def _normal(metric: str, value: float | None, se: float | None, z: float) -> lis
 
 
 def _proportion(metric: str, k: float, n: float, z: float) -> list[Stat]:
+    """A share with its Wilson interval: the normal one has zero width at 0 and 1 (every request
+    good), which a change-point search would take as exact."""
+    from ..compare import wilson
+
     if not n:
         return []
-    p = k / n
-    return _normal(metric, p, float(np.sqrt(p * (1 - p) / n)), z)
+    lo, hi = wilson(int(k), int(n), z)
+    return [Stat(metric, k / n, max(lo, 0.0), min(hi, 1.0))]
 
 
 def _fit(s: dict[str, Any]) -> list[Stat]:
@@ -170,7 +174,7 @@ def night_statistics(
     for name, pair in _throughput(con, run_id).items():
         if pair is not None:
             out += _normal(f"throughput.{name}", pair[0], pair[1], z)
-    if goodput and goodput.get("requests"):
+    if goodput and goodput.get("requests") and goodput.get("attainment") is not None:  # None: not measurable
         out += _proportion("goodput.attainment", goodput["good_requests"], goodput["requests"], z)
         rps, good = goodput.get("request_goodput_rps"), goodput["good_requests"]
         if rps is not None and good:

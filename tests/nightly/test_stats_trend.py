@@ -41,12 +41,18 @@ def test_fit_intervals_by_hand():
 
 
 def test_proportion_interval():
+    """Wilson's interval (statsmodels' proportion_confint(90, 100, method='wilson') gives
+    0.8256..0.9448); at 100 of 100 it keeps a width, n / (n + z^2) to 1, where the normal
+    interval collapses to [1, 1]."""
     (st,) = _proportion("goodput.attainment", 90, 100, 1.96)
     assert (
         st.value == 0.9
-        and st.ci_low == pytest.approx(0.9 - 1.96 * 0.03)
-        and st.ci_high == pytest.approx(0.9 + 1.96 * 0.03)
+        and st.ci_low == pytest.approx(0.82557, abs=1e-4)
+        and st.ci_high == pytest.approx(0.94476, abs=1e-4)
     )
+    (full,) = _proportion("goodput.attainment", 100, 100, 1.96)
+    assert full.value == 1.0 and full.ci_low == pytest.approx(100 / (100 + 1.96**2))
+    assert full.ci_high == pytest.approx(1.0)
 
 
 def test_night_statistics_on_a_simulated_run(tmp_path):
@@ -60,6 +66,9 @@ def test_night_statistics_on_a_simulated_run(tmp_path):
     store.build_derived(con)
     s = summary(con, "bench")
     stats = {st.metric: st for st in night_statistics(con, "bench", s)}
+    # goodput on a metric the run lacks is not measured: no attainment of 0 in the history
+    unmeasured = {"requests": 80, "good_requests": 0, "attainment": None, "request_goodput_rps": None}
+    assert not [st for st in night_statistics(con, "bench", s, unmeasured) if st.metric.startswith("goodput.")]
     tpot = tpot_from_trace(night / "trace.jsonl")
     for p in (50, 90, 99):
         st = stats[f"tpot_ms.p{p}"]
