@@ -214,11 +214,12 @@ def fleet(
     from .errors import InputError
     from .lake import lake_runs
     from .metrics import METRICS
+    from .terminal import shown_id
 
     runs = [r for r in lake_runs(lake) if runs_glob is None or fnmatch.fnmatchcase(r, runs_glob)]
     if not runs:
         raise InputError(
-            f"{lake}: no runs{' matching ' + runs_glob if runs_glob else ''}; "
+            f"{lake}: no runs{'' if runs_glob is None else ' matching --runs ' + shown_id(runs_glob)}; "
             "write some with `tracelat ingest FILE --lake DIR` or `tracelat export RUN --lake DIR`"
         )
     tasks = [(str(Path(lake).resolve()), r, alpha, slo, None if out is None else str(report_dir(out, r))) for r in runs]

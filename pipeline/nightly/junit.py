@@ -20,6 +20,9 @@ def nightly_junit(audit_xml: bytes | None, outcome: Any, metrics: list[str]) -> 
     """``audit_xml`` (``pipeline.audit.junit_xml``) with the change-point suite added;
     ``metrics``: the statistics tested tonight."""
     root = ET.fromstring(audit_xml) if audit_xml else ET.Element("testsuites", name="tracelat nightly")
+    for audit in root.iter("testsuite"):
+        # every night audits the engine's run id (often the same each night): the night names it in CI
+        audit.set("name", f"tracelat audit night {outcome.night.run_id} (run {outcome.night.source_run})")
     tested = sorted(m for m in set(metrics) if direction(m) != 0)
     failing = {}
     for c in outcome.failing_changes:

@@ -117,6 +117,11 @@ def test_fleet_cli_json_and_glob(lake):
     assert {"p50", "p90", "p99", "p999", "count", "mean", "std", "min", "max"} == set(out["fleet"]["ttft_ms"])
     for r in out["runs"]:
         assert {"run_id", "ttft_ms", "tpot_ms", "e2e_ms", "itl_ms", "outlier", "z", "t0_ms"} <= set(r)
+    from pipeline.cli import run_captured
+
+    for pattern in ("", "x*"):  # an empty pattern (an unset variable) is named, not taken for none given
+        code, text = run_captured("fleet", lake / "lake", "--runs", pattern, "--workers", "1")
+        assert code == 2 and f"no runs matching --runs {pattern!r}" in text, text
 
 
 def test_fleet_slo_junit_and_page(lake, tmp_path, string_channels):

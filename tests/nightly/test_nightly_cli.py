@@ -112,6 +112,9 @@ def test_nights_history_json_rerun_and_failures(nights, tmp_path, capsys):
     root = ET.parse(junit).getroot()
     audit_suite, cp_suite = root.findall("testsuite")
     assert int(audit_suite.get("failures")) == 1 and int(root.get("failures")) == 1
+    # the suites name the night (the engine's run id is the same every night)
+    assert audit_suite.get("name") == f"tracelat audit night {res['run_id']} (run bench)"
+    assert cp_suite.get("name") == f"tracelat nightly change points {res['run_id']}"
     # one change-point check per statistic tested tonight, none failing (four nights: nothing to find)
     assert int(cp_suite.get("tests")) >= 18 and int(cp_suite.get("failures")) == 0
     assert int(root.get("tests")) == int(audit_suite.get("tests")) + int(cp_suite.get("tests"))
