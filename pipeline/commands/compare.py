@@ -9,7 +9,7 @@ import click
 from ..errors import CheckFailed, writing
 from ..settings import finite_float
 from ..terminal import echo
-from .options import db_option, lake_option, open_source, dumps, json_option
+from .options import db_option, lake_option, open_source, dumps, json_option, seed_option
 
 
 @click.command()
@@ -49,13 +49,7 @@ from .options import db_option, lake_option, open_source, dumps, json_option
     type=click.IntRange(100, None),
     help="Bootstrap resamples per statistic.",
 )
-@click.option(
-    "--seed",
-    default=0,
-    show_default=True,
-    type=click.IntRange(min=0),
-    help="Random seed (bootstrap, test subsampling).",
-)
+@seed_option("Random seed (bootstrap, test subsampling).")
 @json_option
 def compare(
     base_run: str,

@@ -19,6 +19,11 @@ db_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON on stdout.")
 
 
+def seed_option(help: str):  # noqa: A002
+    """``--seed`` (default 0): NumPy's generators take no negative seed, so click refuses one."""
+    return click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help=help)
+
+
 lake_option = click.option(
     "--lake",
     type=click.Path(file_okay=False, exists=True, path_type=Path),

@@ -11,6 +11,7 @@ from ..settings import build, options
 from ..sim.config import Policy, WorkloadSpec
 from ..sim.model import IterationModel, NoiseModel
 from ..terminal import echo
+from .options import seed_option
 
 
 @click.command()
@@ -37,13 +38,7 @@ from ..terminal import echo
 @options(Policy)
 @options(IterationModel)
 @options(NoiseModel)
-@click.option(
-    "--seed",
-    default=0,
-    show_default=True,
-    type=click.IntRange(min=0),
-    help="Random seed; the same seed and options give the same trace.",
-)
+@seed_option("Random seed; the same seed and options give the same trace.")
 @click.option("--no-token-times", is_flag=True, help="Leave out per-token times (much smaller files for long runs).")
 def simulate(**o) -> None:
     """Simulate a continuous-batching LLM server (vLLM-like) and write a canonical trace.

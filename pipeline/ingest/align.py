@@ -433,13 +433,11 @@ def _infer(
 
     out: dict = {"fields": []}
     have = con.execute(
-        "select count(t_scheduled), count(preemptions), count(*) from requests where run_id = ? and ingest_id = ?",
+        "select count(t_scheduled), count(preemptions), count(*), count(prompt_tokens) from requests "
+        "where run_id = ? and ingest_id = ?",
         [run_id, ing],
-    ).fetchone()
-    prompts = con.execute(
-        "select count(prompt_tokens) from requests where run_id = ? and ingest_id = ?", [run_id, ing]
-    ).fetchall()[0][0]
-    if have[0] == 0 and not prompts:
+    ).fetchall()[0]
+    if have[0] == 0 and not have[3]:
         # prefill token accounting needs each prompt's length: say why queueing stays unknown
         out["t_scheduled_not_inferred"] = "its records give no prompt token counts"
     if have[0] == 0 and not steps.sampled and np.isfinite(steps.prefill_tokens).mean() > 0.9:
@@ -673,10 +671,8 @@ def source_lines(run_id: str, meta: dict) -> list[tuple[bool, str]]:
             )
             if src.get("applied") is False:
                 text += " (no offset applied)"
-            method = str(src.get("method") or "")
-            if method.startswith("together with "):  # the match figures are the clients' together
-                others = [x.rsplit("/", 1)[-1] for x in method[len("together with ") :].split(" (", 1)[0].split(", ")]
-                text += f", together with {', '.join(others)}"
+            if src.get("together_with"):  # the match figures are the clients' together
+                text += f", together with {', '.join(str(p).rsplit('/', 1)[-1] for p in src['together_with'])}"
             if src.get("drift"):
                 text += f", drift {src['drift'] * 1e6:.2f} ppm"
         rt = src.get("retime") or {}

@@ -134,6 +134,7 @@ def align_joint(
                 "applied": not same,
                 "method": f"together with {', '.join(p for p in paths if p != o[1])} (one clock: its origin "
                 f"{sh:+.6f} s from the first's)",
+                "together_with": [p for p in paths if p != o[1]],
                 "joint_requests": al.requests,
                 "joint_ingests": ings,
             }
