@@ -307,11 +307,8 @@ def labels_of(summary: dict[str, Any], date: str, given: dict[str, str]) -> dict
 def set_report(hist: History, run_id: str, folder: Path) -> None:
     """Remember where a night's report was written (the trend page links to it): relative to the
     history when inside it, so that links survive the history folder being moved or restored."""
-    where = Path(folder).resolve()
-    try:
-        where = where.relative_to(hist.dir.resolve())
-    except ValueError:
-        pass  # an --out outside the history: its absolute path
+    where, root = Path(folder).resolve(), hist.dir.resolve()
+    where = where.relative_to(root) if where.is_relative_to(root) else where  # else an --out outside it
     hist.con.execute("update nightly_runs set report = $r where run_id = $id", {"r": str(where), "id": run_id})
 
 
