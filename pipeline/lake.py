@@ -36,6 +36,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -101,12 +102,27 @@ def _has(lake: Path, table: str) -> bool:
 READ = "read_parquet($g, hive_partitioning = false, union_by_name = true)"
 
 
+def _open_lock(lake: Path):
+    """The lake's lock file, never through a link: a lake is data, and may come from anyone (a link
+    named ``.lock`` would have us create or touch a file elsewhere)."""
+    fd = os.open(lake / ".lock", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    return os.fdopen(fd, "a")
+
+
 @contextlib.contextmanager
 def writer(lake: Path) -> Iterator[Path]:
     """Hold the lake's writer lock, after rolling forward what a killed writer left."""
     lake = Path(lake)
     lake.mkdir(parents=True, exist_ok=True)
-    with open(lake / ".lock", "a") as fh:
+    try:
+        lock = _open_lock(lake)
+    except OSError as e:
+        from .errors import StoreError
+
+        raise StoreError(
+            f"lake {lake}: cannot open its lock file .lock ({e.strerror}); it must be a plain file, not a link"
+        ) from None
+    with lock as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -124,12 +140,61 @@ def recover(lake: Path) -> None:
     """Finish commits whose journal was written; drop staging folders that have none."""
     journals = sorted(lake.glob(".commit-*.json"))
     for j in journals:
-        _apply(lake, json.loads(j.read_text()))
+        _apply(lake, _checked_journal(lake, j))
         j.unlink()
     for st in lake.glob(".staging-*"):
         shutil.rmtree(st, ignore_errors=True)
     for t in lake.glob(".journal-*.tmp"):  # a journal that never became a commit
         t.unlink(missing_ok=True)
+
+
+# what our writers put in a journal: one staging folder of the lake, known tables, partition names
+# of part_name (percent-encoded, no separator). A journal is read from the lake, which anyone may
+# have written: a name such as "../x" would move or delete files outside it.
+_STAGING = re.compile(r"\.staging-[0-9a-f]{32}")
+_PART = re.compile(r"run_id=[A-Za-z0-9_.~%-]+")
+
+
+def _checked_journal(lake: Path, path: Path) -> dict:
+    """The commit journal at ``path``, after checking that it names only what a writer of this lake writes."""
+    from .errors import StoreError
+
+    def bad(what: str) -> StoreError:
+        return StoreError(
+            f"lake {lake}: commit journal {path.name} {what}; it was not written by tracelat, or is damaged. "
+            "Nothing was moved; check the lake's origin, then remove that file to read the lake as it is"
+        )
+
+    try:
+        journal = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        raise bad("cannot be read as JSON") from None
+    if not isinstance(journal, dict) or not isinstance(journal.get("staging"), str):
+        raise bad("has no staging folder")
+    if not _STAGING.fullmatch(journal["staging"]) or (lake / journal["staging"]).is_symlink():
+        raise bad(f"names a staging folder outside the lake ({journal['staging']!r})")
+    for key in ("parts", "delete"):
+        entries = journal.get(key) or []
+        if not isinstance(entries, list):
+            raise bad(f"has a malformed {key} list")
+        for entry in entries:
+            ok = isinstance(entry, list) and len(entry) == 2 and all(isinstance(x, str) for x in entry)
+            if not ok or entry[0] not in TABLES or not _PART.fullmatch(entry[1]):
+                raise bad(f"names a partition that is none of the lake's ({str(entry)[:80]!r})")
+            if (lake / entry[0]).is_symlink():
+                raise bad(f"names table folder {entry[0]}, which is a link out of the lake")
+    return journal
+
+
+def _inside(lake: Path, *paths: Path) -> None:
+    root = lake.resolve()
+    for p in paths:
+        if not p.resolve().is_relative_to(root):
+            from .errors import StoreError
+
+            raise StoreError(
+                f"lake {lake}: {p.relative_to(lake)} leads out of the lake (a link); stopped before moving it"
+            )
 
 
 def _apply(lake: Path, journal: dict) -> None:
@@ -139,6 +204,8 @@ def _apply(lake: Path, journal: dict) -> None:
     deletes = {tuple(d) for d in journal.get("delete") or []}
     for table, part in journal["parts"]:
         new, final = staging / table / part, lake / table / part
+        # links planted inside the staging folder would lead a move out of the lake
+        _inside(lake, new, final, trash / table)
         if (table, part) in deletes:
             if final.exists():
                 (trash / table).mkdir(parents=True, exist_ok=True)
@@ -274,7 +341,7 @@ def settle(lake: Path) -> None:
     if not any(lake.glob(".commit-*.json")):
         return
     try:
-        with open(lake / ".lock", "a") as fh:
+        with _open_lock(lake) as fh:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
