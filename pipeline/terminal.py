@@ -11,7 +11,8 @@ is shown).
 
 Newline is kept because the CLI's own messages span lines; what a log names is kept
 single-line where it comes in: run ids holding any of these characters, newline and
-tab too (:data:`UNSAFE_IN_ID`), are refused at ingest.
+tab too (:data:`UNSAFE_IN_ID`), are refused at ingest; request ids, which must stay as the
+log has them to join steps to requests, are shown quoted and escaped (:func:`inline`).
 """
 
 from __future__ import annotations
@@ -51,6 +52,14 @@ def shown_id(text: str) -> str:
     """``text`` quoted with its unsafe characters escaped (``'esc\\nfake'``, ``'\\u202e'``),
     for naming a refused id on one line."""
     return repr(text)
+
+
+def inline(value: Any) -> str:
+    """A name from a log (a request id) placed in a line of ours: quoted with its unsafe characters
+    escaped when it holds any (a newline in it would print a line of its own that looks like ours),
+    else as it is."""
+    text = str(value)
+    return shown_id(text) if UNSAFE_IN_ID.search(text) else text
 
 
 class OutputClosed(Exception):

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import CheckFailed
-from ..terminal import echo
+from ..terminal import echo, inline
 from .options import db_option, lake_option, open_source, dumps, json_option
 
 
@@ -49,6 +49,9 @@ def check(run_id: str, db: str, lake: Path | None, as_json: bool) -> None:
             )
             echo(f"{r.name:<28}{state}")
             for ex in r.examples:
-                echo(f"    {ex.get('problem')}: " + ", ".join(f"{k}={v}" for k, v in ex.items() if k != "problem"))
+                echo(
+                    f"    {ex.get('problem')}: "
+                    + ", ".join(f"{k}={inline(v)}" for k, v in ex.items() if k != "problem")
+                )
     if bad:
         raise CheckFailed(f"run {run_id}: {len(bad)} invariant(s) broken: " + ", ".join(r.name for r in bad))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..terminal import inline
 from .result import FitResult
 
 COEF_TEXT = (
@@ -205,7 +206,7 @@ def format_explain(e: dict[str, Any]) -> str:
         lines.append("  worst requests:")
         for r in e["top_requests"][:5]:
             lines.append(
-                f"    {r['req_id']} arrived {when(r['t_arrival'])}: {e['metric']} {r['value']:.4g}, prompt "
+                f"    {inline(r['req_id'])} arrived {when(r['t_arrival'])}: {e['metric']} {r['value']:.4g}, prompt "
                 f"{r['prompt_tokens']}, output {r['output_tokens']}"
                 + ("" if r["preemptions"] is None else f", preemptions {r['preemptions']}")
             )

@@ -219,3 +219,22 @@ def test_a_model_name_with_a_newline_forges_no_row_and_no_markdown_escape(tmp_pa
     assert r.returncode == 0, r.stderr
     md = (tmp_path / "rep" / "summary.md").read_text()
     assert "INJECTED" in md and not any(c in md for c in "\u001b\u009b\u202e"), md
+
+
+def test_a_request_id_with_a_newline_prints_no_line_of_its_own(tmp_path):
+    """Request ids are kept as the log has them (they join steps to requests), so explain's list of
+    worst requests shows such an id quoted and escaped: its newline would print a line that looks
+    like one of ours."""
+    lines = [json.loads(x) for x in TINY.read_text().splitlines()]
+    forged = "r\nError: none. Audit PASS"
+    for rec in lines:
+        if rec.get("kind") == "request":
+            rec["req_id"] = forged + rec["req_id"]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("\n".join(map(json.dumps, lines)) + "\n")
+    db = str(tmp_path / "t.duckdb")
+    assert run("ingest", str(trace), "--db", db).returncode == 0
+    r = run("explain", "tiny", "--metric", "ttft", "--db", db)
+    assert r.returncode == 0, r.stderr
+    assert not any(line.startswith("Error: none") for line in r.stdout.splitlines()), r.stdout
+    assert repr(forged)[:-1] in r.stdout  # the id is still there, escaped
