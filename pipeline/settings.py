@@ -129,6 +129,10 @@ def finite_float(
                 self.fail(f"{value!r} is not a {'number' if allow_inf else 'finite number'}.", param, ctx)
             return super().convert(rv, param, ctx)
 
+        def _describe_range(self) -> str:
+            # click describes a range without bounds as "x<=None"
+            return "" if self.min is None and self.max is None else super()._describe_range()
+
     return FiniteFloat(min=min, max=max, min_open=min_open)
 
 

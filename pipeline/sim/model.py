@@ -38,19 +38,21 @@ class IterationModel:
     memory-bound model.
     """
 
-    t0_ms: float = setting(5.0, "Fixed cost of one step in ms (weight read, launches, scheduling).")
-    a_ms_per_ctx: float = setting(0.0002, "ms per context token read by attention (KV read) per step.")
-    b_ms_per_prefill: float = setting(0.02, "ms per prompt token computed in a step.")
-    c_ms_per_decode: float = setting(0.0, "ms per decode token generated in a step.")
+    t0_ms: float = setting(5.0, "Fixed cost of one step in ms (weight read, launches, scheduling).", min=0)
+    a_ms_per_ctx: float = setting(0.0002, "ms per context token read by attention (KV read) per step.", min=0)
+    b_ms_per_prefill: float = setting(0.02, "ms per prompt token computed in a step.", min=0)
+    c_ms_per_decode: float = setting(0.0, "ms per decode token generated in a step.", min=0)
     d_ms_per_req: float = setting(
         0.0,
         "ms per request in a step (decodes + prefill chunks): per-sequence host and kernel work "
         "(0: the memory-bound model).",
+        min=0,
     )
     e_ms_per_prefill_attn: float = setting(
         0.0,
         "ms per attention token pair of a prefill chunk: a chunk of L tokens after c computed ones "
         "attends to L x (c + L/2) pairs (0: the memory-bound model).",
+        min=0,
     )
 
     def base_ms(self, context_tokens, prefill_tokens, decode_tokens, requests=0, prefill_attn=0):

@@ -316,3 +316,24 @@ def test_a_setting_that_means_no_limit_by_inf_takes_inf_but_not_nan(monkeypatch)
 
     code, out = run_captured("simulate", "--rate", "nan", "--out", "x.jsonl")
     assert code == 2 and "Invalid value for '--rate': 'nan' is not a number" in out, out
+
+
+@pytest.mark.parametrize(
+    "flag", ["--t0-ms", "--a-ms-per-ctx", "--b-ms-per-prefill", "--c-ms-per-decode", "--d-ms-per-req"]
+)
+def test_a_negative_model_coefficient_is_refused(flag, tmp_path):
+    """A negative cost per token made simulate write steps that end before they start."""
+    from pipeline.cli import run_captured
+
+    out_file = tmp_path / "x.jsonl"
+    code, out = run_captured("simulate", flag, "-0.1", "--out", out_file)
+    assert code == 2 and f"Invalid value for '{flag}': -0.1 is not in the range x>=0" in out, out
+    assert not out_file.exists()
+
+
+def test_help_shows_no_range_for_an_unbounded_float():
+    from pipeline.cli import run_captured
+
+    code, out = run_captured("simulate", "--help")
+    assert code == 0 and "None" not in out, out
+    assert "x>=0" in out  # the bounded ones still say so
