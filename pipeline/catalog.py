@@ -257,6 +257,12 @@ def get_model(name: str) -> ModelSpec:
     return spec
 
 
+# model types whose Transformers config class ties the output layer to the input embedding when
+# config.json leaves tie_word_embeddings out (Gemma's configs do); Llama, Mistral, Qwen and most
+# others set it false in their class, and write it out anyway
+TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text", "gpt2", "opt"})
+
+
 def _count_params(c: dict, hidden: int, heads: int, kv_heads: int, head_dim: int, layers: int) -> tuple[float, float]:
     """Total and active parameters (billions) from a decoder config's shapes."""
     vocab = int(c.get("vocab_size", 0))
@@ -270,7 +276,7 @@ def _count_params(c: dict, hidden: int, heads: int, kv_heads: int, head_dim: int
     expert = 3 * hidden * (moe_inter if experts > 1 else inter)  # gated MLP: gate, up, down
     router = hidden * experts if experts > 1 else 0
     norms = 2 * hidden
-    embed = vocab * hidden * (1 if c.get("tie_word_embeddings") else 2)
+    embed = vocab * hidden * (1 if c.get("tie_word_embeddings", c.get("model_type") in TIED_BY_DEFAULT) else 2)
     total = embed + hidden + layers * (attn + router + norms + experts * expert)
     active = embed + hidden + layers * (attn + router + norms + per_tok * expert)
     return total / 1e9, active / 1e9

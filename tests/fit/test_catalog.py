@@ -80,6 +80,29 @@ def test_hf_config_matches_catalogue(tmp_path):
     assert spec.kv_bytes_per_token() == 131072 and spec.dtype == "bfloat16"
 
 
+def test_hf_config_without_tie_flag_follows_the_model_types_default(tmp_path):
+    """Gemma's config.json leaves tie_word_embeddings out, and its config class ties them: counting
+    an untied output layer put Gemma-2-9B at 10.16 B parameters, the weight floor 10% high."""
+    gemma = {
+        "model_type": "gemma2",
+        "hidden_size": 3584,
+        "intermediate_size": 14336,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 256,
+        "num_hidden_layers": 42,
+        "vocab_size": 256000,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(gemma))
+    assert catalog.model_from_hf_config(tmp_path).params_b == pytest.approx(9.2417, abs=0.002)  # Google's count
+    # a Llama config without the key stays untied, as LlamaConfig's own default is
+    llama = {k: v for k, v in _llama_config().items() if k != "tie_word_embeddings"}
+    (tmp_path / "config.json").write_text(json.dumps(llama))
+    assert catalog.model_from_hf_config(tmp_path).params_b == pytest.approx(
+        catalog.get_model("llama-3.1-8b").params_b, abs=0.005
+    )
+
+
 def test_hf_config_mixture_of_experts(tmp_path):
     p = tmp_path / "config.json"
     p.write_text(
