@@ -161,20 +161,24 @@ def _distinct_run_names(files: list[Path]) -> dict[Path, str]:
 
     When the folders share a name too (``x/vllm/requests.jsonl``, ``y/vllm/requests.jsonl``)
     more of the path is used, as many folders as it takes: ``x/vllm/requests``.
+
+    Files of one folder that share a name (``server.log`` and its rotated ``server.log.1``)
+    are parts of one run: they keep that name together.
     """
     by_name: dict[str, list[Path]] = {}
     for f in files:
         by_name.setdefault(default_run_id(f), []).append(f)
     out: dict[Path, str] = {}
     for name, fs in by_name.items():
-        if len(fs) < 2:
+        folders = sorted({f.resolve().parent.parts for f in fs})
+        if len(folders) < 2:
             continue
-        parents = [f.resolve().parent.parts for f in fs]
-        for depth in range(1, max(len(p) for p in parents) + 1):
-            names = ["/".join((*p[-depth:], name)).lstrip("/") for p in parents]
+        for depth in range(1, max(len(p) for p in folders) + 1):
+            names = ["/".join((*p[-depth:], name)).lstrip("/") for p in folders]
             if len(set(names)) == len(names):
                 break
-        out.update(zip(fs, names))
+        of_folder = dict(zip(folders, names))
+        out.update((f, of_folder[f.resolve().parent.parts]) for f in fs)
     return out
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import ingest
+from pipeline import ingest, store
 from pipeline.errors import InputError
 
 from .conftest import load
@@ -59,6 +59,38 @@ def test_same_named_files_in_same_named_folders_stay_apart(con, tmp_path):
         Path("a/p.jsonl"): "a/p",
         Path("b/p.jsonl"): "b/p",
     }
+
+
+def test_a_rotated_log_keeps_its_name_with_the_part_before_it(con, tmp_path):
+    """server.log and server.log.1 in one folder are one run's log: they share the name "server".
+    Told apart by their folders, they had none to tell them apart by and took the whole absolute path."""
+    lines = (FIX / "vllm" / "server_epoch.log").read_text().splitlines(keepends=True)[:130]
+    d = tmp_path / "rot"
+    d.mkdir()
+    (d / "server.log.1").write_text("".join(lines[:100]))
+    (d / "server.log").write_text("".join(lines[100:]))
+    res = load(con, d)
+    assert {r for x in res for r in x.run_ids} == {"server"}, [x.line() for x in res]
+    whole = store.connect(":memory:")
+    try:
+        ref = load(whole, _write(tmp_path / "whole" / "server.log", "".join(lines)))
+        assert [r.run_ids for r in ref] == [["server"]]
+        steps = "select count(*), round(sum(dur_ms), 6), min(iter), max(iter) from iterations"
+        assert con.execute(steps).fetchall() == whole.execute(steps).fetchall()
+    finally:
+        whole.close()
+    # rotated parts beside another folder's log of the same name: one name per folder
+    assert ingest._distinct_run_names([Path("a/s.log"), Path("a/s.log.1"), Path("b/s.log")]) == {
+        Path("a/s.log"): "a/s",
+        Path("a/s.log.1"): "a/s",
+        Path("b/s.log"): "b/s",
+    }
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    return path
 
 
 def test_a_file_named_twice_is_ingested_once_under_its_own_name(con, tmp_path):
