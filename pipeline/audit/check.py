@@ -2,13 +2,14 @@
 
 A check *fails* when the value is on the wrong side of its limit and is an *error*
 when the run has no data to compute it (e.g. ``itl_ms`` without token times, or
-fluidity without token times): the audit then exits 2, because an SLO that cannot
-be evaluated must not pass silently.
+fluidity without token times), or when the value is an estimate whose uncertainty
+reaches the limit (queue and prefill times inferred from a server log's steps): the
+audit then exits 2, because an SLO that cannot be evaluated must not pass silently.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import duckdb
@@ -119,16 +120,48 @@ _NO_DATA = {
 }
 
 
+# metrics measured from t_scheduled: a client's records lack it, and a split-evidence ingest infers
+# it from the server log's steps (pipeline/ingest/align.py), with an uncertainty per request
+FROM_SCHEDULED = ("queue_ms", "prefill_ms")
+
+
+def _scheduled_uncertainty_ms(con: duckdb.DuckDBPyConnection, run_id: str) -> float | None:
+    """The p90 uncertainty (ms) of the run's inferred t_scheduled; None when it was recorded."""
+    rows = con.execute(
+        "select max(cast(info->'inferred'->'t_scheduled'->>'p90_uncertainty_ms' as double)) "
+        "from clock_alignments where run_id = $r and list_contains(inferred, 't_scheduled')",
+        {"r": run_id},
+    ).fetchall()
+    return rows[0][0] if rows else None
+
+
+def _estimated(c: Check, uncertainty_ms: float) -> Check:
+    """A check on an inferred value: undecided when the limit lies within its uncertainty, else noted."""
+    how = f"t_scheduled was inferred from the server log's steps, ±{uncertainty_ms:g} ms for 90% of requests"
+    if c.observed is None:
+        return c
+    if abs(c.observed - c.limit) <= uncertainty_ms:
+        return replace(
+            c,
+            status="error",
+            message=f"{c.name}: cannot be decided: {_fmt(c.observed, c.unit)} is within the estimate's "
+            f"uncertainty of the limit ({how}); record t_scheduled, or give the log with sub-second stamps",
+        )
+    return replace(c, message=f"{c.message} (an estimate: {how})")
+
+
 def _stat_checks(con: duckdb.DuckDBPyConnection, run_id: str, spec: SloSpec) -> list[Check]:
     by_metric: dict[str, list[str]] = {}
     for lim in spec.limits:
         by_metric.setdefault(lim.metric, []).append(lim.stat)
     values = {m: measure.run_stats(con, run_id, m, stats) for m, stats in by_metric.items()}
+    unsure = _scheduled_uncertainty_ms(con, run_id) if set(by_metric) & set(FROM_SCHEDULED) else None
     out = []
     for lim in spec.limits:
         v = values[lim.metric]
         why = _NO_DATA.get(lim.metric, "no ok requests with this value") if not v["count"] else "too few values"
-        out.append(_check("slo", f"{lim.name} <= {lim.limit:g}", v.get(lim.stat), "<=", lim.limit, "ms", why))
+        c = _check("slo", f"{lim.name} <= {lim.limit:g}", v.get(lim.stat), "<=", lim.limit, "ms", why)
+        out.append(_estimated(c, unsure) if unsure is not None and lim.metric in FROM_SCHEDULED else c)
     return out
 
 
