@@ -53,7 +53,11 @@ def format_fit(f: FitResult) -> str:
         if "coef" in ph:
             c = ph["coef"]
             parts = ", ".join(f"{k.split('_')[0]}={v * (1 if k == 't0_ms' else 1000):.4g}" for k, v in c.items())
-            lines.append(f"  phase {name}: {ph['n']} steps, {parts} (a, b, c per 1k), R² {ph['r2']:.3f}")
+            # stalls are what the fit is robust to: R² with them says little on a run that has some
+            r2 = f"R² {ph['r2']:.3f}" + (
+                f" (without stalls {ph['r2_inliers']:.3f})" if ph.get("r2_inliers") is not None else ""
+            )
+            lines.append(f"  phase {name}: {ph['n']} steps, {parts} (a, b, c per 1k), {r2}")
         else:
             lines.append(f"  phase {name}: " + "; ".join(ph.get("statements", [])))
     ex = f.extended

@@ -54,6 +54,11 @@ def test_fit_json_and_text(small_db):
     assert "r = log(measured/predicted) for stalls and log(measured/decode baseline) for prefill spikes" in r.stdout
     lim = d["stall_detection_limit_ms"]
     assert f"stalls shorter than {lim['median_step']:.3g} ms on a median step" in r.stdout
+    # each phase's R² is shown without stalls too (with them it read 0.003 on a run whose fit was right)
+    for name, ph in d["phases"].items():
+        if "coef" in ph:
+            line = next(x for x in r.stdout.splitlines() if x.strip().startswith(f"phase {name}:"))
+            assert line.endswith(f"R² {ph['r2']:.3f} (without stalls {ph['r2_inliers']:.3f})"), line
 
 
 def test_fit_errors_exit_2(small_db):
