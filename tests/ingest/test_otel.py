@@ -61,7 +61,36 @@ def test_lines_that_are_not_traces_are_rejected(tmp_path):
     con = store.connect(tmp_path / "t.duckdb")
     res = ingest_paths(con, [p], fmt="otel", run_id="t")[0]
     assert dict(con.execute("select line_no, reason from rejects").fetchall()) == {
-        2: "not valid JSON (one OTLP TracesData object per line)",
+        2: "not valid JSON (OTLP TracesData: one object per line, or one document)",
         4: "not an OTLP TracesData object (no resourceSpans list)",
     }
     assert res.lines_read == res.accepted + res.rejected + res.skipped
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_pretty_printed_document_reads_like_its_lines(tmp_path, gz):
+    """`jq .` or curl output: one TracesData document over many lines. Every line was rejected as
+    invalid JSON; it holds the same spans as the line-per-object file."""
+    import gzip
+
+    docs = [json.loads(x) for x in FIX.read_text().splitlines() if x.strip()]
+    merged = {"resourceSpans": [rs for d in docs for rs in d["resourceSpans"]]}
+    text = json.dumps(merged, indent=2) + "\n"
+    p = tmp_path / ("doc.json.gz" if gz else "doc.json")
+    p.write_bytes(gzip.compress(text.encode()) if gz else text.encode())
+    assert detect(p).name == "otel"
+    con = store.connect(tmp_path / "d.duckdb")
+    res = ingest_paths(con, [p], run_id="d")[0]
+    ref_con = store.connect(tmp_path / "r.duckdb")
+    ref = ingest_paths(ref_con, [FIX], run_id="d")[0]
+    assert (res.accepted, res.rejected, res.skipped) == (ref.accepted, ref.rejected, ref.skipped) == (3, 1, 1)
+    cols = "select req_id, t_arrival, t_scheduled, t_first_token, t_finish, prompt_tokens, output_tokens from requests order by 1"
+    assert con.execute(cols).fetchall() == ref_con.execute(cols).fetchall()
+    # a truncated document is one reject, not one per line
+    p.write_text(text[: len(text) // 2])
+    con2 = store.connect(tmp_path / "t.duckdb")
+    res2 = ingest_paths(con2, [p], fmt="otel", run_id="t")[0]
+    assert (res2.accepted, res2.rejected) == (0, 1)
+    assert con2.execute("select line_no, reason from rejects").fetchall() == [
+        (1, "not valid JSON (OTLP TracesData: one object per line, or one document)")
+    ]

@@ -2,7 +2,7 @@
 
 A collector's file exporter writes one ``TracesData`` object per line
 (``{"resourceSpans": [{"scopeSpans": [{"spans": [...]}]}]}``); a single such document
-works too.  vLLM emits one ``llm_request`` span per finished request with::
+works too, on one line or pretty-printed over many.  vLLM emits one ``llm_request`` span per finished request with::
 
     gen_ai.request.id, gen_ai.usage.prompt_tokens, gen_ai.usage.completion_tokens,
     gen_ai.latency.time_in_queue, gen_ai.latency.time_to_first_token, gen_ai.latency.e2e,
@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
 
 from .. import reader
 from ... import store
@@ -100,7 +101,7 @@ from flat
 BAD_LINES = (
     """
 select line_no, left(raw, 1024) as raw,
-  case when not ok then 'not valid JSON (one OTLP TracesData object per line)'
+  case when not ok then 'not valid JSON (OTLP TracesData: one object per line, or one document)'
        else 'not an OTLP TracesData object (no resourceSpans list)' end as reason
 from (select *, coalesce(case when ok then json_type(js, '$.resourceSpans') = 'ARRAY' end, false) as is_doc
       from ("""
@@ -111,10 +112,24 @@ where not is_doc and trim(raw) <> ''
 )
 
 
+def _document(path: Path, progress: Callable[[int], None] | None) -> Iterator[pa.Table] | None:
+    """A pretty-printed document (``jq .``, ``curl``) as one line; None for one object per line.
+
+    A line-per-object file has a whole object on its first line; a document spreads one over
+    many. JSON strings hold no raw line breaks, so the document's lines joined by spaces are
+    the same document on one line (its spans' rejects then name line 1).
+    """
+    first = next((x for x in reader.head_text(path).splitlines() if x.strip()), "")
+    if not first.lstrip().startswith("{") or first.rstrip().endswith("}"):
+        return None
+    text = " ".join(x for t in reader.lines(path, progress) for x in t.column("raw").to_pylist())
+    return iter([pa.table({"line_no": pa.array([1], pa.int64()), "raw": pa.array([text], pa.string())})])
+
+
 def convert(path: Path, progress: Callable[[int], None] | None = None, run_name: str | None = None) -> Iterator[Batch]:
     con = store.scratch()  # $TRACELAT_MEMORY_LIMIT applies here too
     spans, bads, n_lines, blank = [], [], 0, 0
-    for table in reader.lines(path, progress):
+    for table in _document(path, progress) or reader.lines(path, progress):
         n_lines += table.num_rows
         con.register("lines", table)
         spans.append(con.sql(SQL).pl())
