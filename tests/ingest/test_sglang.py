@@ -182,3 +182,44 @@ def test_absurd_accept_len_is_a_reject_not_a_crash(tmp_path, accept):
     ((line,),) = con.execute("select line_no from rejects").fetchall()
     assert line == 1
     assert con.execute("select decode_tokens from iterations").fetchall() == [(4,)]  # round(3 * 1.5)
+
+
+@pytest.mark.parametrize("name", ["server.log", "server_2026.log", "server_tp.log"])
+def test_a_repeated_log_counts_each_step_once(con, tmp_path, name):
+    """A log fetched twice (cat, copytruncate overlap) held every step twice: 100% more tokens and
+    throughput, and steps going back in time, with nothing said."""
+    text = (FIX / name).read_text()
+    twice = tmp_path / f"twice-{name}"
+    twice.write_text(text + text)
+    (one,) = load(con, FIX / name, run_id="one")
+    (two,) = load(con, twice, run_id="two")
+    assert two.accepted == one.accepted and two.rejected == one.accepted, two.line()
+    sums = "select count(*), sum(prefill_tokens), sum(decode_tokens), min(t_end), max(t_end) from iterations where run_id = $r"
+    assert con.execute(sums, {"r": "two"}).fetchall() == con.execute(sums, {"r": "one"}).fetchall()
+    n = len(text.splitlines())
+    rejected = con.execute(
+        "select line_no from rejects where path like $p order by 1", {"p": f"%{twice.name}"}
+    ).fetchall()
+    assert rejected and all(line > n for (line,) in rejected), rejected  # only the second copy's lines
+
+
+def test_data_parallel_ranks_are_runs_of_their_own(con, tmp_path):
+    """Each DP rank's scheduler logs its own batches into one file: their steps interleaved in one
+    run overlapped on one timeline (batch and iteration statistics of two engines mixed)."""
+    lines = (FIX / "server_2026.log").read_text().splitlines()
+    other = [x.replace("DP0 TP0", "DP1 TP1").replace("#running-req: 3", "#running-req: 7") for x in lines]
+    log = tmp_path / "dp.log"
+    log.write_text("\n".join(x for pair in zip(lines, other) for x in pair) + "\n")
+    (res,) = load(con, log)
+    assert sorted(res.run_ids) == ["dp-dp0", "dp-dp1"] and res.rejected == 0, res.line()
+    rows = con.execute(
+        "select run_id, list(iter order by iter), list(running_reqs order by iter), count(*) "
+        "from iterations group by 1 order by 1"
+    ).fetchall()
+    assert rows == [
+        ("dp-dp0", [0, 1, 2, 3, 4], [0, 1, 1, 3, 3], 5),
+        ("dp-dp1", [0, 1, 2, 3, 4], [0, 1, 1, 7, 7], 5),
+    ]
+    metas = {r: json.loads(m) for r, m in con.execute("select run_id, meta from runs").fetchall()}
+    assert metas["dp-dp1"]["dp_rank"] == 1 and metas["dp-dp1"]["dp_ranks"] == 2
+    assert metas["dp-dp1"]["ranks"] == ["DP1 TP1", "DP1 TP1 EP0"]  # its own tags only

@@ -220,11 +220,13 @@ def convert_log(
         n_rec += df.height
         # only rejects keep their text (and the parsed key/value pairs go once read)
         bads.append(df.filter(pl.col("reason").is_not_null()).select("line_no", "reason", "raw"))
-        goods.append(df.filter(pl.col("reason").is_null()).drop("raw", "kv", "reason"))
-    good = pl.concat(goods).sort("line_no").with_row_index("iter") if goods else None
+        goods.append(df.filter(pl.col("reason").is_null()).drop("kv", "reason"))
+    good = _out_of_order(pl.concat(goods).sort("line_no"), bads) if goods else None
     if good is None or not good.height:  # no step to describe: just the rejects, if any
         yield c.batch(None, total, rejects=pl.concat(bads) if bads else None, skipped=total - n_rec)
         return
+    # each data-parallel rank schedules its own batches: its steps are a run of their own
+    good = good.with_columns(iter=pl.int_range(pl.len()).over("dp"))
     # Only the decode lines carry a (mean) duration; prefill steps keep their end time only.
     good = good.with_columns(
         iter=pl.col("iter").cast(pl.Int64),
@@ -233,10 +235,11 @@ def convert_log(
     )
     intervals = (
         good.filter(pl.col("sglang_iter").is_not_null() & (pl.col("phase") == "Decode"))
-        .get_column("sglang_iter")
-        .diff()
+        .select(pl.col("sglang_iter").diff().over("dp"))
+        .to_series()
+        .drop_nulls()
     )
-    observed = intervals.filter(intervals > 0).mode().to_list() if intervals.len() > 1 else []
+    observed = intervals.filter(intervals > 0).mode().to_list() if intervals.len() else []
     meta = {
         "source_format": "sglang-log",
         "decode_lines_sampled": True,
@@ -251,7 +254,60 @@ def convert_log(
         "ranks": good.get_column("ranks").drop_nulls().unique().sort().to_list() or None,
     }
     run = {"engine": "sglang", "clock": "unix", "meta": meta}
-    records = c.encode(
+    rejects = pl.concat(bads)
+    ranks = good.get_column("dp").unique().sort().to_list()
+    if len(ranks) <= 1:
+        yield c.batch(_records(good), total, run=run, rejects=rejects, skipped=total - n_rec)
+        return
+    base = run_name or c.stem(path)
+    for k, idx in enumerate(ranks):
+        rid = f"{base}-dp{idx}"
+        part = good.filter(pl.col("dp") == idx).with_columns(run_id=pl.lit(rid))
+        own = part.get_column("ranks").drop_nulls().unique().sort().to_list() or None
+        run_k = run | {"run_id": rid, "meta": meta | {"ranks": own, "dp_rank": idx, "dp_ranks": len(ranks)}}
+        first = k == 0  # the file's line counts and rejects go with its first run
+        yield c.batch(
+            _records(part),
+            total if first else 0,
+            run=run_k,
+            rejects=rejects if first else None,
+            skipped=total - n_rec if first else 0,
+        )
+
+
+def _out_of_order(good: pl.DataFrame, bads: list[pl.DataFrame]) -> pl.DataFrame:
+    """The batch lines that are in time order within their rank; the others join ``bads``.
+
+    A scheduler logs its batches in order, so a line stamped before an earlier line of its
+    rank, or repeating one's step counter and stamp, is a log repeated or spliced (fetched
+    twice, copytruncate): kept, its steps would count twice (the throughput doubled).
+    """
+    good = good.with_columns(dp=pl.col("ranks").str.extract(r"DP(\d+)", 1).cast(pl.Int64).fill_null(0))
+    before = pl.col("stamp_s").cum_max().shift(1).over("dp")
+    seen = pl.col("line_no").min().over("dp", "sglang_iter", "stamp_s")
+    same = pl.col("line_no").min().over("dp", "raw")
+    reason = (
+        pl.when(pl.col("stamp_s") < before)
+        .then(
+            pl.format(
+                "SGLang batch line stamped {} s before an earlier line of its scheduler: "
+                "a repeated or spliced log? (its lines are in time order)",
+                (before - pl.col("stamp_s")).round(3),
+            )
+        )
+        .when(pl.col("sglang_iter").is_not_null() & (pl.col("line_no") != seen))
+        .then(pl.format("SGLang batch line repeats step [{}] of line {} (a repeated log?)", "sglang_iter", seen))
+        # a decode line's context and throughput change every step: word for word, it is the same line
+        .when((pl.col("phase") == "Decode") & (pl.col("line_no") != same))
+        .then(pl.format("SGLang Decode batch line repeats line {} word for word (a repeated log?)", same))
+    )
+    good = good.with_columns(reason=reason)
+    bads.append(good.filter(pl.col("reason").is_not_null()).select("line_no", "reason", "raw"))
+    return good.filter(pl.col("reason").is_null()).drop("raw", "reason")
+
+
+def _records(good: pl.DataFrame):
+    return c.encode(
         good,
         "iteration",
         ("phase", "sglang_iter", "sglang_label", "cached_tokens", "gen_throughput_tok_s", "accept_len", "graph"),
@@ -266,7 +322,6 @@ def convert_log(
             "dur_ms": "#running-req / gen throughput",
         },
     )
-    yield c.batch(records, total, run=run, rejects=pl.concat(bads), skipped=total - n_rec)
 
 
 # --- --export-metrics-to-file request records -------------------------------------------
