@@ -63,12 +63,16 @@ class Batch:
     # request ids that are only positions in the file (a bench JSON's entry index): a second
     # such file of the same run would repeat them, so there they are named after the file
     positional_ids: bool = False
+    # what the converter left out or did that the user should know (printed under the ingest line)
+    notes: list[str] = field(default_factory=list)
 
 
 # What to check when a file of a format holds no record of it.
 NO_RECORDS_HINT = {
     "vllm-log": "vLLM logs Iteration(N) lines only with --enable-logging-iteration-details (or is --format right?)",
     "sglang-log": "SGLang logs Prefill/Decode batch lines at log level info (or is --format right?)",
+    "aiperf": "AIPerf's warmup records (metadata.benchmark_phase = warmup) are skipped, not measured "
+    "(or is --format right?)",
 }
 
 
@@ -420,6 +424,7 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
     res.rejected += rejected
     res.skipped += batch.skipped + skipped
     res.lines_read += batch.lines_read
+    res.notes.extend(batch.notes)
     rejects_in = _rejects_table(batch.rejects) if len(batch.rejects) else None
     if rejects_in is not None and rejects_in.num_rows:
         q.tables["rejects_in"] = rejects_in

@@ -265,3 +265,130 @@ def test_two_aiperf_exports_without_request_ids(tmp_path):
     assert con.execute("select count(*) from requests").fetchall()[0][0] == len(own)
     dups = con.execute("select count(*) from rejects where reason like '%duplicate%'").fetchall()[0][0]
     assert dups == len(own)
+
+
+# --- warmup records ---------------------------------------------------------------------
+
+
+def _with_warmup(src: Path, dst: Path, warm: set[int], blank_after: int | None = None) -> list[dict]:
+    """``src``'s records with metadata.benchmark_phase = "warmup" on the records numbered in
+    ``warm`` (0-based), written to ``dst`` (a blank line after record ``blank_after``); the records."""
+    recs = [json.loads(x) for x in src.read_text().splitlines() if x.strip()]
+    for k in warm:
+        recs[k]["metadata"]["benchmark_phase"] = "warmup"
+    lines = [json.dumps(r) for r in recs]
+    if blank_after is not None:
+        lines.insert(blank_after + 1, "")
+    dst.write_text("\n".join(lines) + "\n")
+    return recs
+
+
+def _profiling_numbers(recs: list[dict]) -> tuple[int, float, float]:
+    """Request count, span (s) and output tokens per second of the profiling records, computed
+    here from the export's own fields (first send to last finish)."""
+    prof = [r for r in recs if r["metadata"]["benchmark_phase"] == "profiling"]
+    start = [r["metadata"]["request_start_ns"] / 1e9 for r in prof]
+    end = [s + r["metrics"]["request_latency"]["value"] / 1e3 for s, r in zip(start, prof)]
+    span = max(end) - min(start)
+    tokens = sum(r["metrics"]["output_sequence_length"]["value"] for r in prof)
+    return len(prof), span, tokens / span
+
+
+def _ingest_and_summarize(tmp_path: Path, path: Path) -> tuple[int, str, dict]:
+    from pipeline.cli import run_captured
+
+    db = tmp_path / "w.duckdb"
+    code, out = run_captured("ingest", path, "--run-id", "w", "--db", db)
+    scode, sout = run_captured("summary", "w", "--db", db, "--json")
+    assert scode == 0, sout
+    return code, out, json.loads(sout)
+
+
+def test_realdata_warmup_records_are_not_measured(tmp_path, realdata):
+    """AIPerf counts only its profiling phase: two warmup records of a real run are skipped
+    (counted, said in the ingest output and the run's meta), and the run's requests, span and
+    throughput are those of the 8 profiling records."""
+    src = realdata / "aiperf/tests/unit/plot/fixtures/qwen_concurrency1/profile_export.jsonl"
+    path = tmp_path / "profile_export.jsonl"
+    recs = _with_warmup(src, path, {0, 1})
+    n, span, tok_s = _profiling_numbers(recs)
+    assert (n, round(span, 3), round(tok_s, 2)) == (8, 29.014, 55.15)  # the issue's numbers
+    code, out, s = _ingest_and_summarize(tmp_path, path)
+    assert code == 0, out
+    assert "10 read, 8 accepted, 0 rejected, 2 skipped; runs: w" in out, out
+    assert "2 warmup records (metadata.benchmark_phase = warmup) skipped" in out, out
+    assert s["run"]["meta"]["aiperf_warmup_records_skipped"] == 2
+    assert s["requests"] == n and s["ttft_ms"]["count"] == n
+    assert s["duration_s"] == pytest.approx(span, abs=1e-5)
+    assert s["throughput"]["output_tokens_per_s"] == pytest.approx(tok_s, rel=1e-6)
+    # the cold start is gone from the percentiles too: TTFT is that of the profiling records
+    ttft = [r["metrics"]["time_to_first_token"]["value"] for r in recs[2:]]
+    assert s["ttft_ms"]["max"] == pytest.approx(max(ttft), abs=1e-3)
+
+
+def test_warmup_records_are_skipped_and_counted(tmp_path):
+    """Without realdata: the in-repo fixture with three warmup records (one of them failed, one
+    spelled in capitals) and a blank line; read = accepted + rejected + skipped still holds."""
+    path = tmp_path / "profile_export.jsonl"
+    recs = _with_warmup(AIPERF_FIX, path, {0, 1, 5}, blank_after=9)
+    recs[5]["error"] = {"code": 500, "type": "ServerError", "message": "cold"}
+    recs[1]["metadata"]["benchmark_phase"] = "WARMUP"
+    path.write_text(
+        "".join(json.dumps(r) + "\n" for r in recs[:10]) + "\n" + "".join(json.dumps(r) + "\n" for r in recs[10:])
+    )
+    for r in recs:
+        r["metadata"]["benchmark_phase"] = r["metadata"]["benchmark_phase"].lower()
+    n, span, tok_s = _profiling_numbers(recs)
+    assert n == len(recs) - 3
+    code, out, s = _ingest_and_summarize(tmp_path, path)
+    assert code == 0, out
+    assert f"{len(recs) + 1} read, {n} accepted, 0 rejected, 4 skipped" in out, out
+    assert "3 warmup records (metadata.benchmark_phase = warmup) skipped" in out, out
+    assert s["run"]["meta"]["aiperf_warmup_records_skipped"] == 3
+    assert (s["requests"], s["requests_failed"]) == (n, 0)  # the failed warmup record is not a failed request
+    assert s["duration_s"] == pytest.approx(span, abs=1e-5)
+    assert s["throughput"]["output_tokens_per_s"] == pytest.approx(tok_s, rel=1e-6)
+
+
+def test_warmup_count_reaches_the_meta_across_batches(con, tmp_path, monkeypatch):
+    """A file read in several batches: the count of the whole file reaches the run's meta
+    (and the first batch's run facts stay), the note says it once."""
+    from pipeline.ingest import reader
+
+    monkeypatch.setattr(reader, "BATCH_BYTES", 4096)  # a record or two per batch
+    path = tmp_path / "profile_export.jsonl"
+    recs = _with_warmup(AIPERF_FIX, path, {0, 1, 2, 15})
+    (res,) = load(con, path, run_id="w")
+    assert (res.lines_read, res.accepted, res.rejected, res.skipped) == (len(recs), len(recs) - 4, 0, 4)
+    assert [x for x in res.notes if "warmup" in x] == [
+        "4 warmup records (metadata.benchmark_phase = warmup) skipped: not measured requests, "
+        "as in AIPerf's own statistics"
+    ]
+    engine, clock, meta = con.execute("select engine, clock, meta from runs where run_id = 'w'").fetchall()[0]
+    meta = json.loads(meta)
+    assert (engine, clock, meta["source_format"], meta["aiperf_warmup_records_skipped"]) == (
+        "aiperf-client",
+        "unix",
+        "aiperf-profile-export",
+        4,
+    )
+    got = {r[0] for r in con.execute("select req_id from requests").fetchall()}
+    assert got == {r["metadata"]["x_request_id"] for k, r in enumerate(recs) if k not in (0, 1, 2, 15)}
+
+
+def test_no_warmup_records_meta_says_zero(con):
+    (res,) = load(con, AIPERF_FIX, run_id="a")
+    assert res.skipped == 0 and not [x for x in res.notes if "warmup" in x]
+    meta = json.loads(con.execute("select meta from runs").fetchall()[0][0])
+    assert meta["aiperf_warmup_records_skipped"] == 0
+
+
+def test_only_warmup_records_load_nothing_and_say_why(tmp_path):
+    path = tmp_path / "profile_export.jsonl"
+    recs = _with_warmup(AIPERF_FIX, path, set(range(20)))
+    from pipeline.cli import run_captured
+
+    code, out = run_captured("ingest", path, "--db", tmp_path / "w.duckdb")
+    assert code == 2, out
+    assert f"{len(recs)} read, 0 accepted, 0 rejected, {len(recs)} skipped" in out, out
+    assert "AIPerf's warmup records (metadata.benchmark_phase = warmup) are skipped, not measured" in out, out

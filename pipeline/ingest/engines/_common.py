@@ -110,12 +110,14 @@ def batch(
     rejects: pl.DataFrame | None = None,
     skipped: int = 0,
     positional_ids: bool = False,
+    notes: list[str] | None = None,
 ) -> Batch:
     """A :class:`Batch`: the run record (line 0, canonical JSON) and the typed records.
 
     ``rejects`` has columns ``line_no, reason, raw`` (source lines the converter
     recognised as records but could not read).  ``positional_ids``: the request ids are
-    entry numbers in the file (see :class:`pipeline.ingest.load.Batch`).
+    entry numbers in the file (see :class:`pipeline.ingest.load.Batch`).  ``notes``: what the
+    user should know of the batch (e.g. records skipped for a reason of the format's own).
     """
     lines = pa.table(
         {
@@ -129,7 +131,7 @@ def batch(
             pl.col("line_no").cast(pl.Int64), pl.col("reason").cast(pl.String), pl.col("raw").cast(pl.String)
         ).to_arrow()
     typed = records if records is not None and records.table.num_rows else None
-    return Batch(lines, lines_read, rows, skipped, typed=typed, positional_ids=positional_ids)
+    return Batch(lines, lines_read, rows, skipped, typed=typed, positional_ids=positional_ids, notes=notes or [])
 
 
 # ---------------------------------------------------------------------------

@@ -10,6 +10,11 @@ AIPerf (one record per request, ``--export-level records``)::
     prompt_tokens = metrics.input_sequence_length; output_tokens = output_sequence_length
     status        = error when ``error`` is set (aborted when was_cancelled)
 
+A record of AIPerf's warmup phase (``metadata.benchmark_phase`` = "warmup") is no
+measured request: AIPerf's own statistics count only the profiling phase, and its
+cold-start latencies and its span would skew ours.  It is skipped (counted), the run's
+meta says how many (``aiperf_warmup_records_skipped``) and the ingest prints a note.
+
 Each metric is ``{value, unit}``; time values are scaled to ms by their unit (see
 ``TIME_METRICS`` below).
 
@@ -65,6 +70,7 @@ select line_no, raw,
   try_cast(js->>'$.metadata.was_cancelled' as boolean) as cancelled,
   js->>'$.error.message' as error,
   js->>'$.metadata.benchmark_phase' as benchmark_phase,
+  coalesce(lower(trim(js->>'$.metadata.benchmark_phase')) = 'warmup', false) as warmup,
   js->>'$.metadata.worker_id' as worker_id,
   {problems} as vproblem
 from j
@@ -142,13 +148,20 @@ def convert_aiperf(
 ) -> Iterator[Batch]:
     con = store.scratch()  # $TRACELAT_MEMORY_LIMIT applies here too
     first = True
-    for table in reader.lines(path, progress):
+    warmups = 0  # warmup records skipped so far
+    tables = reader.lines(path, progress)
+    table = next(tables, None)
+    while table is not None:
+        following = next(tables, None)  # one ahead: the last batch says how many warmup records the file had
         con.register("lines", table)
         df = con.sql(AIPERF_SQL).pl()
         con.unregister("lines")
         failed = pl.col("has_error").fill_null(False) | pl.col("cancelled").fill_null(False)
-        df = df.with_columns(  # a blank line is skipped, not rejected
-            reason=pl.when(pl.col("perr") == "blank")
+        # a warmup record is skipped, not read as a request, whatever else it holds (AIPerf does
+        # not measure it either); a blank line is skipped, not rejected
+        warm = pl.col("warmup") & pl.col("perr").is_null()
+        df = df.with_columns(
+            reason=pl.when((pl.col("perr") == "blank") | warm)
             .then(None)
             .otherwise(
                 pl.coalesce(
@@ -167,7 +180,7 @@ def convert_aiperf(
                 )
             )
         )
-        good = df.filter(pl.col("reason").is_null() & pl.col("perr").is_null())
+        good = df.filter(pl.col("reason").is_null() & pl.col("perr").is_null() & ~pl.col("warmup"))
         arrival = pl.col("start_ns").cast(pl.Float64) / 1e9
         first_tok = arrival + pl.col("ttft_ms") / 1000.0
         tokens = pl.concat_list(pl.lit(0.0), pl.col("icl_ms").fill_null(pl.lit([], pl.List(pl.Float64))))
@@ -197,7 +210,19 @@ def convert_aiperf(
                 },
             }
             first = False
-        skipped = df.filter(pl.col("perr") == "blank").height
+        warm_here = df.filter(warm).height
+        warmups += warm_here
+        notes = []
+        if following is None:  # the file's last batch: the run's meta says how many warmup records it left out
+            if run is None:
+                run = {"meta": {}}  # merged into the run record of the first batch (a meta key of its own)
+            run["meta"]["aiperf_warmup_records_skipped"] = warmups
+            if warmups:
+                notes.append(
+                    f"{warmups} warmup record{'s' if warmups != 1 else ''} (metadata.benchmark_phase = warmup) "
+                    "skipped: not measured requests, as in AIPerf's own statistics"
+                )
+        skipped = df.filter(pl.col("perr") == "blank").height + warm_here
         # without x_request_id the id is session_num, which every AIPerf process counts from 0: a
         # second client's export of the run would clash (load.py names such ids after the file)
         positional = good.height > 0 and bool(good.get_column("by_session").all())
@@ -208,7 +233,9 @@ def convert_aiperf(
             rejects=df.filter(pl.col("reason").is_not_null()),
             skipped=skipped,
             positional_ids=positional,
+            notes=notes,
         )
+        table = following
     con.close()
 
 
