@@ -86,9 +86,13 @@ REGISTRY: tuple[Metric, ...] = (
         "latency",
         "TPOT",
         _OK,
+        # AIPerf's and GenAI-Perf's "inter_token_latency" are one value per request,
+        # (request_latency - ttft) / (output tokens - 1) (AIPerf inter_token_latency_metric.py,
+        # GenAI-Perf llm_profile_data_parser.py): TPOT, not the token gaps of itl_ms
         aliases=(
             ("vLLM bench serve", "TPOT (*_tpot_ms)"),
             ("AIPerf", "inter_token_latency"),
+            ("GenAI-Perf", "inter_token_latency"),
             ("guidellm", "ITL"),
             ("inference-perf", "TPOT"),
         ),
@@ -104,7 +108,6 @@ REGISTRY: tuple[Metric, ...] = (
         aliases=(
             ("vLLM bench serve", "ITL (*_itl_ms)"),
             ("AIPerf", "inter_chunk_latency"),
-            ("GenAI-Perf", "inter_token_latency"),
             ("inference-perf", "ITL"),
             ("Etalon", "TBT"),
         ),

@@ -46,6 +46,29 @@ def test_other_tools_names_documented_for_registered_metrics_only():
             assert f"| {tool} | `{theirs}` | `{m.name}` |" in text
 
 
+@pytest.mark.parametrize("tool", ["AIPerf", "GenAI-Perf"])
+def test_inter_token_latency_of_nvidia_clients_is_tpot_not_itl(tool):
+    """AIPerf's and GenAI-Perf's "inter_token_latency" is one value per request,
+    (request_latency - ttft) / (output tokens - 1): our tpot_ms, not the token gaps of itl_ms
+    (AIPerf's gaps are its "inter_chunk_latency")."""
+    assert (tool, "inter_token_latency") in metrics.BY_NAME["tpot_ms"].aliases
+    assert (tool, "inter_token_latency") not in metrics.BY_NAME["itl_ms"].aliases
+    holders = [m.name for m in metrics.REGISTRY if (tool, "inter_token_latency") in m.aliases]
+    assert holders == ["tpot_ms"]
+    text = DOC.read_text(encoding="utf-8")
+    assert f"| {tool} | `inter_token_latency` | `tpot_ms` |" in text
+    assert f"| {tool} | `inter_token_latency` | `itl_ms` |" not in text
+    assert ("AIPerf", "inter_chunk_latency") in metrics.BY_NAME["itl_ms"].aliases
+
+
+def test_no_tool_name_stands_for_two_metrics():
+    seen: dict[tuple[str, str], str] = {}
+    for m in metrics.REGISTRY:
+        for alias in m.aliases:
+            assert alias not in seen, f"{alias} is both {seen[alias]} and {m.name}"
+            seen[alias] = m.name
+
+
 def test_generated_block_is_current():
     text = DOC.read_text(encoding="utf-8")
     assert metricdoc.render(text) == text, "docs/metrics.md is stale: run python -m pipeline.metricdoc"
