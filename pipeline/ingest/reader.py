@@ -162,6 +162,15 @@ def _head_bytes(path: Path, n_bytes: int) -> tuple[bytes, Exception | None]:
     return b"".join(chunks)[:n_bytes], None
 
 
+def salvage(path: Path) -> str:
+    """The command that writes the readable part of a damaged compressed file beside it, named
+    like it (``server.log.gz`` -> ``server.part.log``: the same kind of file, for detection)."""
+    plain = path.name[: -len(path.suffix)] if path.suffix in (".gz", ".zst", ".zstd") else path.name
+    stem, dot, ext = plain.rpartition(".")
+    part = f"{stem}.part.{ext}" if dot and stem else f"{plain}.part"
+    return f"{'zstdcat' if compression(path) == 'zstd' else 'zcat'} {path} > {path.with_name(part)}"
+
+
 def damaged_message(path: Path, n_read: int, exc: Exception) -> str:
     """Why a compressed file whose start could not be read whole is no use, and what to do."""
     kind = compression(path)
@@ -218,7 +227,7 @@ def line_batches(path: Path, progress: Progress | None = None, batch_bytes: int 
                 raise InputError(
                     f"{path}: compressed data is corrupt after line {good} ({exc}); "
                     "the file was not ingested. Re-copy it, or salvage the readable part with "
-                    f"`zcat {path} > part.jsonl` and ingest that"
+                    f"`{salvage(path)}` and ingest that"
                 ) from exc
             if not lines:
                 return

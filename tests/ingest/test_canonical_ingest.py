@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipeline import ingest
+from pipeline.ingest import reader
 from pipeline.errors import InputError
 
 IT = {"kind": "iteration", "t_start": 0.0, "t_end": 0.01, "decode_tokens": 1}
@@ -525,8 +526,15 @@ def test_cut_gzip_names_its_last_whole_line(con, tmp_path, keep):
         pass
     whole = got.count(b"\n")
     assert 0 < whole < 3000
-    with pytest.raises(InputError, match=rf"corrupt after line {whole} "):
+    with pytest.raises(InputError, match=rf"corrupt after line {whole} ") as err:
         ingest.ingest_paths(con, [f])
+    # the salvage command writes a file of the same kind beside it (it said part.jsonl for any file)
+    assert f"`zcat {f} > {tmp_path / 'cut.part.jsonl'}` and ingest that" in str(err.value)
+    log, zst = tmp_path / "server.log.gz", tmp_path / "trace.zst"
+    log.write_bytes(blob[:100])
+    zst.write_bytes(b"\x28\xb5\x2f\xfd" + bytes(20))  # zstd's magic number
+    assert reader.salvage(log) == f"zcat {log} > {tmp_path / 'server.part.log'}"
+    assert reader.salvage(zst) == f"zstdcat {zst} > {tmp_path / 'trace.part'}"
 
 
 @pytest.mark.parametrize("tz", ["Nope/Zone", "", "../etc/passwd"])
