@@ -17,7 +17,7 @@ import polars as pl
 from .. import store
 
 
-STEP_PARTS = ("span", "base", "pf", "ux", "ua")  # columns <part>_ms of step_parts.sql
+STEP_PARTS = ("span", "base", "pf", "ux", "ua", "hol", "cap")  # columns <part>_ms of step_parts.sql
 
 
 @contextmanager

@@ -6,8 +6,8 @@
 --   materialised by pipeline/fit after iteration_fit. No per-request loop: every
 --   interval is priced with as-of joins against running sums over the steps.
 --   fit_step_sums (registered by pipeline/fit/sql.py from queries/fit/step_parts.sql):
---   per step in (t_end, iter) order, k = its rank, c_span, c_base, c_pf, c_ux, c_ua = running
---   sums of its span and parts up to and including it, n_span .. n_ua = the next step's
+--   per step in (t_end, iter) order, k = its rank, c_span, c_base, c_pf, c_ux, c_ua, c_hol, c_cap = running
+--   sums of its span and parts up to and including it, n_span .. n_cap = the next step's
 --   values; plus a row at t_end = -infinity (k = 0, sums 0, n_* = the first step's) so
 --   that times before the first step still match. The running sums are computed in Polars:
 --   DuckDB 2.0 evaluates a windowed running sum with a segment tree, 0.4 s per column on
@@ -16,7 +16,8 @@
 --   decode (t_first_token, t_finish]. A phase of L ms is split in the proportions of
 --   the steps that ended inside it (the step in progress when none did):
 --     per step: decode baseline | prefill part | unexplained (residual + host gap) | unattributed
---     wait:    baseline -> waiting_capacity, prefill part -> waiting_hol (others' prompts ahead of it)
+--     wait:    baseline + prefill part -> waiting_hol when the step computed others' prompts and was
+--              not full, else -> waiting_capacity (step_parts.sql: hol_ms, cap_ms)
 --     prefill: baseline + prefill part -> own_prefill
 --     decode:  baseline -> decode_baseline, prefill part -> prefill_interference
 --     all:     residual + host gap -> unexplained; steps without a prediction -> unattributed
@@ -62,6 +63,10 @@ priced as (
              when x.n_span > 0 then x.n_ux / x.n_span end as f_ux,
         case when y.c_span - x.c_span > 0 then (y.c_ua - x.c_ua) / (y.c_span - x.c_span)
              when x.n_span > 0 then x.n_ua / x.n_span end as f_ua,
+        case when y.c_span - x.c_span > 0 then (y.c_hol - x.c_hol) / (y.c_span - x.c_span)
+             when x.n_span > 0 then x.n_hol / x.n_span end as f_hol,
+        case when y.c_span - x.c_span > 0 then (y.c_cap - x.c_cap) / (y.c_span - x.c_span)
+             when x.n_span > 0 then x.n_cap / x.n_span end as f_cap,
         y.c_base - x.c_base as d_base,
         y.c_pf - x.c_pf as d_pf,
         y.c_ux - x.c_ux as d_ux,
@@ -177,8 +182,8 @@ decode_parts as (
 ttft_parts as (
     select
         req_id,
-        sum(case when phase = 'wait' then len_ms * f_pf end) as waiting_hol_ms,
-        sum(case when phase = 'wait' then len_ms * f_base end) as waiting_capacity_ms,
+        sum(case when phase = 'wait' then len_ms * f_hol end) as waiting_hol_ms,
+        sum(case when phase = 'wait' then len_ms * f_cap end) as waiting_capacity_ms,
         sum(case when phase = 'prefill' then len_ms * (f_base + f_pf) end) as own_prefill_ms,
         sum(len_ms * f_ux) as unexplained_ttft_ms,
         sum(len_ms * coalesce(f_ua, 1)) as unattributed_ttft_ms

@@ -40,6 +40,7 @@ def hand(tmp_path_factory):
             "prefill_tokens": int(pf[k]),
             "decode_tokens": int(dec[k]),
             "preempted_reqs": 0,
+            "kv_usage": 0.95 if k == 5 else 0.4,  # step 5: the KV cache is full
         }
         for k in range(n)
     ]
@@ -114,8 +115,11 @@ def test_exact_fit_on_noise_free_steps(hand):
 
 def test_waiting_prefill_decode_and_preemption_by_hand(hand):
     r, base, pf, span = hand["parts"]["r1"], hand["base"], hand["pf"], hand["span"]
-    assert r["waiting_hol_ms"] == pytest.approx(pf[4] + pf[5], abs=1e-6)
-    assert r["waiting_capacity_ms"] == pytest.approx(base[4] + base[5], abs=1e-6)
+    # the wait spans steps 4 and 5, both computing others' prompts: step 4 holds it up behind them
+    # (all of the step: head-of-line), step 5 had a full KV cache (all of it: capacity)
+    assert pf[4] > 0 and pf[5] > 0
+    assert r["waiting_hol_ms"] == pytest.approx(base[4] + pf[4], abs=1e-6)
+    assert r["waiting_capacity_ms"] == pytest.approx(base[5] + pf[5], abs=1e-6)
     assert r["own_prefill_ms"] == pytest.approx(span[6] + span[7], abs=1e-6)
     assert r["preemption_ms"] == pytest.approx(span[10] + span[11], abs=1e-6)
     assert r["decode_baseline_ms"] == pytest.approx(base[8] + base[9] + base[12], abs=1e-6)
@@ -127,7 +131,8 @@ def test_waiting_prefill_decode_and_preemption_by_hand(hand):
 def test_partial_step_and_host_gap(hand):
     r, base, pf, span = hand["parts"]["r2"], hand["base"], hand["pf"], hand["span"]
     wait = (hand["e"][14] - (hand["t_start"][14] + hand["e"][14]) / 2) * 1000  # half of step 14
-    assert r["waiting_hol_ms"] == pytest.approx(wait * pf[14] / span[14], abs=1e-6)
+    # step 14 computed no prompt and had room: the wait for it to end is capacity (no room given)
+    assert pf[14] == 0 and r["waiting_hol_ms"] == 0
     assert r["waiting_capacity_ms"] == pytest.approx(wait * base[14] / span[14], abs=1e-6)
     assert r["unexplained_decode_ms"] == pytest.approx(0.5, abs=1e-6)  # the host gap before step 18
     assert r["decode_baseline_ms"] == pytest.approx(base[17:21].sum(), abs=1e-6)
@@ -212,6 +217,10 @@ def test_incident_names_head_of_line_and_prefill_interference(incident_run):
     ttft = explain(con, run, "ttft")
     assert ttft["largest"] == "waiting_hol"
     assert math.isclose(sum(p["share"] for p in ttft["parts"]), 1.0, rel_tol=1e-9)
+    # neither batch nor KV cache was full: the tail's wait is not capacity (it took the decode
+    # baseline's share of every prefill step, 12% of the tail, when a wait was split within the step)
+    cap = next(p for p in ttft["parts"] if p["part"] == "waiting_capacity")
+    assert abs(cap["share"]) < 0.02, ttft["parts"]
     tpot = explain(con, run, "tpot")
     assert tpot["largest"] == "prefill_interference"
     # the steps that hurt the TTFT tail most are prefill steps of the burst (16k-token prompts at t = 90 s)
