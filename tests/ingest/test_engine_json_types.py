@@ -82,13 +82,13 @@ CASES = {
         "vllm/bench.json",
         lambda: _edit_doc("vllm/bench.json", lambda d: _quote(d, ["ttfts", 1])),
         2,
-        "vllm bench entry with a value of the wrong type in: ttfts",
+        'vllm bench entry: ttfts: expected a number, got "',
     ),
     "vllm-bench-itls": (
         "vllm/bench.json",
         lambda: _edit_doc("vllm/bench.json", lambda d: _quote(d, ["itls", 1, 0])),
         2,
-        "vllm bench entry with a value of the wrong type in: itls",
+        "vllm bench entry: itls: expected a list of numbers, got [",
     ),
     "genai-perf": (
         "genai_perf/profile_export.json",
@@ -136,3 +136,16 @@ def test_number_in_quotes_is_a_reject_naming_the_field(con, tmp_path, case):
     assert got[line].startswith(reason), got
     if '"' in reason[-2:] or reason.endswith("got ["):
         assert QUOTED in got[line] or "without quotes" in got[line]
+
+
+def test_a_vllm_bench_count_too_large_is_named_as_such(con, tmp_path):
+    """It was "a value of the wrong type in: input_lens (... a number in quotes is a string)" for a number
+    that is only too large, and the value was not shown."""
+    doc = json.loads((FIX / "vllm" / "bench.json").read_text())
+    doc["input_lens"][2] = 10**30
+    bad = tmp_path / "bench.json"
+    bad.write_text(json.dumps(doc))
+    (res,) = load(con, bad, run_id="big")
+    assert res.rejected == 1, res.line()
+    (reason,) = con.execute("select reason from rejects where line_no = 3").fetchall()[0]
+    assert reason == f"vllm bench entry: input_lens: {10**30} is out of range for an integer", reason

@@ -97,7 +97,7 @@ _SQL_TYPE = {pl.Int64: "bigint", pl.Float64: "double", pl.String: "varchar", pl.
 # written as a string ("0.007") would cast: ``str`` marks it (and a list holding one), since
 # vllm bench writes numbers and the canonical format rejects strings there too.
 _ENTRIES_SQL = """
-select case when t = 'VARCHAR' then x->>'$' when t = 'NULL' then null else x::varchar end as text,
+select case when t = 'VARCHAR' then x->>'$' when t = 'NULL' then null else x::varchar end as text, x::varchar as json,
   try_cast(x as {typ}) as v, t,
   t = 'VARCHAR' or (t = 'ARRAY' and list_bool_or(list_transform(json_type(x, '$[*]'), lambda e: e = 'VARCHAR')))
     as str
@@ -106,12 +106,15 @@ from (select i, xs[i + 1] as x, json_type(xs[i + 1]) as t
 """
 
 
+_WANT = {pl.Int64: "an integer", pl.Float64: "a number", pl.List(pl.Float64): "a list of numbers"}
+
+
 def _column(key: str, vals: list) -> tuple[pl.Series, pl.Series | None]:
-    """The array as a typed column, and which entries had a value of the wrong type (or None).
+    """The array as a typed column, and each entry's problem (None when there is none).
 
     Well-formed arrays take the strict fast path.  Otherwise DuckDB types every entry from
-    the array's JSON text: an entry that does not cast makes its request a reject, not the
-    file an error.
+    the array's JSON text: an entry that does not cast makes its request a reject naming the
+    array, the value and what is wrong with it, not the file an error.
     """
     dtype = SCHEMA[key]
     try:
@@ -127,16 +130,31 @@ def _column(key: str, vals: list) -> tuple[pl.Series, pl.Series | None]:
     if dtype == pl.String:  # error texts: any value is shown as its text
         return df["text"].alias(key), None
     col = df["v"]
-    bad = ((df["t"] != "NULL") & col.is_null()) | df["str"].fill_null(False)
+    short = None
     if isinstance(dtype, pl.List):
-        short = col.list.len() > col.list.drop_nulls().list.len()
+        short = (col.list.len() > col.list.drop_nulls().list.len()).fill_null(False)
         col = pl.select(pl.when(pl.lit(short)).then(None).otherwise(pl.lit(col))).to_series()
-        bad = bad | short.fill_null(False)
-    return col.cast(dtype).alias(key), bad.fill_null(False)
+    got = pl.format("{}: expected {}, got {}", pl.lit(key), pl.lit(_WANT[dtype]), pl.col("json").str.slice(0, 40))
+    number = pl.col("t").is_in(["UBIGINT", "BIGINT", "DOUBLE"])
+    problem = df.with_columns(short=pl.lit(short) if short is not None else pl.lit(False)).select(
+        pl.when(pl.col("str").fill_null(False))
+        .then(got + pl.lit(" (a string: write the number without quotes)"))
+        .when(number & pl.col("v").is_null())
+        .then(
+            pl.format(
+                "{}: {} is out of range for {}", pl.lit(key), pl.col("text").str.slice(0, 40), pl.lit(_WANT[dtype])
+            )
+        )
+        .when((pl.col("t") != "NULL") & pl.col("v").is_null())
+        .then(got)
+        .when(pl.col("short"))
+        .then(got + pl.lit(" (a null or a value that is no number in the list)"))
+    )
+    return col.cast(dtype).alias(key), problem.to_series()
 
 
 def _frame(doc: dict, path: Path) -> pl.DataFrame:
-    """The per-request arrays as columns, and ``wrong``: the arrays whose entry has a wrong type."""
+    """The per-request arrays as columns, and ``wrong``: what is wrong with an entry's values, if anything."""
     if "ttfts" not in doc or "itls" not in doc:
         raise InputError(
             f"{path}: vllm bench result has no per-request arrays (ttfts, itls); "
@@ -156,19 +174,13 @@ def _frame(doc: dict, path: Path) -> pl.DataFrame:
             raise InputError(
                 f"{path}: array {key} has {len(vals)} entries but ttfts has {n}; the file is cut or edited"
             )
-        col, bad = _column(key, vals)
+        col, problem = _column(key, vals)
         cols.append(col)
-        if bad is not None:
-            wrong.append(pl.when(pl.lit(bad)).then(pl.lit(key)))
+        if problem is not None:
+            wrong.append(pl.lit(problem))
     df = pl.DataFrame(cols)
-    reason = pl.concat_list(wrong).list.drop_nulls().list.join(", ") if wrong else pl.lit("")
-    return df.with_columns(
-        wrong=pl.when(reason.str.len_chars() > 0).then(
-            pl.lit("vllm bench entry with a value of the wrong type in: ")
-            + reason
-            + pl.lit(" (entries are JSON numbers, itls lists of numbers, errors text; a number in quotes is a string)")
-        )
-    )
+    reason = pl.concat_list(wrong).list.drop_nulls().list.join("; ") if wrong else pl.lit("")
+    return df.with_columns(wrong=pl.when(reason.str.len_chars() > 0).then(pl.lit("vllm bench entry: ") + reason))
 
 
 def _requests(df: pl.DataFrame, origin: float) -> pl.DataFrame:
