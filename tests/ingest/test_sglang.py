@@ -223,3 +223,31 @@ def test_data_parallel_ranks_are_runs_of_their_own(con, tmp_path):
     metas = {r: json.loads(m) for r, m in con.execute("select run_id, meta from runs").fetchall()}
     assert metas["dp-dp1"]["dp_rank"] == 1 and metas["dp-dp1"]["dp_ranks"] == 2
     assert metas["dp-dp1"]["ranks"] == ["DP1 TP1", "DP1 TP1 EP0"]  # its own tags only
+
+
+def test_coloured_log_reads_as_the_plain_one(tmp_path):
+    """A coloured formatter's ANSI codes (here around the stamp and rank tags) are stripped
+    before the fields are read: the same steps and rank tags as the plain log."""
+    from pipeline import store
+
+    plain = (FIX / "server_tp.log").read_text().splitlines()
+    coloured = [f"\x1b[90m[\x1b[32m{ln[1:].replace(']', chr(27) + '[0m]', 1)}" for ln in plain]
+    assert coloured[3].startswith("\x1b[90m[\x1b[32m2026-03-01 10:00:00 DP0 TP3\x1b[0m] Prefill batch [41],")
+    got = []
+    for name, lines in (("plain", plain), ("coloured", coloured)):
+        path = tmp_path / f"{name}.log"
+        path.write_text("\n".join(lines) + "\n")
+        con = store.connect(tmp_path / f"{name}.duckdb")
+        (res,) = load(con, path, tz="UTC")
+        got.append(
+            (
+                (res.format, res.accepted, res.rejected),
+                con.execute(
+                    "select iter, t_end, dur_ms, prefill_tokens, running_reqs, context_tokens from iterations order by iter"
+                ).fetchall(),
+                json.loads(con.execute("select meta from runs").fetchall()[0][0])["ranks"],
+            )
+        )
+    assert got[1] == got[0]
+    assert got[0][0] == ("sglang-log", 6, 0) and got[0][2] == ["DP0 TP3", "TP0"]
+    assert got[0][1][3][:4] == (3, unix("2026-03-01 10:00:00"), None, 300)

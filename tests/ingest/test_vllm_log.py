@@ -106,7 +106,7 @@ _ARGS = "INFO 11-30 04:46:55 [api_utils.py:286] non-default args: {{'model': 'm'
 def test_dtype_and_kv_dtype_of_each_startup_format(lines, want):
     from pipeline.ingest.engines.vllm_log import _meta
 
-    info = _meta(pl.DataFrame({"raw": lines}))
+    info = _meta(pl.DataFrame({"raw": lines, "text": lines}))
     assert (info["dtype"], info["kv_dtype"]) == want
 
 
@@ -422,3 +422,50 @@ def test_a_log_of_29_february_keeps_its_steps(tmp_path, written, year):
     assert (res.accepted, res.rejected) == (532, 0)
     first = con.execute("select min(t_end) from iterations").fetchone()[0]
     assert dt.datetime.fromtimestamp(first, dt.timezone.utc).strftime("%Y-%m-%d %H:%M") == f"{year}-02-29 04:47"
+
+
+_LOG_PREFIX = re.compile(r"^(.*?)(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d) (\[[^\]]*\])")
+
+
+def _coloured(line: str) -> str:
+    """A line as vLLM's ColoredFormatter writes it to a terminal (``docker run -t``): the level,
+    the time and ``[file:line]`` wrapped in ANSI SGR codes."""
+    return _LOG_PREFIX.sub(
+        lambda m: f"{m[1]}\x1b[32m{m[2]}\x1b[0m \x1b[90m{m[3]}\x1b[0m \x1b[90m{m[4]}\x1b[0m", line, count=1
+    )
+
+
+def test_coloured_log_reads_as_the_plain_one(tmp_path):
+    """Every step line of a coloured log was rejected "without timestamp" (the codes sit
+    between the level and the date); now the codes are stripped before the fields are read,
+    and the steps, timeline and run facts equal the plain log's. A reject keeps its line as written."""
+    import os
+
+    lines = (FIX / "server.log").read_text().splitlines()[:130]
+    idx = [i for i, line in enumerate(lines) if ITER.search(line)]
+    lines[idx[3]] = lines[idx[3]].split(", iteration elapsed time")[0]  # one truncated step: a reject
+    coloured = [_coloured(line) for line in lines]
+    assert sum("\x1b[32mINFO\x1b[0m \x1b[90m11-30 " in line for line in coloured) > len(idx)
+    got = {}
+    for name, text in (("plain", lines), ("coloured", coloured)):
+        path = tmp_path / f"{name}.log"
+        path.write_text("\n".join(text) + "\n")
+        os.utime(path, (_utc("2026-11-30T05:00:00"), _utc("2026-11-30T05:00:00")))
+        con = store.connect(tmp_path / f"{name}.duckdb")
+        (res,) = load(con, path, tz="UTC")  # the format detected, not named
+        got[name] = (
+            (res.format, res.accepted, res.rejected, res.skipped),
+            con.execute(
+                "select iter, t_start, t_end, dur_ms, prefill_tokens, decode_tokens, kv_usage from iterations order by iter"
+            ).fetchall(),
+            con.execute("select engine_version, model, dtype, meta->>'$.max_num_seqs' from runs").fetchall(),
+            con.execute("select line_no, reason, raw from rejects").fetchall(),
+        )
+    plain, col = got["plain"], got["coloured"]
+    assert col[0] == plain[0] == ("vllm-log", len(idx) - 1, 1, 130 - len(idx))
+    assert col[1] == plain[1] and len(col[1]) == 49
+    assert sum(r[3] for r in col[1]) == pytest.approx(sum(float(ITER.search(lines[i])[6]) for i in idx if i != idx[3]))
+    assert col[2] == plain[2] == [("0.32.0", "tiny-llama", "bfloat16", "8")]
+    ((line_no, reason, raw),) = col[3]
+    assert (line_no, reason) == (idx[3] + 1, "vLLM Iteration line without dur_ms") == plain[3][0][:2]
+    assert raw == coloured[idx[3]] and raw.startswith("\x1b[32mINFO\x1b[0m")

@@ -15,6 +15,7 @@ import calendar
 import datetime as dt
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -227,6 +228,31 @@ def with_log_times(df: pl.DataFrame, prefix: str, written_s: float, tz: str = "U
         .when(vl.struct.field("1").is_not_null())
         .then(res(vl.struct.field("3"))),
     ).drop("_ep", "_iso", "_vl", "_vl_t")
+
+
+# ANSI escape sequences (CSI: SGR colours and the like). vLLM's ColoredFormatter (stdout a
+# terminal, e.g. ``docker run -t``) wraps the level, the time and ``[file:line]`` in them, as
+# SGLang's coloured formatter does: ``\x1b[32mINFO\x1b[0m \x1b[90m11-30 04:47:27\x1b[0m ...``.
+ANSI_CSI = r"\x1b\[[0-?]*[ -/]*[@-~]"
+
+
+def log_lines(table: pa.Table) -> pl.DataFrame:
+    """A batch of ``(line_no, raw)`` log lines with ``text``: the line without ANSI escape codes.
+
+    Log converters read their fields from ``text`` and keep ``raw`` (the line as written) for
+    rejects. A log without any escape byte (the usual case: one scan for the byte) gets
+    ``text`` as a copy-free alias of ``raw``.
+    """
+    lines = pl.from_arrow(table)
+    raw = pl.col("raw")
+    if lines.select(raw.str.contains("\x1b", literal=True).any()).item():
+        return lines.with_columns(text=raw.str.replace_all(ANSI_CSI, ""))
+    return lines.with_columns(text=raw)
+
+
+def strip_ansi(head: str) -> str:
+    """``head`` (a file's first bytes, for format detection) without ANSI escape codes."""
+    return re.sub(ANSI_CSI, "", head) if "\x1b" in head else head
 
 
 def written_s(path: Path) -> float:

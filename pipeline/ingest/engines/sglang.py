@@ -49,7 +49,7 @@ DEFAULT_DECODE_INTERVAL = 40
 
 
 def sniff_log(path: Path, head: str) -> bool:
-    return bool(SNIFF.search(head))
+    return bool(SNIFF.search(c.strip_ansi(head)))
 
 
 def _kv(body: pl.Expr) -> pl.Expr:
@@ -75,7 +75,8 @@ def _num(kv: str, *keys: str, cast=pl.Float64) -> pl.Expr:
 
 
 def _parse(lines: pl.DataFrame, written: float, tz: str = "UTC") -> pl.DataFrame:
-    raw = pl.col("raw")
+    """``lines``: :func:`_common.log_lines` (fields from ``text``, the line without ANSI colour codes)."""
+    raw = pl.col("text")
     m = raw.str.extract_groups(LINE)
     prefix = raw.str.split_exact(" batch", 1).struct.field("field_0")
     df = c.with_log_times(lines.filter(raw.str.contains(MARK)).with_columns(_prefix=prefix), "_prefix", written, tz)
@@ -214,13 +215,13 @@ def convert_log(
     zone = c.check_zone(tz) if tz else c.local_zone()
     goods, bads, total, n_rec = [], [], 0, 0
     for table in reader.lines(path, progress):
-        lines = pl.from_arrow(table)
+        lines = c.log_lines(table)
         total += lines.height
         df = _reasons(_parse(lines, written, zone))
         n_rec += df.height
         # only rejects keep their text (and the parsed key/value pairs go once read)
         bads.append(df.filter(pl.col("reason").is_not_null()).select("line_no", "reason", "raw"))
-        goods.append(df.filter(pl.col("reason").is_null()).drop("kv", "reason"))
+        goods.append(df.filter(pl.col("reason").is_null()).drop("text", "kv", "reason"))
     good = _out_of_order(pl.concat(goods).sort("line_no"), bads) if goods else None
     if good is None or not good.height:  # no step to describe: just the rejects, if any
         yield c.batch(None, total, rejects=pl.concat(bads) if bads else None, skipped=total - n_rec)

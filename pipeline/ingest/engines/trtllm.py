@@ -163,9 +163,11 @@ def _source_tables(path: Path, progress) -> Iterator[tuple[pl.DataFrame, int]]:
         yield frame.with_columns(text=pl.col("raw")), frame.height
         return
     for table in reader.lines(path, progress):
-        frame = pl.from_arrow(table)
+        frame = c.log_lines(table)  # text: the line without ANSI colour codes
         yield (
-            frame.with_columns(text=pl.when(pl.col("raw").str.strip_chars().str.starts_with("{")).then(pl.col("raw"))),
+            frame.with_columns(
+                text=pl.when(pl.col("text").str.strip_chars().str.starts_with("{")).then(pl.col("text"))
+            ),
             frame.height,
         )
 

@@ -17,6 +17,10 @@ step's stats reach the front end, so the stamp is the step end.  With whole-seco
 stamps the step timeline is rebuilt from the elapsed times
 (:func:`_common.reconstruct_ends`) and the run says ``timestamps_reconstructed``.
 
+A coloured log (vLLM's ColoredFormatter, stdout a terminal: ``docker run -t``) has ANSI
+codes around the level, the stamp and ``[file:line]``; the fields are read from the line
+without them (:func:`_common.log_lines`), and a reject keeps the line as written.
+
 A data-parallel server prefixes each line with its engine (``Engine 001:``) and
 counts steps per engine: a log with several engines becomes one run per engine,
 ``<run>-engine000``, ``<run>-engine001``, ... (``<run>``: --run-id or the file name).
@@ -55,12 +59,15 @@ _META = {
 
 
 def sniff(path: Path, head: str) -> bool:
-    return bool(SNIFF.search(head))
+    return bool(SNIFF.search(c.strip_ansi(head)))
 
 
 def _records(lines: pl.DataFrame, written: float, tz: str = "UTC") -> pl.DataFrame:
-    """Candidate record lines with every field extracted (NULL where absent)."""
-    raw = pl.col("raw")
+    """Candidate record lines with every field extracted (NULL where absent).
+
+    ``lines``: :func:`_common.log_lines` (fields are read from ``text``, the line without
+    ANSI colour codes; ``raw`` stays as written, for rejects)."""
+    raw = pl.col("text")
     rec = lines.filter(raw.str.contains(STEP, literal=True)).with_columns(
         _prefix=raw.str.split_exact("Iteration(", 1).struct.field("field_0")
     )
@@ -83,6 +90,7 @@ def _records(lines: pl.DataFrame, written: float, tz: str = "UTC") -> pl.DataFra
         .select(
             "line_no",
             "raw",
+            "text",
             "iter",
             "prefill_reqs",
             "prefill_tokens",
@@ -94,7 +102,7 @@ def _records(lines: pl.DataFrame, written: float, tz: str = "UTC") -> pl.DataFra
             "engine_index",
             "stamp_s",
             "stamp_resolution_s",
-            *[x for x in lines.columns if x not in ("line_no", "raw")],
+            *[x for x in lines.columns if x not in ("line_no", "raw", "text")],
         )
     )
 
@@ -128,7 +136,7 @@ _LOOSE = (
 
 def _explain(rec: pl.DataFrame) -> pl.DataFrame:
     """``rec`` (lines already rejected, or without KV usage) with reasons naming bad values."""
-    raw = pl.col("raw")
+    raw = pl.col("text")
     problems = []
     for name, pattern, kind, col in _LOOSE:
         text = raw.str.extract(pattern, 1)
@@ -158,8 +166,8 @@ def _with_reasons(rec: pl.DataFrame) -> pl.DataFrame:
 def _meta(lines: pl.DataFrame) -> dict:
     """Run facts from the start-up lines (a few lines, read once)."""
     out: dict = {}
-    hits = lines.filter(pl.col("raw").str.contains("|".join(f"(?:{p})" for p in _META.values())))
-    for text in hits.get_column("raw").to_list():
+    hits = lines.filter(pl.col("text").str.contains("|".join(f"(?:{p})" for p in _META.values())))
+    for text in hits.get_column("text").to_list():
         for key, pat in _META.items():
             m = re.search(pat, text)
             if m and key not in out:
@@ -303,7 +311,7 @@ def convert(
     goods, bads, head_lines, total, n_rec = [], [], [], 0, 0
     last_stamp = _NO_STAMPS
     for table in reader.lines(path, progress):
-        lines = pl.from_arrow(table)
+        lines = c.log_lines(table)
         total += lines.height
         if not head_lines:
             head_lines.append(lines.head(2000))
@@ -313,10 +321,10 @@ def convert(
         n_rec += rec.height
         # only rejects keep their text: a step's typed fields are a fraction of its log line
         bads.append(rec.filter(pl.col("reason").is_not_null()).select("line_no", "reason", "raw"))
-        goods.append(rec.filter(pl.col("reason").is_null()).drop("raw", "reason"))
-    empty = _records(pl.DataFrame(schema={"line_no": pl.Int64, "raw": pl.String}), written, zone)
+        goods.append(rec.filter(pl.col("reason").is_null()).drop("raw", "text", "reason"))
+    empty = _records(pl.DataFrame(schema={"line_no": pl.Int64, "raw": pl.String, "text": pl.String}), written, zone)
     bad = pl.concat(bads) if bads else empty.select("line_no", pl.lit(None, pl.String).alias("reason"), "raw")
-    good = (pl.concat(goods) if goods else empty.drop("raw")).sort("line_no")
+    good = (pl.concat(goods) if goods else empty.drop("raw", "text")).sort("line_no")
     del goods
     info = _meta(pl.concat(head_lines)) if head_lines else {"meta": {}}
     coarse = good.height > 0 and good.get_column("stamp_resolution_s").max() >= 1.0
