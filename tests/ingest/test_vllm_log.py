@@ -469,3 +469,45 @@ def test_coloured_log_reads_as_the_plain_one(tmp_path):
     ((line_no, reason, raw),) = col[3]
     assert (line_no, reason) == (idx[3] + 1, "vLLM Iteration line without dur_ms") == plain[3][0][:2]
     assert raw == coloured[idx[3]] and raw.startswith("\x1b[32mINFO\x1b[0m")
+
+
+_FRONT_END = re.compile(
+    r"^(INFO \d\d-\d\d \d\d:\d\d:\d\d) \[loggers\.py:\d+\] Engine 000: (.*? ms), CPU KV cache usage: .*$"
+)
+
+
+def test_engine_core_data_parallel_ranks_become_runs(con, tmp_path):
+    """The older EngineCore line names its data-parallel rank in the process prefix
+    (``(EngineCore_DP1 pid=N)``), not ``Engine 001:``: DP1's steps were rejected as duplicate
+    iters of DP0's run. Now each rank is a run, as with the front-end line; a ``(dummy)``
+    step keeps its mark."""
+    out, steps = [], {0: [], 1: []}
+    for line in (FIX / "server.log").read_text().splitlines():
+        m = _FRONT_END.match(line)
+        if not m:
+            out.append(line)
+            continue
+        for rank, pid, scale in ((0, 2010410, 1.0), (1, 2010411, 0.5)):
+            body = re.sub(r"elapsed time: ([0-9.]+) ms", lambda e: f"elapsed time: {float(e[1]) * scale:.2f} ms", m[2])
+            if rank == 1 and int(ITER.search(body)[1]) % 10 == 3:
+                body += " (dummy)"
+            out.append(f"(EngineCore_DP{rank} pid={pid}) {m[1]} [core.py:349] {body}")
+            steps[rank].append(tuple(float(x) for x in ITER.search(body).groups()))
+    assert len(steps[0]) == len(steps[1]) == 532
+    path = tmp_path / "dp.log"
+    path.write_text("\n".join(out) + "\n")
+    (res,) = load(con, path)
+    assert (res.format, res.accepted, res.rejected) == ("vllm-log", 2 * 532, 0)
+    assert res.run_ids == ["dp-engine000", "dp-engine001"]
+    for rank in (0, 1):
+        rid = f"dp-engine{rank:03d}"
+        n, dur, last, dummies, idx = con.execute(
+            "select count(*), sum(dur_ms), max(iter), count(*) filter (json_extract(extra, '$.is_dummy')::boolean), "
+            "min(extra->>'$.engine_index') from iterations where run_id = ?",
+            [rid],
+        ).fetchall()[0]
+        assert (n, last, idx) == (532, max(s[0] for s in steps[rank]), str(rank))
+        assert dur == pytest.approx(sum(s[5] for s in steps[rank]), rel=1e-12)
+        assert dummies == (0 if rank == 0 else sum(1 for s in steps[1] if s[0] % 10 == 3))
+        meta = json.loads(con.execute("select meta from runs where run_id = ?", [rid]).fetchall()[0][0])
+        assert (meta["dp_engine_index"], meta["dp_engines"]) == (rank, 2)

@@ -21,7 +21,8 @@ A coloured log (vLLM's ColoredFormatter, stdout a terminal: ``docker run -t``) h
 codes around the level, the stamp and ``[file:line]``; the fields are read from the line
 without them (:func:`_common.log_lines`), and a reject keeps the line as written.
 
-A data-parallel server prefixes each line with its engine (``Engine 001:``) and
+A data-parallel server prefixes each line with its engine (``Engine 001:``, or the
+EngineCore process ``(EngineCore_DP1 pid=N)`` on the older EngineCore line) and
 counts steps per engine: a log with several engines becomes one run per engine,
 ``<run>-engine000``, ``<run>-engine001``, ... (``<run>``: --run-id or the file name).
 """
@@ -84,7 +85,12 @@ def _records(lines: pl.DataFrame, written: float, tz: str = "UTC") -> pl.DataFra
             # the mark follows the time (EngineCore lines) or the KV/encoder fields (front end);
             # read anywhere after the counter, so a reordered line still marks its step
             is_dummy=raw.str.contains(r"Iteration\(\d+\):.*\(dummy\)"),
-            engine_index=c.int_field(pl.col("_prefix"), r"Engine (\d{3}):"),
+            # the front end names the engine ("Engine 001:"), the EngineCore line its process
+            # ("(EngineCore_DP1 pid=N)"): data-parallel rank k either way
+            engine_index=pl.coalesce(
+                c.int_field(pl.col("_prefix"), r"Engine (\d{3}):"),
+                c.int_field(pl.col("_prefix"), r"\(EngineCore_DP(\d+)[\s)]"),
+            ),
         )
         .drop("_prefix")
         .select(
