@@ -511,3 +511,65 @@ def test_engine_core_data_parallel_ranks_become_runs(con, tmp_path):
         assert dummies == (0 if rank == 0 else sum(1 for s in steps[1] if s[0] % 10 == 3))
         meta = json.loads(con.execute("select meta from runs where run_id = ?", [rid]).fetchall()[0][0])
         assert (meta["dp_engine_index"], meta["dp_engines"]) == (rank, 2)
+
+
+_PROBE = 'INFO:     127.0.0.1:40312 - "GET /health HTTP/1.1" 200 OK'
+
+
+@pytest.mark.parametrize(
+    "banner, version",
+    [
+        ("INFO 11-30 04:46:55 [api_utils.py:347] vLLM server version 0.32.0, serving model /m", "0.32.0"),
+        ("1796014015.682722 INFO [api_utils.py:347] vLLM server version 0.32.0, serving model /m", "0.32.0"),
+        ("(APIServer pid=1017428) INFO 05-14 09:09:58 [api_server.py:1272] vLLM API server version 0.14.1", "0.14.1"),
+        ("INFO 11-27 02:01:37 api_server.py:585] vLLM API server version 0.6.4.post1", "0.6.4.post1"),
+        (
+            "(APIServer pid=460954) INFO 12-18 06:01:05 [api_server.py:1945] Starting vLLM API server 0 on http://0.0.0.0:8080",
+            None,
+        ),
+        ("INFO 03-27 23:19:15 api_server.py:958] Starting vLLM API server on http://0.0.0.0:8000", None),
+        ("INFO 11-30 04:47:16 [entry.py:140] Starting vLLM server on http://0.0.0.0:8123", None),
+        ("\x1b[32mINFO\x1b[0m \x1b[90m11-30 04:46:55\x1b[0m [api_utils.py:347] vLLM server version 0.32.0", "0.32.0"),
+    ],
+)
+def test_first_step_past_the_detection_head_is_known_by_the_banner(con, tmp_path, banner, version):
+    """Detection reads the first 64 KiB; a log whose first step line comes after 64 KiB of
+    start-up and health-probe lines was "unknown format". vLLM's start-up banner there now
+    says it is a vLLM log."""
+    steps = [line for line in (FIX / "server.log").read_text().splitlines() if ITER.search(line)]
+    path = tmp_path / "late.log"
+    path.write_text("\n".join([banner] + [_PROBE] * 1500 + steps) + "\n")
+    assert (path.read_text().index("Iteration(")) > 1 << 16
+    (res,) = load(con, path)
+    assert (res.format, res.accepted, res.rejected, res.skipped) == ("vllm-log", 532, 0, 1501)
+    got = con.execute("select count(*), sum(dur_ms) from iterations").fetchall()[0]
+    assert got == (532, pytest.approx(sum(float(ITER.search(s)[6]) for s in steps), rel=1e-12))
+    assert con.execute("select engine_version from runs").fetchall() == [(version,)]
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        "Notes: the server printed vLLM server version 0.32.0 at start-up",  # quoted, no log line
+        "INFO 11-30 04:46:55 [api_utils.py:347] SGLang server version 0.5.0",  # not vLLM's banner
+    ],
+)
+def test_banner_words_outside_a_vllm_log_line_are_no_vllm_log(con, tmp_path, first):
+    from pipeline.errors import InputError
+
+    path = tmp_path / "notes.txt"
+    path.write_text("\n".join([first] + [_PROBE] * 1500) + "\n")
+    with pytest.raises(InputError, match="unknown format"):
+        load(con, path)
+
+
+def test_vllm_log_without_steps_says_how_to_get_them(con, tmp_path):
+    """Known by its banner, a log of a server started without --enable-logging-iteration-details
+    is a vLLM log with no records (and the hint), not "unknown format"."""
+    path = tmp_path / "plain.log"
+    path.write_text(
+        "\n".join(ln for ln in (FIX / "server.log").read_text().splitlines() if "Iteration(" not in ln) + "\n"
+    )
+    (res,) = load(con, path)
+    assert (res.format, res.accepted, res.rejected, res.skipped) == ("vllm-log", 0, 0, 639 - 532)
+    assert "--enable-logging-iteration-details" in res.line()

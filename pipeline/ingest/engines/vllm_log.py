@@ -43,6 +43,15 @@ from . import _common as c
 MARK = r"Iteration\((\d+)\):"
 STEP = "Iteration("  # a line holding it is a step line: read or rejected, never skipped
 SNIFF = re.compile(r"Iteration\(\d+\): \d+ context requests")
+# vLLM's start-up banner, so that a log whose first step line lies past the head detection
+# reads (health probes and start-up can fill 64 KiB) is still known: "vLLM server version X"
+# (0.3x), "vLLM API server version X" (0.6-0.2x), "Starting vLLM [API ]server [N ]on http://...",
+# "Initializing a V1 LLM engine (vX)" / "Initializing an LLM engine (vX)" (EngineCore).
+BANNER = re.compile(
+    r"vLLM (?:API )?server version \d|Starting vLLM (?:API )?server (?:\d+ )?on |Initializing (?:a V1|an) LLM engine \(v\d"
+)
+# ... on a log line: a level name before it on its line (a note or script quoting it is no log)
+_LEVEL = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\b")
 
 # Lines before the first step that describe the server (vLLM prints them at start-up).
 _META = {
@@ -60,7 +69,18 @@ _META = {
 
 
 def sniff(path: Path, head: str) -> bool:
-    return bool(SNIFF.search(c.strip_ansi(head)))
+    """A step line in the head, or vLLM's start-up banner on a log line (the first few found).
+
+    A banner without a step line is no vLLM log when the head could not be read whole (a
+    compressed copy cut short in its start-up lines): detection then says the file is damaged.
+    """
+    head = c.strip_ansi(head)
+    if SNIFF.search(head):
+        return True
+    for _, m in zip(range(8), BANNER.finditer(head)):
+        if _LEVEL.search(head, head.rfind("\n", 0, m.start()) + 1, m.start()):
+            return reader.head_damage(path) is None
+    return False
 
 
 def _records(lines: pl.DataFrame, written: float, tz: str = "UTC") -> pl.DataFrame:
