@@ -247,8 +247,15 @@ def _post_ingest(con, results: list[IngestResult], overrides: dict[str, float] |
         # already ingested (unchanged, maybe from another path) re-aligns its runs
         by_path = {res.path: res for res in results}
         stored = {(by_path[p].stored_as or p) if p in by_path else p: p for p in overrides or {}}
+        # the runs this command loaded the file into (or found it in): another run that holds
+        # the same path keeps its own alignment
+        runs_of = {
+            s: (by_path[p].held_runs if by_path[p].status == "unchanged" else by_path[p].run_ids)
+            for s, p in stored.items()
+            if p in by_path
+        }
         with store.transaction(con):
-            realign, applied = align.set_overrides(con, {s: overrides[p] for s, p in stored.items()}, reloaded)
+            realign, applied = align.set_overrides(con, {s: overrides[p] for s, p in stored.items()}, reloaded, runs_of)
         touched.update(realign)
         for path, runs in applied.items():
             res = by_path.get(stored[path])

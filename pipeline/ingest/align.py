@@ -60,10 +60,14 @@ TIME_COLS = ("t_arrival", "t_scheduled", "t_first_token", "t_finish")
 
 
 def set_overrides(
-    con: duckdb.DuckDBPyConnection, overrides: dict[str, float], reloaded: dict[str, list[str]]
+    con: duckdb.DuckDBPyConnection,
+    overrides: dict[str, float],
+    reloaded: dict[str, list[str]],
+    runs_of: dict[str, list[str]] | None = None,
 ) -> tuple[list[str], dict[str, list[str]]]:
-    """Remember ``--clock-offset PATH=SECONDS`` for the runs the file at PATH holds now (kept for
-    later re-alignments of those runs, never for another run that loads the same path), and
+    """Remember ``--clock-offset PATH=SECONDS`` for the runs the file at PATH was loaded into (or
+    found in) by this command, ``runs_of[PATH]`` (default: every run that holds the path); kept for
+    later re-alignments of those runs, never for another run that loads or holds the same path. And
     forget the offsets of ``reloaded`` files (path -> the runs it held or holds) given none this
     time: a file loaded again is estimated again unless its offset is given again.
 
@@ -79,12 +83,16 @@ def set_overrides(
             ).fetchall()
             changed.update(r[0] for r in gone)
     for path, off in overrides.items():
-        runs = [
-            r[0]
-            for r in con.execute(
-                "select distinct unnest(run_ids) from ingests where path = ? order by 1", [path]
-            ).fetchall()
-        ]
+        runs = (
+            sorted(set(runs_of[path]))
+            if runs_of is not None and path in runs_of
+            else [
+                r[0]
+                for r in con.execute(
+                    "select distinct unnest(run_ids) from ingests where path = ? order by 1", [path]
+                ).fetchall()
+            ]
+        )
         con.execute("delete from clock_overrides where path = $p and run_id = any($r)", {"p": path, "r": runs})
         con.execute(
             "insert into clock_overrides select $p, $o, unnest($r::varchar[])", {"p": path, "o": off, "r": runs}

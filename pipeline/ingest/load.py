@@ -92,6 +92,7 @@ class IngestResult:
     conflicts: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the loader did that the user should know
     stored_as: str = ""  # unchanged: the path its content was ingested from (maybe another name)
+    held_runs: list[str] = field(default_factory=list)  # unchanged: the runs that ingest of it holds
 
     def line(self) -> str:
         path = str(self.path)
@@ -556,13 +557,15 @@ def ingest_file(
             digest = hashing.result()[0]
         # Same bytes under another run name (file name or --run-id) are a different ingest.
         prior = con.execute(
-            "select path, t_ingested from ingests where sha256 = ? and default_run_id = ? order by ingest_id limit 1",
+            "select path, t_ingested, run_ids from ingests where sha256 = ? and default_run_id = ? "
+            "order by ingest_id limit 1",
             [digest, default_run],
         ).fetchall()
         prior = prior[0] if prior else None
         if prior and not replace:
             note = "" if prior[0] == shown else f" as {prior[0]}"
-            return IngestResult(shown, fmt, status="unchanged", note=note, stored_as=prior[0])
+            held = list(prior[2] or [])
+            return IngestResult(shown, fmt, status="unchanged", note=note, stored_as=prior[0], held_runs=held)
         status = "replaced" if prior else "ingested"
         if stage is not None and not early:
             staged = stage(con, path, default_run, **stage_kw)

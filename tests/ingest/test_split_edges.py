@@ -143,6 +143,27 @@ def test_a_clock_offset_holds_for_the_runs_it_was_given_for(split, tmp_path):
     assert con.execute("select count(*) from clock_overrides").fetchone()[0] == 0
 
 
+def test_a_clock_offset_given_for_a_new_run_leaves_the_other_runs_of_the_file_alone(split, tmp_path):
+    """The same files loaded as run b with --clock-offset: run a, which holds the same paths, kept
+    its estimated alignment no more; it was re-aligned on b's offset without a word."""
+    files = _unnamed(split[0], tmp_path)
+    con = store.connect(tmp_path / "n.duckdb")
+    ingest_paths(con, files, run_id="a")
+    before = _source(con, "a")
+    given = before["offset_s"] + 0.25
+    results = ingest_paths(con, files, run_id="b", clock_offsets=(f"client.jsonl={given!r}",))
+    assert [r.run_ids for r in results] == [["b"], ["b"]]
+    assert _source(con, "b")["status"] == "override" and _source(con, "b")["offset_s"] == pytest.approx(given)
+    after = _source(con, "a")
+    assert after["status"] == before["status"] != "override"
+    assert after["offset_s"] == pytest.approx(before["offset_s"], abs=1e-9)
+    assert con.execute("select run_id from clock_overrides").fetchall() == [("b",)]
+    # given again for b's unchanged files: still b's alone
+    ingest_paths(con, files, run_id="b", clock_offsets=(f"client.jsonl={given + 0.1!r}",))
+    assert con.execute("select run_id, offset_s from clock_overrides").fetchall() == [("b", pytest.approx(given + 0.1))]
+    assert _source(con, "a")["offset_s"] == pytest.approx(before["offset_s"], abs=1e-9)
+
+
 def test_a_store_from_before_per_run_offsets_keeps_each_offset_for_its_files_runs(split, tmp_path):
     import duckdb
 
