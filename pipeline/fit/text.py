@@ -200,7 +200,7 @@ def format_explain(e: dict[str, Any]) -> str:
         lines.append(f"  largest: {e['largest']}: {top['meaning']}")
     if e["top_iterations"]:
         lines.append("  steps that delayed the tail most (excess over decode baseline x tail requests in them):")
-        for s in e["top_iterations"][:5]:
+        for s in e["top_iterations"]:  # as many as --limit asked for
             lines.append(
                 f"    iter {s['iter']} ending {when(s['t_end'])}: {s['iteration_ms']:.4g} ms, prefill "
                 f"{s['prefill_tokens']} tokens, excess {s['excess_ms']:.4g} ms, {s['tail_requests']} tail requests"
@@ -208,7 +208,7 @@ def format_explain(e: dict[str, Any]) -> str:
             )
     if e["top_requests"]:
         lines.append("  worst requests:")
-        for r in e["top_requests"][:5]:
+        for r in e["top_requests"]:
             lines.append(
                 f"    {inline(r['req_id'])} arrived {when(r['t_arrival'])}: {e['metric']} {r['value']:.4g}, prompt "
                 f"{r['prompt_tokens']}, output {r['output_tokens']}"

@@ -149,3 +149,15 @@ def test_times_of_day_on_a_run_over_midnight(tmp_path):
     code, out = cli("explain", "ny", "--db", db, "--from", "23:59:58", "--to", "00:00:01")
     assert code == 0, out
     assert "2026-12-31T23:59:58.000Z" in out.splitlines()[0] and "2027-01-01T00:00:01.000Z" in out.splitlines()[0]
+
+
+@pytest.mark.parametrize("limit", [2, 7])
+def test_the_text_lists_as_many_as_limit_asks(db, limit):
+    """--limit 10 (the default) or 20 listed 5 steps and 5 requests in the text; --json had them all."""
+    code, out = cli("explain", "v", "--db", db, "--limit", str(limit))
+    assert code == 0, out
+    lines = out.splitlines()
+    steps = [x for x in lines if x.startswith("    iter ")]
+    requests = lines[lines.index("  worst requests:") + 1 :]
+    requests = [x for x in requests if x.startswith("    ") and " arrived " in x]
+    assert len(steps) == limit and len(requests) == limit, out
