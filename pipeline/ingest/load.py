@@ -169,7 +169,8 @@ _TARGET = {"iteration": "iterations", "request": "requests"}
 
 
 _ANOTHER = {
-    "iteration": "a run holds one step log; give this file another --run-id, or leave one of the two out",
+    "iteration": "a run holds one step log; give this file another --run-id, or leave one of the two out; "
+    "parts of one log whose steps straddle them (rotated ForwardPassMetrics files) go in joined: cat A B > AB",
     "request": "give this file another --run-id if it is another run, or leave it out if it is a copy",
 }
 

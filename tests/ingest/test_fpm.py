@@ -81,3 +81,24 @@ def test_several_workers_make_one_run_each(tmp_path):
     runs = dict(con.execute("select run_id, count(*) from iterations group by 1").fetchall())
     assert runs == {"fpm-w0": 4, "fpm-w1": 4}
     assert res.lines_read == res.accepted + res.rejected + res.skipped
+
+
+def test_a_step_split_over_rotated_files_says_to_join_them(tmp_path):
+    """Rank 1 of step 1 in the second file: its reject told the user to give the file another run id,
+    which splits one run in two; joined, the files give the one-file result."""
+    lines = FIX.read_text().splitlines(keepends=True)
+    first, second = tmp_path / "fpm.1.jsonl", tmp_path / "fpm.2.jsonl"
+    first.write_text("".join(lines[:3]))
+    second.write_text("".join(lines[3:]))
+    con = store.connect(tmp_path / "r.duckdb")
+    ingest_paths(con, [first, second], run_id="fpm")
+    (reason,) = con.execute("select reason from rejects where line_no = 1").fetchall()[0]
+    assert "duplicate iter 1 in run fpm" in reason and "cat A B > AB" in reason, reason
+    joined = tmp_path / "fpm.jsonl"
+    joined.write_text(first.read_text() + second.read_text())
+    for d in ("j", "k"):
+        (tmp_path / d).mkdir()
+    con2, res = _load(tmp_path / "j", joined)
+    ref, _ = _load(tmp_path / "k", FIX)
+    q = "select iter, dur_ms, decode_tokens, context_tokens from iterations order by iter"
+    assert con2.execute(q).fetchall() == ref.execute(q).fetchall() and res.rejected == 0
