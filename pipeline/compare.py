@@ -349,7 +349,8 @@ def _rate_delta(name: str, vb: float, vc: float, half: float, threshold: float) 
         rel,
         d - half,
         d + half,
-        None if rel is None else rel - rel_half,
+        # a rate is never negative: the relative interval ends at -100% (the symmetric one went past it)
+        None if rel is None else max(rel - rel_half, -1.0),
         None if rel is None else rel + rel_half,
         verdict,
     )

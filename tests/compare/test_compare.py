@@ -252,3 +252,15 @@ def test_failed_requests_are_compared(runs_db, run_file, tmp_path):
     assert res.exit_code == 1
     same = next(d for d in compare(base_con, "base", base_con, "noise").deltas if d.stat == "failed_share")
     assert same.delta == 0 and same.verdict == "no significant change"
+
+
+def test_a_rate_s_relative_interval_stops_at_minus_100_percent():
+    """A rate's interval is symmetric around the delta; relative to a small base it went below -100%
+    (compare of a 10-request run with itself: output tokens/s within [-115%, +115%])."""
+    from pipeline.compare import _rate_delta
+
+    d = _rate_delta("output_tokens_per_s", 50.0, 50.0, 57.6, 0.05)
+    assert d.rel_low == -1.0 and d.rel_high == pytest.approx(57.6 / 50.0)
+    assert d.ci_low == pytest.approx(-57.6) and d.verdict == "no significant change"
+    narrow = _rate_delta("output_tokens_per_s", 50.0, 40.0, 5.0, 0.05)
+    assert narrow.rel_low == pytest.approx(-0.3) and narrow.verdict == "regression"
