@@ -72,8 +72,11 @@ def fit_table(con: duckdb.DuckDBPyConnection) -> tuple[str, set[str]] | None:
 
 
 def origin_s(con: duckdb.DuckDBPyConnection, run_id: str) -> float:
-    """The run's first event time (x = 0 on time axes)."""
-    t = _one(con, "select t_first from run_summary where run_id = $r", {"r": run_id})
+    """The run's first event time (x = 0 on time axes): its first arrival or step start, the
+    origin of `explain` and the Perfetto timeline too (a server log may start before the client)."""
+    from ..fit.attribution import run_start
+
+    t = run_start(con, run_id)
     return float(t) if t is not None else 0.0
 
 

@@ -98,3 +98,28 @@ def test_tail_shares_tolerates_odd_sections():
         {"metric": "ttft", "part": "waiting", "share": 0.7},
         {"metric": "ttft", "part": "prefill", "share": 0.3},
     ]
+
+
+def test_time_axes_start_at_the_runs_first_event_as_explain_and_perfetto_do(tmp_path):
+    """A server log that starts before the client's first request: the report measured time from the
+    first arrival, so the early step sat at -0.495 s while explain and the Perfetto timeline put it at 0."""
+    import json
+    from pathlib import Path
+
+    from pipeline import store
+    from pipeline.fit.attribution import run_start
+    from pipeline.ingest import ingest_paths
+
+    tiny = Path(__file__).resolve().parents[2] / "fixtures" / "canonical" / "tiny.jsonl"
+    lines = tiny.read_text().splitlines()
+    warm = {"kind": "iteration", "iter": 100, "t_start": 0.5, "t_end": 0.52, "decode_tokens": 1, "decode_reqs": 1}
+    f = tmp_path / "warm.jsonl"
+    f.write_text("\n".join([lines[0], json.dumps(warm), *lines[1:]]) + "\n")
+    con = store.connect(tmp_path / "w.duckdb")
+    ingest_paths(con, [f])
+    store.build_derived(con)
+    first_arrival = con.execute("select min(t_arrival) from requests").fetchall()[0][0]
+    assert first_arrival > 0.5 and run_start(con, "tiny") == 0.5
+    assert frames.origin_s(con, "tiny") == 0.5
+    t = frames.iteration_timeline(con, "tiny").df
+    assert t["t_s"].min() == 0.0 and (t["t_s"] >= 0).all()
