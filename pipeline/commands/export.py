@@ -121,7 +121,15 @@ def export(
     if as_json:
         echo(dumps(info))
         return
+    drawn = [
+        f"{info['steps_overlapping_the_one_before']} drawn from the end of the step before them (they overlap it)"
+        if info["steps_overlapping_the_one_before"]
+        else "",
+        f"{info['steps_without_times']} left out (no time stamps)" if info["steps_without_times"] else "",
+    ]
+    notes = "; ".join(x for x in drawn if x)
     echo(
-        f"{info['path']}: {info['steps']} steps ({info['step_sampling']}), {info['requests']} requests, "
+        f"{info['path']}: {info['steps']} steps ({info['step_sampling']}{'; ' + notes if notes else ''}), "
+        f"{info['requests']} requests, "
         f"{info['stalls']} stalls, {info['bytes'] / 2**20:.1f} MiB; open it at https://ui.perfetto.dev"
     )

@@ -13,8 +13,11 @@ Tracks:
 Times are microseconds since the run's first event (``metadata.origin_unix_s`` says
 where that is).  Size bound: a run of more than ``max_steps`` steps keeps every step
 that is a spike or a stall and an even sample of the rest (every k-th step), and says
-so in ``metadata.step_sampling``; requests and counters are kept whole.  Events are
-built as columns and encoded by Polars: no Python loop over steps or requests.
+so in ``metadata.step_sampling``; requests are kept whole, the counters follow the kept
+steps.  A step that begins before the one before it ends (a log's stamps and timings may
+overlap) is drawn from that end, its measured time in ``args.iteration_ms``; steps without
+times are counted in the metadata.  Events are built as columns and encoded by Polars: no
+Python loop over steps or requests.
 """
 
 from __future__ import annotations
@@ -54,6 +57,10 @@ def export(con: duckdb.DuckDBPyConnection, run_id: str, out: Path, max_steps: in
             "--clock-offset SOURCE=SECONDS at ingest, or check that the files belong to one run"
         )
     steps = store.select(con, "export/perfetto_steps", {"run": run_id})
+    # steps with no place in time (a duration only) cannot be drawn: counted, not dropped unsaid
+    untimed = (
+        int(store.scalar(con, "select count(*) from iteration_metrics where run_id = $r", {"r": run_id})) - steps.height
+    )
     reqs = store.select(con, "export/perfetto_requests", {"run": run_id})
     has_fit = store.table_exists(con, "iteration_fit")
     if has_fit and steps.height:
@@ -86,15 +93,28 @@ def export(con: duckdb.DuckDBPyConnection, run_id: str, out: Path, max_steps: in
         )
         steps = steps.filter(keep)
         sampling = f"{max_steps:,}+ steps: every spike and stall, and every {k}th other step"
+    # Slices of one thread must not overlap (Perfetto drops a slice that starts inside the one
+    # before it), but a log's steps may: vLLM stamps the line after the step and times another
+    # interval than the stamps span. Such a step's slice starts where the one before it ends; its
+    # measured time stays in args.iteration_ms, the cut in args.overlap_ms.
+    steps = steps.with_columns(
+        shown=pl.max_horizontal("t_start", pl.col("t_end").shift(1)),
+        overlap_ms=pl.when(pl.col("t_end").shift(1) > pl.col("t_start")).then(
+            ((pl.col("t_end").shift(1) - pl.col("t_start")) * 1000).round(6)
+        ),
+    )
     step_ev = steps.select(
         ph=pl.lit("X"),
         pid=pl.lit(1),
         tid=pl.lit(1),
         name=pl.lit("step"),
-        ts=_us("t_start", origin),
-        dur=(pl.col("iteration_ms") * 1e3).round(3).clip(0),  # the registry's step time
+        ts=_us("shown", origin),
+        # the registry's step time, less what the step before it covers
+        dur=pl.min_horizontal(pl.col("iteration_ms") * 1e3, (pl.col("t_end") - pl.col("shown")) * 1e6).round(3).clip(0),
         args=pl.struct(
             "iter",
+            "iteration_ms",
+            "overlap_ms",
             "prefill_tokens",
             "prefill_reqs",
             "decode_tokens",
@@ -114,6 +134,7 @@ def export(con: duckdb.DuckDBPyConnection, run_id: str, out: Path, max_steps: in
         ts=_us("t_end", origin),
         args=pl.struct("iter", "residual_ms"),
     )
+    # the counters follow the kept steps: the file's size is bound by --max-steps, not by the run
     counters = [
         steps.filter(pl.col(c).is_not_null()).select(
             ph=pl.lit("C"), pid=pl.lit(1), name=pl.lit(c), ts=_us("t_end", origin), args=pl.struct(pl.col(c))
@@ -151,6 +172,8 @@ def export(con: duckdb.DuckDBPyConnection, run_id: str, out: Path, max_steps: in
         "step_sampling": sampling,
         "time_unit": "us since origin",
         "steps": int(step_ev.height),
+        "steps_overlapping_the_one_before": int(steps.get_column("overlap_ms").is_not_null().sum()),
+        "steps_without_times": untimed,
         "requests": int(reqs.height),
         "stalls": int(stall_ev.height),
         "source": "tracelat export --perfetto",

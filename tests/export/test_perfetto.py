@@ -28,6 +28,10 @@ def _valid(doc: dict) -> list[dict]:
             assert e["cat"] and e["id"] is not None
         if e["ph"] == "C":
             assert all(isinstance(v, (int, float)) for v in e["args"].values())
+    # complete slices of one thread never overlap (Perfetto drops one that starts inside another)
+    slices = sorted((e["pid"], e["tid"], e["ts"], e["dur"]) for e in ev if e["ph"] == "X")
+    for (p1, t1, ts1, d1), (p2, t2, ts2, _) in zip(slices, slices[1:]):
+        assert (p1, t1) != (p2, t2) or ts2 >= ts1 + d1 - 0.002, (ts1, d1, ts2)
     # async slices nest: every begin has its end, per (id, name), and ends never precede begins
     opened = Counter((e["id"], e["name"]) for e in ev if e["ph"] == "b")
     closed = Counter((e["id"], e["name"]) for e in ev if e["ph"] == "e")
@@ -53,9 +57,16 @@ def test_joint_vllm_run_exports_its_steps_and_requests(tmp_path):
     ev = _valid(doc)
     con = store.connect(db, read_only=True)
     steps = con.execute("select iter, iteration_ms from iteration_metrics where run_id = 'cpu'").fetchall()
-    xs = {e["args"]["iter"]: e["dur"] for e in ev if e["ph"] == "X"}
+    xs = {e["args"]["iter"]: e for e in ev if e["ph"] == "X"}
     assert len(xs) == len(steps) == doc["metadata"]["steps"]
-    assert all(xs[i] == pytest.approx(ms * 1000, abs=1.0) for i, ms in steps)  # us; unix doubles hold 0.24 us
+    for i, ms in steps:  # us; unix doubles hold 0.24 us
+        cut = xs[i]["args"]["overlap_ms"] or 0.0
+        assert xs[i]["args"]["iteration_ms"] == ms
+        assert xs[i]["dur"] == pytest.approx(max(ms - cut, 0) * 1000, abs=1.0), xs[i]
+    # this log's steps overlap: vLLM stamps after the step and times another interval
+    cut = [e for e in xs.values() if e["args"]["overlap_ms"]]
+    assert len(cut) == doc["metadata"]["steps_overlapping_the_one_before"] > 0
+    assert "drawn from the end of the step before them" in res.output
     lat = dict(con.execute("select req_id, queue_ms from request_latency where run_id = 'cpu'").fetchall())
     req_of = {e["id"]: e["args"]["req_id"] for e in ev if e["ph"] == "b" and e["name"].startswith("request ")}
     queue = {}
@@ -143,3 +154,22 @@ def test_run_on_two_clocks_is_refused(tmp_path):
     assert r.stderr.startswith("Error: run mix: its steps and requests are on different clocks")
     assert "--clock-offset" in r.stderr and "Traceback" not in r.stderr
     assert not out.exists()
+
+
+def test_steps_without_times_are_counted_not_dropped_unsaid(tmp_path):
+    """Canonical steps may carry only dur_ms: no place on a timeline. The export wrote fewer steps
+    than the run has and said nothing."""
+    from pipeline.export.perfetto import export
+
+    lines = [json.loads(x) for x in (FIX / "canonical" / "tiny.jsonl").read_text().splitlines()]
+    extra = [{"kind": "iteration", "iter": 500 + k, "dur_ms": 12.5, "decode_tokens": 2} for k in range(3)]
+    f = tmp_path / "t.jsonl"
+    f.write_text("\n".join(json.dumps(x) for x in [*lines, *extra]) + "\n")
+    con = store.connect(tmp_path / "t.duckdb")
+    ingest_paths(con, [f])
+    store.build_derived(con)
+    total = con.execute("select count(*) from iterations").fetchall()[0][0]
+    info = export(con, "tiny", tmp_path / "t.json")
+    ev = _valid(json.loads((tmp_path / "t.json").read_text()))
+    drawn = sum(e["ph"] == "X" for e in ev)
+    assert info["steps_without_times"] == 3 and drawn == info["steps"] == total - 3
