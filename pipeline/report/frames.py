@@ -96,18 +96,25 @@ def _rounded(df: pl.DataFrame, digits: int = 4) -> pl.DataFrame:
 def iteration_timeline(con: duckdb.DuckDBPyConnection, run_id: str, max_points: int = MAX_POINTS) -> Frame | None:
     """Iteration time over the run: columns ``t_s, lo_ms, mean_ms, hi_ms``."""
     p = {"r": run_id, "t0": origin_s(con, run_id)}
-    n, span = _rows(con, f"select count(iteration_ms), max({_ITER_X}) from iteration_metrics where run_id = $r", p)[0]
+    n, span, untimed = _rows(
+        con,
+        f"select count(iteration_ms) filter ({_ITER_X} is not null), max({_ITER_X}), "
+        f"count(iteration_ms) filter ({_ITER_X} is null) from iteration_metrics where run_id = $r",
+        p,
+    )[0]
     if not n:
         return None
+    left_out = _untimed_note(untimed)
     if n <= max_points or not span:
         df = _pl(
             con,
             f"""select {_ITER_X} as t_s, iteration_ms as lo_ms, iteration_ms as mean_ms,
                                  iteration_ms as hi_ms
-                          from iteration_metrics where run_id = $r and iteration_ms is not null order by iter""",
+                          from iteration_metrics where run_id = $r and iteration_ms is not null
+                          and {_ITER_X} is not null order by iter""",
             p,
         )
-        return Frame(_rounded(df), f"all {n:,} iterations", n)
+        return Frame(_rounded(df), f"all {n:,} iterations{left_out}", n)
     buckets = max(max_points // 3, 10)
     p["w"] = span / buckets
     df = _pl(
@@ -115,12 +122,19 @@ def iteration_timeline(con: duckdb.DuckDBPyConnection, run_id: str, max_points: 
         f"""select floor({_ITER_X} / $w) * $w as t_s, min(iteration_ms) as lo_ms,
                              avg(iteration_ms) as mean_ms, max(iteration_ms) as hi_ms
                       from iteration_metrics where run_id = $r and iteration_ms is not null
-                      group by 1 order by 1""",
+                      and {_ITER_X} is not null group by 1 order by 1""",
         p,
     )
     return Frame(
-        _rounded(df), f"{n:,} iterations in {df.height:,} time buckets of {p['w']:.3g} s: min-max band and mean line", n
+        _rounded(df),
+        f"{n:,} iterations in {df.height:,} time buckets of {p['w']:.3g} s: min-max band and mean line{left_out}",
+        n,
     )
+
+
+def _untimed_note(untimed: int) -> str:
+    """What a time axis leaves out: steps with a duration but no time stamp have no place on it."""
+    return f" ({untimed:,} without time stamps left out)" if untimed else ""
 
 
 def spikes(con: duckdb.DuckDBPyConnection, run_id: str, limit: int = 1000) -> Frame | None:
@@ -247,28 +261,30 @@ def cdf(con: duckdb.DuckDBPyConnection, run_id: str, metric: str, points: int = 
 def queue_series(con: duckdb.DuckDBPyConnection, run_id: str, max_points: int = MAX_POINTS) -> Frame | None:
     """Long frame ``t_s, series, value`` of running / waiting requests and KV usage (%)."""
     p: dict[str, Any] = {"r": run_id, "t0": origin_s(con, run_id)}
+    timed = f"{_ITER_X} is not null"
     have = _rows(
         con,
-        f"select count(running_reqs), count(waiting_reqs), count(kv_usage), count(*), max({_ITER_X}) "
-        f"from iteration_metrics where run_id = $r",
+        f"select count(running_reqs) filter ({timed}), count(waiting_reqs) filter ({timed}), "
+        f"count(kv_usage) filter ({timed}), count(*) filter ({timed}), max({_ITER_X}), "
+        f"count(*) filter (not ({timed})) from iteration_metrics where run_id = $r",
         p,
     )[0]
     if not any(have[:3]):
         return None
-    n, span = have[3], have[4] or 0
+    n, span, left_out = have[3], have[4] or 0, _untimed_note(have[5])
     bucketed = n > max_points and span > 0
     if bucketed:
         p["w"] = span / max(max_points // 4, 10)
-        method = f"mean per {p['w']:.3g} s bucket of {n:,} iterations"
+        method = f"mean per {p['w']:.3g} s bucket of {n:,} iterations{left_out}"
     else:
-        method = f"all {n:,} iterations"
+        method = f"all {n:,} iterations{left_out}"
     key = f"floor({_ITER_X} / $w) * $w" if bucketed else _ITER_X
     agg = "avg" if bucketed else ""
     wide = _pl(
         con,
         f"""select {key} as t_s, {agg}(running_reqs) as "running requests",
                                {agg}(waiting_reqs) as "waiting requests", {agg}(kv_usage * 100) as "KV usage %"
-                        from iteration_metrics where run_id = $r {"group by 1" if bucketed else ""}
+                        from iteration_metrics where run_id = $r and {timed} {"group by 1" if bucketed else ""}
                         order by 1""",
         p,
     )

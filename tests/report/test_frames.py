@@ -123,3 +123,30 @@ def test_time_axes_start_at_the_runs_first_event_as_explain_and_perfetto_do(tmp_
     assert frames.origin_s(con, "tiny") == 0.5
     t = frames.iteration_timeline(con, "tiny").df
     assert t["t_s"].min() == 0.0 and (t["t_s"] >= 0).all()
+
+
+def test_steps_without_time_stamps_are_left_off_time_axes_and_said_so(tmp_path):
+    """Steps with only dur_ms: the timeline and queue charts got rows at t = null (drawn nowhere)
+    while their subtitles said "all N iterations"."""
+    import json
+    from pathlib import Path
+
+    from pipeline import store
+    from pipeline.ingest import ingest_paths
+
+    tiny = Path(__file__).resolve().parents[2] / "fixtures" / "canonical" / "tiny.jsonl"
+    lines = tiny.read_text().splitlines()
+    extra = [{"kind": "iteration", "iter": 500 + k, "dur_ms": 9.0, "running_reqs": 2} for k in range(4)]
+    f = tmp_path / "d.jsonl"
+    f.write_text("\n".join([*lines, *map(json.dumps, extra)]) + "\n")
+    con = store.connect(tmp_path / "d.duckdb")
+    ingest_paths(con, [f])
+    store.build_derived(con)
+    timed = con.execute("select count(*) from iterations where t_start is not null or t_end is not null").fetchall()[0][
+        0
+    ]
+    t = frames.iteration_timeline(con, "tiny")
+    assert t.df.height == timed and t.df["t_s"].null_count() == 0
+    assert t.method == f"all {timed:,} iterations (4 without time stamps left out)"
+    q = frames.queue_series(con, "tiny")
+    assert q.df["t_s"].null_count() == 0 and "(4 without time stamps left out)" in q.method
