@@ -12,7 +12,7 @@ Reductions:
   (count per context x time cell) plus every iteration above the p99.9 as a point.
 * CDFs: the exact empirical CDF up to ``cdf_points`` values; above that
   ``quantile_cont`` at ``cdf_points`` probabilities, denser in the tail (p99-p100).
-* queue / KV series: per-bucket mean (and max of waiting requests) above ``max_points``.
+* queue / KV series: per-bucket mean above ``max_points`` (a burst shows averaged over its bucket).
 """
 
 from __future__ import annotations
