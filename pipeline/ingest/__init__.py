@@ -154,6 +154,28 @@ def _expand(paths: Iterable[Path]) -> list[tuple[Path, bool]]:
     return out
 
 
+# formats whose records may name their run (a run record): the others take the file's name
+CANONICAL = ("jsonl", "parquet")
+
+
+def _refuse_implicit_join(con, path: Path, name: str, this_command: set[Path]) -> None:
+    """Refuse a file whose run would take its name from the file (no --run-id) when an earlier
+    ingest of another file made that run: every AIPerf export is a profile_export.jsonl, and a
+    second one merged into the first's run, its numbers wrong, with nothing said.  Files of this
+    command are told apart beforehand (:func:`_distinct_run_names`)."""
+    held = con.execute(
+        "select distinct path from ingests where list_contains(run_ids, $r) order by 1", {"r": name}
+    ).fetchall()
+    others = [h for (h,) in held if Path(h).resolve() not in this_command]
+    if others:
+        raise InputError(
+            f"{path}: its run would be named {name!r} after the file, and run {name!r} already holds "
+            f"{others[0]}{f' (and {len(others) - 1} more)' if len(others) > 1 else ''} from an earlier "
+            f"ingest: pass --run-id {name} to add this file to that run (say, a server log and the "
+            "client's records of one run), or --run-id NAME for a run of its own"
+        )
+
+
 def _distinct_run_names(files: list[Path]) -> dict[Path, str]:
     """Run names for files whose file names collide (``a/profile_export.jsonl`` and
     ``b/profile_export.jsonl``): qualify them with their folder, ``a/profile_export``,
@@ -222,6 +244,8 @@ def ingest_paths(
                 results.append(IngestResult(str(path), "?", status="skipped", note="no known format"))
                 continue
             name = run_id or run_names.get(path)
+            if run_id is None and ing.name not in CANONICAL:
+                _refuse_implicit_join(con, path, name or default_run_id(path), {f.resolve() for f, _ in files})
             if progress_for is None:
                 results.append(ingest_file(con, path, ing.name, ing.convert, name, replace, tz=tz))
                 continue

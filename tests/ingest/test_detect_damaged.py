@@ -123,3 +123,25 @@ def test_gzip_cut_before_the_first_engine_line_says_damaged_not_unknown(tmp_path
     assert "unknown format" not in msg
     assert str(f) in msg and "truncated" in msg and "gzip -t" in msg and "Re-copy" in msg
     assert re.search(r"\b\d+ bytes\b", msg), msg  # how much could be read
+
+
+def test_a_file_named_like_a_run_of_an_earlier_ingest_is_refused_not_merged(con, tmp_path):
+    """Every AIPerf export is profile_export.jsonl: a second one, ingested in a later command without
+    --run-id, went into the first's run (20 requests over 416 s, 9.6 tok/s instead of 50.8), and no
+    check noticed."""
+    src = (FIX / "aiperf" / "profile_export.jsonl").read_text()
+    a, b = tmp_path / "c1" / "profile_export.jsonl", tmp_path / "c2" / "profile_export.jsonl"
+    for f in (a, b):
+        f.parent.mkdir()
+        f.write_text(src)
+    (first,) = load(con, a)
+    before = con.execute("select count(*) from requests").fetchall()[0][0]
+    with pytest.raises(InputError, match=r"run 'profile_export' already holds .*c1/profile_export.jsonl.*--run-id"):
+        load(con, b)
+    assert con.execute("select count(*) from requests").fetchall()[0][0] == before
+    # named, it joins (the user says it is one run) or stands apart
+    (joined,) = load(con, b, run_id="c2")
+    assert joined.run_ids == ["c2"] and joined.accepted == first.accepted
+    # the same file again is no other file: unchanged, as before
+    (again,) = load(con, a)
+    assert again.status == "unchanged"
