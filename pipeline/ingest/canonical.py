@@ -262,8 +262,19 @@ def stage_parquet(con: duckdb.DuckDBPyConnection, path: Path, default_run: str) 
 
 
 def sniff_parquet(path: Path, head: str) -> bool:
+    """A Parquet file with a ``kind`` column (any Parquet file, a table of kernel timings say, is
+    no trace); one whose schema cannot be read is taken, so that its damage is reported."""
     with open(path, "rb") as f:
-        return f.read(4) == PARQUET_MAGIC
+        if f.read(4) != PARQUET_MAGIC:
+            return False
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        names = pq.read_schema(path).names
+    except (pa.ArrowInvalid, OSError, UnicodeDecodeError):
+        return True
+    return "kind" in names
 
 
 def convert_parquet(

@@ -127,3 +127,21 @@ def test_a_parquet_run_id_column_names_a_run_only_when_valid(tmp_path, monkeypat
     assert paths == ["duckdb"] and fast == batch
     assert fast["ingests"][0][4] == [stored]
     assert len(fast["rejects"]) == (stored == "night")
+
+
+def test_a_parquet_table_without_a_kind_column_is_no_trace(tmp_path):
+    """Any Parquet file was read as canonical records: a folder of kernel-timing tables put 189,715
+    rejects ("missing field kind") into the store. Now it is skipped as of no known format."""
+    from pipeline.errors import InputError
+
+    d = tmp_path / "tables"
+    d.mkdir()
+    duckdb.sql(f"copy (select range as m, range * 2.5 as latency_ms from range(50)) to '{d / 'gemm.parquet'}'")
+    with pytest.raises(InputError, match="unknown format"):
+        ingest.detect(d / "gemm.parquet")
+    _parquet(d / "trace.parquet", "('iteration', 0, 1.0, 1.01)", "kind, iter, t_start, t_end")
+    assert ingest.detect(d / "trace.parquet").name == "parquet"
+    con = store.connect(tmp_path / "s.duckdb")
+    res = {r.path.rsplit("/", 1)[-1]: r for r in ingest.ingest_paths(con, [d])}
+    assert res["gemm.parquet"].status == "skipped" and res["trace.parquet"].accepted == 1
+    assert con.execute("select count(*) from rejects").fetchall()[0][0] == 0
