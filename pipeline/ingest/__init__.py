@@ -195,8 +195,10 @@ def _distinct_run_names(files: list[Path]) -> dict[Path, str]:
         folders = sorted({f.resolve().parent.parts for f in fs})
         if len(folders) < 2:
             continue
-        for depth in range(1, max(len(p) for p in folders) + 1):
-            names = ["/".join((*p[-depth:], name)).lstrip("/") for p in folders]
+        # a name that is its folder's already (an LLMServingSim bench folder) starts from the folder above
+        folders_above = [p[:-1] if p and p[-1] == name else p for p in folders]
+        for depth in range(1, max(len(p) for p in folders_above) + 1):
+            names = ["/".join((*p[-depth:], name)).lstrip("/") for p in folders_above]
             if len(set(names)) == len(names):
                 break
         of_folder = dict(zip(folders, names))

@@ -516,9 +516,27 @@ def _load_kind(q: _Scope, kind: str, ids: dict) -> None:
 Converter = Callable[..., Iterator[Batch]]
 
 
+# the files of an LLMServingSim bench folder (vLLM's requests, engine gauges, run facts): one run
+BENCH_FOLDER_FILES = ("meta.json", "requests.jsonl", "timeseries.csv")
+
+
 def default_run_id(path: Path) -> str:
-    """The run of records that name none and have no --run-id: the file name up to its first dot."""
+    """The run of records that name none and have no --run-id: the file name up to its first dot,
+    or for the files of an LLMServingSim bench folder the folder's name (they are one run; named
+    after the files, a folder made runs "meta", "requests" and "timeseries")."""
+    if path.name in BENCH_FOLDER_FILES and _bench_folder(path.parent) and path.parent.name:
+        return path.parent.name
     return path.name.split(".")[0] or path.name
+
+
+def _bench_folder(folder: Path) -> bool:
+    """Whether ``folder`` holds an LLMServingSim bench ``meta.json`` (its keys, read from its head)."""
+    try:
+        with open(folder / "meta.json", "rb") as fh:
+            head = fh.read(4096).decode("utf-8", errors="replace")
+    except OSError:
+        return False
+    return all(k in head for k in ('"schema_version"', '"vllm_version"', '"engine_kwargs"'))
 
 
 def ingest_file(

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import ingest
+from pipeline import ingest, store
 from pipeline.errors import InputError
 from pipeline.ingest.engines import llmservingsim
 
@@ -233,3 +233,22 @@ def test_cli_warns_when_files_of_one_run_disagree(tmp_path):
     assert res.returncode == 0
     assert "warning:" in res.stderr and "model is 'example-org/other-model' in this file" in res.stderr
     assert "warning" not in res.stdout
+
+
+def test_a_bench_folder_is_one_run_named_after_it(con, tmp_path):
+    """Without --run-id the folder's files made three runs, "meta", "requests" and "timeseries": the
+    engine gauges sat apart from the run they describe. Folders of several experiments are told
+    apart by the folders above them."""
+    for gpu in ("A100", "H100"):
+        d = tmp_path / "bench" / gpu / "vllm"
+        d.mkdir(parents=True)
+        for f in ("meta.json", "timeseries.csv"):
+            shutil.copy(FIX / f, d / f)
+    res = load(con, tmp_path / "bench" / "A100" / "vllm")
+    assert {r for x in res for r in x.run_ids} == {"vllm"}, [x.line() for x in res]
+    assert con.execute("select count(*) from runs").fetchall()[0][0] == 1
+    both = store.connect(tmp_path / "both.duckdb")
+    res = load(both, tmp_path / "bench")
+    assert sorted({r for x in res for r in x.run_ids}) == ["A100/vllm", "H100/vllm"], [x.line() for x in res]
+    per_run = both.execute("select run_id, count(*) from metric_samples group by 1 order by 1").fetchall()
+    assert [r for r, _ in per_run] == ["A100/vllm", "H100/vllm"] and per_run[0][1] == per_run[1][1] > 0
