@@ -21,23 +21,25 @@ def check(run_id: str, db: str, lake: Path | None, as_json: bool) -> None:
 
     Each rule is a query in queries/checks/ that returns the rows breaking it: TTFT =
     queueing + prefill, token times in order and starting at the first token, steps that
-    end after they start, tail-attribution parts that add up to each latency (after
-    `tracelat fit`), ingest line counts that add up. The first rows of each violation
-    are shown.
+    end after they start, tail-attribution parts that add up to each latency (the run
+    is fitted first when it has no stored fit, as summary does), ingest line counts that
+    add up. The first rows of each violation are shown.
     """
     from .. import store
     from ..check import run_checks
 
-    con = open_source(db, lake, [run_id], store.always)
-    store.require_run(con, run_id)
-    if lake is not None:  # a lake keeps no fit between commands: fit here, so attribution is checked too
-        from ..errors import TracelatError
-        from ..fit import get_or_fit
+    from ..errors import TracelatError
+    from ..fit import fit_ready, get_or_fit
 
-        try:
-            get_or_fit(con, run_id)
-        except TracelatError:
-            pass  # a run that cannot be fitted: its attribution check says it was skipped
+    # fit when no fit is stored (as summary and explain do), so that the attribution is checked
+    # whichever command ran before; a lake keeps no fit between commands
+    con = open_source(db, lake, [run_id], fit_ready(run_id))
+    store.require_run(con, run_id)
+
+    try:
+        get_or_fit(con, run_id)
+    except TracelatError:
+        pass  # a run that cannot be fitted: its attribution check says it was skipped
     results = run_checks(con, run_id)
     bad = [r for r in results if r.violations]
     if as_json:

@@ -75,3 +75,21 @@ def test_attribution_parts_that_do_not_add_up_are_named(tmp_path):
     (ex,) = res["attribution_sums"].examples
     assert ex["req_id"] == req and ex["problem"] == "attribution parts do not add up to ttft_ms"
     assert all(r.violations == 0 for n, r in res.items() if n != "attribution_sums")
+
+
+def test_check_on_a_fresh_store_checks_the_attribution_too(tmp_path):
+    """Right after ingest the attribution check said "skipped (run fit first)", and after a summary
+    "ok": check's result depended on the command run before it."""
+    from pathlib import Path
+
+    from pipeline.cli import run_captured
+
+    fix = Path(__file__).resolve().parents[2] / "fixtures"
+    db = tmp_path / "f.duckdb"
+    code, out = run_captured(
+        "ingest", fix / "vllm" / "server_epoch.log", fix / "vllm" / "requests.jsonl", "--run-id", "v", "--db", db
+    )
+    assert code == 0, out
+    code, out = run_captured("check", "v", "--db", db)
+    assert code == 0 and "skipped" not in out, out
+    assert any(line.split() == ["attribution_sums", "ok"] for line in out.splitlines()), out
