@@ -106,6 +106,7 @@ def ingest(
             # caller in the same process (tests, the fuzzer) could not open the store again
             con.close()
             raise
+    _name_workloads(results)
     from ..ingest.align import describe
 
     touched = sorted({r for res in results for r in res.run_ids})
@@ -146,7 +147,7 @@ def _fail_if_nothing_loaded(results, where: str) -> None:
 
     def why(r) -> str:
         if r.status == "skipped":
-            return f"skipped: {r.note}; name its format with --format NAME"
+            return f"skipped: {r.note}; {r.hint or 'name its format with --format NAME'}"
         if r.rejected:
             return f"all {r.rejected} records rejected; see them with: tracelat rejects {r.path} {where}"
         return "no records in it" if not r.lines_read else f"no {r.format} records in it"
@@ -166,3 +167,18 @@ def _formats_help() -> str:
 
 
 ingest.help = inspect.cleandoc(ingest.help or "") + "\n\n\b\nFormats (--format NAME):\n" + _formats_help()
+
+
+def _name_workloads(results) -> None:
+    """A skipped file that is a workload trace (Mooncake, Azure: arrivals and sizes, no latencies)
+    is no format to name: say what it is for instead."""
+    if not any(r.status == "skipped" for r in results):
+        return  # the simulator's module (NumPy) stays out of every other ingest's start
+    import shlex
+
+    from ..sim.workload import looks_like_workload
+
+    for r in results:
+        if r.status == "skipped" and looks_like_workload(Path(r.path)):
+            r.note = "a workload trace: arrivals and sizes, no latencies to analyse"
+            r.hint = f"replay a run on it with `tracelat replay RUN --workload {shlex.quote(r.path)}`"

@@ -93,13 +93,14 @@ class IngestResult:
     notes: list[str] = field(default_factory=list)  # what the loader did that the user should know
     stored_as: str = ""  # unchanged: the path its content was ingested from (maybe another name)
     held_runs: list[str] = field(default_factory=list)  # unchanged: the runs that ingest of it holds
+    hint: str = ""  # skipped: what to do with the file instead (default: name its format)
 
     def line(self) -> str:
         path = str(self.path)
         if UNSAFE_IN_ID.search(path):  # a newline in a file's name would forge a line of output
             path = shown_id(path)
         if self.status == "skipped":
-            return f"{path}: skipped ({self.note}); name it with --format NAME to ingest it"
+            return f"{path}: skipped ({self.note}); {self.hint or 'name it with --format NAME to ingest it'}"
         if self.status == "unchanged":
             return f"{path}: unchanged (same content already ingested{self.note}); use --replace to re-load"
         runs = ", ".join(self.run_ids[:5]) + (" ..." if len(self.run_ids) > 5 else "")

@@ -347,6 +347,29 @@ def _lengths(df, names: tuple[str, ...], path: Path, first_line: int, what: str)
     return x.astype(np.int64)
 
 
+def looks_like_workload(path) -> bool:
+    """Whether the file's head names an arrival column and a prompt-length column, as a workload
+    trace's does (read by :func:`workload_from_file`; the first CSV header or JSON Lines object)."""
+    import json
+
+    from ..ingest.reader import head_text
+
+    try:
+        head = head_text(Path(path), 1 << 14)
+    except Exception:  # a damaged or unreadable file is no workload to point at
+        return False
+    first = next((x for x in head.splitlines() if x.strip()), "").strip()
+    if first.startswith("{"):
+        try:
+            cols = set(json.loads(first))
+        except ValueError:
+            return False
+    else:
+        cols = {c.strip().strip('"') for c in first.split(",")}
+    arrival = (*ARRIVAL_SECONDS, *ARRIVAL_MS, *ARRIVAL_DATETIME)
+    return bool(cols & set(arrival)) and bool(cols & set(PROMPT_COLUMNS))
+
+
 def workload_from_file(path) -> Workload:
     """Read recorded arrivals and sizes from a CSV or JSON Lines file (``.gz`` too).
 

@@ -138,3 +138,24 @@ def test_rejected_duplicates_print_no_empty_text_line(tmp_path):
     lines = run("rejects", "--db", db).stdout.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"{f}:{at + 2}: duplicate iter "), lines
     assert f"(first at line {at + 1})" in lines[0], lines
+
+
+def test_a_workload_trace_is_skipped_with_what_it_is_for(tmp_path):
+    """A Mooncake or Azure trace holds arrivals and sizes only: skipped, it was told to name a format
+    with --format, and forcing one only made thousands of rejects."""
+    import shutil
+    from pathlib import Path
+
+    from pipeline.cli import run_captured
+
+    fix = Path(__file__).resolve().parents[2] / "fixtures"
+    d = tmp_path / "my traces"
+    d.mkdir()
+    shutil.copy(fix / "mooncake" / "conversation_trace_head.jsonl", d / "trace.jsonl")
+    shutil.copy(fix / "canonical" / "tiny.jsonl", d / "tiny.jsonl")
+    (d / "notes.csv").write_text("a,b\n1,2\n")
+    code, out = run_captured("ingest", d, "--db", tmp_path / "w.duckdb")
+    assert code == 2, out
+    assert f"replay a run on it with `tracelat replay RUN --workload '{d / 'trace.jsonl'}'`" in out, out
+    assert "notes.csv: skipped (no known format); name it with --format NAME" in out
+    assert "tiny.jsonl [jsonl]" in out
