@@ -39,8 +39,11 @@ def test_realdata_percentiles_equal_numpy(con, realdata, metric):
     (res,) = load(con, path)
     assert (res.format, res.accepted, res.rejected) == ("vllm-requests", 300, 0)
     want = independent(path)[metric]
+    # an LLMServingSim bench folder (meta.json beside): the run is named after the folder
+    assert res.run_ids == [path.parent.name]
     got = con.execute(
-        "select count, mean, p50, p90, p99, max from metric_stats where run_id = 'requests' and metric = ?", [metric]
+        "select count, mean, p50, p90, p99, max from metric_stats where run_id = ? and metric = ?",
+        [path.parent.name, metric],
     ).fetchall()[0]
     assert got[0] == len(want)
     np.testing.assert_allclose(
