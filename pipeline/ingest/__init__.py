@@ -158,6 +158,14 @@ def _expand(paths: Iterable[Path]) -> list[tuple[Path, bool]]:
 CANONICAL = ("jsonl", "parquet")
 
 
+def _detected(path: Path, fmt: str | None) -> tuple[Ingestor | None, InputError | None]:
+    """The file's ingestor (``fmt``'s, or detected), or why there is none."""
+    try:
+        return (get(fmt) if fmt else detect(path)), None
+    except InputError as exc:
+        return None, exc
+
+
 def _refuse_implicit_join(con, path: Path, name: str, this_command: set[Path]) -> None:
     """Refuse a file whose run would take its name from the file (no --run-id) when an earlier
     ingest of another file made that run: every AIPerf export is a profile_export.jsonl, and a
@@ -234,14 +242,15 @@ def ingest_paths(
     results: list[IngestResult] = []
     files = expand(Path(p) for p in paths)
     overrides = align.parse_offsets(tuple(clock_offsets), [str(f) for f, _ in files]) if clock_offsets else {}
-    run_names = _distinct_run_names([f for f, _ in files]) if run_id is None else {}
+    found = {path: _detected(path, fmt) for path, _ in files}
+    # names from the files that will be read: a skipped meta.yaml must not make meta.json's run longer
+    run_names = _distinct_run_names([f for f, _ in files if found[f][0] is not None]) if run_id is None else {}
     try:
         for path, in_dir in files:
-            try:
-                ing = get(fmt) if fmt else detect(path)
-            except InputError:
+            ing, problem = found[path]
+            if ing is None:
                 if not in_dir or fmt:
-                    raise
+                    raise problem
                 # a README or config file next to the logs: say so, do not stop the directory
                 results.append(IngestResult(str(path), "?", status="skipped", note="no known format"))
                 continue

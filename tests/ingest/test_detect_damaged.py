@@ -145,3 +145,16 @@ def test_a_file_named_like_a_run_of_an_earlier_ingest_is_refused_not_merged(con,
     # the same file again is no other file: unchanged, as before
     (again,) = load(con, a)
     assert again.status == "unchanged"
+
+
+def test_a_skipped_file_does_not_lengthen_the_run_names_of_the_others(con, tmp_path):
+    """Names were made unique over every file of the folder, the skipped ones too: a README named
+    requests.md beside another folder's requests.jsonl made its run "a/requests"."""
+    d = tmp_path / "logs"
+    (d / "a").mkdir(parents=True)
+    (d / "b").mkdir()
+    (d / "a" / "requests.jsonl").write_text((FIX / "vllm" / "requests.jsonl").read_text())
+    (d / "b" / "requests.md").write_text("# how the requests were made\n\nby hand\n")
+    res = load(con, d)
+    assert [r.run_ids for r in res if r.status != "skipped"] == [["requests"]], [r.line() for r in res]
+    assert [r.status for r in res if r.path.endswith(".md")] == ["skipped"]
