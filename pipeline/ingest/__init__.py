@@ -243,6 +243,7 @@ def ingest_paths(
     files = expand(Path(p) for p in paths)
     overrides = align.parse_offsets(tuple(clock_offsets), [str(f) for f, _ in files]) if clock_offsets else {}
     found = {path: _detected(path, fmt) for path, _ in files}
+    this_command = {f.resolve() for f, _ in files}
     # names from the files that will be read: a skipped meta.yaml must not make meta.json's run longer
     run_names = _distinct_run_names([f for f, _ in files if found[f][0] is not None]) if run_id is None else {}
     try:
@@ -256,7 +257,7 @@ def ingest_paths(
                 continue
             name = run_id or run_names.get(path)
             if run_id is None and ing.name not in CANONICAL:
-                _refuse_implicit_join(con, path, name or default_run_id(path), {f.resolve() for f, _ in files})
+                _refuse_implicit_join(con, path, name or default_run_id(path), this_command)
             if progress_for is None:
                 results.append(ingest_file(con, path, ing.name, ing.convert, name, replace, tz=tz))
                 continue
