@@ -54,6 +54,8 @@ def test_outputs_and_structure(synth_run, tmp_path):
     a, (lo, hi) = fit["ms_per_1k_context_tokens"], fit["ci"]["a_ms_per_ctx"]
     assert f'<th class="l">ms_per_1k_context_tokens</th><td class="l">{a:.4g}</td>' in own
     assert f'<th class="l">r2_without_stalls</th><td class="l">{fit["r2_without_stalls"]:.4g}</td>' in own
+    # summary.json's mape is a percentage; its row says so
+    assert f'<th class="l">mape (%)</th><td class="l">{fit["mape"]:.4g}</td>' in own
     assert (
         f'<th class="l">95% CI of ms_per_1k_context_tokens</th><td class="l">{lo * 1000:.4g} .. {hi * 1000:.4g}' in own
     )
