@@ -65,6 +65,14 @@ def _seed_path(out: Path, seed: int, n_seeds: int) -> Path:
     "divided by X; t0, a (memory reads) and d unchanged.",
 )
 @click.option(
+    "--iteration-model",
+    type=click.Choice(["auto", "memory-bound", "extended"]),
+    default="auto",
+    show_default=True,
+    help="Step-time model to replay with. auto: the extended model (per-request and prefill-attention "
+    "terms) when it predicts held-out steps better, else the memory-bound one. See docs/replay.md.",
+)
+@click.option(
     "--noise",
     type=click.Choice(["fitted", "none"]),
     default="fitted",
@@ -133,6 +141,7 @@ def replay(
     kv_dtype: str | None,
     recorded_kv_dtype: str | None,
     compute_speedup: float | None,
+    iteration_model: str,
     **policy_options,
 ) -> None:
     """Replay RUN's arrivals and sizes through the simulator with RUN's fitted iteration model.
@@ -208,7 +217,14 @@ def replay(
     try:
         try:
             cal = calibrate(
-                con, run_id, overrides, noise=noise, ok_only=ok_only, whatif=whatif, recorded_kv_dtype=recorded_kv_dtype
+                con,
+                run_id,
+                overrides,
+                noise=noise,
+                ok_only=ok_only,
+                whatif=whatif,
+                recorded_kv_dtype=recorded_kv_dtype,
+                iteration_model=iteration_model,
             )
         except InputError as exc:
             block = overrides.get("kv_block_size")
@@ -225,6 +241,7 @@ def replay(
                     ok_only=ok_only,
                     whatif=whatif,
                     recorded_kv_dtype=recorded_kv_dtype,
+                    iteration_model=iteration_model,
                 )
             except InputError:
                 raise exc from None

@@ -43,7 +43,8 @@ Decisions (docs/replay.md explains them to users):
     Skipped when the run's step times were reconstructed from coarse stamps.
 - **Which iteration model**: the extended model (``pipeline.fit.extended``: per-request
   and prefill-attention costs, chosen by held-out error) when it predicts held-out steps
-  better than the memory-bound model, else the memory-bound one; ``details["iteration_model"]``
+  better than the memory-bound model, else the memory-bound one (``iteration_model``, the
+  ``--iteration-model`` option, can name either); ``details["iteration_model"]``
   and a note say which, with both held-out MAPEs. The extended model's ``mean_scale`` is
   computed the same way, against its own predictions.
 - **Hardware what-ifs** (``whatif``: ``kv_dtype``, ``compute_speedup``): applied last, to
@@ -131,6 +132,9 @@ def budget_notes(notes: list[str], policy: Policy, workload: Workload) -> list[s
             "chunked prefill needs max_num_batched_tokens >= max_model_len, so it never meets such a prompt)"
         )
     return out
+
+
+ITERATION_MODELS = ("auto", "memory-bound", "extended")
 
 
 @dataclass(frozen=True)
@@ -430,16 +434,21 @@ def calibrate(
     ok_only: bool = False,
     whatif: dict[str, Any] | None = None,
     recorded_kv_dtype: str | None = None,
+    iteration_model: str = "auto",
 ) -> Calibration:
     """Calibrate a replay of ``run_id`` (the store's derived tables must be current).
 
     ``whatif``: hardware what-ifs to apply (``kv_dtype``, ``compute_speedup``; None: not
     given), see :mod:`.whatif`; ``recorded_kv_dtype`` names the run's KV dtype for them.
+    ``iteration_model``: ``auto`` (the extended model when it predicts held-out steps
+    better), ``memory-bound`` or ``extended``.
     """
     from ..fit import get_or_fit
 
     if noise not in NOISE_MODES:
         raise InputError(f"--noise must be one of {', '.join(NOISE_MODES)}, got {noise!r}")
+    if iteration_model not in ITERATION_MODELS:
+        raise InputError(f"--iteration-model must be one of {', '.join(ITERATION_MODELS)}, got {iteration_model!r}")
     store.require_run(con, run_id)
     from ..ingest.align import cross_clock_problem
 
@@ -497,7 +506,12 @@ def calibrate(
     base = fit.iteration_model()
     ext = fit.extended
     which = "memory-bound"
-    if ext and ext.get("better"):
+    if iteration_model == "extended" and not ext:
+        raise InputError(
+            f"run {run_id!r} has no extended fit (too few steps, or no per-request counts): "
+            "replay it with --iteration-model auto or memory-bound"
+        )
+    if ext and (iteration_model == "extended" or (iteration_model == "auto" and ext.get("better"))):
         # the extended model predicts held-out steps better: simulate with it, scaled to its own mean
         base, scale, which = fit.extended_model(), float(ext.get("mean_scale") or 1.0), "extended"
     t0 = max(base.t0_ms * scale + gap, 0.0)
@@ -512,7 +526,7 @@ def calibrate(
     if ext:
         mb, xt = ext["cv"]["memory_bound"], ext["cv"]["extended"]
         cnotes.append(
-            f"iteration model: {which} (held-out MAPE {xt['mape_pct']:.3g}% extended, {mb['mape_pct']:.3g}% "
+            f"iteration model: {which}{'' if iteration_model == 'auto' else ' (--iteration-model)'} (held-out MAPE {xt['mape_pct']:.3g}% extended, {mb['mape_pct']:.3g}% "
             f"memory-bound"
             + (
                 f"; extended terms {', '.join(t for t in ext['terms'] if t not in fit.terms)}"
@@ -545,6 +559,7 @@ def calibrate(
         },
         "mean_scale": scale,
         "iteration_model": which,
+        "iteration_model_option": iteration_model,
         "extended": (
             {"terms": ext["terms"], "coef": ext["coef"], "cv": ext["cv"], "better": ext["better"]} if ext else None
         ),

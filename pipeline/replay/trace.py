@@ -44,7 +44,9 @@ def policy_tag(cal: Calibration) -> str:
 def replay_run_id(cal: Calibration, seed: int) -> str:
     """The run id of one replay of ``cal.run_id``."""
     noise = "-nonoise" if cal.details.get("noise_mode") == "none" else ""
-    return f"{cal.run_id}{SEP}{policy_tag(cal)}{noise}-seed{seed}"
+    chosen = cal.details.get("iteration_model_option") or "auto"
+    model = "" if chosen == "auto" else f"-{chosen}"  # a model named on the command line is a different replay
+    return f"{cal.run_id}{SEP}{policy_tag(cal)}{model}{noise}-seed{seed}"
 
 
 def replay_meta(cal: Calibration, seed: int, result: SimResult) -> dict[str, Any]:

@@ -15,7 +15,8 @@ the terms of its kind and leaves the others (docs/replay.md, "Hardware what-ifs"
   note says so (:func:`kv_read_cost`; also a warning when a's interval includes 0).
 - **Compute speedup** (``--compute-speedup``, ``--sweep compute_speedup=...``): with
   ``s`` the speedup, ``b' = b/s``, ``c' = c/s``, ``e' = e/s`` (the FLOP-bound terms);
-  ``t0``, ``a`` (memory reads) and ``d`` stay. Beside the KV dtype it makes "bytes matter
+  ``t0``, ``a`` (memory reads) and ``d`` stay. An extended model that swapped ``c`` for
+  ``d`` leaves the decode cost unscaled, and says so (:func:`d_replaced_c`). Beside the KV dtype it makes "bytes matter
   more than FLOPs in decode" a measurable comparison on the run's own traffic.
 
 The recorded KV dtype is ``runs.kv_dtype`` (``auto`` means the model's dtype), else
@@ -235,13 +236,35 @@ def with_compute_speedup(cal: Calibration, speedup: float) -> Calibration:
         return cal
     model = replace(cal.model, **{t: getattr(cal.model, t) / speedup for t in COMPUTE_TERMS})
     summary = f"compute x{speedup:g}: b, c, e x{_num(1 / speedup)}"
-    info = {"compute_speedup": speedup, "scaled_terms": list(COMPUTE_TERMS), "summary": summary}
     notes = [
         *cal.notes,
         f"--compute-speedup {speedup:g}: the FLOP-bound terms (b prefill, c decode, e prefill attention) "
         f"x{_num(1 / speedup)}; t0 (weights read, launches), a (KV read) and d (per request) unchanged",
     ]
+    if d_replaced_c(cal.details):
+        # Without speculative decoding a decode request makes one token a step, so a decode
+        # matmul cost per token and per-request work look alike; the extended model priced
+        # both as d, which this what-if leaves, and the memory-bound model both as c, which it scales.
+        summary = f"compute x{speedup:g}: b, e x{_num(1 / speedup)}; d (in place of c) unchanged"
+        notes.append(
+            "the extended model replaced c (per decode token) by d (per request in the step) on this run: "
+            "the steps cannot split a decode matmul cost from per-request work, and d stays, so the decode "
+            "gain is understated when d holds matmul cost; --iteration-model memory-bound prices decode per "
+            "token (c, scaled), which overstates it when d is host work"
+        )
+    info = {"compute_speedup": speedup, "scaled_terms": list(COMPUTE_TERMS), "summary": summary}
     return replace(cal, model=model, notes=notes, whatif={**cal.whatif, "compute_speedup": info})
+
+
+def d_replaced_c(details: dict[str, Any]) -> bool:
+    """Whether the replay's iteration model is an extended one that swapped c for d."""
+    terms = (details.get("extended") or {}).get("terms") or []
+    return (
+        details.get("iteration_model") == "extended"
+        and "d_ms_per_req" in terms
+        and "c_ms_per_decode" not in terms
+        and "c_ms_per_decode" in (details.get("fit") or {}).get("terms", [])
+    )
 
 
 def tag(whatif: dict[str, Any]) -> list[str]:

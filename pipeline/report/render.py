@@ -174,9 +174,7 @@ def _fit_numbers(fit: dict[str, Any]) -> str:
     """The fit's numbers, its CIs, the iteration-time claims and the fit's notes (strings escaped)."""
     ci = fit.get("ci") if isinstance(fit.get("ci"), dict) else {}
     # four significant digits: two decimals showed 0.1947 ms per 1k tokens as 0.19, R² 0.9955 as 1.00
-    rows = [
-        (_FIT_LABELS.get(k, k), _sig(v)) for k, v in fit.items() if isinstance(v, (int, float, str)) or v is None
-    ]
+    rows = [(_FIT_LABELS.get(k, k), _sig(v)) for k, v in fit.items() if isinstance(v, (int, float, str)) or v is None]
     for k, v in ci.items():  # on the scale of the rows above (per 1k tokens), not the fit's per token
         if isinstance(v, list):
             name, scale = _PER_1K.get(k, (k, 1.0))

@@ -234,3 +234,63 @@ def test_a_capacity_sweep_takes_a_block_size_above_the_recorded_capacity(kv_boun
     assert isinstance(res.exception, InputError) and f"kv_capacity_tokens ({CAPACITY}), got {2 * CAPACITY}" in str(
         res.exception
     )
+
+
+@pytest.fixture(scope="module")
+def c_and_d(tmp_path_factory):
+    """A run whose steps pay a decode matmul cost per token (c) and per-request work (d), and the
+    same workload and seed with compute twice as fast (b, c, e halved): the what-if's ground truth."""
+    from pipeline import ingest
+    from pipeline.sim import IterationModel, NoiseModel, run_simulation
+
+    tmp = tmp_path_factory.mktemp("cd")
+    spec = WorkloadSpec(requests=800, rate_rps=14.0)
+    policy = Policy(max_num_seqs=64, max_num_batched_tokens=2048, kv_capacity_tokens=300_000)
+    noise = NoiseModel(sigma=0.03, stall_rate=0.001, stall_ms_mean=40.0)
+    db = tmp / "store.duckdb"
+    con = store.connect(db)
+    for run, f in (("cd", 1.0), ("cd2x", 0.5)):
+        model = IterationModel(
+            t0_ms=5.0,
+            a_ms_per_ctx=0.0002,
+            b_ms_per_prefill=0.04 * f,
+            c_ms_per_decode=0.05 * f,
+            d_ms_per_req=0.005,
+            e_ms_per_prefill_attn=2e-5 * f,
+        )
+        trace = tmp / f"{run}.jsonl"
+        run_simulation(trace, truth=False, run_id=run, spec=spec, policy=policy, model=model, noise=noise, seed=11)
+        ingest.ingest_paths(con, [trace])
+    store.build_derived(con)
+    truth = con.execute(
+        "select quantile_cont(tpot_ms, 0.5) from request_latency where run_id = 'cd2x' and tpot_ms is not null"
+    ).fetchone()[0]
+    yield db, con, truth
+    con.close()
+
+
+def test_compute_speedup_says_when_d_took_the_decode_cost(c_and_d):
+    """The extended model swaps c for d here (one decode token per request and step: the data cannot
+    split them), so --compute-speedup leaves the decode matmul cost unscaled; the replay says so,
+    and --iteration-model memory-bound, whose c holds it, lands near the ground truth."""
+    db, con, truth = c_and_d
+    auto = calibrate(con, "cd", noise="none", whatif={"compute_speedup": 2.0})
+    assert auto.details["iteration_model"] == "extended"
+    assert {"d_ms_per_req"} <= set(auto.details["extended"]["terms"])
+    assert "c_ms_per_decode" not in auto.details["extended"]["terms"]
+    assert auto.whatif["compute_speedup"]["summary"] == "compute x2: b, e x0.5; d (in place of c) unchanged"
+    assert any("--iteration-model memory-bound" in n for n in auto.notes)
+    mb = calibrate(con, "cd", noise="none", whatif={"compute_speedup": 2.0}, iteration_model="memory-bound")
+    assert mb.details["iteration_model"] == "memory-bound" and mb.model.d_ms_per_req == 0
+    assert not any("--iteration-model memory-bound" in n for n in mb.notes)
+    tpot = {k: replay_once(c, 0)[1]["tpot_ms"]["p50"] for k, c in (("auto", auto), ("mb", mb))}
+    # the decode cost left in d keeps TPOT far above the truth; priced per token it is scaled
+    assert tpot["auto"] > 1.06 * truth, tpot
+    assert tpot["mb"] == pytest.approx(truth, rel=0.05), tpot
+    assert replay_run_id(mb, 0).endswith("compute2x-memory-bound-nonoise-seed0")
+    # the option reaches the CLI, and a forced extended model on a run without one is refused
+    res = CliRunner().invoke(
+        cli, ["replay", "cd", "--db", str(db), "--noise", "none", "--iteration-model", "memory-bound", "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["calibration"]["iteration_model"] == "memory-bound"
