@@ -331,11 +331,22 @@ def load_workload(
     """Replayable requests of a run: workload, recorded-ok mask, time origin, counts, notes."""
     df = con.sql(
         """
-        select req_id, t_arrival, prompt_tokens, output_tokens, coalesce(status, 'ok') as status,
-               coalesce(status, 'ok') = 'ok' as recorded_ok,
-               coalesce(cached_tokens, 0) as cached_tokens,
-               greatest(coalesce(try_cast(extra->>'t_queued' as double) - t_arrival, 0), 0) as frontend_delay_s
-        from requests where run_id = $run_id
+        with r as (
+            select req_id, t_arrival, prompt_tokens, output_tokens, coalesce(status, 'ok') as status,
+                   coalesce(status, 'ok') = 'ok' as recorded_ok,
+                   coalesce(cached_tokens, 0) as cached_tokens,
+                   greatest(coalesce(try_cast(extra->>'t_queued' as double) - t_arrival, 0), 0) as frontend_delay_s
+            from requests where run_id = $run_id
+        ),
+        -- a request that failed or was aborted generated the tokens it received, which may be fewer
+        -- than its output_tokens (a client or simulator may record the length it asked for)
+        reached as (
+            select req_id, len(t_s) as n_times from token_lists
+            where run_id = $run_id and req_id in (select req_id from r where not recorded_ok)
+        )
+        select r.* replace (least(r.output_tokens, coalesce(reached.n_times, r.output_tokens)) as output_tokens),
+               r.output_tokens as output_tokens_recorded
+        from r left join reached using (req_id)
         order by t_arrival, req_id
         """,
         params={"run_id": run_id},
@@ -365,6 +376,13 @@ def load_workload(
         },
     }
     notes = [f"{n} of {df.height} requests not replayed: {r}" for r, n in dropped.iter_rows()]
+    cut = keep.filter(pl.col("output_tokens") < pl.col("output_tokens_recorded"))
+    if cut.height:
+        notes.append(
+            f"{cut.height} failed or aborted requests received fewer tokens than their output_tokens "
+            f"({int(cut['output_tokens'].sum())} of {int(cut['output_tokens_recorded'].sum())}): "
+            "replayed with the tokens they received"
+        )
     if counts["replayed_not_ok"]:
         notes.append(
             f"{counts['replayed_not_ok']} replayed requests failed or were aborted in the recording: "
