@@ -5,10 +5,11 @@ from __future__ import annotations
 import sys
 
 import click
+from click.core import ParameterSource
 
 from ..errors import writing
 from ..settings import build, options
-from ..sim.config import Policy, WorkloadSpec
+from ..sim.config import SYNTHETIC_FIELDS, Policy, WorkloadSpec
 from ..sim.model import IterationModel, NoiseModel
 from ..terminal import echo
 from .options import seed_option
@@ -57,6 +58,19 @@ def simulate(**o) -> None:
     """
     from pipeline.sim import run_simulation
 
+    if o["lengths_file"]:
+        ctx = click.get_current_context()
+        given = [
+            p.opts[0]
+            for p in ctx.command.params
+            if p.name in SYNTHETIC_FIELDS
+            and ctx.get_parameter_source(p.name) not in (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+        ]
+        if given:
+            raise click.UsageError(
+                f"{', '.join(given)} shape a synthetic workload; --lengths-file takes arrivals and lengths from "
+                "the file. Leave them out (to change the arrival rate, scale the file's arrival times)"
+            )
     try:
         spec, policy = build(WorkloadSpec, o), build(Policy, o)
         model, noise = build(IterationModel, o), build(NoiseModel, o)

@@ -95,6 +95,10 @@ class Policy:
 DEFAULT_REQUESTS = 1000
 
 
+# what a synthetic workload draws from; a --lengths-file workload reads these from the file
+SYNTHETIC_FIELDS = ("rate_rps", "burstiness", "prompt_mean", "prompt_sigma", "output_mean", "output_sigma")
+
+
 @dataclass(frozen=True, kw_only=True)
 class WorkloadSpec:
     """How to make the workload of a simulated run.
@@ -136,5 +140,9 @@ class WorkloadSpec:
     )
 
     def to_dict(self) -> dict:
-        """Plain-dict form, for truth files."""
-        return asdict(self)
+        """Plain-dict form, for truth files (a lengths file's run leaves out the synthetic settings it did not use)."""
+        d = asdict(self)
+        if self.lengths_file:
+            for name in SYNTHETIC_FIELDS:
+                d.pop(name)
+        return d

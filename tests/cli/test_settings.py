@@ -163,11 +163,25 @@ def test_simulate_options_round_trip(monkeypatch, tmp_path):
         k: _perturbed(c, tmp_path)
         for k, c in (("spec", WorkloadSpec), ("policy", Policy), ("model", IterationModel), ("noise", NoiseModel))
     }
-    args = [a for o in objs.values() for a in settings.as_args(o)]
-    seen = _capture_simulate(monkeypatch, args)
-    for k, o in objs.items():
-        assert seen[k] == o, k
-        assert seen[k] != type(o)(), k  # the round trip carried every changed value
+    # a lengths file and the synthetic settings it would ignore are refused together: two round trips
+    from dataclasses import replace
+
+    from pipeline.sim.config import SYNTHETIC_FIELDS
+
+    spec = objs["spec"]
+    from_file = replace(WorkloadSpec(), **{f: getattr(spec, f) for f in ("lengths_file", "requests")})
+    synthetic = {"--rate", "--burstiness", "--prompt-mean", "--prompt-sigma", "--output-mean", "--output-sigma"}
+    for objs in ({**objs, "spec": replace(spec, lengths_file=None)}, {**objs, "spec": from_file}):
+        args = [a for o in objs.values() for a in settings.as_args(o)]
+        if objs["spec"].lengths_file:  # the defaults of the synthetic settings, left out as a user would
+            at = [i for i, a in enumerate(args) if a in synthetic]
+            assert len(at) == len(synthetic)
+            args = [a for i, a in enumerate(args) if i not in at and i - 1 not in at]
+        seen = _capture_simulate(monkeypatch, args)
+        for k, o in objs.items():
+            assert seen[k] == o, k
+            assert seen[k] != type(o)(), k  # the round trip carried every changed value
+    assert all(getattr(spec, f) != getattr(WorkloadSpec(), f) for f in SYNTHETIC_FIELDS)
 
 
 def _capture_replay(monkeypatch, args):

@@ -158,6 +158,26 @@ def test_simulate_command_usage_errors(tmp_path):
         assert res.exit_code == 2 and f"Invalid value for '{flag}'" in res.output
 
 
+def test_lengths_file_refuses_the_synthetic_options_it_would_ignore(tmp_path):
+    from pipeline.commands.simulate import simulate as cmd
+
+    lengths = tmp_path / "w.csv"
+    lengths.write_text("t_arrival,prompt_tokens,output_tokens\n0,100,10\n0.5,200,20\n2.0,50,5\n")
+    out = tmp_path / "lf.jsonl"
+    res = CliRunner().invoke(
+        cmd, ["--out", str(out), "--lengths-file", str(lengths), "--rate", "1", "--prompt-mean", "9"]
+    )
+    assert res.exit_code == 2 and "--rate, --prompt-mean shape a synthetic workload" in res.output
+    assert not out.exists()
+    res = CliRunner().invoke(cmd, ["--out", str(out), "--lengths-file", str(lengths), "--seed", "3"])
+    assert res.exit_code == 0, res.output
+    spec = json.loads(out.with_name("lf.truth.json").read_text())["workload"]["spec"]
+    # the truth file names only what made the workload: the file, not a rate it never used
+    assert spec["lengths_file"] == str(lengths) and "rate_rps" not in spec and "prompt_mean" not in spec
+    arrivals = [json.loads(x)["t_arrival"] for x in out.read_text().splitlines() if '"kind":"request"' in x]
+    assert sorted(arrivals) == pytest.approx([0.0, 0.5, 2.0])
+
+
 def test_simulate_command_kv_blocks(tmp_path):
     from pipeline.commands.simulate import simulate as cmd
 
