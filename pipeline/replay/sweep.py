@@ -171,8 +171,20 @@ class Sweep:
             return hw_whatif.recorded_value(self.calibration, self.param)
         return self.calibration.baseline_policy.get(self.param)
 
+    def fixed_changes(self) -> list[str]:
+        """What every row changes beside the swept setting: other policy fields, what-ifs, a workload file."""
+        cal = self.calibration
+        out = [f"{k}={v}" for k, v in cal.policy_changes().items() if k != self.param]
+        out += [w["summary"] for k, w in cal.whatif.items() if k != self.param and isinstance(w, dict)]
+        if cal.workload_source:
+            out.append(f"workload {cal.workload_source}")
+        return out
+
     def is_recorded(self, value: Any) -> bool:
-        """Whether ``value`` is what the recording had (a KV dtype of the recorded size counts)."""
+        """Whether the row with ``value`` replays the recording as it was: ``value`` is what the
+        recording had (a KV dtype of the recorded size counts) and nothing else was changed."""
+        if self.fixed_changes():
+            return False
         if self.param in hw_whatif.WHATIF_FIELDS:
             return hw_whatif.is_recorded(self.calibration, self.param, value)
         return value == self.recorded_value
@@ -185,6 +197,7 @@ class Sweep:
             "param": self.param,
             "seeds": self.seeds,
             "recorded_value": self.recorded_value,
+            "fixed_changes": self.fixed_changes(),
             "policy": cal.policy.to_dict(),
             "slo_file": self.slo_path,
             "what_if": cal.whatif,
@@ -208,7 +221,11 @@ class Sweep:
 
     def format(self) -> str:
         cal = self.calibration
-        head = f"sweep of {self.param} on {cal.run_id} ({len(self.seeds)} seed(s), noise {cal.details['noise_mode']}"
+        head = f"sweep of {self.param} on {cal.run_id} ("
+        fixed = self.fixed_changes()
+        if fixed:  # every row runs these too, so no row is the recording
+            head += f"every row with {'; '.join(fixed)}; "
+        head += f"{len(self.seeds)} seed(s), noise {cal.details['noise_mode']}"
         head += f", SLOs from {self.slo_path})" if self.slo_path else ")"
         cols = [f"{m.removesuffix('_ms')} {s}" for m, s in TABLE_STATS] + ["tok/s"]
         lines = [

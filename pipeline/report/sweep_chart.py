@@ -89,6 +89,9 @@ def sweep_chart(sweep: Sweep):
             layer = layer + rule
         panels.append(layer.properties(width=320, height=240, title=title))
     sub = f"{len(sweep.seeds)} seed(s) per value; ticks: single seeds; dashed: SLO limit"
+    fixed = sweep.fixed_changes()
+    if fixed:  # Vega renders the title as text, not HTML
+        sub = [f"every value with {'; '.join(fixed)}", sub]
     return alt.hconcat(*panels).properties(
         title=alt.TitleParams(f"What-if replay of {sweep.calibration.run_id}: {sweep.param}", subtitle=sub)
     )

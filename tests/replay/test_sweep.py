@@ -226,3 +226,22 @@ def test_parse_sweep():
     ):
         with pytest.raises(InputError):
             parse_sweep(bad)
+
+
+def test_no_row_is_the_recording_when_another_setting_changed(incident):
+    """--max-num-seqs 16 --sweep max_num_batched_tokens=...: the recorded chunk size's row runs with
+    16 sequences, so it is not the recording; the header and the JSON name what every row changed."""
+    db, cal, _, _ = incident
+    con = store.open_for_reading(db)
+    fixed = calibrate(con, "incident", {"max_num_seqs": 16}, noise="none")
+    con.close()
+    sweep = run_sweep(fixed, "max_num_batched_tokens", [1024, 2048], [0])
+    assert sweep.recorded_value == 2048 and not sweep.is_recorded(2048)
+    assert sweep.fixed_changes() == ["max_num_seqs=16"]
+    text = sweep.format()
+    assert "(recorded)" not in text and "every row with max_num_seqs=16;" in text.splitlines()[0]
+    assert [r["recorded"] for r in sweep.to_dict()["rows"]] == [False, False]
+    assert sweep.to_dict()["fixed_changes"] == ["max_num_seqs=16"]
+    # the sweep of the recording as it was still marks its recorded value
+    plain = run_sweep(cal, "max_num_batched_tokens", [2048], [0])
+    assert plain.fixed_changes() == [] and plain.is_recorded(2048)

@@ -17,6 +17,9 @@ def _sweep(param: str, values: list) -> Sweep:
         run_id="r",
         details={"kv_dtype": {"recorded": "bf16", "source": "runs.kv_dtype"}},
         baseline_policy={"prefix_caching": False, "max_num_batched_tokens": 512},
+        policy_changes=dict,  # nothing changed beside the swept setting
+        whatif={},
+        workload_source=None,
     )
     rows = [SweepRow(v, [{"ttft_ms": {"p99": 100.0 + i}, "tpot_ms": {"p99": 10.0 + i}}]) for i, v in enumerate(values)]
     return Sweep(cal, param, [0], rows)
