@@ -8,6 +8,8 @@ placed in the SQL text; values from files are always data.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 
 # A field's JSON type, as a small integer code: the checks compare every field's type
@@ -362,7 +364,21 @@ def kind_reasons_sql(kind: str, shown: dict[str, str] | None = None, labels: dic
         for v in (f"v_{f.name}" for f in FIELDS[kind] if f.kind == "floatlist")
         if _list_decreasing(v) in cross
     }
-    return reasons_sql(fields + [[c] for c in CROSS_CHECKS[kind]], gates)
+    gated = {c for g in gates for c in g}
+    floats = [f"v_{f.name}" for f in FIELDS[kind] if f.kind == "float"]
+    checks = []
+    for c, m in CROSS_CHECKS[kind]:
+        used = [v for v in floats if re.search(rf"\b{v}\b", c)]
+        if used and c not in gated:
+            # a NaN or infinite time is its field's reject already; compared with the others it
+            # only adds false reasons ("lasts longer than 1e7 s"). The guard is needed in the
+            # reasons alone: the record is rejected either way, so the cheap test keeps the bare check
+            finite = " and ".join(f"isfinite(coalesce({v}, 0))" for v in used)
+            guarded = f"{finite} and ({c})"
+            gates[frozenset({guarded})] = c
+            c = guarded
+        checks.append([(c, m)])
+    return reasons_sql(fields + checks, gates)
 
 
 # Checks that involve several fields, per kind: ``(condition, reason)`` on typed values.

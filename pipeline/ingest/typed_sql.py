@@ -75,8 +75,8 @@ def _quoted(name: str) -> str:
 def _column(f, col: str, jtype: str) -> str:
     """The value of field ``f`` from column ``col`` of JSON type ``jtype``, as stage_sql's ``x_``."""
     if f.kind in ("int", "count", "float", "fraction"):
-        if jtype == "DOUBLE":
-            return f"case when isfinite({col}::double) then {col}::double end"
+        if jtype == "DOUBLE":  # NaN and infinity stay: stage_sql's checks reject them, naming the value
+            return f"{col}::double"
         return f"{col}::double" if jtype == "BIGINT" else "NULL::double"
     if f.kind == "strlist":
         return f"{col}::varchar[]" if jtype == "ARRAY" else "NULL::varchar[]"

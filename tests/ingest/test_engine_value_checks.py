@@ -335,3 +335,50 @@ def test_harness_canonical_reject_names_the_source_field(con, tmp_path, fixture,
     assert (res.accepted, res.rejected) == (ref.accepted - 1, ref.rejected + 1)
     reasons = dict(con.execute("select line_no, reason from rejects where path = ?", [str(path)]).fetchall())
     assert reasons[2] == reason
+
+
+# --- NaN and infinity --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "array, value, reason",
+    [
+        ("latencies", float("inf"), "latencies (t_finish): NaN or infinite value Infinity"),
+        ("latencies", float("nan"), "latencies (t_finish): NaN or infinite value NaN"),
+        ("start_times", float("-inf"), None),  # no arrival time: its own reason (below)
+    ],
+)
+def test_vllm_bench_non_finite_value_is_a_reject_not_an_absent_one(con, tmp_path, array, value, reason):
+    """An Infinity in `latencies` was stored as an ok request without t_finish (one TPOT and E2E
+    fewer, nothing said); it is a reject naming the array and the value, and nothing else."""
+    doc = json.loads((FIX / "vllm" / "bench.json").read_text())
+    n = len(doc["ttfts"])
+    doc[array][5] = value
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(doc))  # Python writes NaN and Infinity, as vLLM's json.dump does
+    (res,) = load(con, path, run_id="b")
+    assert (res.accepted, res.rejected) == (n - 1, 1)
+    got = rejects(con)
+    assert list(got) == [6]
+    if reason:
+        assert got[6] == reason
+    else:
+        assert "start_times" in got[6] and "unknown" in got[6]
+    assert con.execute("select count(*) from requests where status = 'ok' and t_finish is null").fetchone()[0] == 0
+
+
+def test_canonical_non_finite_time_gives_its_own_reason_only(con, tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text(
+        '{"kind":"request","req_id":"a","t_arrival":1,"t_first_token":1.5,"t_finish":NaN}\n'
+        '{"kind":"request","req_id":"b","t_arrival":1,"t_first_token":Infinity,"t_finish":2}\n'
+        '{"kind":"iteration","iter":0,"t_start":1,"t_end":Infinity}\n'
+        '{"kind":"request","req_id":"c","t_arrival":5,"t_finish":2}\n'
+    )
+    load(con, path, run_id="c")
+    assert rejects(con) == {
+        1: "t_finish: NaN or infinite value NaN",
+        2: "t_first_token: NaN or infinite value Infinity",
+        3: "t_end: NaN or infinite value Infinity",
+        4: "t_finish is before t_arrival",  # a finite record keeps its cross-field reasons
+    }
