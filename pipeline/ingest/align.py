@@ -689,6 +689,13 @@ def source_lines(run_id: str, meta: dict) -> list[tuple[bool, str]]:
                 f"; steps re-timed from its token times (moved {rt['median_move_ms']:g} ms "
                 f"median, {rt['max_move_ms']:g} ms at most)"
             )
+            if rt.get("count_mismatch_tokens"):  # lost or repeated step lines: say where the count was moved
+                text += (
+                    f"; the log's decode tokens differ from the client's by {rt['count_mismatch_tokens']} "
+                    f"(a step line lost or repeated?): each step's token moved by {rt['count_shift']:+d}"
+                )
+                if "count_shift_after" in rt:
+                    text += f" before step {rt['count_shift_from_step']}, by {rt['count_shift_after']:+d} from it"
         doubt = rt.get("given_offset_fits_stamps") is False
         if doubt:  # the steps were placed on the given offset all the same: the user chose it
             lo, hi = rt["stamps_allow_s"]

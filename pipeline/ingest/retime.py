@@ -78,6 +78,60 @@ def undo(con: duckdb.DuckDBPyConnection, run_id: str, ingest_id: int) -> None:
         )
 
 
+MAX_SHIFT = 8  # tokens: how far lost or repeated step lines may move the count, tried both ways
+MIN_SPLIT_GAIN = 0.1  # a shift that changes at one step must fit the gaps this much better than one shift
+
+
+def _gap_costs(count, y, x, dur, last, n_client, shifts) -> tuple[np.ndarray, np.ndarray]:
+    """|client token gap - step duration| (s) per shift (rows) and step (columns), on the steps where
+    every shift puts a client token at this step's end and the previous step's; and those steps."""
+    idx = np.arange(len(y))
+    base = (idx <= last) & (y > 0)
+    ok = base & np.all([(count + s >= 1) & (count + s <= n_client) for s in shifts], axis=0)
+    k = np.nonzero(ok[1:] & ok[:-1])[0] + 1
+    cost = np.empty((len(shifts), len(k)))
+    for row, s in enumerate(shifts):  # a handful of shifts, each vectorised over the steps
+        c = (count + s).astype(np.int64)
+        cost[row] = np.abs(x[c[k] - 1] - x[c[k - 1] - 1] - dur[k] / 1000.0)
+    return cost, k
+
+
+def _shift(count, y, x, dur, last, n_client, mismatch: int):
+    """The client's token count at each step end, corrected when the counts disagree.
+
+    The count runs back from the last step, so a step line lost at the end (a log copied while
+    written) moves every step's token by its tokens, and one lost in the middle moves the steps
+    before it. Each shift is scored by how well the client's token gaps match the steps' durations
+    (a long prefill step is a long gap); one shift for all steps, or one before and one after a
+    step, whichever fits clearly best. Returns (count, report)."""
+    if mismatch == 0:
+        return count, {}
+    reach = min(mismatch + 1, MAX_SHIFT)
+    shifts = np.arange(-reach, reach + 1)
+    cost, k = _gap_costs(count, y, x, dur, last, n_client, shifts)
+    if cost.shape[1] < 20:
+        return count, {"count_mismatch_tokens": mismatch}
+    total = cost.sum(axis=1)
+    one = int(np.argmin(total + 1e-12 * np.abs(shifts)))  # ties: the smallest shift
+    prefix = np.concatenate([np.zeros((len(shifts), 1)), np.cumsum(cost, axis=1)], axis=1)
+    best = (total[one], one, one, 0)
+    for a in range(len(shifts)):  # before the change point
+        for b in range(len(shifts)):  # from it on
+            if a != b:
+                split = prefix[a, 1:-1] + (total[b] - prefix[b, 1:-1])  # change after column m
+                m = int(np.argmin(split))
+                if split[m] < best[0]:
+                    best = (float(split[m]), a, b, m + 1)
+    cost_best, a, b, m = best
+    report = {"count_mismatch_tokens": mismatch, "count_shift": int(shifts[one])}
+    shift = np.full(len(y), shifts[one])
+    if a != b and cost_best < (1 - MIN_SPLIT_GAIN) * total[one]:
+        at = int(k[m])  # first step of the second piece
+        shift = np.where(np.arange(len(y)) < at, shifts[a], shifts[b])
+        report.update(count_shift=int(shifts[a]), count_shift_after=int(shifts[b]), count_shift_from_step=at)
+    return count + shift, report
+
+
 def retime(
     con: duckdb.DuckDBPyConnection,
     run_id: str,
@@ -119,6 +173,9 @@ def retime(
             "why": f"the server's decode tokens in the client's span ({served:.0f}) "
             f"and the client's ({n_client}) differ",
         }, None
+    count, shifted = _shift(count, y, x, dur, last, n_client, round(abs(served - n_client)))
+    if "count_shift_from_step" in shifted:  # a position among the source's steps: name its iteration
+        shifted["count_shift_from_step"] = int(a["iter"][shifted["count_shift_from_step"]])
     anchored = (np.arange(len(y)) <= last) & (y > 0) & (count >= 1) & (count <= n_client)
     if anchored.sum() < 10:
         return {"retimed": False, "why": "too few steps to re-time"}, None
@@ -151,6 +208,7 @@ def retime(
         "offset_interval_ms": round((hi_off - lo_off) * 1e3, 3),
         "median_move_ms": round(float(np.median(moved)) * 1e3, 3),
         "max_move_ms": round(float(np.max(moved)) * 1e3, 3),
+        **shifted,
     }
     if given is not None:
         how["stamps_allow_s"] = [lo_off, hi_off]
