@@ -90,16 +90,28 @@ select run_id, req_id, idx::integer as idx, t, (t - prev) * 1000 as itl_ms, inge
 )
 """
 
-# what queries read: the tables ingest writes, and the tokens view over token_lists
-BASE_TABLES = ("runs", "run_records", "iterations", "requests", "tokens", "token_lists", "ingests", "rejects")
+# what queries read: the tables ingest writes, the tokens view over token_lists, and the clock
+# alignments ingest's post-step writes (run_summary leaves a source on another clock out of spans)
+BASE_TABLES = (
+    "runs",
+    "run_records",
+    "iterations",
+    "requests",
+    "tokens",
+    "token_lists",
+    "ingests",
+    "rejects",
+    "clock_alignments",
+)
 # what ingest writes, each row with its ingest_id
-INGEST_TABLES = tuple(t for t in BASE_TABLES if t != "tokens")
+INGEST_TABLES = tuple(t for t in BASE_TABLES if t not in ("tokens", "clock_alignments"))
 RUN_TABLES = (
     "runs",
     "iterations",
     "requests",
     "tokens",
     "token_lists",
+    "clock_alignments",
 )  # tables (and the tokens view) with a run_id column
 
 

@@ -225,7 +225,6 @@ def _requests(con, run_id: str, ing: int) -> clocks.Requests:
 
 def align_clocks(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
     """POST_INGEST step (first of all): align the request sources of the touched runs."""
-    from .align_joint import align_joint
     from .load import DERIVED_CLOCKS, derive_run_meta
 
     for run_id in run_ids:
@@ -240,51 +239,22 @@ def align_clocks(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
             continue
         ref_clock = next((s[4] for s in refs if s[4]), None) or "unix"
         steps = _steps(con, run_id, [s[0] for s in refs])
-        report, inferred_all = [], set()
         # whole-second stamps and one client (or clients aligned together): the client's token
         # times can re-time the steps
         retime_cand = refs[0][0] if len(refs) == 1 and steps.reconstructed else None
-        retime_ref = retime_cand if len(others) == 1 else None
-        # several clients of one run on one clock: aligned together, or each misses the others' load
-        joint = align_joint(con, run_id, others, ref_clock, steps, retime_cand)
-        retimed = any((e.get("retime") or {}).get("retimed") for e in joint.values())
-        if retimed:
-            steps = _steps(con, run_id, [s[0] for s in refs])
-        for ing, path, _, n_req, clock, override in others:
-            clock = clock or "unix"
-            if ing in joint:
-                entry = joint[ing]
-            else:
-                entry = _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, retime_ref)
-            if (entry.get("retime") or {}).get("retimed"):
-                steps = _steps(con, run_id, [s[0] for s in refs])
-                retimed = True
-            if entry["status"] != "failed" and len(steps.t_end):
-                group = entry.get("joint_ingests") or [ing]
-                coarse = None
-                if steps.reconstructed and not retimed:
-                    coarse = (entry.get("retime") or {}).get("why") or "steps stamped to the second"
-                inf = _infer(con, run_id, ing, steps, entry, group, coarse)
-                entry["inferred"] = inf
-                inferred_all.update(inf.get("fields", []))
-            entry.pop("joint_ingests", None)
-            con.execute(
-                "insert into clock_alignments values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::json)",
-                [
-                    run_id,
-                    ing,
-                    path,
-                    clock,
-                    ref_clock,
-                    entry.get("offset_s", 0.0),
-                    entry.get("drift", 0.0),
-                    entry.get("pivot_s", 0.0),
-                    entry["applied"],
-                    sorted(entry.get("inferred", {}).get("fields", [])),
-                    _json(entry),
-                ],
-            )
-            report.append(entry)
+        report, inferred_all = _align_sources(con, run_id, refs, others, ref_clock, steps, retime_cand)
+        placed = [src[0] for src, e in zip(others, report) if e["status"] != "failed"]
+        if (
+            retime_cand is not None
+            and len(others) > 1
+            and len(placed) == 1
+            and not any((e.get("retime") or {}).get("retimed") for e in report)
+        ):
+            # the other clients failed to align (files of another run, say): the one that fits is the
+            # run's only client, aligned and allowed to re-time the steps as when it is given alone
+            _undo(con, run_id)
+            steps = _steps(con, run_id, [src[0] for src in refs])
+            report, inferred_all = _align_sources(con, run_id, refs, others, ref_clock, steps, retime_cand, placed[0])
         failed = [e for e in report if e["status"] == "failed"]
         status = "failed" if failed else "aligned" if any(e["applied"] for e in report) else "same clock"
         meta = {
@@ -303,6 +273,59 @@ def align_clocks(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
         if twins:
             meta["clock_alignment"]["same_requests"] = twins
         derive_run_meta(con, run_id, meta, step=DERIVED_CLOCKS, clock=ref_clock)
+
+
+def _align_sources(con, run_id, refs, others, ref_clock, steps, retime_cand, solo=None) -> tuple[list, set]:
+    """Align every request source of the run and infer what they lack; (reports, fields inferred).
+
+    ``solo``: the one source that aligned when the others failed; it is aligned alone (no joint
+    alignment) and may re-time the steps."""
+    from .align_joint import align_joint
+
+    report, inferred_all = [], set()
+    retime_ref = retime_cand if len(others) == 1 or solo is not None else None
+    # several clients of one run on one clock: aligned together, or each misses the others' load
+    joint = {} if solo is not None else align_joint(con, run_id, others, ref_clock, steps, retime_cand)
+    retimed = any((e.get("retime") or {}).get("retimed") for e in joint.values())
+    if retimed:
+        steps = _steps(con, run_id, [src[0] for src in refs])
+    for ing, path, _, n_req, clock, override in others:
+        clock = clock or "unix"
+        if ing in joint:
+            entry = joint[ing]
+        else:
+            own = retime_ref if solo is None or ing == solo else None
+            entry = _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, own)
+        if (entry.get("retime") or {}).get("retimed"):
+            steps = _steps(con, run_id, [s[0] for s in refs])
+            retimed = True
+        if entry["status"] != "failed" and len(steps.t_end):
+            group = entry.get("joint_ingests") or [ing]
+            coarse = None
+            if steps.reconstructed and not retimed:
+                coarse = (entry.get("retime") or {}).get("why") or "steps stamped to the second"
+            inf = _infer(con, run_id, ing, steps, entry, group, coarse)
+            entry["inferred"] = inf
+            inferred_all.update(inf.get("fields", []))
+        entry.pop("joint_ingests", None)
+        con.execute(
+            "insert into clock_alignments values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::json)",
+            [
+                run_id,
+                ing,
+                path,
+                clock,
+                ref_clock,
+                entry.get("offset_s", 0.0),
+                entry.get("drift", 0.0),
+                entry.get("pivot_s", 0.0),
+                entry["applied"],
+                sorted(entry.get("inferred", {}).get("fields", [])),
+                _json(entry),
+            ],
+        )
+        report.append(entry)
+    return report, inferred_all
 
 
 # A given offset under which fewer of the steps in the client's span have the decode count the

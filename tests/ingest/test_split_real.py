@@ -143,6 +143,35 @@ def test_sources_of_different_runs_are_not_merged_silently(tmp_path):
     assert dur < 60
 
 
+def test_a_client_file_of_another_run_leaves_the_right_pair_as_it_was(tmp_path):
+    """server.log + its bench.json + another run's bench.json under one --run-id: the stray file is
+    NOT aligned; the right pair is aligned and re-timed as when given alone (it lost the re-timing:
+    queue p50 5 ms for 23), and the duration and rates are the right client's (1.8e9 s, 0 tok/s)."""
+    rec = PAIRS["vllm"]
+    alone = _joint(tmp_path, rec)
+    con = store.connect(tmp_path / "three.duckdb")
+    ingest_paths(con, [rec / "server.log", rec / "bench.json", PAIRS["vllm_queue"] / "bench.json"], run_id="joint")
+    store.build_derived(con)
+    info = _alignment(con)
+    by_path = {Path(src["path"]).parent.name: src for src in info["sources"]}
+    assert info["status"] == "failed" and by_path["vllm_queue"]["status"] == "failed"
+    assert by_path["vllm"]["status"] == "aligned" and by_path["vllm"]["retime"]["retimed"]
+    get = (
+        "select req_id, queue_ms, prefill_ms from request_latency where run_id = 'joint' and req_id not like '%#%' "
+        "order by req_id"
+    )
+    np.testing.assert_allclose(
+        np.array(con.execute(get).fetchall(), dtype=float), np.array(alone.execute(get).fetchall(), dtype=float)
+    )
+    cols = "duration_s, output_tokens_per_s, requests_per_s"
+    got = con.execute(f"select {cols} from run_summary where run_id = 'joint'").fetchone()
+    want = alone.execute(f"select {cols} from run_summary where run_id = 'joint'").fetchone()
+    assert got == pytest.approx(want, rel=1e-9)
+    bench = _truth(rec)["bench"]
+    assert got[0] == pytest.approx(bench["duration"], rel=0.02)
+    assert con.execute("select requests from run_summary where run_id = 'joint'").fetchone()[0] == 64 + 96
+
+
 def test_ingest_line_warns_with_the_match_rate(tmp_path):
     from click.testing import CliRunner
 
