@@ -26,6 +26,7 @@ from ...errors import InputError
 from ..canonical_sql import MAX_ABS_TIME_S, MAX_COUNT
 from ..load import Batch, check_zone  # noqa: F401 - check_zone re-exported for the log converters
 from ..typed_sql import EXTRA_JSON, Typed
+from . import _wallclock as wallclock
 from ..load import default_run_id as stem  # noqa: F401 - re-exported: the loader's rule for a run name
 
 # Canonical columns in the order we write them (the loader does not care about order).
@@ -142,7 +143,8 @@ def batch(
 # "INFO 05-19 10:13:11" which has neither year nor sub-second digits.
 
 _EPOCH = r"^\s*\[?(\d{10}\.\d+|\d{10})\]?\s"
-_ISO = r"(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,9}))?"
+# an ISO stamp may end in its own zone (Docker's "Z", "+01:00"): then it is no wall time in --tz
+_ISO = r"(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,9}))?" + wallclock.ZONE_MARK
 _VLLM = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(\d{2}-\d{2}) (\d{2}:\d{2}:\d{2})(?:[.,](\d{1,9}))?"
 
 
@@ -155,11 +157,8 @@ def _frac(col: pl.Expr) -> pl.Expr:
     )
 
 
-def _epoch_s(date: pl.Expr, clock: pl.Expr, tz: str = "UTC") -> pl.Expr:
-    local = (date + pl.lit(" ") + clock).str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False)
-    # a wall time that a DST change skips or repeats: the earlier reading, never an error
-    aware = local.dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null")
-    return aware.dt.epoch("us").cast(pl.Float64) / 1e6
+def _naive(date: pl.Expr, clock: pl.Expr) -> pl.Expr:
+    return (date + pl.lit(" ") + clock).str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False)
 
 
 def local_zone() -> str:
@@ -187,47 +186,67 @@ YEAR_SLACK_S = 2 * 86400.0
 
 
 def with_log_times(df: pl.DataFrame, prefix: str, written_s: float, tz: str = "UTC") -> pl.DataFrame:
-    """``df`` with ``stamp_s`` and ``stamp_resolution_s`` from the text in column ``prefix``.
+    """``df`` with ``stamp_s``, ``stamp_resolution_s`` and ``stamp_zone`` from the text in column ``prefix``.
 
-    ``stamp_s`` is Unix seconds (stamps without a zone are wall time in ``tz``; vLLM's
-    year-less stamps get the latest year that puts them at or before ``written_s``, the
-    file's modification time, so a log over New Year or read in the next year keeps its
-    order); ``stamp_resolution_s`` is 1.0 for whole-second stamps and 1e-3 or finer
-    otherwise.  Each pattern is matched once, into a column, before the fields are taken
-    apart: as expressions, every field would run its pattern again (4 s instead of 0.3 s
-    on 300k lines).
+    ``stamp_s`` is Unix seconds: a stamp with its own zone (``Z``, ``+01:00``) is read as
+    written, one without is wall time in ``tz``; vLLM's year-less stamps get the latest year
+    that puts them at or before ``written_s``, the file's modification time, so a log over New
+    Year or read in the next year keeps its order.  ``stamp_resolution_s`` is 1.0 for
+    whole-second stamps and 1e-3 or finer otherwise.  ``stamp_zone`` says how the stamp was
+    put on the clock (:data:`_wallclock.LOCAL`, its own offset, or NULL for epoch seconds).
+    Each pattern is matched once, into a column, before the fields are taken apart: as
+    expressions, every field would run its pattern again (4 s instead of 0.3 s on 300k lines).
     """
     p = pl.col(prefix)
     df = df.with_columns(_ep=p.str.extract(_EPOCH, 1), _iso=p.str.extract_groups(_ISO), _vl=p.str.extract_groups(_VLLM))
     epoch, iso, vl = pl.col("_ep"), pl.col("_iso"), pl.col("_vl")
-    iso_t = _epoch_s(iso.struct.field("1"), iso.struct.field("2"), tz) + _frac(iso.struct.field("3"))
     year = stamp_year(written_s, tz)
     month_day, clock = vl.struct.field("1"), vl.struct.field("2")
 
     # the file's year; then, only if some stamp needs it (rare: a log read after New Year, or of
     # 29 February read in a later year), the latest year before it that holds the date
-    df = df.with_columns(_vl_t=_epoch_s(pl.lit(f"{year}-") + month_day, clock, tz))
-    t = pl.col("_vl_t")
+    df = df.with_columns(_vl_dt=_naive(pl.lit(f"{year}-") + month_day, clock))
+    t = wallclock.local_s(pl.col("_vl_dt"), tz)
     redo = (t > written_s + YEAR_SLACK_S) | (t.is_null() & (month_day == "02-29"))
     if df.select(redo.fill_null(False).any()).item():
         leap = next(y for y in range(year, year - 8, -1) if calendar.isleap(y))
         feb29_year = leap if leap < year else leap - 4
         back = pl.when(month_day == "02-29").then(pl.lit(feb29_year)).otherwise(pl.lit(year - 1)).cast(pl.String)
-        df = df.with_columns(_vl_t=pl.when(redo).then(_epoch_s(back + pl.lit("-") + month_day, clock, tz)).otherwise(t))
-    vl_t = t + _frac(vl.struct.field("3"))
+        df = df.with_columns(
+            _vl_dt=pl.when(redo).then(_naive(back + pl.lit("-") + month_day, clock)).otherwise(pl.col("_vl_dt"))
+        )
+
+    iso_dt, mark = _naive(iso.struct.field("1"), iso.struct.field("2")), iso.struct.field("4")
+    zoned = iso_dt.is_not_null() & mark.is_not_null()
+    # an instant as written: the stamp read as UTC, less its offset
+    own_t = pl.when(zoned).then(
+        iso_dt.dt.epoch("us").cast(pl.Float64) / 1e6 + _frac(iso.struct.field("3")) - wallclock.offset_s(mark)
+    )
+    # else wall time in tz: the ISO stamp, or vLLM's year-less one
+    wall_iso = iso_dt.is_not_null() & mark.is_null()
+    wall = pl.when(wall_iso).then(iso_dt).otherwise(pl.col("_vl_dt"))
+    wall_frac = pl.when(wall_iso).then(_frac(iso.struct.field("3"))).otherwise(_frac(vl.struct.field("3")))
+    wall_t = wallclock.local_s(wall, tz) + wall_frac
+    epoch_t = epoch.cast(pl.Float64, strict=False)
 
     def res(digits: pl.Expr) -> pl.Expr:
         return pl.when(digits.is_null()).then(1.0).otherwise(pl.lit(10.0).pow(-digits.str.len_chars().cast(pl.Float64)))
 
     return df.with_columns(
-        stamp_s=pl.coalesce(epoch.cast(pl.Float64, strict=False), iso_t, vl_t),
+        stamp_s=pl.coalesce(epoch_t, own_t, wall_t),
         stamp_resolution_s=pl.when(epoch.is_not_null())
         .then(res(epoch.str.extract(r"\.(\d+)$", 1)))
         .when(iso.struct.field("1").is_not_null())
         .then(res(iso.struct.field("3")))
         .when(vl.struct.field("1").is_not_null())
         .then(res(vl.struct.field("3"))),
-    ).drop("_ep", "_iso", "_vl", "_vl_t")
+        stamp_zone=pl.when(epoch_t.is_not_null())
+        .then(pl.lit(None, pl.String))
+        .when(own_t.is_not_null())
+        .then(wallclock.offset_text(mark))
+        .when(wall_t.is_not_null())
+        .then(pl.lit(wallclock.LOCAL)),
+    ).drop("_ep", "_iso", "_vl", "_vl_dt")
 
 
 # ANSI escape sequences (CSI: SGR colours and the like). vLLM's ColoredFormatter (stdout a

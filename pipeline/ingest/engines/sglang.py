@@ -36,6 +36,7 @@ from ... import store
 from .. import reader
 from ..load import Batch
 from . import _common as c
+from . import _wallclock as wallclock
 
 # "[N]" is the step counter; "[first graph replay]" marks the first decode after a CUDA-graph capture
 LINE = r"(Prefill|Decode) batch(?: \[([^\]]*)\])?[.,] (.*)$"
@@ -253,6 +254,8 @@ def convert_log(
         "dur_ms_estimate": "decode lines: #running-req / gen throughput (mean step time over the logging interval); "
         "prefill lines: no duration in SGLang logs",
         "ranks": good.get_column("ranks").drop_nulls().unique().sort().to_list() or None,
+        # the zone wall-clock stamps were read in, or the offsets the stamps carried themselves
+        **wallclock.zone_meta(good.get_column("stamp_zone"), zone, bool(tz)),
     }
     run = {"engine": "sglang", "clock": "unix", "meta": meta}
     rejects = pl.concat(bads)

@@ -39,6 +39,7 @@ import polars as pl
 from .. import reader
 from ..load import Batch
 from . import _common as c
+from . import _wallclock as wallclock
 
 MARK = r"Iteration\((\d+)\):"
 STEP = "Iteration("  # a line holding it is a step line: read or rejected, never skipped
@@ -128,6 +129,7 @@ def _records(lines: pl.DataFrame, written: float, tz: str = "UTC") -> pl.DataFra
             "engine_index",
             "stamp_s",
             "stamp_resolution_s",
+            "stamp_zone",
             *[x for x in lines.columns if x not in ("line_no", "raw", "text")],
         )
     )
@@ -380,9 +382,8 @@ def convert(
             "file modification time: each stamp takes the latest year that puts it before the file was "
             "last written (vLLM's default stamps have no year)"
         )
-    if good.height and good.get_column("stamp_resolution_s").max() >= 1.0 or bool(tz):
-        # wall-clock stamps without a zone: say which zone they were read in
-        meta["timestamps_time_zone"] = zone + ("" if tz else " (this machine's zone; pass --tz to change)")
+    # the zone wall-clock stamps were read in, or the offsets the stamps carried themselves
+    meta.update(wallclock.zone_meta(good.get_column("stamp_zone"), zone, bool(tz)))
     run = {
         "engine": "vllm",
         "engine_version": info.get("engine_version"),
