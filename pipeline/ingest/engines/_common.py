@@ -185,7 +185,9 @@ def local_zone() -> str:
 YEAR_SLACK_S = 2 * 86400.0
 
 
-def with_log_times(df: pl.DataFrame, prefix: str, written_s: float, tz: str = "UTC") -> pl.DataFrame:
+def with_log_times(
+    df: pl.DataFrame, prefix: str, written_s: float, tz: str = "UTC", after_s: float | None = None
+) -> pl.DataFrame:
     """``df`` with ``stamp_s``, ``stamp_resolution_s`` and ``stamp_zone`` from the text in column ``prefix``.
 
     ``stamp_s`` is Unix seconds: a stamp with its own zone (``Z``, ``+01:00``) is read as
@@ -194,8 +196,12 @@ def with_log_times(df: pl.DataFrame, prefix: str, written_s: float, tz: str = "U
     Year or read in the next year keeps its order.  ``stamp_resolution_s`` is 1.0 for
     whole-second stamps and 1e-3 or finer otherwise.  ``stamp_zone`` says how the stamp was
     put on the clock (:data:`_wallclock.LOCAL`, its own offset, or NULL for epoch seconds).
-    Each pattern is matched once, into a column, before the fields are taken apart: as
-    expressions, every field would run its pattern again (4 s instead of 0.3 s on 300k lines).
+    In the hour a DST fall-back repeats, a wall time is read as the later of its two
+    instants where the earlier one would put the line behind the lines before it (rows in
+    line order; ``after_s``: the latest stamp of the file's earlier batches, see
+    :func:`_wallclock.pick_fold`).  Each pattern is matched once, into a column, before the
+    fields are taken apart: as expressions, every field would run its pattern again (4 s
+    instead of 0.3 s on 300k lines).
     """
     p = pl.col(prefix)
     df = df.with_columns(_ep=p.str.extract(_EPOCH, 1), _iso=p.str.extract_groups(_ISO), _vl=p.str.extract_groups(_VLLM))
@@ -206,14 +212,17 @@ def with_log_times(df: pl.DataFrame, prefix: str, written_s: float, tz: str = "U
     # the file's year; then, only if some stamp needs it (rare: a log read after New Year, or of
     # 29 February read in a later year), the latest year before it that holds the date
     df = df.with_columns(_vl_dt=_naive(pl.lit(f"{year}-") + month_day, clock))
-    t = wallclock.local_s(pl.col("_vl_dt"), tz)
+    df = df.with_columns(_vl_t=wallclock.local_s(pl.col("_vl_dt"), tz))
+    t = pl.col("_vl_t")
     redo = (t > written_s + YEAR_SLACK_S) | (t.is_null() & (month_day == "02-29"))
     if df.select(redo.fill_null(False).any()).item():
         leap = next(y for y in range(year, year - 8, -1) if calendar.isleap(y))
         feb29_year = leap if leap < year else leap - 4
         back = pl.when(month_day == "02-29").then(pl.lit(feb29_year)).otherwise(pl.lit(year - 1)).cast(pl.String)
+        earlier = _naive(back + pl.lit("-") + month_day, clock)
         df = df.with_columns(
-            _vl_dt=pl.when(redo).then(_naive(back + pl.lit("-") + month_day, clock)).otherwise(pl.col("_vl_dt"))
+            _vl_dt=pl.when(redo).then(earlier).otherwise(pl.col("_vl_dt")),
+            _vl_t=pl.when(redo).then(wallclock.local_s(earlier, tz)).otherwise(t),
         )
 
     iso_dt, mark = _naive(iso.struct.field("1"), iso.struct.field("2")), iso.struct.field("4")
@@ -224,16 +233,24 @@ def with_log_times(df: pl.DataFrame, prefix: str, written_s: float, tz: str = "U
     )
     # else wall time in tz: the ISO stamp, or vLLM's year-less one
     wall_iso = iso_dt.is_not_null() & mark.is_null()
-    wall = pl.when(wall_iso).then(iso_dt).otherwise(pl.col("_vl_dt"))
     wall_frac = pl.when(wall_iso).then(_frac(iso.struct.field("3"))).otherwise(_frac(vl.struct.field("3")))
-    wall_t = wallclock.local_s(wall, tz) + wall_frac
+    wall_t = pl.when(wall_iso).then(wallclock.local_s(iso_dt, tz)).otherwise(t) + wall_frac
+    wall_late = (
+        pl.when(wall_iso)
+        .then(wallclock.local_s(iso_dt, tz, "latest"))
+        .otherwise(wallclock.local_s(pl.col("_vl_dt"), tz, "latest"))
+        + wall_frac
+    )
     epoch_t = epoch.cast(pl.Float64, strict=False)
 
     def res(digits: pl.Expr) -> pl.Expr:
         return pl.when(digits.is_null()).then(1.0).otherwise(pl.lit(10.0).pow(-digits.str.len_chars().cast(pl.Float64)))
 
-    return df.with_columns(
-        stamp_s=pl.coalesce(epoch_t, own_t, wall_t),
+    # each reading once, into a column: both the time and its kind (stamp_zone) need it
+    df = df.with_columns(_ep_t=epoch_t, _own_t=own_t, _wall_t=wall_t)
+    epoch_t, own_t, wall_t = pl.col("_ep_t"), pl.col("_own_t"), pl.col("_wall_t")
+    df = df.with_columns(
+        _early=pl.coalesce(epoch_t, own_t, wall_t),
         stamp_resolution_s=pl.when(epoch.is_not_null())
         .then(res(epoch.str.extract(r"\.(\d+)$", 1)))
         .when(iso.struct.field("1").is_not_null())
@@ -246,7 +263,12 @@ def with_log_times(df: pl.DataFrame, prefix: str, written_s: float, tz: str = "U
         .then(wallclock.offset_text(mark))
         .when(wall_t.is_not_null())
         .then(pl.lit(wallclock.LOCAL)),
-    ).drop("_ep", "_iso", "_vl", "_vl_dt")
+    )
+    # only a wall time has a second reading
+    late = pl.when(pl.col("stamp_zone") == wallclock.LOCAL).then(wall_late).otherwise(pl.col("_early"))
+    return wallclock.pick_fold(df, late, tz, after_s).drop(
+        "_ep", "_iso", "_vl", "_vl_dt", "_vl_t", "_ep_t", "_own_t", "_wall_t", "_early"
+    )
 
 
 # ANSI escape sequences (CSI: SGR colours and the like). vLLM's ColoredFormatter (stdout a

@@ -2,10 +2,14 @@
 
 A stamp that names its zone (Docker's ``2026-05-12T08:01:39.331095044Z``, Python's
 ``isoformat()`` ``+01:00``, ``%z``'s ``+0100``) is an exact instant: neither ``--tz`` nor this
-machine's zone applies to it.  A stamp without one is wall time in the log's zone.
+machine's zone applies to it.  A stamp without one is wall time in the log's zone, and the hour a
+DST fall-back repeats has two readings (:func:`pick_fold`).
 """
 
 from __future__ import annotations
+
+import datetime as dt
+import zoneinfo
 
 import polars as pl
 
@@ -34,11 +38,80 @@ def offset_text(mark: pl.Expr) -> pl.Expr:
     )
 
 
-def local_s(naive: pl.Expr, tz: str) -> pl.Expr:
-    """Unix seconds of naive wall time in zone ``tz``."""
-    # a wall time that a DST change skips or repeats: the earlier reading, never an error
-    aware = naive.dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null")
+def local_s(naive: pl.Expr, tz: str, ambiguous: str = "earliest") -> pl.Expr:
+    """Unix seconds of naive wall time in zone ``tz``: ``ambiguous`` picks the reading of an
+    hour a fall-back repeats (``earliest``/``latest``); a time a DST change skips is NULL, never an error."""
+    aware = naive.dt.replace_time_zone(tz, ambiguous=ambiguous, non_existent="null")
     return aware.dt.epoch("us").cast(pl.Float64) / 1e6
+
+
+# Lines of several engines or threads can be written a little out of time order; only a line
+# this far behind the lines before it is taken for one after a fall-back (the clock goes back
+# an hour, half an hour on Lord Howe Island).
+FOLD_SLACK_S = 60.0
+# Each pass moves the lines behind those the pass before moved; a log through one fall-back needs two.
+MAX_FOLD_PASSES = 8
+# Zones change their offset a few times a year at most: a span shorter than this whose two ends
+# (a day out) have one offset holds no change, and no stamp in it has a second reading.
+_NO_TWO_CHANGES_S = 20 * 86400.0
+
+
+def _may_fold(tz: str, lo: float, hi: float) -> bool:
+    """Whether zone ``tz`` may change its UTC offset between Unix times ``lo`` and ``hi``.
+
+    The later reading of a repeated hour lies up to an hour after the earlier one, so ``hi``
+    is looked at a day later. It spares the logs that run through no DST change (most of them)
+    the second reading of every stamp, the slower of the two (75 ms on 300k stamps, 30 ms for the first).
+    """
+    if hi - lo > _NO_TWO_CHANGES_S:
+        return True
+    zone = zoneinfo.ZoneInfo(tz)
+    try:
+        ends = [dt.datetime.fromtimestamp(t, zone).utcoffset() for t in (lo - 86400.0, hi + 86400.0)]
+    except (OverflowError, OSError, ValueError):  # a stamp far outside the years a clock can say
+        return True
+    return ends[0] != ends[1]
+
+
+def pick_fold(df: pl.DataFrame, late: pl.Expr, tz: str, after_s: float | None) -> pl.DataFrame:
+    """``df`` with ``stamp_s``: ``_early``, or ``late`` where a DST fall-back repeats the hour and
+    the clock was set back; rows in line order, ``after_s`` the latest stamp of the file's
+    lines before them (None for none).
+
+    A log runs forward: in a repeated hour the earlier reading (the first pass) holds unless
+    it puts the line behind the lines before it; then the clock was set back and the later
+    reading (``fold=1``) is the time.  A line still behind on that reading is out of order
+    and rejected as before (by the converter's own checks), its reason giving the smaller gap.
+    Which lines go back depends on the readings chosen before them, so the choice is made in
+    passes over the whole column until it holds (a loop over passes, not over lines; the
+    readings only move later, so it settles).
+    """
+    early = pl.col("_early")
+    lo, hi = df.select(early.min().alias("lo"), early.max().alias("hi")).row(0) if df.height else (None, None)
+    if hi is None or not _may_fold(tz, lo, hi):
+        return df.with_columns(stamp_s=early)
+    df = df.with_columns(_late=late)
+    later = pl.col("_late")
+    floor = after_s if after_s is not None else float("-inf")
+    df = df.with_columns(stamp_s=early)
+    for _ in range(MAX_FOLD_PASSES):
+        # the latest time of the lines before each (a line without a stamp passes it on)
+        before = pl.col("stamp_s").cum_max().forward_fill().shift(1).fill_null(floor)
+        limit = pl.max_horizontal(before, pl.lit(floor)) - FOLD_SLACK_S
+        back = (later != early) & (early < limit)
+        chosen = df.select(pl.when(back).then(later).otherwise(early)).to_series()
+        if chosen.equals(df.get_column("stamp_s")):
+            break
+        df = df.with_columns(stamp_s=chosen)
+    return df.drop("_late")
+
+
+def latest(df: pl.DataFrame, after_s: float | None) -> float | None:
+    """The latest stamp of ``df`` and of the lines before it (``after_s``), for the next batch."""
+    top = df.get_column("stamp_s").max() if df.height else None
+    if top is None:
+        return after_s
+    return float(top) if after_s is None else max(after_s, float(top))
 
 
 def zone_meta(zones: pl.Series, zone: str, given: bool) -> dict:

@@ -75,12 +75,14 @@ def _num(kv: str, *keys: str, cast=pl.Float64) -> pl.Expr:
     return pl.coalesce(*[_get(kv, k).str.strip_chars_end("%").cast(cast, strict=False) for k in keys])
 
 
-def _parse(lines: pl.DataFrame, written: float, tz: str = "UTC") -> pl.DataFrame:
-    """``lines``: :func:`_common.log_lines` (fields from ``text``, the line without ANSI colour codes)."""
+def _parse(lines: pl.DataFrame, written: float, tz: str = "UTC", after_s: float | None = None) -> pl.DataFrame:
+    """``lines``: :func:`_common.log_lines` (fields from ``text``, the line without ANSI colour
+    codes); ``after_s``: the latest stamp of the batch lines of earlier batches."""
     raw = pl.col("text")
     m = raw.str.extract_groups(LINE)
     prefix = raw.str.split_exact(" batch", 1).struct.field("field_0")
-    df = c.with_log_times(lines.filter(raw.str.contains(MARK)).with_columns(_prefix=prefix), "_prefix", written, tz)
+    df = lines.filter(raw.str.contains(MARK)).with_columns(_prefix=prefix)
+    df = c.with_log_times(df, "_prefix", written, tz, after_s)
     df = df.with_columns(
         phase=m.struct.field("1"),
         sglang_iter=m.struct.field("2").cast(pl.Int64, strict=False),
@@ -214,11 +216,14 @@ def convert_log(
 ) -> Iterator[Batch]:
     written = c.written_s(path)
     zone = c.check_zone(tz) if tz else c.local_zone()
-    goods, bads, total, n_rec = [], [], 0, 0
+    goods, bads, total, n_rec, after_s = [], [], 0, 0, None
     for table in reader.lines(path, progress):
         lines = c.log_lines(table)
         total += lines.height
-        df = _reasons(_parse(lines, written, zone))
+        df = _parse(lines, written, zone, after_s)
+        # a repeated DST hour is read on from the stamps of the batches before (with_log_times)
+        after_s = wallclock.latest(df, after_s)
+        df = _reasons(df)
         n_rec += df.height
         # only rejects keep their text (and the parsed key/value pairs go once read)
         bads.append(df.filter(pl.col("reason").is_not_null()).select("line_no", "reason", "raw"))

@@ -84,16 +84,17 @@ def sniff(path: Path, head: str) -> bool:
     return False
 
 
-def _records(lines: pl.DataFrame, written: float, tz: str = "UTC") -> pl.DataFrame:
+def _records(lines: pl.DataFrame, written: float, tz: str = "UTC", after_s: float | None = None) -> pl.DataFrame:
     """Candidate record lines with every field extracted (NULL where absent).
 
     ``lines``: :func:`_common.log_lines` (fields are read from ``text``, the line without
-    ANSI colour codes; ``raw`` stays as written, for rejects)."""
+    ANSI colour codes; ``raw`` stays as written, for rejects); ``after_s``: the latest stamp
+    of the step lines of earlier batches."""
     raw = pl.col("text")
     rec = lines.filter(raw.str.contains(STEP, literal=True)).with_columns(
         _prefix=raw.str.split_exact("Iteration(", 1).struct.field("field_0")
     )
-    rec = c.with_log_times(rec, "_prefix", written, tz)
+    rec = c.with_log_times(rec, "_prefix", written, tz, after_s)
     return (
         rec.with_columns(
             iter=c.int_field(raw, MARK),
@@ -337,13 +338,15 @@ def convert(
     written = c.written_s(path)
     zone = c.check_zone(tz) if tz else c.local_zone()
     goods, bads, head_lines, total, n_rec = [], [], [], 0, 0
-    last_stamp = _NO_STAMPS
+    last_stamp, after_s = _NO_STAMPS, None
     for table in reader.lines(path, progress):
         lines = c.log_lines(table)
         total += lines.height
         if not head_lines:
             head_lines.append(lines.head(2000))
-        rec = _records(lines, written, zone)
+        rec = _records(lines, written, zone, after_s)
+        # a repeated DST hour is read on from the stamps of the batches before (with_log_times)
+        after_s = wallclock.latest(rec, after_s)
         rec = _with_reasons(rec)
         rec, last_stamp = _check_elapsed(rec, last_stamp)
         n_rec += rec.height

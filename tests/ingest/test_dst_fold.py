@@ -1,0 +1,126 @@
+"""Zone-less log stamps through a DST fall-back (Europe/Berlin, 26 Oct 2025: 03:00 CEST -> 02:00 CET).
+
+The hour 02:00-03:00 comes twice. Read as its earlier instant every time, the lines after the
+change went an hour back: SGLang rejected each as "stamped 3598 s before an earlier line",
+vLLM a step with a negative duration. A log runs forward, so where the earlier reading goes
+back and the later one does not, the later one is the time; a log really out of order is
+still rejected.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from pipeline import store
+from pipeline.ingest import reader
+
+from .conftest import load
+
+FIX = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
+BERLIN = ZoneInfo("Europe/Berlin")
+UTC = dt.timezone.utc
+CHANGE = dt.datetime(2025, 10, 26, 1, 0, 0, tzinfo=UTC)  # 03:00 CEST becomes 02:00 CET
+
+
+def _sglang_line(t: dt.datetime, k: int) -> str:
+    """A decode line stamped with ``t`` on Berlin's wall clock (its token count makes it unique)."""
+    wall = t.astimezone(BERLIN).strftime("%Y-%m-%d %H:%M:%S")
+    return (
+        f"[{wall}] Decode batch. #running-req: 2, #token: {500 + 40 * k}, token usage: 0.03, "
+        "cuda graph: True, gen throughput (token/s): 70.00, #queue-req: 0,"
+    )
+
+
+def _ingest(tmp_path: Path, name: str, text: str, written: float | None = None, tz: str = "Europe/Berlin"):
+    path = tmp_path / name
+    path.write_text(text)
+    if written is not None:
+        os.utime(path, (written, written))
+    con = store.connect(tmp_path / f"{name}.duckdb")
+    (res,) = load(con, path, tz=tz)
+    return res, con
+
+
+@pytest.mark.parametrize("batch_bytes", [None, 300])  # 300: about a line a batch, the change between two
+def test_sglang_log_through_the_fall_back_keeps_every_line(tmp_path, monkeypatch, batch_bytes):
+    if batch_bytes:
+        monkeypatch.setattr(reader, "BATCH_BYTES", batch_bytes)
+    times = [CHANGE + dt.timedelta(seconds=2 * i - 61) for i in range(60)]
+    text = "\n".join(_sglang_line(t, k) for k, t in enumerate(times)) + "\n"
+    assert "[2025-10-26 02:59:59]" in text and "[2025-10-26 02:00:01]" in text  # the wall clock went back
+    res, con = _ingest(tmp_path, "sgl.log", text)
+    assert (res.format, res.accepted, res.rejected) == ("sglang-log", 60, 0)
+    got = [r[0] for r in con.execute("select t_end from iterations order by iter").fetchall()]
+    assert got == [t.timestamp() for t in times]
+    meta = con.execute("select meta->>'$.timestamps_time_zone' from runs").fetchone()[0]
+    assert meta == "Europe/Berlin"
+
+
+@pytest.mark.parametrize("batch_bytes", [None, 300])
+def test_vllm_default_log_through_the_fall_back_keeps_its_timeline(tmp_path, monkeypatch, batch_bytes):
+    """server.log's steps moved so that the clock goes back between two of them: the same
+    steps, the same rebuilt timeline as the log read in UTC, an instant apart."""
+    if batch_bytes:
+        monkeypatch.setattr(reader, "BATCH_BYTES", batch_bytes)
+    written = dt.datetime(2025, 12, 1, tzinfo=UTC).timestamp()
+    text = (FIX / "server.log").read_text()
+    # the recording's 04:47:30 (UTC, 30 Nov) becomes 00:59:59 UTC, the last second before the change
+    shift = dt.datetime(2025, 10, 26, 0, 59, 59) - dt.datetime(2025, 11, 30, 4, 47, 30)
+
+    def moved(m: re.Match) -> str:
+        t = dt.datetime.strptime(f"2025-{m[1]}", "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC) + shift
+        return t.astimezone(BERLIN).strftime("%m-%d %H:%M:%S")
+
+    dst = re.sub(r"(?<=INFO )(\d\d-\d\d \d\d:\d\d:\d\d)", moved, text)
+    steps = [line for line in dst.splitlines() if "Iteration(" in line]
+    assert any("INFO 10-26 02:59:59" in x for x in steps) and any("INFO 10-26 02:00:00" in x for x in steps)
+    res, con = _ingest(tmp_path, "dst.log", dst, written)
+    ref, con_utc = _ingest(tmp_path, "utc.log", text, written, tz="UTC")
+    assert (res.accepted, res.rejected) == (ref.accepted, 0) == (532, 0)
+    want = [
+        t + shift.total_seconds() for (t,) in con_utc.execute("select t_end from iterations order by iter").fetchall()
+    ]
+    got = [t for (t,) in con.execute("select t_end from iterations order by iter").fetchall()]
+    assert got == pytest.approx(want, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    "start, back_s, repeat_at",
+    [
+        # an ordinary day: no hour repeats, a line 20 s back is a log spliced or repeated
+        (dt.datetime(2025, 10, 20, 10, 0, 0, tzinfo=UTC), 20, 20),
+        # in the repeated hour, before the change: 5 s back is no fall-back (that goes an hour back)
+        (CHANGE - dt.timedelta(minutes=10), 5, 20),
+        # after the change (line 16): the line is behind on either reading, by 30 s on the later one
+        (CHANGE - dt.timedelta(seconds=30), 30, 30),
+    ],
+)
+def test_a_log_going_back_outside_a_fall_back_is_still_rejected(tmp_path, start, back_s, repeat_at):
+    times = [start + dt.timedelta(seconds=2 * i) for i in range(40)]
+    times[repeat_at] = times[repeat_at - 1] - dt.timedelta(seconds=back_s)
+    text = "\n".join(_sglang_line(t, k) for k, t in enumerate(times)) + "\n"
+    res, con = _ingest(tmp_path, "back.log", text)
+    assert (res.accepted, res.rejected) == (39, 1)
+    (line, reason) = con.execute("select line_no, reason from rejects").fetchone()
+    assert line == repeat_at + 1 and f"stamped {back_s}" in reason and "repeated or spliced" in reason
+    got = [r[0] for r in con.execute("select t_end from iterations order by iter").fetchall()]
+    assert got == [t.timestamp() for k, t in enumerate(times) if k != repeat_at]
+
+
+def test_a_vllm_step_going_back_outside_a_fall_back_is_still_rejected(tmp_path):
+    """vLLM: a step whose line is an hour before the one before it, on an ordinary day."""
+    written = dt.datetime(2025, 12, 1, tzinfo=UTC).timestamp()
+    lines = (FIX / "server.log").read_text().splitlines()
+    k = [i for i, line in enumerate(lines) if "Iteration(" in line][300]
+    lines[k] = re.sub(r"INFO 11-30 04:(\d\d)", lambda m: f"INFO 11-30 03:{m[1]}", lines[k])
+    res, con = _ingest(tmp_path, "back.log", "\n".join(lines) + "\n", written)
+    assert (res.accepted, res.rejected) == (531, 1)
+    (line, reason) = con.execute("select line_no, reason from rejects").fetchone()
+    assert line == k + 1 and "longer than the log's timestamps allow" in reason
+    assert re.search(r"this step's line is -3\d{3}(\.\d+)? s after the previous step's", reason)
