@@ -140,17 +140,14 @@ def _fail_if_nothing_loaded(results, where: str) -> None:
     no records in it.  The files that did load stay loaded; the last line says which did not,
     so a directory ingest that silently dropped a file cannot pass a script's `&&`."""
     from ..errors import InputError
+    from ..ingest import loaded_nothing, why_nothing
 
-    empty = [r for r in results if r.status == "skipped" or (r.status != "unchanged" and not r.accepted)]
+    empty = loaded_nothing(results)
     if not empty:
         return
 
     def why(r) -> str:
-        if r.status == "skipped":
-            return f"skipped: {r.note}; {r.hint or 'name its format with --format NAME'}"
-        if r.rejected:
-            return f"all {r.rejected} records rejected; see them with: tracelat rejects {r.path} {where}"
-        return "no records in it" if not r.lines_read else f"no {r.format} records in it"
+        return why_nothing(r, f"; see them with: tracelat rejects {r.path} {where}")
 
     shown = "; ".join(f"{clean(r.path)} ({why(r)})" for r in empty[:5]) + (" ..." if len(empty) > 5 else "")
     loaded = len(results) - len(empty)

@@ -274,6 +274,24 @@ def ingest_paths(
     return results
 
 
+def loaded_nothing(results: list[IngestResult]) -> list[IngestResult]:
+    """The files that loaded nothing: skipped (no known format, in a directory), every line
+    rejected, or no records in them.  A file whose content was ingested before (``unchanged``)
+    loaded it then.  ``tracelat ingest`` and ``tracelat nightly`` both fail on these (exit 2):
+    a file that looks like a trace and holds nothing usable must not pass unnoticed."""
+    return [r for r in results if r.status == "skipped" or (r.status != "unchanged" and not r.accepted)]
+
+
+def why_nothing(r: IngestResult, rejects: str = "") -> str:
+    """Why ``r`` (one of :func:`loaded_nothing`) loaded nothing; ``rejects`` follows the count of
+    rejected records (where to see them, or the first one's reason)."""
+    if r.status == "skipped":
+        return f"skipped: {r.note}; {r.hint or 'name its format with --format NAME'}"
+    if r.rejected:
+        return f"all {r.rejected} records rejected{rejects}"
+    return "no records in it" if not r.lines_read else f"no {r.format} records in it"
+
+
 def _post_ingest(con, results: list[IngestResult], overrides: dict[str, float] | None = None) -> None:
     changed = [res for res in results if res.status not in ("unchanged", "skipped")]
     touched = {r for res in changed for r in (*res.run_ids, *res.removed_runs)}
@@ -311,4 +329,16 @@ def _post_ingest(con, results: list[IngestResult], overrides: dict[str, float] |
             store.bump_generation(con, touched)
 
 
-__all__ = ["POST_INGEST", "INGESTORS", "Ingestor", "register", "detect", "get", "ingest_paths", "Batch", "IngestResult"]
+__all__ = [
+    "POST_INGEST",
+    "loaded_nothing",
+    "why_nothing",
+    "INGESTORS",
+    "Ingestor",
+    "register",
+    "detect",
+    "get",
+    "ingest_paths",
+    "Batch",
+    "IngestResult",
+]

@@ -203,6 +203,31 @@ def as_recorded(opts: Options, night: Night, spec: Any, slo_text: str | None) ->
     return replace(opts, slo=path, baseline=baseline, min_change=min_change), spec, ignored
 
 
+def _refuse_empty_files(con: Any, results: list[Any]) -> None:
+    """Raise when a file of tonight's loaded nothing, naming each (see :func:`_stage`)."""
+    from ..ingest import loaded_nothing, why_nothing
+    from ..terminal import clean
+
+    empty = loaded_nothing(results)
+    if not empty:
+        return
+
+    def first_reject(r: Any) -> str:
+        # the night's store is deleted on failure, so `tracelat rejects` cannot show them: the
+        # first reject's reason says what is wrong with the file
+        row = con.execute(
+            "select line_no, reason from rejects where path = ? order by line_no limit 1", [r.path]
+        ).fetchone()
+        return f", the first on line {row[0]}: {row[1]}" if row else ""
+
+    shown = "; ".join(f"{clean(r.path)} ({why_nothing(r, first_reject(r))})" for r in empty[:5])
+    raise InputError(
+        f"{len(empty)} of tonight's {len(results)} file(s) loaded nothing: {shown}"
+        + (" ..." if len(empty) > 5 else "")
+        + "; the night is not recorded: fix or remove those files, or give only the files of the run"
+    )
+
+
 def _stage(opts: Options, hist: History, digest: str, spec: Any, slo_text: str | None) -> Night:
     """Ingest tonight into its own store and record it; nothing stays behind on failure."""
     from .. import audit as aud
@@ -228,7 +253,11 @@ def _stage(opts: Options, hist: History, digest: str, spec: Any, slo_text: str |
     _remove_store(staging)
     con = store.connect(staging)
     try:
-        ingest_paths(con, opts.paths, fmt=opts.fmt, run_id=run_id)
+        results = ingest_paths(con, opts.paths, fmt=opts.fmt, run_id=run_id)
+        # a folder's file that loaded nothing (no known format, every line rejected, empty) fails
+        # the night, as it fails `tracelat ingest` and as it does named on its own: otherwise a
+        # night whose server log was truncated or garbled is recorded from the other files
+        _refuse_empty_files(con, results)
         store.build_derived(con)
         runs = store.known_runs(con)
         if len(runs) != 1:

@@ -292,3 +292,65 @@ def test_trend_links_survive_moving_the_history(nights, tmp_path, capsys):
     links = [unquote(h) for h in re.findall(r'href="([^"]+index\.html)"', page.read_text())]
     assert len(links) == 3 and all((page.parent / h).resolve().is_file() for h in links), links
     assert all("old" not in h for h in links)
+
+
+@pytest.mark.parametrize(
+    "name, content, why",
+    [
+        ("x.log", "garbage {\n", "skipped: no known format"),
+        ("trunc.jsonl", '{"kind":"request","req_id":"zz"\n', "all 1 records rejected, the first on line 1: not valid"),
+        ("empty.jsonl", "", "no records in it"),
+    ],
+    ids=["unknown-format", "all-rejected", "empty"],
+)
+def test_a_folder_file_that_loads_nothing_fails_the_night(nights, tmp_path, capsys, name, content, why):
+    """A file in tonight's folder that loads nothing fails the night as it does named on its own
+    (and as `tracelat ingest` of the folder does): exit 2, the file named, the history unchanged."""
+    import shutil
+
+    hist, junit = tmp_path / "hist", tmp_path / "nightly.xml"
+    code, _, err = cli(capsys, "nightly", str(nights[0]), "--history", str(hist), "--label", "date=2026-11-01")
+    assert code == 0, err
+    before, stores = _counts(hist), sorted(p.name for p in (hist / "runs").iterdir())
+    folder = tmp_path / "tonight"
+    folder.mkdir()
+    shutil.copy(nights[1] / "trace.jsonl", folder / "trace.jsonl")
+    (folder / name).write_text(content)
+    args = ["nightly", "--history", str(hist), "--label", "date=2026-11-02", "--junit", str(junit)]
+    for given in ([str(folder)], [str(folder / "trace.jsonl"), str(folder / name)]):
+        code, _, err = cli(capsys, *args, *given)
+        assert code == 2 and err.startswith("Error:"), (given, err)
+        if name == "x.log" and len(given) == 2:  # named, it fails detection before any ingest
+            assert f"{folder / name}: unknown format" in err, err
+        else:
+            assert f"1 of tonight's 2 file(s) loaded nothing: {folder / name} ({why}" in err, err
+        assert _counts(hist) == before and sorted(p.name for p in (hist / "runs").iterdir()) == stores
+        suite = ET.parse(junit).getroot()
+        assert suite.get("errors") == "1" and name in suite.find(".//error").get("message"), ET.tostring(suite)
+    # without the bad file the night is recorded
+    (folder / name).unlink()
+    code, stdout, err = cli(capsys, *args, str(folder), "--json")
+    assert code == 0 and json.loads(stdout)["recorded"] is True, err
+
+
+def test_hidden_files_of_a_folder_are_skipped_and_not_in_the_digest(nights, tmp_path, capsys):
+    """A folder walk skips hidden files (`.DS_Store`, an editor's swap file) as `tracelat ingest`
+    does: they neither fail the night nor count in its input digest (a re-run without them is the
+    same night)."""
+    import shutil
+
+    hist = tmp_path / "hist"
+    folder = tmp_path / "tonight"
+    folder.mkdir()
+    shutil.copy(nights[0] / "trace.jsonl", folder / "trace.jsonl")
+    (folder / ".DS_Store").write_bytes(b"\x00\x01binary")
+    code, stdout, err = cli(
+        capsys, "nightly", str(folder), "--history", str(hist), "--label", "date=2026-11-01", "--json"
+    )
+    assert code == 0 and json.loads(stdout)["recorded"] is True, err
+    (folder / ".DS_Store").unlink()
+    code, stdout, err = cli(
+        capsys, "nightly", str(folder), "--history", str(hist), "--label", "date=2026-11-01", "--json"
+    )
+    assert code == 0 and json.loads(stdout)["recorded"] is False, err
+    assert _counts(hist)[0] == 1
