@@ -8,10 +8,11 @@ import click
 
 from ..errors import CheckFailed, InputError, writing
 from ..terminal import echo
+from .junit_error import JunitOnUsageError, junit_on_error
 from .options import db_option, lake_option, open_source, dumps, json_option
 
 
-@click.command()
+@click.command(cls=JunitOnUsageError)
 @click.argument("run_id")
 @click.option(
     "--slo", "slo_path", required=True, type=click.Path(path_type=Path), help="SLO file (TOML; see examples/slo.toml)."
@@ -47,28 +48,34 @@ def audit(
     \b
     Exit codes: 0 every SLO holds, 1 at least one is violated,
     2 usage or data error (bad SLO file, unknown run, an SLO that the run's
-    data cannot evaluate, such as itl_ms without token times).
+    data cannot evaluate, such as itl_ms without token times). Such an SLO is
+    an <error> testcase of --junit; any other exit 2 rewrites --junit with
+    the error, so CI never shows an earlier run's file.
     """
     from .. import audit as aud
     from .. import store
 
-    spec = aud.load_slo(slo_path)
-    spec.require_checks()
-    con = open_source(db, lake, [run_id], store.always)
-    result = aud.audit(con, run_id, spec)
-    if junit_path:
-        with writing("--junit", junit_path):
-            junit_path.parent.mkdir(parents=True, exist_ok=True)
-            junit_path.write_bytes(aud.junit_xml(result))
-    md = aud.markdown_report(result)
-    if md_path:
-        with writing("--markdown", md_path):
-            md_path.parent.mkdir(parents=True, exist_ok=True)
-            md_path.write_text(md, encoding="utf-8")
-    if as_json:
-        echo(dumps(result.to_dict()))
-    else:
-        echo(md if nightly else aud.text_report(result))
+    # exit 2 here (a bad SLO file, an unknown run, an output not written) rewrites --junit with the error:
+    # CI must not show an earlier run's passing file.  An SLO the run cannot evaluate (exit 2
+    # below) is an <error> of the audit's own file, written here.
+    with junit_on_error(junit_path, "audit"):
+        spec = aud.load_slo(slo_path)
+        spec.require_checks()
+        con = open_source(db, lake, [run_id], store.always)
+        result = aud.audit(con, run_id, spec)
+        if junit_path:
+            with writing("--junit", junit_path):
+                junit_path.parent.mkdir(parents=True, exist_ok=True)
+                junit_path.write_bytes(aud.junit_xml(result))
+        md = aud.markdown_report(result)
+        if md_path:
+            with writing("--markdown", md_path):
+                md_path.parent.mkdir(parents=True, exist_ok=True)
+                md_path.write_text(md, encoding="utf-8")
+        if as_json:
+            echo(dumps(result.to_dict()))
+        else:
+            echo(md if nightly else aud.text_report(result))
     if result.exit_code == 2:
         raise InputError(
             f"run {run_id}: the run's data cannot evaluate {result.errors} SLO(s): "

@@ -9,10 +9,11 @@ import click
 
 from ..errors import writing
 from ..terminal import echo
+from .junit_error import JunitOnUsageError, junit_on_error
 from .options import dumps, json_option
 
 
-@click.command()
+@click.command(cls=JunitOnUsageError)
 @click.argument("lake", type=click.Path(file_okay=False, exists=True, path_type=Path))
 @click.option("--runs", "runs_glob", metavar="GLOB", help="Only runs whose id matches this shell pattern.")
 @click.option(
@@ -69,31 +70,37 @@ def fleet(
     \b
     Exit codes: 0 done (and with --slo, every SLO holds on every run and the
     fleet), 1 an SLO is violated, 2 usage or data error (or an SLO that some run
-    cannot evaluate).
+    cannot evaluate). Such an SLO is an <error> testcase of --junit; any
+    other exit 2 rewrites --junit with the error, so CI never shows an earlier
+    run's file.
     """
     from ..errors import InputError
     from ..fleet import fleet as run_fleet
 
-    if junit_path is not None and slo_path is None:
-        raise InputError("--junit writes the SLO verdicts: pass --slo FILE too")
-    spec = None
-    if slo_path is not None:
-        from ..audit import load_slo
+    # exit 2 (a bad SLO file, a lake without runs, an --out that cannot be written) rewrites --junit
+    # with the error: CI must not show an earlier run's passing file.  An SLO some run cannot
+    # evaluate (exit 2 below) is an <error> of the fleet's own file, written here.
+    with junit_on_error(junit_path, "fleet"):
+        if junit_path is not None and slo_path is None:
+            raise InputError("--junit writes the SLO verdicts: pass --slo FILE too")
+        spec = None
+        if slo_path is not None:
+            from ..audit import load_slo
 
-        spec = load_slo(slo_path)
-        spec.require_checks()
-    out = run_fleet(lake, runs_glob, ray, workers, slo=spec, out=out_dir)
-    if junit_path is not None:
-        from ..fleet_slo import fleet_junit
+            spec = load_slo(slo_path)
+            spec.require_checks()
+        out = run_fleet(lake, runs_glob, ray, workers, slo=spec, out=out_dir)
+        if junit_path is not None:
+            from ..fleet_slo import fleet_junit
 
-        with writing("--junit", junit_path):
-            junit_path.parent.mkdir(parents=True, exist_ok=True)
-            junit_path.write_bytes(fleet_junit(out["slo"], out["runs"]))
-    if out_dir is not None:
-        from ..report.fleet_page import write_fleet_page
+            with writing("--junit", junit_path):
+                junit_path.parent.mkdir(parents=True, exist_ok=True)
+                junit_path.write_bytes(fleet_junit(out["slo"], out["runs"]))
+        if out_dir is not None:
+            from ..report.fleet_page import write_fleet_page
 
-        with writing("--out", out_dir):
-            out["html"] = str(write_fleet_page(out, out_dir))
+            with writing("--out", out_dir):
+                out["html"] = str(write_fleet_page(out, out_dir))
     code = out["slo"]["exit_code"] if spec is not None else 0
     if as_json:
         echo(dumps(out))

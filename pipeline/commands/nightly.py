@@ -6,10 +6,11 @@ from pathlib import Path
 
 import click
 
-from ..errors import CheckFailed, TracelatError
+from ..errors import CheckFailed
 from ..settings import finite_float
 from ..terminal import echo
 
+from .junit_error import JunitOnUsageError, junit_on_error
 from .options import dumps, json_option
 
 
@@ -25,61 +26,7 @@ def _labels(value: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def _message(exc: BaseException) -> str:
-    """The error as the CLI's handler words it (one line)."""
-    from ..errors import one_line
-
-    if isinstance(exc, click.ClickException):
-        return exc.format_message()
-    if isinstance(exc, TracelatError):
-        return one_line(exc)
-    if isinstance(exc, OSError):
-        where = f" {exc.filename}" if exc.filename else ""
-        return f"cannot read or write{where}: {exc.strerror or one_line(exc)}"
-    return f"{type(exc).__name__}: {one_line(exc)}"
-
-
-def _junit_error(path: Path, exc: BaseException) -> None:
-    """A failed night replaces the --junit file by one ``<error>`` testcase: CI must not show
-    the last good night's file.  A path that cannot be written leaves the first error to report."""
-    from ..nightly.junit import error_junit
-
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(error_junit(f"tracelat nightly failed: {_message(exc)}"))
-    except OSError:
-        pass
-
-
-def _junit_in(args: list[str]) -> Path | None:
-    """The --junit path of a command line click refused, if it names one (the last wins, as for click)."""
-    path = None
-    for i, arg in enumerate(args):
-        if arg == "--":
-            break
-        if arg == "--junit" and i + 1 < len(args):
-            path = args[i + 1]
-        elif arg.startswith("--junit="):
-            path = arg.removeprefix("--junit=")
-    return Path(path) if path else None
-
-
-class _JunitOnUsageError(click.Command):
-    """Click refuses a bad option value (``--min-change -1``) before the command runs: the
-    --junit file is rewritten with that error too, so CI never shows an older night's result."""
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        given = list(args)
-        try:
-            return super().parse_args(ctx, args)
-        except click.UsageError as exc:
-            path = _junit_in(given)
-            if path is not None:
-                _junit_error(path, exc)
-            raise
-
-
-@click.command(cls=_JunitOnUsageError)
+@click.command(cls=JunitOnUsageError)
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--history",
@@ -164,15 +111,11 @@ def nightly(
     """
     from ..nightly.job import Options, run
 
-    try:
+    with junit_on_error(junit_path, "nightly"):  # the night failed: CI must not show the last night's file
         opts = Options(
             paths, history, _labels(labels), slo_path, baseline, out_dir, junit_path, run_id, fmt, min_change
         )
         outcome = run(opts)
-    except Exception as exc:  # exit 2 (or 3): the night failed, whatever the cause
-        if junit_path is not None:
-            _junit_error(junit_path, exc)
-        raise
     for note in outcome.notes:
         echo(note, err=True)
     if as_json:

@@ -57,23 +57,32 @@ def nightly_junit(audit_xml: bytes | None, outcome: Any, metrics: list[str]) -> 
     return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
 
 
-def error_junit(message: str, night: str | None = None) -> bytes:
-    """JUnit XML for a night that failed (exit 2): one testcase with an ``<error>`` carrying
-    ``message``, so that CI shows a broken night instead of the last night's file."""
+# the error testcase of each command that rewrites its --junit file on exit 2 (suite, case, type)
+ERROR_CASES = {
+    "nightly": ("tracelat nightly", "tracelat.nightly.night", "the night runs", "NightlyError"),
+    "audit": ("tracelat audit", "tracelat.audit.run", "the audit runs", "AuditError"),
+    "fleet": ("tracelat fleet audit", "tracelat.fleet.run", "the fleet audit runs", "FleetError"),
+}
+
+
+def error_junit(message: str, night: str | None = None, command: str = "nightly") -> bytes:
+    """JUnit XML for a command that failed (exit 2): one testcase with an ``<error>`` carrying
+    ``message``, so that CI shows a broken night (or audit) instead of the last run's file."""
     msg = xml_clean(message)
-    root = ET.Element("testsuites", name="tracelat nightly", tests="1", failures="0", errors="1")
+    name, classname, case_name, kind = ERROR_CASES[command]
+    root = ET.Element("testsuites", name=name, tests="1", failures="0", errors="1")
     suite = _el(
         root,
         "testsuite",
-        name="tracelat nightly" + (f" {night}" if night else ""),
+        name=name + (f" {night}" if night else ""),
         tests=1,
         failures=0,
         errors=1,
         skipped=0,
         time="0",
     )
-    case = _el(suite, "testcase", classname="tracelat.nightly.night", name="the night runs", time="0")
-    node = _el(case, "error", message=msg, type="NightlyError")
+    case = _el(suite, "testcase", classname=classname, name=case_name, time="0")
+    node = _el(case, "error", message=msg, type=kind)
     node.text = msg
     ET.indent(root)
     return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"

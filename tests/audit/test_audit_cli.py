@@ -226,3 +226,39 @@ def test_hostile_run_id_in_junit_and_markdown(make_store, tmp_path):
     md = markdown_report(res)
     assert "<script>" not in md and "</testcase>" not in md and "\\<script\\>" in md
     assert "\\|" in md and "\\`code\\`" in md
+
+
+STALE_JUNIT = (
+    '<testsuites tests="1" failures="0"><testsuite name="x" tests="1"><testcase name="ok"/></testsuite></testsuites>'
+)
+
+
+def _error_junit(path: Path) -> str:
+    """The message of the one <error> testcase a failed command leaves in its --junit file."""
+    root = ET.parse(path).getroot()
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("1", "0", "1")
+    (case,) = root.iter("testcase")
+    (error,) = case.findall("error")
+    return error.get("message")
+
+
+@pytest.mark.parametrize("why", ["no store", "unknown run", "bad SLO file", "missing --slo"])
+def test_exit_2_rewrites_a_stale_junit_file(tiny_run, tmp_path, capsys, why):
+    """An audit that fails (exit 2) before its verdict replaces the --junit file with an <error>
+    naming the failure: CI must not show an earlier run's passing file."""
+    _, db = tiny_run
+    junit = tmp_path / "audit.xml"
+    junit.write_text(STALE_JUNIT)
+    ok, bad = tmp_path / "ok.toml", tmp_path / "bad.toml"
+    ok.write_text(PASSING)
+    bad.write_text("[slo\n")
+    args, fragment = {
+        "no store": (["aud", "--slo", str(ok), "--db", str(tmp_path / "none.duckdb")], "does not exist"),
+        "unknown run": (["nope", "--slo", str(ok), "--db", str(db)], "run 'nope' is not in the store"),
+        "bad SLO file": (["aud", "--slo", str(bad), "--db", str(db)], "invalid TOML"),
+        "missing --slo": (["aud", "--db", str(db)], "Missing option '--slo'"),  # refused by click
+    }[why]
+    code, _, err = cli(capsys, "audit", *args, "--junit", str(junit))
+    assert code == 2 and fragment in err, err
+    message = _error_junit(junit)
+    assert message.startswith("tracelat audit failed: ") and fragment in message, message

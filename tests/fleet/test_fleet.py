@@ -259,3 +259,31 @@ def test_without_ray_local_falls_back_and_an_address_is_an_error(tiny_lake):
     assert "Ray is not installed" in out["executor"] and len(out["runs"]) == 3
     code, text = run_captured("fleet", tiny_lake, "--ray", "ray://head:10001")
     assert code == 2 and "Ray is not installed" in text
+
+
+@pytest.mark.parametrize("why", ["bad SLO file", "no such lake", "no runs"])
+def test_fleet_exit_2_rewrites_a_stale_junit_file(tiny_lake, tmp_path, why):
+    """A fleet audit that fails (exit 2) replaces the --junit file with an <error> naming the
+    failure: CI must not show an earlier run's passing file."""
+    import xml.etree.ElementTree as ET
+
+    from pipeline.cli import run_captured
+
+    junit = tmp_path / "fleet.xml"
+    junit.write_text(
+        '<testsuites tests="1" failures="0"><testsuite name="x" tests="1"><testcase name="ok"/></testsuite></testsuites>'
+    )
+    ok, bad = tmp_path / "ok.toml", tmp_path / "bad.toml"
+    ok.write_text("[slo]\nttft_ms.p99 = 1e6\n")
+    bad.write_text("[slo\n")
+    args, fragment = {
+        "bad SLO file": ([tiny_lake, "--slo", bad], "invalid TOML"),
+        "no such lake": ([tmp_path / "nolake", "--slo", ok], "does not exist"),  # refused by click
+        "no runs": ([tiny_lake, "--runs", "zz*", "--slo", ok], "no runs matching --runs 'zz*'"),
+    }[why]
+    code, text = run_captured("fleet", *args, "--workers", "1", "--junit", junit)
+    assert code == 2 and fragment in text, text
+    root = ET.parse(junit).getroot()
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("1", "0", "1")
+    (error,) = root.iter("error")
+    assert error.get("message").startswith("tracelat fleet failed: ") and fragment in error.get("message")
