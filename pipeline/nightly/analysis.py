@@ -15,10 +15,16 @@ regressions, the automatic baseline, and the tail cause that moved with a change
 * Auto baseline: the most recent night before tonight, at or after the last
   change point of any statistic, that passed its SLOs; failing that, the most
   recent earlier night that passed.
+* Goodput restarts: goodput statistics measure requests against the ``[goodput]``
+  limits of the night's SLO file; a night whose limits differ from the nights
+  before it restarts those series (:func:`goodput_restarts`): change points, open
+  regressions and the baseline level of a goodput statistic use only nights with
+  the same limits, since a changed definition is no change of the system.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -65,32 +71,95 @@ def _relative(before: float, after: float) -> float | None:
     return after / before - 1 if before else None
 
 
+# statistics whose values depend on the SLO file's [goodput] limits (see goodput_restarts)
+GOODPUT_PREFIX = "goodput."
+
+
+def goodput_definition(night: Night) -> str | None:
+    """The night's goodput definition: the per-request ``[goodput]`` limits of the SLO file it
+    was recorded with, as canonical JSON.  None when there are none or they are unknown (no SLO
+    file, no ``[goodput]``, a night of an older history that did not keep its SLO file): such a
+    night has no goodput statistics of a known definition and never restarts the series."""
+    slo = (night.options or {}).get("slo")
+    if not slo:
+        return None
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    from ..slo import parse_slo
+
+    try:
+        spec = parse_slo(tomllib.loads(slo["text"]), slo.get("path", "slo"))
+    except Exception:  # a damaged history: the definition is unknown, as for an older one
+        return None
+    if spec.goodput is None:
+        return None
+    return json.dumps(spec.goodput.limits, sort_keys=True)
+
+
+def goodput_restarts(nights: list[Night]) -> list[int]:
+    """Positions (in ``nights``) of the nights whose goodput limits differ from the last known
+    limits before them: each starts new goodput series.  The minima (``min_attainment``) only
+    judge the values, and are not part of the definition."""
+    out, last = [], None
+    for i, n in enumerate(nights):
+        d = goodput_definition(n)
+        if d is None:
+            continue
+        if last is not None and d != last:
+            out.append(i)
+        last = d
+    return out
+
+
+def _segments(metric: str, pos: np.ndarray, restarts: list[int]) -> list[np.ndarray]:
+    """Masks over ``pos`` of the parts of ``metric``'s series compared with each other: the whole
+    series, or for a goodput statistic one part per goodput definition."""
+    if not metric.startswith(GOODPUT_PREFIX) or not restarts:
+        return [np.ones(len(pos), dtype=bool)]
+    part = np.searchsorted(np.asarray(restarts), pos, side="right")
+    return [part == k for k in np.unique(part)]
+
+
 def changes(series: pl.DataFrame, nights: list[Night], settings: Settings) -> list[Change]:
-    """Change points of every statistic with a direction, over ``nights``."""
+    """Change points of every statistic with a direction, over ``nights`` (a goodput statistic's
+    within each run of nights with the same goodput limits)."""
     out = []
-    for metric, (pos, vals) in sorted(wide(series, nights).items()):
+    restarts = goodput_restarts(nights)
+    for metric, (all_pos, all_vals) in sorted(wide(series, nights).items()):
         sign = direction(metric)
         if sign == 0:
             continue
-        cps = detect(vals, settings)
-        bounds = [0, *(c.index for c in cps), len(vals)]
-        for j, c in enumerate(cps):
-            before = float(np.median(vals[bounds[j] : c.index]))
-            after = float(np.median(vals[c.index : bounds[j + 2]]))
-            n = nights[int(pos[c.index])]
-            out.append(
-                Change(
-                    metric,
-                    n.run_id,
-                    n.night,
-                    int(pos[c.index]),
-                    before,
-                    after,
-                    _relative(before, after),
-                    c.p_value,
-                    sign * (after - before) > 0,
-                )
+        for mask in _segments(metric, all_pos, restarts):
+            out += _changes_of(metric, sign, all_pos[mask], all_vals[mask], nights, settings)
+    return out
+
+
+def _changes_of(
+    metric: str, sign: int, pos: np.ndarray, vals: np.ndarray, nights: list[Night], settings: Settings
+) -> list[Change]:
+    """The change points of one comparable series of ``metric`` (``pos``: night positions)."""
+    out = []
+    cps = detect(vals, settings)
+    bounds = [0, *(c.index for c in cps), len(vals)]
+    for j, c in enumerate(cps):
+        before = float(np.median(vals[bounds[j] : c.index]))
+        after = float(np.median(vals[c.index : bounds[j + 2]]))
+        n = nights[int(pos[c.index])]
+        out.append(
+            Change(
+                metric,
+                n.run_id,
+                n.night,
+                int(pos[c.index]),
+                before,
+                after,
+                _relative(before, after),
+                c.p_value,
+                sign * (after - before) > 0,
             )
+        )
     return out
 
 
@@ -112,10 +181,13 @@ def gating(c: Change, min_change: float) -> bool:
 def open_regressions(found: list[Change], series: pl.DataFrame, nights: list[Night], min_change: float) -> list[dict]:
     """Changes for the worse whose statistic is still worse (see the module docstring)."""
     data = wide(series, nights)
+    restarts = goodput_restarts(nights)
     out = []
     for c in found:
         if not gating(c, min_change) or c.metric not in data:
             continue
+        if c.metric.startswith(GOODPUT_PREFIX) and any(r > c.index for r in restarts):
+            continue  # its series restarted since (other goodput limits): tonight's level is not comparable
         later = [d for d in found if d.metric == c.metric and d.index > c.index]
         pos, vals = data[c.metric]
         start = max([c.index, *(d.index for d in later)])

@@ -314,7 +314,9 @@ def set_report(hist: History, run_id: str, folder: Path) -> None:
 
 def changes_key(nights: list[Night], settings: object) -> str:
     """Cache key of a change-point search: the nights searched, in order, and the settings."""
-    text = "\0".join([repr(settings), *(n.run_id for n in nights)])
+    # "goodput-restarts": searches since goodput series restart on new [goodput] limits; a cache
+    # entry of an earlier version (one goodput series over all limits) is not reused
+    text = "\0".join(["goodput-restarts", repr(settings), *(n.run_id for n in nights)])
     return hashlib.sha256(text.encode()).hexdigest()
 
 

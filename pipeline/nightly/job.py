@@ -69,6 +69,9 @@ class Outcome:
     min_change: float = 0.05
     # a re-run: this run's options that differ from the recorded night's (ignored)
     ignored_options: list[str] = field(default_factory=list)
+    # the night's date when its [goodput] limits differ from the earlier nights' (its goodput
+    # series restart: analysis.goodput_restarts), else None
+    goodput_restart: str | None = None
 
     @property
     def notes(self) -> list[str]:
@@ -131,6 +134,7 @@ class Outcome:
             "new_change_points": [cp(c) for c in self.new_change_points],
             "open_regressions": self.open_regressions,
             "ignored_options": self.ignored_options,
+            "goodput_restart": self.goodput_restart,
             "files": self.files,
         }
 

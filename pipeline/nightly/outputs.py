@@ -130,6 +130,7 @@ def finish(opts: Any, hist: History, night: Night, recorded: bool, spec: Any, ig
         openr,
         min_change=opts.min_change,
         ignored_options=list(ignored or []),
+        goodput_restart=night.night if len(upto) - 1 in analysis.goodput_restarts(upto) else None,
     )
     outcome.markdown = markdown(outcome, series, upto)
     if opts.junit:

@@ -70,6 +70,9 @@ def markdown(o: Any, series: pl.DataFrame, nights: list[Night]) -> str:
             f"- Baseline: night {md_text(o.baseline)}; compare: {len(reg)} regression(s)"
             + (f" ({', '.join(md_text(r) for r in reg[:8])})" if reg else "")
         )
+    if o.goodput_restart:
+        # said once, on the night the limits changed: the goodput statistics start new series
+        lines.append(f"- goodput limits changed on {md_text(o.goodput_restart)}: goodput series restart")
     worse = o.failing_changes
     lines.append(
         f"- Change points: {len(o.new_change_points)} new tonight ({len(worse)} for the worse by "
