@@ -9,6 +9,8 @@ applies the store rules to all.
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,7 +145,9 @@ def _expand(paths: Iterable[Path]) -> list[tuple[Path, bool]]:
     for p in paths:
         if p.is_dir():
             files = sorted(
-                f for f in p.rglob("*") if f.is_file() and not any(s.startswith(".") for s in f.relative_to(p).parts)
+                f
+                for f in p.rglob("*")
+                if f.is_file() and not any(s.startswith(".") for s in f.relative_to(p).parts) and not _sim_truth(f)
             )
             if not files:
                 raise InputError(f"{p}: directory holds no files to ingest")
@@ -152,6 +156,19 @@ def _expand(paths: Iterable[Path]) -> list[tuple[Path, bool]]:
             reader.check_file(p)
             out.append((p, False))
     return out
+
+
+def _sim_truth(f: Path) -> bool:
+    """Whether ``f`` is the ground-truth file `tracelat simulate` writes beside its trace (no trace:
+    a folder of simulated runs is ingested without it, as the trace alone would be)."""
+    if not f.name.endswith(".truth.json"):
+        return False
+    try:
+        with open(f, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    return re.search(rb'"engine"\s*:\s*"tracelat-sim"', head) is not None
 
 
 # formats whose records may name their run (a run record): the others take the file's name

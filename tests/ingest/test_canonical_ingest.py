@@ -273,6 +273,23 @@ def test_directory_skips_unknown_files_but_a_named_one_is_an_error(con, tmp_path
         ingest.ingest_paths(con, [d / "NOTES.txt"])
 
 
+def test_a_folder_of_simulated_runs_is_ingested_without_their_truth_files(con, tmp_path):
+    """`tracelat simulate` writes NAME.truth.json beside its trace: a folder of simulated runs made
+    `ingest DIR` (and a nightly night) exit 2 on our own file. It is left out of a folder; named,
+    it is still no trace, and a foreign *.truth.json in a folder is still reported."""
+    from pipeline.sim import WorkloadSpec, run_simulation
+
+    d = tmp_path / "sims"
+    d.mkdir()
+    run_simulation(d / "a.jsonl", run_id="a", spec=WorkloadSpec(requests=20))
+    assert (d / "a.truth.json").exists()
+    (d / "b.truth.json").write_text('{"engine": "other", "note": "not ours"}\n')
+    res = ingest.ingest_paths(con, [d])
+    assert [(Path(r.path).name, r.status) for r in res] == [("a.jsonl", "ingested"), ("b.truth.json", "skipped")]
+    with pytest.raises(InputError, match="unknown format"):
+        ingest.ingest_paths(con, [d / "a.truth.json"])
+
+
 def test_reingest_is_noop_and_replace_reloads(con, tmp_path):
     f = write(tmp_path / "a.jsonl", [it(0), it(1), "bad"])
     ingest.ingest_paths(con, [f])
