@@ -54,6 +54,22 @@ def replay_once(
     return result, stats
 
 
+def unbound_max_num_seqs(cal: Calibration, most_running: int) -> str | None:
+    """A note when a --max-num-seqs what-if changed nothing: no step of the replays ran as many
+    requests as the smaller of the recorded and the new limit, so neither ever bound (the KV
+    cache or the token budget held the batch smaller) and the what-if is the recorded policy's
+    replay."""
+    new = cal.policy_changes().get("max_num_seqs")
+    old = cal.baseline_policy.get("max_num_seqs")
+    if new is None or old is None or not most_running or most_running >= min(new, old):
+        return None
+    return (
+        f"max_num_seqs never bound: at most {most_running} requests ran in a step, below both the "
+        f"recorded {old} and the what-if {new}; the KV cache or the token budget held the batch, "
+        "so this setting alone changes nothing here"
+    )
+
+
 def replay_seeds(
     cal: Calibration,
     seeds: list[int],
@@ -338,7 +354,12 @@ def compare(
     obs_req = observed_per_request(con, cal)
     own_requests = goodput_spec is not None and not cal.is_what_if
 
+    most_running = []  # per seed: the most requests a step ran (decodes and prefill chunks)
+
     def hook(seed: int, result: SimResult, stats: dict[str, Any]) -> None:
+        it = result.iterations
+        if len(it["decode_reqs"]):
+            most_running.append(int((it["decode_reqs"] + it["prefill_reqs"]).max()))
         if obs_req is not None:
             stats["per_request"] = per_request_errors(result, cal, obs_req)
         if own_requests:
@@ -350,6 +371,9 @@ def compare(
 
     observed = observed_stats(con, cal.run_id)
     out = Comparison(cal, list(seeds), observed, replay_seeds(cal, seeds, hook))
+    note = unbound_max_num_seqs(cal, max(most_running, default=0))
+    if note:
+        cal.notes.append(note)
     if own_requests:
         out.goodput_observed = observed_goodput(con, cal.run_id, goodput_spec, observed["throughput"]["duration_s"])
     return out

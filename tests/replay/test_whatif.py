@@ -294,3 +294,20 @@ def test_compute_speedup_says_when_d_took_the_decode_cost(c_and_d):
     )
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["calibration"]["iteration_model"] == "memory-bound"
+
+
+def test_a_max_num_seqs_what_if_that_never_binds_says_so(kv_bound):
+    """KV for about 24 requests, 64 allowed: 128 changes nothing and the replay says why; 8 binds."""
+    from pipeline.replay import compare
+
+    _, con, _ = kv_bound
+    wide = calibrate(con, "kvb", {"max_num_seqs": 128}, noise="none")
+    cmp = compare(con, wide, [0])
+    note = next(n for n in wide.notes if n.startswith("max_num_seqs never bound"))
+    most = int(note.split("at most ")[1].split()[0])
+    assert most < 64 and "recorded 64 and the what-if 128" in note
+    recorded = compare(con, calibrate(con, "kvb", noise="none"), [0])
+    assert cmp.replays[0]["ttft_ms"]["p99"] == recorded.replays[0]["ttft_ms"]["p99"]  # nothing changed
+    narrow = calibrate(con, "kvb", {"max_num_seqs": 8}, noise="none")
+    compare(con, narrow, [0])
+    assert not any(n.startswith("max_num_seqs never bound") for n in narrow.notes)
