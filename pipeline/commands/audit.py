@@ -72,10 +72,11 @@ def audit(
             with writing("--markdown", md_path):
                 md_path.parent.mkdir(parents=True, exist_ok=True)
                 md_path.write_text(md, encoding="utf-8")
-        if as_json:
-            echo(dumps(result.to_dict()))
-        else:
-            echo(md if nightly else aud.text_report(result))
+    # printed after: a reader that closes the pipe early (`| head`) does not undo a --junit written
+    if as_json:
+        echo(dumps(result.to_dict()))
+    else:
+        echo(md if nightly else aud.text_report(result))
     if result.exit_code == 2:
         raise InputError(
             f"run {run_id}: the run's data cannot evaluate {result.errors} SLO(s): "
