@@ -70,6 +70,7 @@ import numpy as np
 
 from .. import store
 from ..errors import InputError
+from ..terminal import inline
 from ..settings import flags, settings
 from ..sim import NO_NOISE, IterationModel, NoiseModel, Policy, Workload
 from . import whatif as hw_whatif
@@ -210,7 +211,7 @@ class Calibration:
             policy = replace(policy, prefix_caching=workload.has_hashes or workload.cached_tokens is not None)
         notes = [x for x in self.notes if not x.startswith(PREFIX_NOTE)]  # about the recording's own requests
         notes.append(
-            f"workload from {source} ({n} requests) replayed with {self.run_id}'s fitted model and policy; "
+            f"workload from {inline(source)} ({n} requests) replayed with {self.run_id}'s fitted model and policy; "
             "'observed' is the recorded run, for scale"
         )
         if policy.prefix_caching and workload.has_hashes:

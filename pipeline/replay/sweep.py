@@ -29,6 +29,7 @@ from ..metrics import percentile_of
 from ..settings import settings
 from ..sim import Policy, SimResult
 from ..slo import goodput
+from ..terminal import inline
 from . import whatif as hw_whatif
 from .calibrate import BOOL_FIELDS, POLICY_FIELDS, Calibration
 from .stats import METRICS, request_latency
@@ -222,7 +223,7 @@ class Sweep:
     def format(self) -> str:
         cal = self.calibration
         head = f"sweep of {self.param} on {cal.run_id} ("
-        fixed = self.fixed_changes()
+        fixed = [inline(x) for x in self.fixed_changes()]  # a workload's file name: one line of ours
         if fixed:  # every row runs these too, so no row is the recording
             head += f"every row with {'; '.join(fixed)}; "
         head += f"{len(self.seeds)} seed(s), noise {cal.details['noise_mode']}"

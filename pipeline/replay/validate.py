@@ -19,6 +19,7 @@ import numpy as np
 
 from ..metrics import BY_NAME, COMPARED, LATENCY
 from ..sim import SimResult, simulate
+from ..terminal import inline
 from .calibrate import Calibration
 from .stats import replay_stats
 
@@ -253,7 +254,7 @@ class Comparison:
         changes = {**{k: w[k] for k, w in cal.whatif.items()}, **cal.policy_changes()}
         change = ", ".join(f"{k}={v}" for k, v in changes.items()) or "recorded policy"
         if cal.workload_source:
-            change += f", workload {cal.workload_source}"
+            change += f", workload {inline(cal.workload_source)}"
         lines = [
             f"{self.mode} replay of {cal.run_id} ({change}; {len(self.seeds)} seed(s), noise {cal.details['noise_mode']})",
             f"policy: max_num_seqs={cal.policy.max_num_seqs} max_num_batched_tokens={cal.policy.max_num_batched_tokens} "

@@ -245,3 +245,12 @@ def test_no_row_is_the_recording_when_another_setting_changed(incident):
     # the sweep of the recording as it was still marks its recorded value
     plain = run_sweep(cal, "max_num_batched_tokens", [2048], [0])
     assert plain.fixed_changes() == [] and plain.is_recorded(2048)
+
+
+def test_a_workload_file_name_stays_on_the_header_line(incident):
+    """The header names the workload file every row replays; a newline in its name is shown escaped."""
+    _, cal, _, _ = incident
+    named = cal.with_workload(cal.workload, "w\nfake line.jsonl")
+    text = run_sweep(named, "max_num_batched_tokens", [2048], [0]).format()
+    assert "'workload w\\nfake line.jsonl';" in text.splitlines()[0]
+    assert not any(line.startswith("fake line") for line in text.splitlines())
