@@ -12,6 +12,8 @@ import re
 
 from dataclasses import dataclass
 
+from .reader import JSON_SPACE
+
 # A field's JSON type, as a small integer code: the checks compare every field's type
 # several times, and comparing integers costs less than comparing the type names that
 # json_type returns (names it might add later get the last code: no check accepts it).
@@ -594,8 +596,8 @@ from (
             from (
               select {line}raw,
                 case when raw is null then '{BLANK}'
-                     when j is null then case when trim(raw) = '' then '{BLANK}' else '{PARSE_ERRORS["invalid"]}' end
-                     when ascii(raw) <> 123 and not starts_with(ltrim(raw), '{{') then '{PARSE_ERRORS["not_object"]}'
+                     when j is null then case when trim(raw, {JSON_SPACE}) = '' then '{BLANK}' else '{PARSE_ERRORS["invalid"]}' end
+                     when ascii(raw) <> 123 and not starts_with(ltrim(raw, {JSON_SPACE}), '{{') then '{PARSE_ERRORS["not_object"]}'
                 end as perr,
                 j.kind::varchar as {_x("kind")},
                 {texts}

@@ -39,6 +39,10 @@ DUCKDB_READ = (
     "max_line_size={max_line}, compression='{compression}')"
 )
 MAX_LINE_BYTES = 16 << 20
+# JSON's whitespace (RFC 8259) as a DuckDB string: a line of only these characters is blank
+# (skipped, not rejected), and an object may follow them.  trim() alone strips spaces only.
+JSON_SPACE = "' ' || chr(9) || chr(10) || chr(13)"
+BLANK_SQL = f"trim(raw, {JSON_SPACE}) = ''"
 
 Progress = Callable[[int], None]
 

@@ -42,6 +42,30 @@ def test_only_blank_lines(con, tmp_path, fmt):
     assert f"no {fmt} records in it" in res.line()
 
 
+@pytest.mark.parametrize("fmt", sorted(CASES))
+def test_lines_of_json_whitespace_are_blank(con, tmp_path, fmt):
+    """Tab and carriage return are JSON whitespace too: such a line is skipped, as a line of spaces is."""
+    path = tmp_path / "blank.txt"
+    path.write_bytes(b"\t\n \t \r\n\n")
+    (res,) = ingest.ingest_paths(con, [path], fmt=fmt)
+    assert (res.lines_read, res.accepted, res.rejected, res.skipped) == (3, 0, 0, 3)
+
+
+def test_object_after_json_whitespace_is_read(con, tmp_path):
+    good = [
+        {"kind": "run", "run_id": "ws", "engine": "hand", "clock": "monotonic"},
+        {"kind": "iteration", "iter": 0, "t_start": 1.0, "t_end": 1.5, "decode_tokens": 1, "decode_reqs": 1},
+        {"kind": "iteration", "iter": 1, "t_start": 1.5, "t_end": 2.25, "decode_tokens": 1, "decode_reqs": 1},
+    ]
+    lines = [json.dumps(good[0]), "\t" + json.dumps(good[1]), " \t ", " \t" + json.dumps(good[2])]
+    path = tmp_path / "ws.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    (res,) = ingest.ingest_paths(con, [path], fmt="jsonl")
+    assert (res.lines_read, res.accepted, res.rejected, res.skipped) == (4, 3, 0, 1)
+    rows = con.execute("select iter, t_end - t_start from iterations order by iter").fetchall()
+    assert rows == [(0, 0.5), (1, 0.75)]
+
+
 def test_rejected_run_record_of_a_converter_keeps_the_sums(con, tmp_path):
     path = tmp_path / "b.json"  # the run record of this bench file is fine; its model id is a number
     path.write_text(

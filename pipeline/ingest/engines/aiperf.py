@@ -52,7 +52,9 @@ AIPERF_SQL = (
     + c.JSON_OBJECTS
     + """)
 select line_no, raw,
-  case when trim(raw) = '' then 'blank'
+  case when """
+    + reader.BLANK_SQL
+    + """ then 'blank'
        when not ok then 'not valid JSON (truncated or garbage line)' end as perr,
   coalesce(js->>'$.metadata.x_request_id', js->>'$.metadata.session_num') as req_id,
   (js->>'$.metadata.x_request_id') is null as by_session,

@@ -107,7 +107,9 @@ from (select *, coalesce(case when ok then json_type(js, '$.resourceSpans') = 'A
       from ("""
     + c.JSON_OBJECTS
     + """))
-where not is_doc and trim(raw) <> ''
+where not is_doc and not """
+    + reader.BLANK_SQL
+    + """
 """
 )
 
@@ -134,7 +136,7 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
         con.register("lines", table)
         spans.append(con.sql(SQL).pl())
         bads.append(con.sql(BAD_LINES).pl())
-        blank += int(con.sql("select count(*) from lines where trim(raw) = ''").fetchall()[0][0])
+        blank += int(con.sql("select count(*) from lines where " + reader.BLANK_SQL + "").fetchall()[0][0])
         con.unregister("lines")
     con.close()
     df = pl.concat(spans) if spans else pl.DataFrame()

@@ -121,7 +121,9 @@ AIPERF_BAD = (
 select line_no, left(raw, 1024) as raw,
   case when not ok then 'not valid JSON (one AIPerf server-metrics record per line)'
        else 'AIPerf server-metrics record without timestamp_ns or metrics' end as reason
-from j where trim(raw) <> '' and (not ok or try_cast(js->>'$.timestamp_ns' as double) is null
+from j where not """
+    + reader.BLANK_SQL
+    + """ and (not ok or try_cast(js->>'$.timestamp_ns' as double) is null
                                    or json_type(js, '$.metrics') <> 'OBJECT')
 """
 )
@@ -136,7 +138,7 @@ def convert_aiperf_metrics(
         con.register("lines", table)
         rows = con.sql(AIPERF_SQL).pl()
         bad = con.sql(AIPERF_BAD).pl().select("line_no", "reason", "raw")
-        blank = int(con.sql("select count(*) from lines where trim(raw) = ''").fetchall()[0][0])
+        blank = int(con.sql("select count(*) from lines where " + reader.BLANK_SQL + "").fetchall()[0][0])
         con.unregister("lines")
         rows = rows.filter(pl.col("t").is_not_null()).with_columns(kind=pl.coalesce("kind", _kind(pl.col("family"))))
         yield _batch(

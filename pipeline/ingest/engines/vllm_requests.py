@@ -53,7 +53,9 @@ PARSE = (
     + c.JSON_OBJECTS
     + """)
 select line_no, raw,
-  case when trim(raw) = '' then 'blank'
+  case when """
+    + reader.BLANK_SQL
+    + """ then 'blank'
        when not ok then 'not valid JSON (truncated or garbage line)'
   end as perr,
   js->>'$.request_id' as req_id,
