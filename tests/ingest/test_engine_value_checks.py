@@ -346,6 +346,9 @@ def test_harness_canonical_reject_names_the_source_field(con, tmp_path, fixture,
         ("latencies", float("inf"), "latencies (t_finish): NaN or infinite value Infinity"),
         ("latencies", float("nan"), "latencies (t_finish): NaN or infinite value NaN"),
         ("start_times", float("-inf"), None),  # no arrival time: its own reason (below)
+        # the token times come from the TTFT: its NaN is one reason, not a second one under itls
+        ("ttfts", float("nan"), "ttfts (t_first_token): NaN or infinite value NaN"),
+        ("ttfts", float("inf"), "ttfts (t_first_token): NaN or infinite value Infinity"),
     ],
 )
 def test_vllm_bench_non_finite_value_is_a_reject_not_an_absent_one(con, tmp_path, array, value, reason):
@@ -365,6 +368,22 @@ def test_vllm_bench_non_finite_value_is_a_reject_not_an_absent_one(con, tmp_path
     else:
         assert "start_times" in got[6] and "unknown" in got[6]
     assert con.execute("select count(*) from requests where status = 'ok' and t_finish is null").fetchone()[0] == 0
+
+
+def test_vllm_bench_non_finite_ttft_without_latencies_is_one_reason(con, tmp_path):
+    """Without `latencies` the finish is TTFT + the ITLs: a NaN TTFT is named once, under ttfts."""
+    doc = json.loads((FIX / "vllm" / "bench.json").read_text())
+    n = len(doc["ttfts"])
+    doc.pop("latencies", None)
+    doc["ttfts"][3] = float("nan")
+    doc["itls"][4] = [*doc["itls"][4][:-1], float("nan")]  # a NaN gap is still its own reason
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(doc))
+    (res,) = load(con, path, run_id="b")
+    assert (res.accepted, res.rejected) == (n - 2, 2)
+    got = rejects(con)
+    assert got[4] == "ttfts (t_first_token): NaN or infinite value NaN"
+    assert "itls (token_times)" in got[5] and "ttfts" not in got[5]
 
 
 def test_canonical_non_finite_time_gives_its_own_reason_only(con, tmp_path):

@@ -197,17 +197,24 @@ def _requests(df: pl.DataFrame, origin: float) -> pl.DataFrame:
     latency = pl.coalesce(pl.col("latencies"), pl.col("ttfts") + pl.col("itls").list.sum())
     first = start + pl.col("ttfts")
     ok = pl.when(~failed)
+    # the token times and a missing latency are derived from the TTFT: a NaN or infinite one is
+    # its own reject, and must not come back as a second reason under itls or latencies
+    derived = pl.when(~failed & first.is_finite())
     return (
         df.with_columns(failed=failed).select(
             line_no=pl.col("idx").cast(pl.Int64) + 1,
             req_id=pl.col("idx").cast(pl.String),
             t_arrival=start,
             t_first_token=ok.then(first),
-            t_finish=ok.then(start + latency),
+            t_finish=pl.when(pl.col("latencies").is_not_null())
+            .then(ok.then(start + latency))
+            .otherwise(derived.then(start + latency)),
             prompt_tokens=pl.col("input_lens"),
             output_tokens=ok.then(pl.col("output_lens")),
             status=pl.when(pl.col("failed")).then(pl.lit("error")).otherwise(pl.lit("ok")),
-            token_times=ok.then(pl.concat_list(pl.lit(0.0), pl.col("itls")).list.eval(pl.element().cum_sum()) + first),
+            token_times=derived.then(
+                pl.concat_list(pl.lit(0.0), pl.col("itls")).list.eval(pl.element().cum_sum()) + first
+            ),
             error=pl.when(pl.col("errors").fill_null("") != "").then(pl.col("errors")),
             client_queue_s=pl.col("queue_times"),
         )
