@@ -272,7 +272,7 @@ class Comparison:
             + f" ({cal.details.get('iteration_model', 'memory-bound')} model, mean scale "
             f"{cal.details['mean_scale']:.3f}, host gap {cal.details['host_gap_ms']:.3g} ms)",
             *[f"what-if: {w['summary']}" for w in cal.whatif.values()],
-            f"noise:  sigma={cal.noise.sigma:.3g}, stalls {cal.noise.stall_rate:.3g}/step of {cal.noise.stall_ms_mean:.3g} ms",
+            _noise_line(cal),
             *self._prefix_line(),
             "",
             # a space always between columns: a what-if far from the run (+402942.5%) stays readable
@@ -324,6 +324,15 @@ class Comparison:
         if cal.notes:
             lines += ["", "notes:"] + [f"  - {n}" for n in cal.notes]
         return "\n".join(lines)
+
+
+def _noise_line(cal: Calibration) -> str:
+    """The header's noise line: only the noise and stalls the replay injects (none with --noise none)."""
+    nz = cal.noise
+    if cal.details.get("noise_mode") == "none":
+        return "noise:  none (--noise none: the model's step time, no spread, no stalls)"
+    stalls = f"stalls {nz.stall_rate:.3g}/step of {nz.stall_ms_mean:.3g} ms" if nz.stall_rate else "no stalls"
+    return f"noise:  sigma={nz.sigma:.3g}, {stalls}"
 
 
 def _num(v: float | None) -> str:

@@ -140,4 +140,5 @@ class NoiseModel:
         return d
 
 
-NO_NOISE = NoiseModel(sigma=0.0, stall_rate=0.0)
+# no spread and no stalls (so no stall size either: a replay's header and JSON describe no stall)
+NO_NOISE = NoiseModel(sigma=0.0, stall_rate=0.0, stall_ms_mean=0.0)

@@ -129,6 +129,32 @@ def test_cli_what_if_names_the_change(steady_db):
     assert "ttft_ms p99" in r.stdout and "output_tokens_per_s" in r.stdout
 
 
+def test_noise_none_describes_no_noise_and_no_stall(steady_db):
+    """--noise none injects no stall: the header and the JSON give no stall size (they showed 50 ms)."""
+    args = ("replay", "steady", "--db", str(steady_db), "--seeds", "1", "--noise", "none")
+    r = run(*args)
+    assert r.returncode == 0, r.stderr
+    head = r.stdout.split("\n\n")[0].splitlines()
+    assert head[0].endswith("1 seed(s), noise none)")
+    assert "noise:  none (--noise none: the model's step time, no spread, no stalls)" in head
+    assert not [line for line in head if "/step" in line]  # was "stalls 0/step of 50 ms"
+    d = json.loads(run(*args, "--json").stdout)
+    assert d["noise"] == {"sigma": 0.0, "stall_rate": 0.0, "stall_ms_mean": 0.0}
+    assert d["calibration"]["noise_mode"] == "none"
+
+
+def test_noise_line_gives_a_stall_size_only_with_stalls(validation):
+    from dataclasses import replace
+
+    from pipeline.replay.validate import _noise_line
+    from pipeline.sim import NoiseModel
+
+    cal = validation.calibration
+    assert cal.noise.stall_rate > 0 and _noise_line(cal).startswith(f"noise:  sigma={cal.noise.sigma:.3g}, stalls ")
+    quiet = replace(cal, noise=NoiseModel(sigma=0.03, stall_rate=0.0, stall_ms_mean=0.0))  # a fit with no stall
+    assert _noise_line(quiet) == "noise:  sigma=0.03, no stalls"
+
+
 def test_cli_errors(tmp_path, steady_db):
     db = str(tmp_path / "t.duckdb")
     assert run("ingest", str(TINY), "--db", db).returncode == 0
