@@ -91,7 +91,8 @@ def _seed_path(out: Path, seed: int, n_seeds: int) -> Path:
     "--ok-only",
     is_flag=True,
     help="Replay only requests that were ok in the recording "
-    "(default: failed/aborted ones are replayed as load, not compared).",
+    "(default: failed/aborted ones are replayed as load, not compared). Not with --workload: "
+    "a workload file's requests have no recorded status.",
 )
 @click.option("--sweep", "sweep_spec", metavar="NAME=V1,V2,...", help=SWEEP_HELP)
 @click.option(
@@ -171,6 +172,12 @@ def replay(
         raise InputError(
             "--ingest writes the replay into a store; with --lake, write it with --out and ingest "
             "that file with `tracelat ingest FILE --lake DIR`"
+        )
+    if ok_only and workload_file is not None:
+        raise InputError(
+            "--ok-only drops the failed and aborted requests of RUN's recording, which --workload replaces: "
+            "every request of the workload file is replayed (a file has no recorded status); leave --ok-only "
+            "out, or take the requests you do not want out of the file"
         )
     if chart and not sweep_spec:
         raise InputError(

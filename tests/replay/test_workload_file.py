@@ -93,3 +93,20 @@ def test_text_table_keeps_columns_apart_far_from_the_run(db, tmp_path):
         assert float(fields[-2]) > 0 and (fields[-1] == "-" or fields[-1].endswith("%")), line
         errors.append(fields[-1])
     assert max(map(len, errors)) > 8  # some error is wider than its column
+
+
+def test_ok_only_with_a_workload_file_is_refused(db, tmp_path):
+    """--ok-only filters the recording's requests, which --workload replaces: it did nothing, silently."""
+    from pipeline.cli import run_captured
+
+    path, rows = db
+    f = _mooncake(tmp_path / "w.jsonl", rows[:, 0], rows[:, 1], rows[:, 2])
+    code, out = run_captured("replay", "cpu", "--db", path, "--workload", f, "--ok-only")
+    assert code == 2, out
+    assert out.strip() == (
+        "Error: --ok-only drops the failed and aborted requests of RUN's recording, which --workload replaces: "
+        "every request of the workload file is replayed (a file has no recorded status); leave --ok-only "
+        "out, or take the requests you do not want out of the file"
+    )
+    help_text = " ".join(run_captured("replay", "--help")[1].split())
+    assert "Not with --workload: a workload file's requests have no recorded status." in help_text
