@@ -121,7 +121,11 @@ def _seed_path(out: Path, seed: int, n_seeds: int) -> Path:
     "Mooncake-style JSONL (timestamp ms, input_length, output_length; hash_ids replay a prefix cache), or any file `tracelat "
     "simulate --lengths-file` reads (CSV, JSONL, Parquet; Azure and Splitwise traces).",
 )
-@click.option("--no-token-times", is_flag=True, help="Leave per-token times out of written traces (smaller).")
+@click.option(
+    "--no-token-times",
+    is_flag=True,
+    help="Leave per-token times out of the traces --out writes or --ingest stores (smaller; needs one of them).",
+)
 @json_option
 def replay(
     run_id: str,
@@ -172,6 +176,14 @@ def replay(
         raise InputError(
             "--ingest writes the replay into a store; with --lake, write it with --out and ingest "
             "that file with `tracelat ingest FILE --lake DIR`"
+        )
+    if no_token_times and sweep_spec:
+        raise InputError("--no-token-times is for the traces --out writes; --sweep writes none: leave it out")
+    if no_token_times and out is None and not do_ingest:
+        raise InputError(
+            "--no-token-times leaves per-token times out of the replay traces that --out writes and --ingest "
+            "stores; without either no trace is written, so it changes nothing: leave it out, or add --out FILE "
+            "(or --ingest)"
         )
     if ok_only and workload_file is not None:
         raise InputError(

@@ -155,6 +155,31 @@ def test_noise_line_gives_a_stall_size_only_with_stalls(validation):
     assert _noise_line(quiet) == "noise:  sigma=0.03, no stalls"
 
 
+def test_no_token_times_needs_a_written_replay(steady_db):
+    """--no-token-times shapes the traces --out writes or --ingest stores; alone it did nothing, silently."""
+    db = str(steady_db)
+    r = run("replay", "steady", "--db", db, "--seeds", "1", "--no-token-times")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip() == (
+        "Error: --no-token-times leaves per-token times out of the replay traces that --out writes and --ingest "
+        "stores; without either no trace is written, so it changes nothing: leave it out, or add --out FILE "
+        "(or --ingest)"
+    )
+    r = run("replay", "steady", "--db", db, "--sweep", "max_num_seqs=8,16", "--no-token-times")
+    assert r.returncode == 2
+    assert r.stderr.strip() == (
+        "Error: --no-token-times is for the traces --out writes; --sweep writes none: leave it out"
+    )
+    # --ingest without --out writes a scratch trace and stores it: there the option counts
+    r = run("replay", "steady", "--db", db, "--seeds", "1", "--noise", "none", "--ingest", "--no-token-times")
+    assert r.returncode == 0, r.stderr
+    con = store.open_for_reading(steady_db)
+    q = "select count(*) from {} where run_id = 'steady~replay~recorded-nonoise-seed0'"
+    assert con.execute(q.format("requests")).fetchone()[0] > 0
+    assert con.execute(q.format("tokens")).fetchone()[0] == 0
+    con.close()
+
+
 def test_cli_errors(tmp_path, steady_db):
     db = str(tmp_path / "t.duckdb")
     assert run("ingest", str(TINY), "--db", db).returncode == 0
