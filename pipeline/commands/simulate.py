@@ -9,10 +9,21 @@ from click.core import ParameterSource
 
 from ..errors import writing
 from ..settings import build, options
-from ..sim.config import SYNTHETIC_FIELDS, Policy, WorkloadSpec
+from ..sim.config import BURST_FIELDS, SYNTHETIC_FIELDS, Policy, WorkloadSpec
 from ..sim.model import IterationModel, NoiseModel
 from ..terminal import echo
 from .options import seed_option
+
+
+def _given(names: tuple[str, ...]) -> list[str]:
+    """The options among the settings ``names`` that the command line gave, as written (``--rate``)."""
+    ctx = click.get_current_context()
+    return [
+        p.opts[0]
+        for p in ctx.command.params
+        if p.name in names
+        and ctx.get_parameter_source(p.name) not in (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+    ]
 
 
 @click.command()
@@ -58,19 +69,17 @@ def simulate(**o) -> None:
     """
     from pipeline.sim import run_simulation
 
-    if o["lengths_file"]:
-        ctx = click.get_current_context()
-        given = [
-            p.opts[0]
-            for p in ctx.command.params
-            if p.name in SYNTHETIC_FIELDS
-            and ctx.get_parameter_source(p.name) not in (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
-        ]
-        if given:
-            raise click.UsageError(
-                f"{', '.join(given)} shape a synthetic workload; --lengths-file takes arrivals and lengths from "
-                "the file. Leave them out (to change the arrival rate, scale the file's arrival times)"
-            )
+    if o["lengths_file"] and (given := _given(SYNTHETIC_FIELDS)):
+        raise click.UsageError(
+            f"{', '.join(given)} shape a synthetic workload; --lengths-file takes arrivals and lengths from "
+            "the file. Leave them out (to change the arrival rate, scale the file's arrival times)"
+        )
+    if o["burst_at_s"] is None and (given := _given(BURST_FIELDS)):
+        raise click.UsageError(
+            f"{', '.join(given)} {'shapes' if len(given) == 1 else 'shape'} the burst that --burst-at injects; "
+            "without --burst-at there is no burst. Add --burst-at SECONDS, or leave "
+            f"{'it' if len(given) == 1 else 'them'} out"
+        )
     try:
         spec, policy = build(WorkloadSpec, o), build(Policy, o)
         model, noise = build(IterationModel, o), build(NoiseModel, o)

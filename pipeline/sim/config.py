@@ -97,6 +97,8 @@ DEFAULT_REQUESTS = 1000
 
 # what a synthetic workload draws from; a --lengths-file workload reads these from the file
 SYNTHETIC_FIELDS = ("rate_rps", "burstiness", "prompt_mean", "prompt_sigma", "output_mean", "output_sigma")
+# what shapes the burst that burst_at_s injects; without burst_at_s there is none
+BURST_FIELDS = ("burst_count", "burst_prompt_tokens", "burst_output_tokens", "burst_spread_s")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,11 +134,11 @@ class WorkloadSpec:
     burst_at_s: float | None = setting(
         None, "Inject an incident: a burst of long prompts arriving at this time (s).", flag="--burst-at"
     )
-    burst_count: int = setting(20, "Number of requests in the burst.")
-    burst_prompt_tokens: int = setting(8192, "Prompt length of each burst request (tokens).")
-    burst_output_tokens: int = setting(32, "Output length of each burst request (tokens).")
+    burst_count: int = setting(20, "Number of requests in the burst (with --burst-at).")
+    burst_prompt_tokens: int = setting(8192, "Prompt length of each burst request (tokens; with --burst-at).")
+    burst_output_tokens: int = setting(32, "Output length of each burst request (tokens; with --burst-at).")
     burst_spread_s: float = setting(
-        0.0, "Spread the burst arrivals evenly over this many seconds.", flag="--burst-spread"
+        0.0, "Spread the burst arrivals evenly over this many seconds (with --burst-at).", flag="--burst-spread"
     )
 
     def to_dict(self) -> dict:

@@ -166,10 +166,12 @@ def test_simulate_options_round_trip(monkeypatch, tmp_path):
     # a lengths file and the synthetic settings it would ignore are refused together: two round trips
     from dataclasses import replace
 
-    from pipeline.sim.config import SYNTHETIC_FIELDS
+    from pipeline.sim.config import BURST_FIELDS, SYNTHETIC_FIELDS
 
     spec = objs["spec"]
-    from_file = replace(WorkloadSpec(), **{f: getattr(spec, f) for f in ("lengths_file", "requests")})
+    # a burst goes on top of a file's workload too (its settings are refused without --burst-at)
+    kept = ("lengths_file", "requests", "burst_at_s", *BURST_FIELDS)
+    from_file = replace(WorkloadSpec(), **{f: getattr(spec, f) for f in kept})
     synthetic = {"--rate", "--burstiness", "--prompt-mean", "--prompt-sigma", "--output-mean", "--output-sigma"}
     for objs in ({**objs, "spec": replace(spec, lengths_file=None)}, {**objs, "spec": from_file}):
         args = [a for o in objs.values() for a in settings.as_args(o)]

@@ -215,3 +215,22 @@ def test_simulate_command_kv_blocks(tmp_path):
         cmd, ["--out", str(tmp_path / "x.jsonl"), "--kv-capacity-tokens", "100", "--kv-block-size", "128"]
     )
     assert res.exit_code == 2 and "kv_block_size" in res.output
+
+
+def test_burst_options_without_burst_at_are_refused(tmp_path):
+    """--burst-count & co shape the burst --burst-at injects: without it they did nothing, silently."""
+    from pipeline.commands.simulate import simulate as cmd
+
+    out = tmp_path / "b.jsonl"
+    res = CliRunner().invoke(cmd, ["--out", str(out), "--requests", "20", "--burst-count", "40"])
+    assert res.exit_code == 2 and not out.exists()
+    assert (
+        "Error: --burst-count shapes the burst that --burst-at injects; without --burst-at there is no burst. "
+        "Add --burst-at SECONDS, or leave it out" in res.output
+    )
+    res = CliRunner().invoke(cmd, ["--out", str(out), "--burst-spread", "2", "--burst-prompt-tokens", "100"])
+    assert res.exit_code == 2 and "--burst-prompt-tokens, --burst-spread shape the burst" in res.output
+    assert "leave them out" in res.output
+    res = CliRunner().invoke(cmd, ["--out", str(out), "--requests", "20", "--burst-at", "0.5", "--burst-count", "4"])
+    assert res.exit_code == 0, res.output
+    assert "24 requests (24 finished)" in res.output
