@@ -89,7 +89,9 @@ class NoiseModel:
         0.03, "Log-space sigma of the multiplicative iteration-time noise (0 = none).", flag="--noise-sigma"
     )
     stall_rate: float = setting(0.0, "Probability that a step carries an injected stall (0..1).")
-    stall_ms_mean: float = setting(50.0, "Mean length of an injected stall in ms (exponential).", flag="--stall-ms")
+    stall_ms_mean: float = setting(
+        50.0, "Mean length of an injected stall in ms (exponential; with --stall-rate above 0).", flag="--stall-ms"
+    )
     law: str = setting(
         "lognormal",
         "Law of the log noise: lognormal (Gaussian) or t (Student-t, heavy-tailed, "

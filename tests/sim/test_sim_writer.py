@@ -234,3 +234,20 @@ def test_burst_options_without_burst_at_are_refused(tmp_path):
     res = CliRunner().invoke(cmd, ["--out", str(out), "--requests", "20", "--burst-at", "0.5", "--burst-count", "4"])
     assert res.exit_code == 0, res.output
     assert "24 requests (24 finished)" in res.output
+
+
+def test_stall_ms_without_a_stall_rate_is_refused(tmp_path):
+    """--stall-ms sizes the stalls --stall-rate injects: at the default rate of 0 it did nothing, silently."""
+    from pipeline.commands.simulate import simulate as cmd
+
+    out = tmp_path / "s.jsonl"
+    res = CliRunner().invoke(cmd, ["--out", str(out), "--requests", "20", "--stall-ms", "500"])
+    assert res.exit_code == 2 and not out.exists()
+    assert (
+        "Error: --stall-ms sizes the stalls that --stall-rate injects; with a stall rate of 0 (the default) none "
+        "is injected. Add --stall-rate P (a probability per step, e.g. 0.001), or leave --stall-ms out"
+    ) in " ".join(res.output.split())
+    res = CliRunner().invoke(cmd, ["--out", str(out), "--requests", "20", "--stall-rate", "0.5", "--stall-ms", "500"])
+    assert res.exit_code == 0, res.output
+    truth = json.loads(out.with_name("s.truth.json").read_text())
+    assert truth["noise"]["stall_ms_mean"] == 500.0 and truth["noise"]["stall_rate"] == 0.5
