@@ -85,6 +85,11 @@ def simulate(**o) -> None:
             "--stall-ms sizes the stalls that --stall-rate injects; with a stall rate of 0 (the default) none is "
             "injected. Add --stall-rate P (a probability per step, e.g. 0.001), or leave --stall-ms out"
         )
+    if o["law"] != "t" and _given(("df",)):
+        raise click.UsageError(
+            f"--noise-df is the degrees of freedom of the t law; the noise law is {o['law']}. "
+            "Add --noise-law t, or leave --noise-df out"
+        )
     try:
         spec, policy = build(WorkloadSpec, o), build(Policy, o)
         model, noise = build(IterationModel, o), build(NoiseModel, o)

@@ -100,7 +100,9 @@ class NoiseModel:
         choices=("lognormal", "t"),
     )
     df: float = setting(
-        3.0, "Degrees of freedom of the t law (> 2, so that sigma is its standard deviation).", flag="--noise-df"
+        3.0,
+        "Degrees of freedom of the t law (> 2, so that sigma is its standard deviation; with --noise-law t).",
+        flag="--noise-df",
     )
 
     def __post_init__(self) -> None:

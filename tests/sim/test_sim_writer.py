@@ -251,3 +251,19 @@ def test_stall_ms_without_a_stall_rate_is_refused(tmp_path):
     assert res.exit_code == 0, res.output
     truth = json.loads(out.with_name("s.truth.json").read_text())
     assert truth["noise"]["stall_ms_mean"] == 500.0 and truth["noise"]["stall_rate"] == 0.5
+
+
+def test_noise_df_without_the_t_law_is_refused(tmp_path):
+    """--noise-df is the t law's: with the default log-normal noise it did nothing, silently."""
+    from pipeline.commands.simulate import simulate as cmd
+
+    out = tmp_path / "n.jsonl"
+    res = CliRunner().invoke(cmd, ["--out", str(out), "--requests", "20", "--noise-df", "5"])
+    assert res.exit_code == 2 and not out.exists()
+    assert (
+        "Error: --noise-df is the degrees of freedom of the t law; the noise law is lognormal. "
+        "Add --noise-law t, or leave --noise-df out" in res.output
+    )
+    res = CliRunner().invoke(cmd, ["--out", str(out), "--requests", "20", "--noise-law", "t", "--noise-df", "5"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.with_name("n.truth.json").read_text())["noise"]["df"] == 5.0
