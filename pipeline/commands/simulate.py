@@ -80,7 +80,8 @@ def simulate(**o) -> None:
             "without --burst-at there is no burst. Add --burst-at SECONDS, or leave "
             f"{'it' if len(given) == 1 else 'them'} out"
         )
-    if o["stall_rate"] == 0 and _given(("stall_ms_mean",)):
+    # a rate of 0 typed out is a sweep's point (a script stepping --stall-rate): only the default is refused
+    if o["stall_rate"] == 0 and _given(("stall_ms_mean",)) and not _given(("stall_rate",)):
         raise click.UsageError(
             "--stall-ms sizes the stalls that --stall-rate injects; with a stall rate of 0 (the default) none is "
             "injected. Add --stall-rate P (a probability per step, e.g. 0.001), or leave --stall-ms out"

@@ -251,6 +251,10 @@ def test_stall_ms_without_a_stall_rate_is_refused(tmp_path):
     assert res.exit_code == 0, res.output
     truth = json.loads(out.with_name("s.truth.json").read_text())
     assert truth["noise"]["stall_ms_mean"] == 500.0 and truth["noise"]["stall_rate"] == 0.5
+    # a rate of 0 typed out is a sweep's first point, not a forgotten option
+    res = CliRunner().invoke(cmd, ["--out", str(out), "--requests", "20", "--stall-rate", "0", "--stall-ms", "500"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.with_name("s.truth.json").read_text())["noise"]["stall_rate"] == 0.0
 
 
 def test_noise_df_without_the_t_law_is_refused(tmp_path):
