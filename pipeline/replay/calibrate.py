@@ -586,6 +586,7 @@ def calibrate(
         "policy_sources": sources,
         "requests": counts,
         "noise_mode": noise,
+        "ok_only": ok_only,
         "prefix_caching_option": (overrides or {}).get("prefix_caching"),
         # a given capacity is the user's, so a --kv-dtype what-if does not rescale it
         "kv_capacity_option": (overrides or {}).get("kv_capacity_tokens"),

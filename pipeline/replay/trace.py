@@ -6,7 +6,8 @@ times), so ``tracelat ingest`` loads it like any other run. Its run id says what
 it is: ``RUN~replay~<policy>-seed<k>`` where ``<policy>`` is ``recorded`` or the
 changed fields (``mbt512``, ``mns16``, ``kv50000``, ``kvb16``, ``nochunk``/``chunk``,
 ``nofullprompt``/``fullprompt``, ``noprefix``/``prefix``), after the hardware what-ifs (``kvdtfp8``,
-``compute2x``), with ``-nonoise`` for a replay without noise. Its ``meta.replay`` records the source
+``compute2x``), with ``-okonly`` for a replay of the ok requests alone, ``-workload<hex>`` for
+another workload (eight hex digits of its requests' digest) and ``-nonoise`` for a replay without noise. Its ``meta.replay`` records the source
 run, the policy (and what changed), the calibrated model and noise, the seed and
 the time origin; its ``dtype`` and ``kv_dtype`` are the source run's, with the KV dtype
 of a ``--kv-dtype`` what-if (:func:`replay_dtypes`). Requests keep their recorded ids;
@@ -15,12 +16,14 @@ of a ``--kv-dtype`` what-if (:func:`replay_dtypes`). Requests keep their recorde
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..sim import SimResult
+from ..sim.workload import Workload
 from ..sim.writer import write_trace
 from .calibrate import Calibration
 from .whatif import tag as whatif_tag
@@ -46,7 +49,18 @@ def replay_run_id(cal: Calibration, seed: int) -> str:
     noise = "-nonoise" if cal.details.get("noise_mode") == "none" else ""
     chosen = cal.details.get("iteration_model_option") or "auto"
     model = "" if chosen == "auto" else f"-{chosen}"  # a model named on the command line is a different replay
-    return f"{cal.run_id}{SEP}{policy_tag(cal)}{model}{noise}-seed{seed}"
+    # other requests make another replay: under one id, ingesting one would replace the other
+    ok_only = "-okonly" if cal.details.get("ok_only") and cal.workload_source is None else ""
+    workload = f"-workload{workload_digest(cal.workload)}" if cal.workload_source is not None else ""
+    return f"{cal.run_id}{SEP}{policy_tag(cal)}{model}{ok_only}{workload}{noise}-seed{seed}"
+
+
+def workload_digest(w: Workload) -> str:
+    """Eight hex digits naming a workload by its requests (arrivals, lengths, cached tokens, hashes)."""
+    h = hashlib.sha256()
+    for a in (w.t_arrival, w.prompt_tokens, w.output_tokens, w.cached_tokens, w.hash_offsets, w.hash_values):
+        h.update(b"-" if a is None else np.ascontiguousarray(a).tobytes() + b"|")
+    return h.hexdigest()[:8]
 
 
 def replay_meta(cal: Calibration, seed: int, result: SimResult) -> dict[str, Any]:

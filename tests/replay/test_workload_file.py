@@ -110,3 +110,30 @@ def test_ok_only_with_a_workload_file_is_refused(db, tmp_path):
     )
     help_text = " ".join(run_captured("replay", "--help")[1].split())
     assert "Not with --workload: a workload file's requests have no recorded status." in help_text
+
+
+def test_replays_of_other_requests_get_their_own_run_ids(db, tmp_path):
+    """--ok-only and --workload replay other requests: under the recorded replay's id, --ingest of one
+    replaced the other in the store (each was RUN~replay~recorded-nonoise-seed0)."""
+    import shutil
+
+    path = shutil.copy(db[0], tmp_path / "own.duckdb")
+    rows = db[1]
+    small = _mooncake(tmp_path / "small.jsonl", rows[:10, 0], rows[:10, 1], rows[:10, 2])
+    other = _mooncake(tmp_path / "other.jsonl", rows[:12, 0], rows[:12, 1], rows[:12, 2])
+    base = ["replay", "cpu", "--db", str(path), "--noise", "none", "--ingest"]
+    for extra in ([], ["--ok-only"], ["--workload", str(small)], ["--workload", str(other)]):
+        res = CliRunner().invoke(cli, [*base, *extra])
+        assert res.exit_code == 0, res.output
+    con = store.connect(path)
+    got = dict(
+        con.execute("select run_id, count(*) from requests where run_id like 'cpu~replay~%' group by run_id").fetchall()
+    )
+    recorded = con.execute("select count(*), count(*) filter (status = 'ok') from requests where run_id = 'cpu'")
+    n_all, n_ok = recorded.fetchone()
+    con.close()
+    assert len(got) == 4
+    assert got["cpu~replay~recorded-nonoise-seed0"] == n_all
+    assert got["cpu~replay~recorded-okonly-nonoise-seed0"] == n_ok
+    workloads = sorted(v for k, v in got.items() if "-workload" in k)
+    assert workloads == [10, 12]
