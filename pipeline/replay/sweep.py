@@ -227,7 +227,7 @@ class Sweep:
         if fixed:  # every row runs these too, so no row is the recording
             head += f"every row with {'; '.join(fixed)}; "
         head += f"{len(self.seeds)} seed(s), noise {cal.details['noise_mode']}"
-        head += f", SLOs from {self.slo_path})" if self.slo_path else ")"
+        head += f", SLOs from {inline(str(self.slo_path))})" if self.slo_path else ")"
         cols = [f"{m.removesuffix('_ms')} {s}" for m, s in TABLE_STATS] + ["tok/s"]
         lines = [
             head,
@@ -243,7 +243,10 @@ class Sweep:
                 line += "   meets" if not failed else "   fails: " + ", ".join(failed)
             lines.append(line)
         lines.append("")
-        lines.append("latencies in ms, mean over seeds; an SLO is met when it holds in every seed")
+        lines.append(
+            "latencies in ms, mean over seeds"
+            + ("; an SLO is met when it holds in every seed" if self.slo_path else "")
+        )
         notes = cal.notes + self.notes
         if notes:
             lines += ["", "notes:"] + [f"  - {n}" for n in notes]

@@ -254,3 +254,16 @@ def test_a_workload_file_name_stays_on_the_header_line(incident):
     text = run_sweep(named, "max_num_batched_tokens", [2048], [0]).format()
     assert "'workload w\\nfake line.jsonl';" in text.splitlines()[0]
     assert not any(line.startswith("fake line") for line in text.splitlines())
+
+
+def test_slo_words_only_with_an_slo_file(incident, tmp_path):
+    """Without --slo the footer spoke of SLOs met in every seed; an SLO file's name is shown escaped."""
+    _, cal, sweep, d = incident
+    bare = run_sweep(cal, "max_num_batched_tokens", [2048], [0]).format()
+    assert "SLO" not in bare and "latencies in ms, mean over seeds" in bare
+    assert "an SLO is met when it holds in every seed" in sweep.format()
+    odd = tmp_path / "slo\nfake line.toml"
+    odd.write_text((d / "slo.toml").read_text())
+    text = run_sweep(cal, "max_num_batched_tokens", [2048], [0], load_slo(odd)).format()
+    assert "fake line.toml" in text.splitlines()[0]
+    assert not any(line.startswith("fake line") for line in text.splitlines())
