@@ -100,7 +100,7 @@ def _seed_path(out: Path, seed: int, n_seeds: int) -> Path:
     type=click.Path(dir_okay=False),
     help="SLO file (as for tracelat audit): with --sweep, mark "
     "which swept settings meet it; in a validation replay, set the run's goodput beside the replay's "
-    "(needs [goodput]).",
+    "(needs [goodput]; its [slo] limits and [fluidity] are noted as unused there).",
 )
 @click.option(
     "--chart",
@@ -195,14 +195,24 @@ def replay(
         raise InputError(
             "--chart goes with --sweep; for a single replay use --out --ingest and tracelat report on the replay run"
         )
-    goodput_spec = None
+    goodput_spec, slo_unused = None, ""
     if slo and not sweep_spec:  # a single replay: goodput observed vs replayed in the calibration
         from ..slo import load_slo
+        from ..terminal import inline
 
-        goodput_spec = load_slo(slo).goodput
+        spec = load_slo(slo)
+        goodput_spec = spec.goodput
         if goodput_spec is None:
             raise InputError(
-                f"{slo}: without --sweep, --slo compares goodput observed vs replayed and needs a [goodput] section"
+                f"{inline(slo)}: without --sweep, --slo compares goodput observed vs replayed and needs a [goodput] "
+                "section"
+            )
+        unused = [f"{len(spec.limits)} [slo] limit(s)"] if spec.limits else []
+        unused += ["[fluidity]"] if spec.fluidity is not None else []
+        if unused:
+            slo_unused = (
+                f"--slo: a single replay uses the file's [goodput] only, not its {' and '.join(unused)}: judge "
+                "them with tracelat audit on the replay (--ingest), or mark swept settings with --sweep NAME=... --slo"
             )
     overrides = given(Policy, policy_options)  # None: not given (recorded)
     whatif = {"kv_dtype": kv_dtype, "compute_speedup": compute_speedup}  # None: not given
@@ -297,6 +307,8 @@ def replay(
                         )
                     )
 
+        if slo_unused:
+            cal.notes.append(slo_unused)
         cmp = compare(con, cal, seed_list, write, goodput_spec=goodput_spec)
         if goodput_spec is not None and cmp.goodput_observed is None:
             cal.notes.append(

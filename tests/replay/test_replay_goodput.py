@@ -82,3 +82,19 @@ def test_slo_without_goodput_section_is_a_usage_error(steady_db, tmp_path):
     slo.write_text("[slo]\nttft_ms.p99 = 100\n")
     code, text = run_captured("replay", "steady", "--db", steady_db, "--seeds", "1", "--slo", slo)
     assert code == 2 and "[goodput]" in text
+
+
+def test_slo_limits_a_single_replay_leaves_out_are_named(steady_db, tmp_path):
+    """A single replay judges [goodput] only; the file's [slo] limits and [fluidity] were dropped without a word."""
+    slo = tmp_path / "slo.toml"
+    slo.write_text(
+        "[goodput]\nttft_ms = 500\n\n[slo]\nttft_ms.p99 = 100\ntpot_ms.p90 = 50\n\n[fluidity]\nttft_deadline_ms = 2000\ntbt_deadline_ms = 100\nmin_index_p01 = 0.9\n"
+    )
+    code, text = run_captured("replay", "steady", "--db", steady_db, "--seeds", "1", "--json", "--slo", slo)
+    assert code == 0, text
+    notes = json.loads(text)["notes"]
+    said = [n for n in notes if n.startswith("--slo: a single replay uses the file's [goodput] only")]
+    assert said and "not its 2 [slo] limit(s) and [fluidity]" in said[0]
+    slo.write_text("[goodput]\nttft_ms = 500\n")
+    code, text = run_captured("replay", "steady", "--db", steady_db, "--seeds", "1", "--json", "--slo", slo)
+    assert code == 0 and not any("[goodput] only" in n for n in json.loads(text)["notes"])
