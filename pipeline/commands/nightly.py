@@ -94,6 +94,11 @@ def nightly(
     --history, write its report, audit the SLOs, compare with a baseline, detect
     change points over the whole history and render the trend page.
 
+    PATHS are the files of one run; records that name no run get the night's
+    id. Files of one format that `tracelat ingest` reads as several runs (two
+    AIPerf exports, one per concurrency) fail the night: record each run in a
+    --history of its own.
+
     \b
     Exit codes: 0 fine; 1 an SLO is violated or a new change point for the
     worse (E-divisive means, permutation test) appeared tonight; 2 usage or

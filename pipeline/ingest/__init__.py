@@ -231,6 +231,14 @@ def _distinct_run_names(files: list[Path]) -> dict[Path, str]:
     return out
 
 
+def run_names(files: list[Path]) -> dict[Path, str]:
+    """The run ``tracelat ingest FILES`` (no --run-id) gives each file's records that name none:
+    the file name (:func:`.load.default_run_id`), with its folders when two files share it
+    (:func:`_distinct_run_names`)."""
+    distinct = _distinct_run_names(files)
+    return {f: distinct.get(f, default_run_id(f)) for f in files}
+
+
 # Steps run after files were ingested, with the run ids they touched, each in its own
 # transaction: e.g. estimating context_tokens from request timelines (engine ingestors).
 PostIngest = Callable[["duckdb.DuckDBPyConnection", list[str]], None]

@@ -33,6 +33,7 @@ from ..errors import InputError
 from . import analysis
 from .changepoint import Settings
 from .history import History, Night, content_digest, folder_name, labels_of, parse_date
+from .sources import refuse_merged_runs
 
 
 @dataclass(frozen=True)
@@ -262,6 +263,8 @@ def _stage(opts: Options, hist: History, digest: str, spec: Any, slo_text: str |
         # the night, as it fails `tracelat ingest` and as it does named on its own: otherwise a
         # night whose server log was truncated or garbled is recorded from the other files
         _refuse_empty_files(con, results)
+        # files that name no run take the night's id: two runs' files must not become one run
+        refuse_merged_runs(con, run_id, results)
         store.build_derived(con)
         runs = store.known_runs(con)
         if len(runs) != 1:
