@@ -106,8 +106,11 @@ def nightly(
     Re-running a night with the same files adds nothing to the history and
     reports the night as recorded: its SLO file, labels, baseline and
     --min-change of then, whatever this run gives (a warning names the options
-    ignored; record it again in another --history). On exit 2, --junit is
-    rewritten with the error, so CI never shows an older night's result.
+    ignored; record it again in another --history). This run's options are
+    still checked as for a new night: a bad one (an --slo file that is not
+    there, a --baseline not in the history, a bad --label date=) exits 2.
+    On exit 2, --junit is rewritten with the error, so CI never shows an older
+    night's result.
 
     \b
     Example (cron or CI, once a night):

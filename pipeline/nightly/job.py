@@ -320,11 +320,28 @@ def _forget_history(folder: Path, keep_folder: bool) -> None:
         (folder / "runs").rmdir()
 
 
+def check_options(opts: Options) -> None:
+    """Refuse a bad option before the night is looked up, so that a re-run refuses what a new night
+    would (it reports the recorded night with that night's options, but a typo in this run's is an
+    error either way): the labels, a --label date=, --run-id and --format.  The SLO file is loaded
+    and --baseline looked up in the history before the lookup too (:func:`run`)."""
+    from ..ingest import check_run_id_option, get
+
+    given = _labels(opts.labels)
+    if "date" in given:  # an empty date= (an unset $DATE in a CI script) is an error, not today
+        parse_date(given["date"])
+    if opts.run_id is not None:
+        check_run_id_option(opts.run_id)
+    if opts.fmt:
+        get(opts.fmt)
+
+
 def run(opts: Options) -> Outcome:
     """The whole night (see the module docstring); raises on a failed night."""
     from .. import audit as aud
     from ..ingest import expand
 
+    check_options(opts)
     spec = aud.load_slo(opts.slo) if opts.slo is not None else None  # a bad SLO file fails before any work
     slo_text = opts.slo.read_text(encoding="utf-8") if opts.slo is not None else None
     files = [f for f, _ in expand(Path(p) for p in opts.paths)]

@@ -121,6 +121,41 @@ def test_rerun_with_other_options_reports_the_recorded_night(nights, tmp_path, c
     assert code == 0 and _digests(night_dir) == before
 
 
+@pytest.mark.parametrize(
+    ("option", "why"),
+    [
+        (["--baseline", "2025-12-31"], "--baseline '2025-12-31' is not a night of the history"),
+        (["--slo", "{tmp}/moved.toml"], "SLO file {tmp}/moved.toml does not exist"),
+        (["--label", "date="], "--label date='': expected an ISO date"),
+        (["--label", "date=2026-02-30"], "--label date='2026-02-30': day is out of range"),
+        (["--run-id", " "], "--run-id ' ': empty"),
+        (["--format", "no-such-format"], "unknown format 'no-such-format'"),
+    ],
+)
+def test_a_rerun_refuses_a_bad_option_as_a_new_night_does(nights, tmp_path, capsys, option, why):
+    """A re-run reports the night with its recorded options, but a bad option of this run is an
+    error all the same (exit 2, --junit rewritten with it), as on a new night: the same command
+    line must not pass or fail by whether its files were recorded before."""
+    hist, junit = tmp_path / "hist", tmp_path / "ci.xml"
+    slo = tmp_path / "slo.toml"
+    slo.write_text(PASS_SLO)
+    base = ["nightly", str(nights[0]), "--history", str(hist), "--junit", str(junit)]
+    code, _, err = cli(capsys, *base, "--slo", str(slo), "--label", "date=2026-01-01")
+    assert code == 0, err
+    rows, report = _rows(hist), _digests(hist / "reports" / "2026-01-01")
+    option = [o.replace("{tmp}", str(tmp_path)) for o in option]
+    why = why.replace("{tmp}", str(tmp_path))
+    # a new night (other files) and the re-run (the recorded night's files): the same error
+    for night in (nights[1], nights[0]):
+        code, stdout, err = cli(capsys, *base[:1], str(night), *base[2:], *option)
+        assert code == 2 and stdout == "" and err.startswith(f"Error: {why}"), err
+        assert (
+            next(ET.parse(junit).getroot().iter("error")).get("message")
+            == f"tracelat nightly failed: {err[7:].strip()}"
+        )
+        assert _rows(hist) == rows and _digests(hist / "reports" / "2026-01-01") == report
+
+
 def test_broken_night_rewrites_the_junit_file(nights, tmp_path, capsys):
     hist, junit = tmp_path / "hist", tmp_path / "ci.xml"
     code, _, _ = cli(capsys, "nightly", str(nights[0]), "--history", str(hist), "--junit", str(junit))
