@@ -102,7 +102,8 @@ def nightly(
     \b
     Exit codes: 0 fine; 1 an SLO is violated or a new change point for the
     worse (E-divisive means, permutation test) appeared tonight; 2 usage or
-    data error: the night failed and the history is unchanged.
+    data error: the night failed, the history is unchanged and no report of
+    it is left (--out as it was).
     Re-running a night with the same files adds nothing to the history and
     reports the night as recorded: its SLO file, labels, baseline and
     --min-change of then, whatever this run gives (a warning names the options

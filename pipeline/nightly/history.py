@@ -312,6 +312,11 @@ def set_report(hist: History, run_id: str, folder: Path) -> None:
     hist.con.execute("update nightly_runs set report = $r where run_id = $id", {"r": str(where), "id": run_id})
 
 
+def reset_report(hist: History, night: Night) -> None:
+    """Point the history back at the report folder ``night`` was read with (a failed re-run)."""
+    hist.con.execute("update nightly_runs set report = $r where run_id = $id", {"r": night.report, "id": night.run_id})
+
+
 def changes_key(nights: list[Night], settings: object) -> str:
     """Cache key of a change-point search: the nights searched, in order, and the settings."""
     # "goodput-restarts": searches since goodput series restart on new [goodput] limits; a cache

@@ -356,11 +356,14 @@ def run(opts: Options) -> Outcome:
         digest = content_digest(files)
         night = hist.by_digest(digest)
         from .outputs import finish
+        from .undo import outputs_undone_on_error
 
         if night is None:
             night = _stage(opts, hist, digest, spec, slo_text)
             try:
-                outcome = finish(opts, hist, night, True, spec)
+                # a failure leaves no report folder of a night the history does not hold
+                with outputs_undone_on_error(opts, hist, night):
+                    outcome = finish(opts, hist, night, True, spec)
             except BaseException:
                 # the report, comparison or JUnit could not be written: tonight is not recorded,
                 # so the next night is compared and gated as if this one never ran
@@ -369,7 +372,8 @@ def run(opts: Options) -> Outcome:
                 raise
         else:  # a re-run: reported as recorded, with the options it was recorded with
             rerun, spec, ignored = as_recorded(opts, night, spec, slo_text)
-            outcome = finish(rerun, hist, night, False, spec, ignored)
+            with outputs_undone_on_error(opts, hist, night):
+                outcome = finish(rerun, hist, night, False, spec, ignored)
         ok = True
         return outcome
     finally:

@@ -17,6 +17,7 @@ from typing import Any
 from ..errors import InputError
 from . import analysis
 from .history import History, Night, folder_name, set_report
+from .undo import out_dir
 
 
 def _changes(hist: History, series: Any, nights: list[Night], settings: Any) -> list[analysis.Change]:
@@ -99,7 +100,7 @@ def finish(opts: Any, hist: History, night: Night, recorded: bool, spec: Any, ig
     from .summary import markdown
     from .trend import write_trend
 
-    out = Path(opts.out) if opts.out is not None else hist.dir / "reports"
+    out = out_dir(opts, hist)
     night_dir = out / folder_name(night.run_id, night.digest)
     upto, nights, series, found, before = _as_of(hist, night, opts)
     new = analysis.new_changes(found, before)

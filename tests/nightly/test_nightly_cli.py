@@ -261,6 +261,81 @@ def test_a_missing_baseline_store_is_named(nights, tmp_path, capsys):
     assert _counts(hist)[0] == 1
 
 
+def _listing(folder: Path) -> dict[str, str]:
+    """Every file and folder under ``folder``, a file with a digest of its bytes."""
+    import hashlib
+
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+        for p in sorted(folder.rglob("*"))
+    }
+
+
+def test_a_night_that_fails_writing_its_outputs_leaves_none(nights, tmp_path, capsys):
+    """Exit 2 after the report was written (a baseline's store missing, an unwritable --junit or
+    nightly.json) leaves no report folder of the night, and the trend page as it was."""
+    hist, out = tmp_path / "hist", tmp_path / "out"
+    base = ["nightly", "--history", str(hist), "--out", str(out)]
+    code, _, err = cli(capsys, *base, str(nights[0]), "--label", "date=2026-11-01")
+    assert code == 0, err
+    before, recorded = _listing(out), _counts(hist)
+    assert "2026-11-01/index.html" in before and "index.html" in before and "nightly.json" in before
+
+    # --junit inside a file: fails after tonight's report and comparison were written
+    (tmp_path / "a-file").write_text("not a folder")
+    junit = tmp_path / "a-file" / "ci.xml"
+    code, _, err = cli(capsys, *base, str(nights[1]), "--label", "date=2026-11-02", "--junit", str(junit))
+    assert code == 2 and "cannot write --junit" in err, err
+    assert _listing(out) == before and _counts(hist) == recorded
+
+    # nightly.json cannot be written: fails after the trend page was rewritten with tonight
+    (out / "nightly.json").unlink()
+    (out / "nightly.json").mkdir()
+    before = _listing(out)
+    code, _, err = cli(capsys, *base, str(nights[1]), "--label", "date=2026-11-02")
+    assert code == 2 and err.startswith("Error: cannot read or write"), err
+    assert _listing(out) == before and _counts(hist) == recorded
+    (out / "nightly.json").rmdir()
+
+    # the baseline night's store is missing: fails after tonight's report was written
+    (store,) = (hist / "runs").glob("2026-11-01*.duckdb")
+    store.rename(tmp_path / "kept.duckdb")
+    code, _, err = cli(capsys, *base, str(nights[1]), "--label", "date=2026-11-02", "--out", str(tmp_path / "a" / "b"))
+    assert code == 2 and "the store of baseline night 2026-11-01" in err, err
+    assert not (tmp_path / "a").exists() and _counts(hist) == recorded
+    # a re-run of the recorded night into another --out fails the same way: nothing left there,
+    # and the history still names the report folder it was written to
+    (tmp_path / "kept.duckdb").rename(store)
+    code, _, _ = cli(capsys, *base, str(nights[1]), "--label", "date=2026-11-02")
+    assert code == 0
+    store.rename(tmp_path / "kept.duckdb")
+    reports = _reports(hist)
+    code, _, err = cli(capsys, *base[:-1], str(tmp_path / "c"), str(nights[1]))
+    assert code == 2 and "the store of baseline night 2026-11-01" in err, err
+    assert not (tmp_path / "c").exists() and _reports(hist) == reports
+
+
+def _reports(hist: Path) -> list[tuple[str, str]]:
+    con = duckdb.connect(str(hist / "history.duckdb"), read_only=True)
+    try:
+        return con.execute("select run_id, report from nightly_runs order by seq").fetchall()
+    finally:
+        con.close()
+
+
+def test_a_failed_first_night_leaves_no_report_folder(nights, tmp_path, capsys):
+    """A first night that fails writing its outputs, in a history folder that was there: only
+    what was there before is left (not HISTORY/reports)."""
+    hist = tmp_path / "h"
+    hist.mkdir()
+    (hist / "keep.txt").write_text("mine")
+    (tmp_path / "a-file").write_text("not a folder")
+    junit = tmp_path / "a-file" / "ci.xml"
+    code, _, err = cli(capsys, "nightly", str(nights[0]), "--history", str(hist), "--junit", str(junit))
+    assert code == 2 and "cannot write --junit" in err, err
+    assert sorted(p.name for p in hist.iterdir()) == ["keep.txt"]
+
+
 @pytest.mark.parametrize("content", [b"", b"\x00" * 4096, b"garbage " * 100])
 def test_a_damaged_history_file_is_called_damaged_not_locked(nights, tmp_path, capsys, content):
     hist = tmp_path / "hist"
