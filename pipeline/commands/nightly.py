@@ -40,7 +40,7 @@ def _labels(value: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     "labels",
     multiple=True,
     metavar="KEY=VALUE",
-    help="Label tonight's run (date=YYYY-MM-DD orders the nights; commit=..., anything). Repeatable.",
+    help="Label tonight's run (date=YYYY-MM-DD orders the nights; commit=..., anything). Repeatable, each key once.",
 )
 @click.option(
     "--slo",

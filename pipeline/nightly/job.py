@@ -141,10 +141,19 @@ class Outcome:
 
 
 def _labels(items: tuple[tuple[str, str], ...]) -> dict[str, str]:
-    out = {}
+    """The --label items as a dict; a key given twice is refused (the last one won, with nothing
+    said: two date= recorded the night under one of them)."""
+    from ..terminal import inline
+
+    out: dict[str, str] = {}
     for key, value in items:
         if not key:
             raise InputError(f"--label {key}={value}: empty key; write KEY=VALUE")
+        if key in out:
+            raise InputError(
+                f"--label {inline(key)} given twice ({inline(key)}={inline(out[key])}, {inline(key)}={inline(value)}): "
+                "give each key once"
+            )
         out[key] = value
     return out
 

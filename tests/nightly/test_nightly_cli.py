@@ -216,6 +216,24 @@ def test_labels_are_escaped_and_dates_checked(nights, tmp_path, capsys):
     assert _counts(hist) == before
 
 
+def test_a_label_given_twice_is_refused(nights, tmp_path, capsys):
+    """Two values of one key took the last one with nothing said; now the night is refused,
+    naming the key, a new night or a re-run alike."""
+    hist = tmp_path / "hist"
+    args = ["nightly", str(nights[0]), "--history", str(hist)]
+    code, _, err = cli(capsys, *args, "--label", "date=2026-11-01", "--label", "commit=a", "--label", "date=2026-11-02")
+    assert code == 2 and err == (
+        "Error: --label date given twice (date=2026-11-01, date=2026-11-02): give each key once\n"
+    ), err
+    assert not hist.exists()
+    code, stdout, err = cli(capsys, *args, "--label", "date=2026-11-01", "--json")
+    assert code == 0 and json.loads(stdout)["labels"]["date"] == "2026-11-01", err
+    before = _counts(hist)
+    code, _, err = cli(capsys, *args, "--label", "commit=a", "--label", "commit=a")
+    assert code == 2 and "Error: --label commit given twice (commit=a, commit=a)" in err, err
+    assert _counts(hist) == before
+
+
 def test_failed_first_night_leaves_no_history(tmp_path, capsys):
     hist = tmp_path / "h"
     bad = tmp_path / "bad.jsonl"
