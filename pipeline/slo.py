@@ -163,6 +163,23 @@ def _same_stat(stat: str) -> str:
     return percentile_name(p) if p is not None else stat
 
 
+def _below_100(path: str, where: str, stat: str, instead: str) -> None:
+    """Refuse a percentile that reads as 100 or rounds to it: ``p9999999999999999999`` is
+    99.99999999999999999, the float 100.0, and a percentile keeps 4 decimals (``p99999999`` is
+    named ``p100``), so either is the largest value under another name (``p100`` itself reads
+    as 10.0, and :func:`percentile_of` refuses it)."""
+    p = percentile_of(stat)
+    if p is not None and (p >= 100 or percentile_name(p) == "p100"):
+        raise _bad(
+            path,
+            where,
+            f"{stat} reads as {p:.10g}"
+            + (", 100 at the 4 decimals a percentile keeps" if p < 100 else "")
+            + f": the 100th percentile is the largest value; a percentile must be below 100 (at most p999999 = "
+            f"99.9999); {instead}",
+        )
+
+
 def _stat_limits(path: str, table: object) -> tuple[StatLimit, ...]:
     if not isinstance(table, dict):
         raise _bad(path, "[slo]", "must be a table of <metric>.<stat> = limit")
@@ -180,6 +197,7 @@ def _stat_limits(path: str, table: object) -> tuple[StatLimit, ...]:
                 f"unknown statistic {stat!r}; use p50, p90, p99, p999 (any pNN) or "
                 f"{', '.join(PLAIN_STATS)}, as in {metric}.p99 = 2000",
             )
+        _below_100(path, where, stat, f"write {metric}.max for the largest value")
         same = seen.setdefault((metric, _same_stat(stat)), written)
         if same != written:
             raise _bad(path, where, f"written twice ({same} and {written} are the same statistic); keep one of them")
@@ -250,6 +268,7 @@ def _fluidity(path: str, table: object) -> FluiditySpec:
                 "unknown key; use ttft_deadline_ms, tbt_deadline_ms and lower limits "
                 "min_index_p01 (any pNN), min_index_mean, min_index_min, min_index_service",
             )
+        _below_100(path, where, stat, "as in min_index_p99")
         same = seen.setdefault(_same_stat(stat), key)
         if same != key:
             raise _bad(path, where, f"written twice ({same} and {key} are the same statistic); keep one of them")

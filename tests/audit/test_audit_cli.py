@@ -129,6 +129,17 @@ def test_usage_errors_exit_2(tiny_run, tmp_path, capsys):
         ("[slo]\nttft_ms.p99 = \n", "invalid TOML"),
         ("[slo]\nttfx_ms.p99 = 5\n", "[slo] ttfx_ms.p99: unknown metric 'ttfx_ms'"),
         ("[slo]\nttft_ms.p100 = 5\n", "unknown statistic 'p100'"),
+        # 99.99999999999999999 is the float 100.0, the largest value; 99.99999 rounds to it in a name
+        (
+            "[slo]\nttft_ms.p9999999999999999999 = 5\n",
+            "[slo] ttft_ms.p9999999999999999999: p9999999999999999999 reads as 100: the 100th percentile is the "
+            "largest value; a percentile must be below 100 (at most p999999 = 99.9999); write ttft_ms.max",
+        ),
+        ('[slo]\n"e2e_ms.p9999999" = 5\n', "e2e_ms.p9999999: p9999999 reads as 99.99999, 100 at the 4 decimals"),
+        (
+            "[fluidity]\nttft_deadline_ms = 5\ntbt_deadline_ms = 1\nmin_index_p99999999 = 0.5\n",
+            "[fluidity] min_index_p99999999: p99999999 reads as 99.999999, 100 at the 4 decimals",
+        ),
         ('[slo]\nttft_ms.p99 = "fast"\n', "expected a number, got 'fast'"),
         ("[slo]\nttft_ms.p99 = true\n", "expected a number, got True"),
         ("[slos]\nttft_ms.p99 = 5\n", "[slos]: unknown section"),
@@ -147,6 +158,12 @@ def test_slo_file_errors(tmp_path, text, fragment):
     with pytest.raises(InputError) as exc:
         load_slo(f)
     assert fragment in str(exc.value) and str(f) in str(exc.value)
+
+
+def test_the_highest_percentile_below_100_is_not_max():
+    spec = parse_slo({"slo": {"ttft_ms": {"p999999": 5, "max": 6}}})
+    assert [(lim.stat, lim.limit) for lim in spec.limits] == [("p999999", 5), ("max", 6)]
+    assert percentile_of("p999999") == 99.9999
 
 
 def test_toml_error_names_line(tmp_path):

@@ -234,6 +234,20 @@ def test_a_label_given_twice_is_refused(nights, tmp_path, capsys):
     assert _counts(hist) == before
 
 
+def test_an_slo_percentile_that_reads_as_100_fails_the_night(nights, tmp_path, capsys):
+    """ttft_ms.p9999999999999999999 is the float 100.0: it was audited as the maximum under another
+    name (and beside a max = limit, twice); the night is refused, naming the key."""
+    slo = tmp_path / "slo.toml"
+    slo.write_text("[slo]\nttft_ms.max = 60000\nttft_ms.p9999999999999999999 = 60000\n")
+    hist = tmp_path / "hist"
+    code, _, err = cli(capsys, "nightly", str(nights[0]), "--history", str(hist), "--slo", str(slo))
+    assert code == 2 and err.startswith(
+        f"Error: {slo}: [slo] ttft_ms.p9999999999999999999: p9999999999999999999 reads as 100: the 100th "
+        "percentile is the largest value"
+    ), err
+    assert not hist.exists()
+
+
 def test_failed_first_night_leaves_no_history(tmp_path, capsys):
     hist = tmp_path / "h"
     bad = tmp_path / "bad.jsonl"
