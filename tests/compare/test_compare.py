@@ -144,6 +144,7 @@ def test_baseline_from_another_store(runs_db, run_file, tmp_path, capsys):
     assert code == 0 and all(d["delta"] == 0 for d in out["deltas"])
 
 
+@pytest.mark.slow  # 900 bootstrap comparisons: a minute and more alone; CI runs it with -m slow
 def test_ci_coverage_is_near_nominal():
     """Two samples of one distribution: a 90% CI of the difference excludes 0 about 10% of the time."""
     rng = np.random.default_rng(11)
