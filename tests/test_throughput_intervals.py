@@ -101,6 +101,7 @@ def _verdicts(con, pairs) -> dict[str, list[str]]:
     return out
 
 
+@pytest.mark.slow  # many simulated re-runs; CI runs it with -m slow (the default run stays near 5 minutes)
 def test_re_runs_of_one_load_are_not_flagged(con):
     """Whole-run and steady rates of re-runs, from requests and from steps: at most one flag in
     12 pairs at 99% (an SE that leaves out how the count of requests varies flags several)."""

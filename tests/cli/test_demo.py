@@ -35,6 +35,7 @@ def test_demo_ingests_summarises_and_writes_report(tmp_path):
     assert "<html" in (out / "index.html").read_text()[:500].lower()
 
 
+@pytest.mark.slow  # the demo twice, in subprocesses; CI runs it with -m slow (the default run stays near 5 minutes)
 def test_demo_again_after_other_ingests_summarises_its_own_run(tmp_path):
     db = str(tmp_path / "d.duckdb")
     tiny = Path(__file__).resolve().parents[2] / "fixtures" / "canonical" / "tiny.jsonl"
@@ -46,6 +47,7 @@ def test_demo_again_after_other_ingests_summarises_its_own_run(tmp_path):
     assert "unchanged" in r.stdout and "run demo-incident:" in r.stdout
 
 
+@pytest.mark.slow  # the demo and simulate, in subprocesses; CI runs it with -m slow (the default run stays near 5 minutes)
 def test_simulate_after_demo_is_its_own_run_and_replaces_the_last(tmp_path):
     from pipeline.cli import run_captured
 

@@ -92,6 +92,7 @@ def test_large_run_intervals_cover_the_truth_with_stalls():
     assert 0.0005 < np.mean(allowance) < 0.003
 
 
+@pytest.mark.slow  # many simulated fits; CI runs it with -m slow (the default run stays near 5 minutes)
 def test_flagged_stalls_do_not_pull_the_estimate():
     """5% of steps stalled: the stalls' one-sided pull put every coefficient ~0.25% high.
 

@@ -192,6 +192,7 @@ main(["ingest", sys.argv[2], "--run-id", "v", "--lake", sys.argv[3]])
 """
 
 
+@pytest.mark.slow  # a killed subprocess per case; CI runs it with -m slow (the default run stays near 5 minutes)
 @pytest.mark.parametrize("where", ["staged", "swapping"])
 def test_killed_ingest_leaves_no_partial_run(pair, tmp_path, where):
     db, _, _ = pair

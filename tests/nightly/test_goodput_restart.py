@@ -73,6 +73,7 @@ def test_a_goodput_step_at_a_limit_change_is_no_change_point_but_one_within_is()
     assert analysis.open_regressions(found, series, nights, 0.05) != []
 
 
+@pytest.mark.slow  # nights end to end; CI runs it with -m slow (the default run stays near 5 minutes)
 def test_new_goodput_limits_restart_the_series_and_do_not_fail_the_night(tmp_path, capsys, monkeypatch):
     """Eight simulated nights, the [goodput] TPOT limit tightened from night 5: attainment falls
     from 1 to about 0.5, which one definition would call a change for the worse (exit 1 on night 8)."""

@@ -127,6 +127,7 @@ def test_nights_history_json_rerun_and_failures(nights, tmp_path, capsys):
         assert f'href="{night}/index.html"' in trend and (out / night / "index.html").is_file()
 
 
+@pytest.mark.slow  # five nights end to end; CI runs it with -m slow (the default run stays near 5 minutes)
 def test_labels_are_escaped_and_dates_checked(nights, tmp_path, capsys):
     hist, out = tmp_path / "hist", tmp_path / "out"
     hostile = '<script>alert("x")</script><!--'
@@ -262,6 +263,7 @@ def test_failed_first_night_leaves_no_history(tmp_path, capsys):
     assert code == 2 and sorted(p.name for p in hist.iterdir()) == ["keep.txt"]
 
 
+@pytest.mark.slow  # nights end to end; CI runs it with -m slow (the default run stays near 5 minutes)
 def test_a_night_whose_outputs_fail_is_not_recorded(nights, tmp_path, capsys):
     """Exit 2 leaves the history unchanged: a night whose report cannot be written is not in
     it, so a re-run records it and the next night is compared with it, not past it."""
@@ -378,6 +380,7 @@ def test_a_damaged_history_file_is_called_damaged_not_locked(nights, tmp_path, c
     assert "damaged" in err and "another nightly job" not in err
 
 
+@pytest.mark.slow  # three nights end to end; CI runs it with -m slow (the default run stays near 5 minutes)
 def test_trend_links_survive_moving_the_history(nights, tmp_path, capsys):
     """A history restored elsewhere (a CI cache): the trend page links every night's report
     in the moved folder, not in the old one."""
@@ -404,8 +407,13 @@ def test_trend_links_survive_moving_the_history(nights, tmp_path, capsys):
 @pytest.mark.parametrize(
     "name, content, why",
     [
-        ("x.log", "garbage {\n", "skipped: no known format"),
-        ("trunc.jsonl", '{"kind":"request","req_id":"zz"\n', "all 1 records rejected, the first on line 1: not valid"),
+        pytest.param("x.log", "garbage {\n", "skipped: no known format", marks=pytest.mark.slow),
+        pytest.param(
+            "trunc.jsonl",
+            '{"kind":"request","req_id":"zz"\n',
+            "all 1 records rejected, the first on line 1: not valid",
+            marks=pytest.mark.slow,
+        ),
         ("empty.jsonl", "", "no records in it"),
     ],
     ids=["unknown-format", "all-rejected", "empty"],
