@@ -124,3 +124,71 @@ def test_a_vllm_step_going_back_outside_a_fall_back_is_still_rejected(tmp_path):
     (line, reason) = con.execute("select line_no, reason from rejects").fetchone()
     assert line == k + 1 and "longer than the log's timestamps allow" in reason
     assert re.search(r"this step's line is -3\d{3}(\.\d+)? s after the previous step's", reason)
+
+
+# TensorRT-LLM's IterationStats ``timestamp`` is the writer's local time without a zone
+# (``%m-%d-%Y %H:%M:%S.%f``). DuckDB's timezone() read every stamp of the repeated hour as its
+# later instant: the steps before the change came an hour late, and the log ran an hour back.
+TRT_CHANGE = dt.datetime(2026, 10, 25, 1, 0, 0, tzinfo=UTC)  # Berlin: 03:00 CEST becomes 02:00 CET
+TRT_FIX = Path(__file__).resolve().parents[2] / "fixtures" / "trtllm"
+
+
+def _trtllm_records(times: list[dt.datetime], zone: ZoneInfo = BERLIN) -> list[dict]:
+    """The fixture's second step, once per time, stamped as the writer's wall clock in ``zone``."""
+    import ast
+
+    step = ast.literal_eval((TRT_FIX / "iteration_log.txt").read_text().splitlines()[1])
+    return [
+        dict(step, iter=k, timestamp=t.astimezone(zone).strftime("%m-%d-%Y %H:%M:%S.%f")) for k, t in enumerate(times)
+    ]
+
+
+@pytest.mark.parametrize("shape", ["iteration_log", "metrics_array"])
+@pytest.mark.parametrize("batch_bytes", [None, 1500])  # 1500: about a record a batch, the change between two
+def test_trtllm_stats_through_the_fall_back_keep_their_instants(tmp_path, monkeypatch, shape, batch_bytes):
+    import json
+
+    if batch_bytes:
+        monkeypatch.setattr(reader, "BATCH_BYTES", batch_bytes)
+    # 20 steps in the first pass of 02:59 (CEST), 20 in the second (CET), 2.25 s apart
+    times = [TRT_CHANGE + dt.timedelta(seconds=2.25 * i - 45) for i in range(40)]
+    recs = _trtllm_records(times)
+    stamps = [r["timestamp"] for r in recs]
+    assert "10-25-2026 02:59:57.750000" in stamps and "10-25-2026 02:00:00.000000" in stamps  # the clock went back
+    if shape == "iteration_log":  # trtllm-bench --iteration_log: one dict repr a line
+        res, con = _ingest(tmp_path, "iter.log", "\n".join(repr(r) for r in recs) + "\n")
+    else:  # trtllm-serve's GET /metrics
+        res, con = _ingest(tmp_path, "metrics.json", json.dumps(recs))
+    assert (res.format, res.accepted, res.rejected) == ("trtllm-iterlog", 40, 0)
+    got = [r[0] for r in con.execute("select t_end from iterations order by iter").fetchall()]
+    assert got == pytest.approx([t.timestamp() for t in times], abs=1e-6)
+    assert con.execute("select meta->>'$.timestamps_time_zone' from runs").fetchone()[0] == "Europe/Berlin"
+
+
+def test_trtllm_stats_an_hour_back_on_an_ordinary_day_stay_as_written(tmp_path):
+    """No hour repeats on 20 Oct: a step an hour behind the one before keeps its one reading."""
+    times = [dt.datetime(2026, 10, 20, 10, 0, 0, tzinfo=UTC) + dt.timedelta(seconds=2 * i) for i in range(10)]
+    times[5] -= dt.timedelta(hours=1)
+    res, con = _ingest(tmp_path, "iter.log", "\n".join(repr(r) for r in _trtllm_records(times)) + "\n")
+    assert (res.accepted, res.rejected) == (10, 0)
+    got = [r[0] for r in con.execute("select t_end from iterations order by iter").fetchall()]
+    assert got == [t.timestamp() for t in times]
+
+
+def test_trtllm_stamp_in_the_hour_a_spring_forward_skips_is_rejected_naming_it(tmp_path):
+    """Berlin, 29 Mar 2026: 02:00 CET becomes 03:00 CEST, so 02:30 is no time there. DuckDB read
+    it as 03:30 CEST without a word; it is rejected (as vLLM's and SGLang's lines are), saying why."""
+    times = [dt.datetime(2026, 3, 29, 0, 59, 58, tzinfo=UTC) + dt.timedelta(seconds=i) for i in range(4)]
+    recs = _trtllm_records(times)
+    recs[2]["timestamp"] = "03-29-2026 02:30:00.000000"
+    res, con = _ingest(tmp_path, "iter.log", "\n".join(repr(r) for r in recs) + "\n")
+    assert (res.accepted, res.rejected) == (3, 1)
+    assert con.execute("select line_no, reason from rejects").fetchall() == [
+        (
+            3,
+            "timestamp 03-29-2026 02:30:00.000000 is no time in Europe/Berlin (a DST change skips it): "
+            "is --tz the zone the log was written in?",
+        )
+    ]
+    got = [r[0] for r in con.execute("select t_end from iterations order by iter").fetchall()]
+    assert got == [t.timestamp() for k, t in enumerate(times) if k != 2]

@@ -15,7 +15,8 @@ iter               iter
 dur_ms             iterLatencyMS
 t_end              timestamp ``%m-%d-%Y %H:%M:%S[.%f]`` (end of the iteration; the
                    writer's local time without a zone: read in ``--tz``, default
-                   this machine's zone, stated in ``meta.timestamps_time_zone``)
+                   this machine's zone, stated in ``meta.timestamps_time_zone``, by
+                   the rule of :mod:`._wallclock` through a DST change)
 prefill_reqs       scheduledNumPrefillRequests | inflightBatchingStats.numContextRequests
 prefill_tokens     scheduledSumPrefillTokens | inflightBatchingStats.numCtxTokens
 decode_reqs        scheduledNumDecodeRequests | inflightBatchingStats.numGenRequests
@@ -41,6 +42,7 @@ from ... import store
 from .. import reader
 from ..load import Batch
 from . import _common as c
+from . import _wallclock as wallclock
 
 
 def sniff(path: Path, head: str) -> bool:
@@ -94,8 +96,8 @@ EXTRACT = f"""
 select line_no, raw, valid,
   {_v("$.iter", "bigint")} as iter,
   {_v("$.iterLatencyMS")} as dur_ms,
-  epoch(timezone($tz, coalesce(try_strptime(js->>'$.timestamp', '%m-%d-%Y %H:%M:%S.%f'),
-                              try_strptime(js->>'$.timestamp', '%m-%d-%Y %H:%M:%S')))) as t_end,
+  coalesce(try_strptime(js->>'$.timestamp', '%m-%d-%Y %H:%M:%S.%f'),
+           try_strptime(js->>'$.timestamp', '%m-%d-%Y %H:%M:%S')) as wall_end,
   coalesce({_v("$.scheduledNumPrefillRequests", "bigint")}, {_v("$.inflightBatchingStats.numContextRequests", "bigint")},
            {_v("$.staticBatchingStats.numContextRequests", "bigint")}) as prefill_reqs,
   coalesce({_v("$.scheduledSumPrefillTokens", "bigint")}, {_v("$.inflightBatchingStats.numCtxTokens", "bigint")},
@@ -123,16 +125,40 @@ select line_no, raw, valid,
 from (select line_no, raw, valid, case when valid then js end as js from src)
 """
 
-REASON = pl.coalesce(
-    pl.when(~pl.col("valid")).then(
-        pl.lit("not a TRT-LLM IterationStats record (invalid JSON or Python literal; truncated?)")
-    ),
-    pl.col("vproblem"),
-    c.missing_reason([("iter", pl.col("iter")), ("iterLatencyMS", pl.col("dur_ms"))], "IterationStats without "),
-    pl.when(pl.col("ts_text").is_not_null() & pl.col("t_end").is_null()).then(
-        pl.lit("timestamp not in %m-%d-%Y %H:%M:%S[.%f] form: ") + pl.col("ts_text")
-    ),
-)
+
+def _reason(zone: str) -> pl.Expr:
+    """Why a record is rejected (NULL for a good one); ``zone``: the one its stamps were read in."""
+    return pl.coalesce(
+        pl.when(~pl.col("valid")).then(
+            pl.lit("not a TRT-LLM IterationStats record (invalid JSON or Python literal; truncated?)")
+        ),
+        pl.col("vproblem"),
+        c.missing_reason([("iter", pl.col("iter")), ("iterLatencyMS", pl.col("dur_ms"))], "IterationStats without "),
+        pl.when(pl.col("ts_text").is_not_null() & pl.col("wall_end").is_null()).then(
+            pl.lit("timestamp not in %m-%d-%Y %H:%M:%S[.%f] form: ") + pl.col("ts_text")
+        ),
+        pl.when(pl.col("wall_end").is_not_null() & pl.col("t_end").is_null()).then(
+            pl.format(
+                "timestamp {} is no time in {} (a DST change skips it): is --tz the zone the log was written in?",
+                pl.col("ts_text"),
+                pl.lit(zone),
+            )
+        ),
+    )
+
+
+def _on_the_clock(rec: pl.DataFrame, zone: str, after_s: float | None) -> pl.DataFrame:
+    """``rec`` (records in file order) with ``t_end``: the wall-clock stamps read in ``zone``.
+
+    The rule of the other logs' zone-less stamps (:mod:`._wallclock`): in the hour a DST
+    fall-back repeats, the earlier instant unless it puts the step behind the steps before
+    it (``after_s``: the latest stamp of the batches before), then the later one; a time a
+    spring-forward skips has none (NULL, rejected by :func:`_reason`).
+    """
+    wall = pl.col("wall_end")
+    rec = rec.with_columns(_early=wallclock.local_s(wall, zone))
+    rec = wallclock.pick_fold(rec, wallclock.local_s(wall, zone, "latest"), zone, after_s)
+    return rec.drop("_early").rename({"stamp_s": "t_end"})
 
 
 # the field each canonical one comes from (the first of its alternatives), for reasons
@@ -177,7 +203,7 @@ def convert(
 ) -> Iterator[Batch]:
     zone = c.check_zone(tz) if tz else c.local_zone()
     con = store.scratch()  # $TRACELAT_MEMORY_LIMIT applies here too
-    run_done = False
+    run_done, after_s = False, None
     for frame, n in _source_tables(path, progress):
         blank = frame.filter(pl.col("raw").str.strip_chars() == "").height
         frame = frame.filter(pl.col("raw").str.strip_chars() != "")
@@ -190,10 +216,12 @@ def convert(
             fixed = broken.with_columns(text=pl.col("raw").map_elements(_literal_fallback, return_dtype=pl.String))
             frame = frame.update(fixed.select("line_no", "text", valid=pl.col("text").is_not_null()), on="line_no")
         con.register("src", frame.select("line_no", "raw", "valid", js=pl.col("text")))
-        rec = con.sql(EXTRACT, params={"tz": zone}).pl()
+        rec = con.sql(EXTRACT).pl()
         con.unregister("src")
+        rec = _on_the_clock(rec, zone, after_s)
+        after_s = wallclock.latest(rec.select(stamp_s="t_end"), after_s)
         ends = rec.filter(pl.col("is_end")).height
-        rec = rec.filter(~pl.col("is_end")).with_columns(reason=REASON)
+        rec = rec.filter(~pl.col("is_end")).with_columns(reason=_reason(zone))
         good = rec.filter(pl.col("reason").is_null())
         run = None
         if not run_done:
