@@ -188,10 +188,13 @@ YEAR_SLACK_S = 2 * 86400.0
 def with_log_times(
     df: pl.DataFrame, prefix: str, written_s: float, tz: str = "UTC", after_s: float | None = None
 ) -> pl.DataFrame:
-    """``df`` with ``stamp_s``, ``stamp_resolution_s`` and ``stamp_zone`` from the text in column ``prefix``.
+    """``df`` with ``stamp_s``, ``stamp_resolution_s``, ``stamp_zone`` and ``stamp_problem`` from
+    the text in column ``prefix``.
 
-    ``stamp_s`` is Unix seconds: a stamp with its own zone (``Z``, ``+01:00``) is read as
-    written, one without is wall time in ``tz``; vLLM's year-less stamps get the latest year
+    ``stamp_s`` is Unix seconds: a stamp with its own zone (``Z``, ``+01:00``, ``+0100``,
+    ``+01``, also after a space) is read as written, one without is wall time in ``tz``; one
+    followed by a sign and digits that make no offset (``+1:00``) has none (NULL), and
+    ``stamp_problem`` says why (NULL for every other line); vLLM's year-less stamps get the latest year
     that puts them at or before ``written_s``, the file's modification time, so a log over New
     Year or read in the next year keeps its order.  ``stamp_resolution_s`` is 1.0 for
     whole-second stamps and 1e-3 or finer otherwise.  ``stamp_zone`` says how the stamp was
@@ -225,16 +228,20 @@ def with_log_times(
             _vl_t=pl.when(redo).then(wallclock.local_s(earlier, tz)).otherwise(t),
         )
 
-    iso_dt, mark = _naive(iso.struct.field("1"), iso.struct.field("2")), iso.struct.field("4")
+    iso_dt, signed = _naive(iso.struct.field("1"), iso.struct.field("2")), iso.struct.field("5")
+    # Z or the offset after the time; a sign and digits there that make no offset leave the
+    # stamp without any reading
+    df = wallclock.with_mark(df, iso.struct.field("4"), signed)
+    mark, malformed = pl.col("_mark"), iso_dt.is_not_null() & pl.col("_malformed")
     zoned = iso_dt.is_not_null() & mark.is_not_null()
     # an instant as written: the stamp read as UTC, less its offset
     own_t = pl.when(zoned).then(
         iso_dt.dt.epoch("us").cast(pl.Float64) / 1e6 + _frac(iso.struct.field("3")) - wallclock.offset_s(mark)
     )
     # else wall time in tz: the ISO stamp, or vLLM's year-less one
-    wall_iso = iso_dt.is_not_null() & mark.is_null()
+    wall_iso = iso_dt.is_not_null() & mark.is_null() & ~pl.col("_malformed")
     wall_frac = pl.when(wall_iso).then(_frac(iso.struct.field("3"))).otherwise(_frac(vl.struct.field("3")))
-    wall_t = pl.when(wall_iso).then(wallclock.local_s(iso_dt, tz)).otherwise(t) + wall_frac
+    wall_t = pl.when(wall_iso).then(wallclock.local_s(iso_dt, tz)).when(malformed).then(None).otherwise(t) + wall_frac
     wall_late = (
         pl.when(wall_iso)
         .then(wallclock.local_s(iso_dt, tz, "latest"))
@@ -248,6 +255,12 @@ def with_log_times(
 
     # each reading once, into a column: both the time and its kind (stamp_zone) need it
     df = df.with_columns(_ep_t=epoch_t, _own_t=own_t, _wall_t=wall_t)
+    # why a stamp has no reading, written only where one lacks it (rare: no text built otherwise)
+    unread = malformed & pl.col("_ep_t").is_null()
+    if df.select(pl.col("_malformed").any()).item() and df.select(unread.any()).item():
+        df = df.with_columns(stamp_problem=pl.when(unread).then(wallclock.malformed_reason(signed)))
+    else:
+        df = df.with_columns(stamp_problem=pl.lit(None, pl.String))
     epoch_t, own_t, wall_t = pl.col("_ep_t"), pl.col("_own_t"), pl.col("_wall_t")
     df = df.with_columns(
         _early=pl.coalesce(epoch_t, own_t, wall_t),
@@ -267,7 +280,7 @@ def with_log_times(
     # only a wall time has a second reading
     late = pl.when(pl.col("stamp_zone") == wallclock.LOCAL).then(wall_late).otherwise(pl.col("_early"))
     return wallclock.pick_fold(df, late, tz, after_s).drop(
-        "_ep", "_iso", "_vl", "_vl_dt", "_vl_t", "_ep_t", "_own_t", "_wall_t", "_early"
+        "_ep", "_iso", "_vl", "_vl_dt", "_vl_t", "_mark", "_malformed", "_ep_t", "_own_t", "_wall_t", "_early"
     )
 
 

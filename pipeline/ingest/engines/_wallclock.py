@@ -1,9 +1,13 @@
 """Log stamps as written on a wall clock: their own UTC offsets, and zone-less ones read in a zone.
 
 A stamp that names its zone (Docker's ``2026-05-12T08:01:39.331095044Z``, Python's
-``isoformat()`` ``+01:00``, ``%z``'s ``+0100``) is an exact instant: neither ``--tz`` nor this
-machine's zone applies to it.  A stamp without one is wall time in the log's zone, and the hour a
-DST fall-back repeats has two readings (:func:`pick_fold`).
+``isoformat()`` ``+01:00``, ``%z``'s ``+0100``, ISO 8601's hours-only ``+01`` as PostgreSQL and
+DuckDB print a timestamptz, each also after a space: ``%Y-%m-%d %H:%M:%S %z``, Go's
+``time.String()``) is an exact instant: neither ``--tz`` nor this machine's zone applies to it.
+A stamp without one is wall time in the log's zone, and the hour a DST fall-back repeats has
+two readings (:func:`pick_fold`).  A sign and digits after the time that make no offset
+(``+1:00``, ``+25:00``, ``+01:0``) are no wall time either: the stamp has no reading
+(:func:`with_mark`), and its line is rejected saying why, never shifted by a guess.
 """
 
 from __future__ import annotations
@@ -13,28 +17,61 @@ import zoneinfo
 
 import polars as pl
 
-# The zone mark right after an ISO time: Z, or a UTC offset +hh:mm / +hhmm (hours 00-23).
-ZONE_MARK = r"([Zz]|[+-](?:[01]\d|2[0-3]):?[0-5]\d)?"
+# What stands for a zone right after an ISO time, as two groups: Z, or a sign and digits (maybe
+# after a space), the digits in groups split by colons; :func:`with_mark` tells an offset from a
+# malformed one.
+ZONE_MARK = r"(?:([Zz])| ?([+-]\d+(?::\d+)*))?"
+# a UTC offset: +hh, +hhmm or +hh:mm, hours 00-23, minutes 00-59
+_OFFSET = r"^[+-](?:[01]\d|2[0-3])(?::?[0-5]\d)?$"
 
 # ``stamp_zone`` of a line whose stamp is wall time read in the log's zone; a stamp with its
 # own mark has that offset there (``+01:00``), and epoch seconds (no wall clock) NULL.
 LOCAL = "local"
 
 
+def with_mark(df: pl.DataFrame, z: pl.Expr, signed: pl.Expr) -> pl.DataFrame:
+    """``df`` with ``_mark`` and ``_malformed`` from the two groups of :data:`ZONE_MARK`.
+
+    ``_mark``: ``Z`` or the UTC offset (NULL when there is none or it is malformed);
+    ``_malformed``: a sign and digits after the time that make no offset (``+1:00``,
+    ``+25:00``, ``+01:0``, ``+01000``), which the stamp must not be read without.
+    The offset's pattern runs once, into a column (both need it).
+    """
+    df = df.with_columns(_offset_ok=signed.str.contains(_OFFSET))
+    ok = pl.col("_offset_ok")
+    return df.with_columns(_mark=pl.when(ok).then(signed).otherwise(z), _malformed=(~ok).fill_null(False)).drop(
+        "_offset_ok"
+    )
+
+
+def malformed_reason(signed: pl.Expr) -> pl.Expr:
+    """Why a stamp whose offset (the second group of :data:`ZONE_MARK`) is malformed has no time."""
+    return pl.format(
+        "'{}' after the time is no UTC offset (+hh, +hhmm or +hh:mm, or - for west; hours 00-23, "
+        "minutes 00-59), so the time is unknown",
+        signed,
+    )
+
+
+def _minutes(mark: pl.Expr) -> pl.Expr:
+    """The minutes of an offset as two digits (``00`` for an hours-only ``+01``)."""
+    return pl.when(mark.str.len_chars() > 3).then(mark.str.slice(-2, 2)).otherwise(pl.lit("00"))
+
+
 def offset_s(mark: pl.Expr) -> pl.Expr:
-    """Seconds east of UTC of a :data:`ZONE_MARK` (NULL without one)."""
+    """Seconds east of UTC of a :func:`with_mark` mark (NULL without one)."""
     sign = pl.when(mark.str.starts_with("-")).then(-1).otherwise(1)
     hours = mark.str.slice(1, 2).cast(pl.Int64, strict=False)
-    minutes = mark.str.slice(-2, 2).cast(pl.Int64, strict=False)
+    minutes = _minutes(mark).cast(pl.Int64, strict=False)
     return pl.when(mark.str.to_uppercase() == "Z").then(0).otherwise(sign * (hours * 3600 + minutes * 60))
 
 
 def offset_text(mark: pl.Expr) -> pl.Expr:
-    """A :data:`ZONE_MARK` as ``+hh:mm`` (``Z`` is ``+00:00``), so one offset reads one way in the meta."""
+    """A :func:`with_mark` mark as ``+hh:mm`` (``Z`` is ``+00:00``), so one offset reads one way in the meta."""
     return (
         pl.when(mark.str.to_uppercase() == "Z")
         .then(pl.lit("+00:00"))
-        .otherwise(mark.str.slice(0, 3) + pl.lit(":") + mark.str.slice(-2, 2))
+        .otherwise(mark.str.slice(0, 3) + pl.lit(":") + _minutes(mark))
     )
 
 

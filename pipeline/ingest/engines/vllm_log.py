@@ -131,6 +131,7 @@ def _records(lines: pl.DataFrame, written: float, tz: str = "UTC", after_s: floa
             "stamp_s",
             "stamp_resolution_s",
             "stamp_zone",
+            "stamp_problem",
             *[x for x in lines.columns if x not in ("line_no", "raw", "text")],
         )
     )
@@ -144,8 +145,10 @@ def _reason(rec: pl.DataFrame) -> pl.Series:
     garbled = pl.when(pl.col("iter").is_null()).then(
         pl.lit("truncated or garbled Iteration line (no complete 'Iteration(N):' step counter)")
     )
+    # a stamp with a malformed UTC offset has no time: the line says why, not "without timestamp"
+    unread = pl.lit("vLLM Iteration line with an unreadable timestamp: ") + pl.col("stamp_problem")
     return rec.select(
-        pl.coalesce(garbled, c.missing_reason(checks, "vLLM Iteration line without ")).alias("reason")
+        pl.coalesce(garbled, unread, c.missing_reason(checks, "vLLM Iteration line without ")).alias("reason")
     ).to_series()
 
 
