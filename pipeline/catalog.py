@@ -134,7 +134,11 @@ class HardwareSpec:
         None, "GPU from the catalogue (h100-sxm, a100-80gb, ..., cpu:GBPS); default: the run's GPU."
     )
     bandwidth_gbps: float | None = setting(
-        None, "Peak memory bandwidth in GB/s (required for --gpu cpu).", min=0, min_open=True
+        None,
+        "Peak memory bandwidth in GB/s: overrides the GPU's catalogue figure, or describes a GPU the "
+        "catalogue lacks (required for --gpu cpu).",
+        min=0,
+        min_open=True,
     )
     tflops: float | None = setting(
         None,

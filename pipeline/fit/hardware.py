@@ -61,6 +61,23 @@ def resolve(con: duckdb.DuckDBPyConnection, run_id: str, hw: HardwareSpec = Hard
             dev = catalog.find_gpu(run_gpu, bandwidth_gbps, tflops)
         except InputError:  # the log's "gpu": "cpu:0" is the run's oddity, not the user's mistake
             dev = None
+        if dev is None and (bandwidth_gbps is not None or tflops is not None):
+            # a GPU the catalogue lacks (or the run does not name), described by the user's figures:
+            # they are used, not dropped
+            given = [
+                f"{bandwidth_gbps} GB/s" if bandwidth_gbps is not None else "",
+                f"{tflops} TFLOP/s" if tflops else "",
+            ]
+            dev = Gpu(
+                str(run_gpu) if run_gpu else "user-given",
+                float(bandwidth_gbps) if bandwidth_gbps is not None else None,
+                float(tflops) if tflops is not None else None,
+                source="user-given " + ", ".join(x for x in given if x),
+            )
+            notes.append(
+                (f"GPU {run_gpu!r} of the run is not in the catalogue" if run_gpu else "the run names no GPU")
+                + ": its figures are the ones given (--bandwidth-gbps, --peak-tflops)"
+            )
         if dev is None:
             notes.append(
                 f"GPU {run_gpu!r} of the run is not in the catalogue: pass --gpu"

@@ -172,3 +172,36 @@ def test_fit_fdr_option_and_deprecated_k(small_db):
     assert r.returncode == 0 and "--k is deprecated" in r.stderr
     d = json.loads(r.stdout)
     assert d["k"] == 4 and d["stall_fdr"] is None
+
+
+def test_given_figures_describe_a_gpu_the_catalogue_lacks(tmp_path):
+    """--bandwidth-gbps / --peak-tflops on a run whose GPU is not catalogued (an RTX 4090) or not
+    named: the figures are used (they were dropped, with no bandwidth fraction, floor or roofline)."""
+    from pipeline.catalog import HardwareSpec, find_model
+    from pipeline.fit import fit_run
+
+    steps = [
+        {
+            "kind": "iteration",
+            "iter": k,
+            "t_start": k * 0.05,
+            "t_end": k * 0.05 + (6 + 0.0002 * (1000 + 37 * k) + 0.02 * (k % 5) * 64) / 1000,
+            "context_tokens": 1000 + 37 * k,
+            "prefill_tokens": (k % 5) * 64,
+            "decode_tokens": 8,
+        }
+        for k in range(200)
+    ]
+    run = {"kind": "run", "run_id": "rtx", "model": "llama-3.1-8b", "gpu": "NVIDIA GeForce RTX 4090"}
+    con = _ingest(tmp_path, [run] + steps)
+    hw = fit_run(con, "rtx", HardwareSpec(bandwidth_gbps=1008.0, tflops=165.2), n_boot=20).to_dict()["hardware"]
+    spec = find_model("llama-3.1-8b")
+    assert hw["gpu"] == "NVIDIA GeForce RTX 4090" and hw["peak_bandwidth_gbps"] == 1008.0
+    assert hw["weight_floor_ms"] == pytest.approx(spec.weight_bytes("bf16") / 1008e9 * 1e3)
+    assert hw["bandwidth_fraction_of_peak"] == pytest.approx(hw["effective_bandwidth_gbps"] / 1008.0)
+    assert hw["prefill_roofline_ms_per_token"] == pytest.approx(2 * spec.active_b * 1e9 / 165.2e12 * 1e3)
+    # a run that names no GPU at all: the same figures, under a name that says where they came from
+    con.execute("update runs set gpu = null where run_id = 'rtx'")
+    r = fit_run(con, "rtx", HardwareSpec(bandwidth_gbps=1008.0), n_boot=20).to_dict()
+    assert r["hardware"]["gpu"] == "user-given" and r["hardware"]["peak_bandwidth_gbps"] == 1008.0
+    assert "the run names no GPU: its figures are the ones given (--bandwidth-gbps, --peak-tflops)" in r["statements"]
