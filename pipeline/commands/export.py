@@ -63,6 +63,12 @@ def export(
             "say where to, once: --perfetto FILE or --llm-d FILE (one run), or --lake DIR "
             "(with --perfetto or --llm-d, --lake is where the run is read from)"
         )
+    ctx = click.get_current_context()
+    if perfetto is None and ctx.get_parameter_source("max_steps") != click.core.ParameterSource.DEFAULT:
+        raise InputError(
+            f"--max-steps samples the steps of a Perfetto trace; {'--llm-d' if llmd is not None else '--lake'} "
+            "keeps every step: drop --max-steps, or write the trace with --perfetto FILE"
+        )
     if targets and lake is not None:  # the lake is the source
         from .options import open_source
 

@@ -184,3 +184,22 @@ def test_cli_writes_the_report_and_refuses_two_targets(tmp_path):
     assert "llm-d Benchmark Report v0.2.1, 64 requests" in text
     code, text = run_captured("export", "bench", "--db", db, "--llm-d", out, "--perfetto", tmp_path / "t.json")
     assert code == 2 and "Error: say where to, once" in text
+
+
+def test_max_steps_without_perfetto_is_refused(tmp_path):
+    """--max-steps samples a Perfetto trace only: with --llm-d or --lake it did nothing, silently."""
+    from pipeline.cli import run_captured
+
+    db = tmp_path / "c.duckdb"
+    con = store.connect(db)
+    ingest_paths(con, [FIX / "vllm" / "bench.json"], run_id="bench")
+    con.close()
+    out = tmp_path / "bench.json"
+    code, text = run_captured("export", "bench", "--db", db, "--llm-d", out, "--max-steps", "5000")
+    assert code == 2 and not out.exists()
+    assert text.strip() == (
+        "Error: --max-steps samples the steps of a Perfetto trace; --llm-d keeps every step: "
+        "drop --max-steps, or write the trace with --perfetto FILE"
+    )
+    code, text = run_captured("export", "bench", "--db", db, "--lake", tmp_path / "lake", "--max-steps", "5000")
+    assert code == 2 and "--lake keeps every step: drop --max-steps" in text and not (tmp_path / "lake").exists()
