@@ -155,8 +155,10 @@ def format_fit(f: FitResult) -> str:
             "p90 step) hide in the step's own noise: most of them are missed"
         )
     for s in f.top_spikes[:5]:
+        # a step known only by its duration (dur_ms, no t_start/t_end) has no place in time
+        at = f" at +{s['t_offset_s']:.3f} s" if s.get("t_offset_s") is not None else ""
         lines.append(
-            f"  iter {s['iter']} at +{s['t_offset_s']:.3f} s: {s['iteration_ms']:.4g} ms vs predicted "
+            f"  iter {s['iter']}{at}: {s['iteration_ms']:.4g} ms vs predicted "
             f"{s['predicted_ms']:.4g} ms (prefill {s['prefill_tokens']} tokens) -> {s['spike_cause']}"
         )
     notes = [s for s in f.statements if s and s.strip()]

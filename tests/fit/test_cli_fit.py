@@ -205,3 +205,34 @@ def test_given_figures_describe_a_gpu_the_catalogue_lacks(tmp_path):
     r = fit_run(con, "rtx", HardwareSpec(bandwidth_gbps=1008.0), n_boot=20).to_dict()
     assert r["hardware"]["gpu"] == "user-given" and r["hardware"]["peak_bandwidth_gbps"] == 1008.0
     assert "the run names no GPU: its figures are the ones given (--bandwidth-gbps, --peak-tflops)" in r["statements"]
+
+
+def test_fit_text_of_steps_known_only_by_duration(tmp_path):
+    """Steps with dur_ms and no t_start/t_end (legal canonical input): `tracelat fit` printed its
+    spikes with `at +{t_offset_s:.3f} s` and crashed on the None (internal error, exit 2)."""
+    from pipeline.cli import run_captured
+
+    steps = [
+        {
+            "kind": "iteration",
+            "iter": k,
+            "dur_ms": 6 + 0.00005 * (1000 + 30 * k) + (0.03 * 512 if k % 10 == 0 else 0) + 0.01 * (k % 3),
+            "context_tokens": 1000 + 30 * k,
+            "prefill_tokens": 512 if k % 10 == 0 else 0,
+            "decode_tokens": 8,
+        }
+        for k in range(200)
+    ]
+    _ingest(tmp_path, [{"kind": "run", "run_id": "dur"}] + steps).close()
+    db = tmp_path / "t.duckdb"
+    code, text = run_captured("fit", "dur", "--db", db, "--bootstrap", "20")
+    assert code == 0, text
+    code, js = run_captured("fit", "dur", "--db", db, "--bootstrap", "20", "--json")
+    spikes = json.loads(js)["top_spikes"]
+    assert spikes and all(s["t_offset_s"] is None for s in spikes)
+    for s in spikes[:5]:
+        line = (
+            f"  iter {s['iter']}: {s['iteration_ms']:.4g} ms vs predicted {s['predicted_ms']:.4g} ms "
+            f"(prefill {s['prefill_tokens']} tokens) -> {s['spike_cause']}"
+        )
+        assert line in text.splitlines(), line
