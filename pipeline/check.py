@@ -40,7 +40,16 @@ def check_files() -> list[CheckFile]:
     out = []
     for path in sorted((QUERIES_DIR / "checks").glob("*.sql")):
         text = path.read_text()
-        head = dict(re.findall(r"^--\s*(\w+):\s*(.*)$", text, re.M))
+        head: dict[str, str] = {}
+        key = None
+        for line in text.splitlines():  # the header: "-- key: text", continued on "--   more text" lines
+            if not line.startswith("--"):
+                break
+            m = re.match(r"--\s?(\w+):\s*(.*)$", line)
+            if m and not line.startswith("--  "):
+                key, head[m.group(1)] = m.group(1), m.group(2).strip()
+            elif key is not None and line[2:].strip():
+                head[key] += " " + line[2:].strip()
         out.append(
             CheckFile(
                 head.get("check", path.stem),

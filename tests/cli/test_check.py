@@ -93,3 +93,21 @@ def test_check_on_a_fresh_store_checks_the_attribution_too(tmp_path):
     code, out = run_captured("check", "v", "--db", db)
     assert code == 0 and "skipped" not in out, out
     assert any(line.split() == ["attribution_sums", "ok"] for line in out.splitlines()), out
+
+
+def test_json_purpose_is_the_whole_sentence(tmp_path):
+    """A check's purpose spans several header lines; `check --json` gave only the first, cut
+    mid-sentence ("... agrees with its times (1 us), and its")."""
+    db, con = _store(tmp_path)
+    con.close()
+    out = CliRunner().invoke(cli, ["check", "cpu", "--db", str(db), "--json"])
+    assert out.exit_code == 0, out.output
+    purpose = {r["name"]: r["purpose"] for r in json.loads(out.output)}
+    assert purpose["steps_well_formed"] == (
+        "every step ends after it starts, its duration agrees with its times (1 us), and its counts are not negative."
+    )
+    assert purpose["ingest_lines_add_up"] == (
+        "every line of every file was accepted, rejected or skipped: "
+        "lines_read = lines_accepted + lines_rejected + lines_skipped."
+    )
+    assert {f.name: f.inputs for f in check_files()}["token_times_in_order"] == ("tokens", "requests")
