@@ -52,6 +52,10 @@ def test_a_broken_store_is_named_and_exits_1(tmp_path):
     assert res["ttft_is_queue_plus_prefill"].violations == 1
     assert res["token_times_in_order"].violations == 1
     assert "before the previous one" in res["token_times_in_order"].examples[0]["problem"]
+    # TTFT still equals queueing + prefill (prefill is -500 ms): the problem says what is wrong
+    ex = res["ttft_is_queue_plus_prefill"].examples[0]
+    assert abs(ex["ttft_ms"] - (ex["queue_ms"] + ex["prefill_ms"])) < 1e-6 and ex["prefill_ms"] < 0
+    assert ex["problem"] == "prefill_ms is negative: t_scheduled is after t_first_token"
     con.close()
     out = CliRunner().invoke(cli, ["check", "cpu", "--db", str(db), "--json"])
     assert out.exit_code == 1
