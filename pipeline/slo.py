@@ -44,6 +44,18 @@ SLO_METRICS = METRICS
 PLAIN_STATS = ("mean", "std", "max", "min")
 # Per-request metrics a [goodput] limit may name (columns of request_latency).
 GOODPUT_METRICS = REQUEST_METRICS
+# A latency within this many ms of its limit meets it. Times are float seconds (since the epoch
+# in most logs, about 0.2 us apart there): a TPOT of exactly 100 ms can come out as
+# 100.00000000000001 and failed `tpot_ms.p99 = 100`. One microsecond is below any clock a
+# serving log keeps and far below any latency limit worth writing.
+TIE_MS = 1e-3
+
+
+def within_limit(value_ms: float, limit_ms: float) -> bool:
+    """``value_ms <= limit_ms``, up to the float rounding of times (:data:`TIE_MS`)."""
+    return value_ms <= limit_ms + TIE_MS
+
+
 GOODPUT_MINIMA = ("min_attainment", "min_request_goodput_rps", "min_token_goodput_tps")
 SECTIONS = ("slo", "goodput", "fluidity")
 EXAMPLE = "see examples/slo.toml and docs/reports-and-audit.md"
@@ -321,7 +333,7 @@ def goodput(con: duckdb.DuckDBPyConnection, run_id: str, spec: GoodputSpec, dura
     It reads a relation named ``request_latency`` (the derived table, or a replay's
     requests put through ``queries/request_latency.sql``) for ``run_id``; all of its rows
     are the population. A request is *good* when its status is ``ok`` and it meets every
-    limit; ``tpot_ms`` is undefined for a single-token request, which therefore meets a
+    limit (up to :data:`TIE_MS`); ``tpot_ms`` is undefined for a single-token request, which therefore meets a
     TPOT limit (vLLM counts its TPOT as 0); a missing value (no first token, no finish)
     does not meet its limit. ``attainment = good / all requests`` (failed ones count as
     not good), ``request_goodput_rps = good / duration_s``,
@@ -330,14 +342,14 @@ def goodput(con: duckdb.DuckDBPyConnection, run_id: str, spec: GoodputSpec, dura
     some limited metric (``unmeasured`` names it: a client without steps has no ``queue_ms``):
     an SLO on it cannot be evaluated, rather than every request failing it.
     """
-    params: dict[str, Any] = {"run_id": run_id}
+    params: dict[str, Any] = {"run_id": run_id, "tie_ms": TIE_MS}
     meets, has = [], []
     for metric, limit in spec.limits.items():
         if metric not in GOODPUT_METRICS:  # names reach the SQL text only from the registry
             raise InputError(f"goodput: unknown per-request metric {metric!r}; use {', '.join(GOODPUT_METRICS)}")
         params[f"lim_{metric}"] = limit
         single_token = " or (tpot_ms is null and output_tokens <= 1)" if metric == "tpot_ms" else ""
-        meets.append(f"coalesce({metric} <= $lim_{metric}{single_token}, false) as meets_{metric}")
+        meets.append(f"coalesce({metric} <= $lim_{metric} + $tie_ms{single_token}, false) as meets_{metric}")
         has.append(f"({metric} is not null{single_token}) as has_{metric}")
     all_met = " and ".join(f"meets_{m}" for m in spec.limits)
     sql = f"""

@@ -17,7 +17,7 @@ import duckdb
 from .. import store
 from . import measure
 from ..metrics import percentile_name, percentile_of
-from ..slo import SloSpec
+from ..slo import SloSpec, within_limit
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,10 @@ def _check(
             "error",
             f"{name}: cannot be evaluated: {missing_why or 'no data in this run'}",
         )
-    ok = observed <= limit if op == "<=" else observed >= limit
+    if op == "<=":
+        ok = within_limit(observed, limit) if unit == "ms" else observed <= limit
+    else:
+        ok = observed >= limit
     verb = "within" if ok else ("exceeds" if op == "<=" else "is below")
     return Check(
         section,

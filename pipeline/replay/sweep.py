@@ -28,7 +28,7 @@ from ..errors import InputError
 from ..metrics import percentile_of
 from ..settings import settings
 from ..sim import Policy, SimResult
-from ..slo import goodput
+from ..slo import goodput, within_limit
 from ..terminal import inline
 from . import whatif as hw_whatif
 from .calibrate import BOOL_FIELDS, POLICY_FIELDS, Calibration
@@ -119,7 +119,7 @@ def _slo_checks(spec, per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
     checks = []
     for lim in spec.limits:
         vals = [(s.get(lim.metric) or {}).get(lim.stat) for s in per_seed]
-        ok = [v is not None and np.isfinite(v) and v <= lim.limit for v in vals]
+        ok = [v is not None and np.isfinite(v) and within_limit(v, lim.limit) for v in vals]
         checks.append(
             {
                 "slo": lim.name,

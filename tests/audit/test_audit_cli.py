@@ -279,3 +279,34 @@ def test_exit_2_rewrites_a_stale_junit_file(tiny_run, tmp_path, capsys, why):
     assert code == 2 and fragment in err, err
     message = _error_junit(junit)
     assert message.startswith("tracelat audit failed: ") and fragment in message, message
+
+
+def test_a_latency_at_its_limit_meets_it_through_float_rounding(make_store, tmp_path, capsys):
+    """Epoch-second stamps 0.7 s apart read 700.0000477 ms (their float spacing is 0.24 us): an SLO
+    of 700 ms failed it. Within 1 us of the limit is within it; 2 us over still fails."""
+    t0 = 1_767_225_600.0
+    reqs = [
+        {
+            "req_id": f"q{i}",
+            "t_arrival": t0 + i,
+            "t_first_token": t0 + i + 0.7,
+            "t_finish": t0 + i + 0.7 + 0.7,
+            "prompt_tokens": 10,
+            "output_tokens": 2,
+            "token_times": [t0 + i + 0.7, t0 + i + 1.4],
+        }
+        for i in range(3)
+    ]
+    make_store("edge", reqs)
+    db = tmp_path / "t.duckdb"
+    ttft_ms = (reqs[0]["t_first_token"] - reqs[0]["t_arrival"]) * 1000
+    assert 700 < ttft_ms < 700.001  # what the store holds: over the limit by float rounding alone
+    slo = tmp_path / "edge.toml"
+    slo.write_text("[slo]\nttft_ms.max = 700\ntpot_ms.p99 = 700\n[goodput]\nttft_ms = 700\nmin_attainment = 1\n")
+    code, out, err = cli(capsys, "audit", "edge", "--slo", str(slo), "--db", str(db), "--json")
+    assert code == 0, out + err
+    got = {c["name"]: c["status"] for c in json.loads(out)["checks"]}
+    assert set(got.values()) == {"pass"} and len(got) == 3
+    slo.write_text("[slo]\nttft_ms.max = 699.998\n[goodput]\nttft_ms = 699.998\nmin_attainment = 1\n")
+    code, out, _ = cli(capsys, "audit", "edge", "--slo", str(slo), "--db", str(db), "--json")
+    assert code == 1 and {c["status"] for c in json.loads(out)["checks"]} == {"fail"}
