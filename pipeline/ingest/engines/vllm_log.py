@@ -366,6 +366,7 @@ def convert(
     # Iteration(7)"): one run per engine, each with its own timeline.
     engines = good.get_column("engine_index").fill_null(0).unique().sort().to_list()
     good = good.with_columns(engine=pl.col("engine_index").fill_null(0))
+    good, restarts = _number_restarts(good)
     if coarse:
         good = good.with_columns(t_end=c.reconstruct_ends(pl.col("stamp_s"), pl.col("dur_ms")).over("engine"))
     else:
@@ -399,9 +400,17 @@ def convert(
         "clock": "unix",
         "meta": meta,
     }
+    notes = []
+    if restarts:
+        meta["engine_restarts"] = restarts
+        notes.append(
+            f"the iteration counter starts again {len(restarts)} time(s) (an engine restart, line "
+            f"{', '.join(str(r['line_no']) for r in restarts[:5])}): later steps are numbered on "
+            "from the steps before (the log's own counter is kept as extra.log_iter)"
+        )
     rejects = bad
     if len(engines) <= 1:
-        yield from _batches(good, run, total, rejects, total - n_rec)
+        yield from _batches(good, run, total, rejects, total - n_rec, notes)
         return
     base = run_name or c.stem(path)
     for k, idx in enumerate(engines):
@@ -409,23 +418,80 @@ def convert(
         part = good.filter(pl.col("engine") == idx).with_columns(run_id=pl.lit(rid))
         run_k = run | {"run_id": rid, "meta": meta | {"dp_engine_index": idx, "dp_engines": len(engines)}}
         if k == 0:
-            yield from _batches(part, run_k, total, rejects, total - n_rec)
+            yield from _batches(part, run_k, total, rejects, total - n_rec, notes)
         else:
             yield from _batches(part, run_k, 0, None, 0)
 
 
 EXTRA = ("engine_index", "is_dummy", "stamp_s")
+RESTART_EXTRA = ("log_iter", "engine_start")  # only on a log whose counter starts again
+# A counter that falls by at most this is lines written out of order (within one second they
+# cannot be told apart by their stamps), not a restart.
+MAX_REORDER_STEPS = 16
+
+
+def _number_restarts(good: pl.DataFrame) -> tuple[pl.DataFrame, list[dict]]:
+    """Number the steps of a log whose engine restarted on from the steps before.
+
+    A restarted engine counts its steps from 0 again, so its ``Iteration(N)`` repeat the first
+    start's: as they were, every step after the restart was rejected as a duplicate and the run
+    lost them. A step line whose counter is below the previous step line's (same engine, file
+    order) while its stamp is not earlier starts a new engine start; its steps get the previous
+    starts' counts added (``extra.log_iter`` keeps the log's own counter, ``extra.engine_start``
+    which start it belongs to). A counter that falls while the stamps go back too (a log pasted
+    twice) is no restart: those lines stay duplicates; nor is a fall of at most
+    MAX_REORDER_STEPS (lines out of order, perhaps within one stamped second). Returns the steps and one
+    ``{line_no, log_iter, previous_iter}`` per restart."""
+    if good.height < 2:
+        return good, []
+    by = {"partition_by": "engine", "order_by": "line_no"}
+    flagged = good.with_columns(
+        _restart=(
+            (pl.col("iter") < pl.col("iter").shift(1).over(**by) - MAX_REORDER_STEPS)
+            & (pl.col("stamp_s") >= pl.col("stamp_s").shift(1).over(**by))
+        ).fill_null(False)
+    )
+    if not flagged.get_column("_restart").any():
+        return good, []
+    restarts = (
+        flagged.with_columns(previous_iter=pl.col("iter").shift(1).over(**by))
+        .filter("_restart")
+        .select("line_no", log_iter="iter", previous_iter="previous_iter")
+        .sort("line_no")
+        .to_dicts()
+    )
+    flagged = flagged.with_columns(engine_start=pl.col("_restart").cast(pl.Int64).cum_sum().over(**by))
+    # each start's steps are numbered after the largest number of the starts before it
+    bases = (
+        flagged.group_by("engine", "engine_start")
+        .agg(top=pl.col("iter").max())
+        .sort("engine", "engine_start")
+        .with_columns(base=(pl.col("top") + 1).cum_sum().shift(1, fill_value=0).over("engine"))
+        .select("engine", "engine_start", "base")
+    )
+    out = (
+        flagged.join(bases, on=["engine", "engine_start"], how="left")
+        .with_columns(log_iter=pl.col("iter"), iter=pl.col("iter") + pl.col("base"))
+        .drop("_restart", "base")
+        .sort("line_no")
+    )
+    return out, restarts
 
 
 def _batches(
-    good: pl.DataFrame, run: dict, lines_read: int, rejects: pl.DataFrame | None, skipped: int
+    good: pl.DataFrame,
+    run: dict,
+    lines_read: int,
+    rejects: pl.DataFrame | None,
+    skipped: int,
+    notes: list[str] | None = None,
 ) -> Iterator[Batch]:
     """One run's steps, encoded in slices: the typed steps are small, their JSON text and
     the loader's work on it are not. The first slice carries the run record and the counts."""
-    extra = EXTRA + (("run_id",) if "run_id" in good.columns else ())
+    extra = EXTRA + tuple(x for x in RESTART_EXTRA + ("run_id",) if x in good.columns)
     for lo in range(0, max(good.height, 1), OUT_BATCH_ROWS):
         records = c.encode(good.slice(lo, OUT_BATCH_ROWS), "iteration", extra)
         if lo == 0:
-            yield c.batch(records, lines_read, run=run, rejects=rejects, skipped=skipped)
+            yield c.batch(records, lines_read, run=run, rejects=rejects, skipped=skipped, notes=notes)
         else:
             yield c.batch(records, 0)
