@@ -187,7 +187,7 @@ def explain(
     """
     if metric not in METRICS:
         raise InputError(f"unknown metric {metric!r}; use one of {', '.join(METRICS)}")
-    from ..ingest.align import cross_clock_problem
+    from ..ingest.align import coarse_steps_problem, cross_clock_problem
 
     problem = cross_clock_problem(con, run_id)
     if problem:
@@ -195,6 +195,7 @@ def explain(
             f"{problem}; tail attribution needs steps and requests on one clock: pass "
             "--clock-offset SOURCE=SECONDS at ingest, or check that the files belong to one run"
         )
+    coarse = coarse_steps_problem(con, run_id)
     params = {"run_id": run_id, "metric": metric, "t_from": t_from, "t_to": t_to, "limit": limit}
     parts = store.select(con, "fit/tail_parts", params)
     start = run_start(con, run_id)
@@ -206,6 +207,8 @@ def explain(
         # for showing times: seconds since the start, and wall time on unix clocks
         "run_start": start,
         "clock_is_unix": start is not None and start >= UNIX_CLOCK_MIN,
+        # what makes the shares below unreliable, said before them
+        "warnings": [coarse] if coarse else [],
     }
     if parts.height == 0 or parts["n"][0] == 0:
         out.update(

@@ -184,6 +184,7 @@ def format_explain(e: dict[str, Any]) -> str:
         f"{when(w['to']) if w['to'] is not None else 'the end'})"
     )
     lines = [f"run {e['run_id']}: why is the {e['metric'].upper()} tail slow?{where}"]
+    lines += [f"  warning: {w}" for w in e.get("warnings", [])]
     if not e["parts"]:
         return "\n".join(lines + [f"  {s}" for s in e["statements"]])
     lines.append(

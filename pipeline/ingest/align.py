@@ -303,7 +303,7 @@ def _align_sources(con, run_id, refs, others, ref_clock, steps, retime_cand, sol
             group = entry.get("joint_ingests") or [ing]
             coarse = None
             if steps.reconstructed and not retimed:
-                coarse = (entry.get("retime") or {}).get("why") or "steps stamped to the second"
+                coarse = (entry.get("retime") or {}).get("why") or _why_not_retimed(refs, others)
             inf = _infer(con, run_id, ing, steps, entry, group, coarse)
             entry["inferred"] = inf
             inferred_all.update(inf.get("fields", []))
@@ -326,6 +326,18 @@ def _align_sources(con, run_id, refs, others, ref_clock, steps, retime_cand, sol
         )
         report.append(entry)
     return report, inferred_all
+
+
+def _why_not_retimed(refs, others) -> str:
+    """Why no client re-timed whole-second steps, when no re-timing was tried."""
+    if len(refs) > 1:
+        return (
+            f"the steps come from {len(refs)} files, and only the steps of one log file are re-timed: "
+            "give the pieces of a rotated log as one file, in order (cat server.log.1 server.log > whole.log)"
+        )
+    if len(others) > 1:
+        return f"{len(others)} request files, each aligned on its own: only a single client's token times re-time steps"
+    return "steps stamped to the second"
 
 
 # A given offset under which fewer of the steps in the client's span have the decode count the
@@ -613,6 +625,28 @@ def cross_clock_problem(con: duckdb.DuckDBPyConnection, run_id: str) -> str | No
     if not meta:
         return None
     return f"run {run_id}: its steps and requests are on different clocks that could not be aligned ({meta})"
+
+
+def coarse_steps_problem(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
+    """Why this run's steps may sit up to a second off its requests, or None.
+
+    Steps rebuilt from whole-second stamps that no client re-timed: the scheduling inferred on
+    them is good to a second only, and so is which step a request's tokens fall in."""
+    why = scalar(
+        con,
+        "select string_agg(distinct w, '; ') from (select json_extract_string(s.value, "
+        "'$.inferred.t_scheduled.steps_not_retimed') as w from runs, "
+        "json_each(json_extract(runs.meta, '$.clock_alignment.sources')) s where run_id = ?) where w is not null",
+        [run_id],
+    )
+    if not why:
+        return None
+    return (
+        f"the log's steps, stamped to the second, were NOT re-timed ({why}): they may sit up to a second "
+        "off the requests, so the queue / prefill split inferred on them and which steps delayed whom "
+        "can be wrong by that much (give the log with sub-second stamps, or a client file with per-token "
+        "times: docs/incidents.md)"
+    )
 
 
 def describe(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> list[tuple[bool, str]]:

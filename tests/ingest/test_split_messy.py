@@ -109,3 +109,58 @@ def test_step_lines_out_of_order_within_a_second_are_no_restart(tmp_path):
     con = _ingest(tmp_path, "moved", [log])
     assert con.execute("select count(*), max(iter) from iterations").fetchone() == (532, 531)
     assert con.execute("select json_extract(meta, '$.engine_restarts') from runs").fetchone()[0] is None
+
+
+def _explain(con, metric: str = "ttft") -> dict:
+    from pipeline.fit import get_or_fit
+    from pipeline.fit.attribution import explain
+
+    get_or_fit(con, "r")
+    return explain(con, "r", metric)
+
+
+def _client_jsonl(out: Path) -> Path:
+    """The bench's requests as a client's own per-request JSONL on its perf_counter clock."""
+    bench = json.loads((REC / "bench.json").read_text())
+    rows = [json.dumps({"kind": "run", "clock": "monotonic"})]
+    for i, start in enumerate(bench["start_times"]):
+        first = start + bench["ttfts"][i]
+        tokens = list(first + np.concatenate([[0.0], np.cumsum(bench["itls"][i])]))
+        rows.append(
+            json.dumps(
+                {
+                    "kind": "request",
+                    "req_id": f"r{i}",
+                    "t_arrival": start,
+                    "t_first_token": first,
+                    "t_finish": start + bench["latencies"][i],
+                    "prompt_tokens": bench["input_lens"][i],
+                    "output_tokens": bench["output_lens"][i],
+                    "token_times": tokens,
+                }
+            )
+        )
+    out.write_text("\n".join(rows) + "\n")
+    return out
+
+
+def test_explain_warns_when_the_steps_were_not_re_timed(tmp_path):
+    """Two client files of the run (the bench JSON and a per-request JSONL) are aligned each on its
+    own, so neither re-times the whole-second log: its steps sit up to a second off, and explain put
+    the TTFT tail 113% on 'own_prefill' (the epoch-stamped log: 70% waiting_capacity, 21%
+    waiting_hol) with no word of doubt; the ingest line's warning was all. Now explain says so
+    first, naming why; a re-timed run has no such warning."""
+    truth = _explain(_ingest(tmp_path, "truth", [REC / "server_epoch.log", REC / "bench.json"]))
+    assert truth["largest"] == "waiting_capacity" and truth["warnings"] == []
+    whole = _explain(_ingest(tmp_path, "whole", [REC / "server.log", REC / "bench.json"]))
+    assert whole["largest"] == truth["largest"] and whole["warnings"] == []
+    client = _client_jsonl(tmp_path / "client.jsonl")
+    two = _explain(_ingest(tmp_path, "two", [REC / "server.log", REC / "bench.json", client]))
+    assert two["largest"] != truth["largest"]  # the shares are wrong ...
+    (warning,) = two["warnings"]  # ... and said to be
+    assert "NOT re-timed" in warning and "up to a second" in warning
+    assert "2 request files, each aligned on its own" in warning
+    from pipeline.fit.text import format_explain
+
+    text = format_explain(two).splitlines()
+    assert text[1] == f"  warning: {warning}"
