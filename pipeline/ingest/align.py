@@ -241,7 +241,7 @@ def align_clocks(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
         steps = _steps(con, run_id, [s[0] for s in refs])
         # whole-second stamps and one client (or clients aligned together): the client's token
         # times can re-time the steps
-        retime_cand = refs[0][0] if len(refs) == 1 and steps.reconstructed else None
+        retime_cand = _retime_candidate(con, run_id, refs) if steps.reconstructed else None
         report, inferred_all = _align_sources(con, run_id, refs, others, ref_clock, steps, retime_cand)
         placed = [src[0] for src, e in zip(others, report) if e["status"] != "failed"]
         if (
@@ -273,6 +273,30 @@ def align_clocks(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
         if twins:
             meta["clock_alignment"]["same_requests"] = twins
         derive_run_meta(con, run_id, meta, step=DERIVED_CLOCKS, clock=ref_clock)
+
+
+def _retime_candidate(con, run_id: str, refs) -> int | list[int] | None:
+    """The steps' file to re-time: the only one, or the pieces of one log given as several files
+    (a rotated log: the files' stamps follow one another, never interleave), or None."""
+    if len(refs) == 1:
+        return refs[0][0]
+    ids = [r[0] for r in refs]
+    spans = con.execute(
+        "select ingest_id, min(s), max(s), count(*) filter (s is null) from (select ingest_id, "
+        "try_cast(json_extract(extra, '$.stamp_s') as double) as s from iterations "
+        "where run_id = $run and ingest_id = any($ids)) group by ingest_id order by 2, 3",
+        {"run": run_id, "ids": ids},
+    ).fetchall()
+    coarse = con.execute(
+        "select count(distinct ingest_id) from run_records where run_id = $run and ingest_id = any($ids) "
+        "and coalesce(try_cast(json_extract(meta, '$.timestamps_reconstructed') as boolean), false)",
+        {"run": run_id, "ids": ids},
+    ).fetchone()[0]
+    if len(spans) != len(ids) or any(r[3] for r in spans) or coarse != len(ids):  # every piece whole-second
+        return None
+    if any(b[1] < a[2] for a, b in zip(spans, spans[1:])):  # each piece starts as the one before ends
+        return None
+    return [r[0] for r in spans]
 
 
 def _align_sources(con, run_id, refs, others, ref_clock, steps, retime_cand, solo=None) -> tuple[list, set]:
@@ -332,8 +356,8 @@ def _why_not_retimed(refs, others) -> str:
     """Why no client re-timed whole-second steps, when no re-timing was tried."""
     if len(refs) > 1:
         return (
-            f"the steps come from {len(refs)} files, and only the steps of one log file are re-timed: "
-            "give the pieces of a rotated log as one file, in order (cat server.log.1 server.log > whole.log)"
+            f"the steps come from {len(refs)} files whose stamps interleave: only one log, or the pieces "
+            "of one rotated log, is re-timed"
         )
     if len(others) > 1:
         return f"{len(others)} request files, each aligned on its own: only a single client's token times re-time steps"
@@ -398,7 +422,7 @@ def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, ret
             how, _ = retime.retime(con, run_id, retime_ref, req, given, given=override)
             entry["retime"] = how | {"ingest_id": retime_ref} if how.get("retimed") else how
             if how.get("retimed"):
-                steps = _steps(con, run_id, [retime_ref])
+                steps = _steps(con, run_id, retime.ids(retime_ref))
         # how well the given offset joins the files, in the estimate's figures: a wrong one shows
         if len(req.t_first_token) and len(steps.t_end):
             q = clocks.assess(steps, req, given)
@@ -450,7 +474,7 @@ def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, ret
         entry["retime"] = how | {"ingest_id": retime_ref} if how.get("retimed") else how
         if offset is not None:
             before = al.offset_s
-            steps = _steps(con, run_id, [retime_ref])
+            steps = _steps(con, run_id, retime.ids(retime_ref))
             al = clocks.assess(steps, req, clocks.Alignment(True, offset, 0.0, al.pivot_s, requests=al.requests))
             entry.update({k: v for k, v in al.to_dict().items() if k not in ("ok",)})
             # the stamps bound the offset to an interval: half its width is the uncertainty

@@ -110,7 +110,7 @@ def align_joint(
         extra["retime"] = how | {"ingest_id": retime_ref} if how.get("retimed") else how
         if offset is not None:
             before = al.offset_s
-            steps = _steps(con, run_id, [retime_ref])
+            steps = _steps(con, run_id, retime.ids(retime_ref))
             al = clocks.assess(steps, joint, clocks.Alignment(True, offset, 0.0, al.pivot_s, requests=al.requests))
             extra.update(offset_before_retime_s=before, uncertainty_ms=round(how["offset_interval_ms"] / 2, 3))
     paths = [o[1] for o in others]

@@ -40,16 +40,26 @@ def _rebuild(stamp: np.ndarray, dur_ms: np.ndarray) -> np.ndarray:
     return cum + (lower + np.maximum(lower, upper)) / 2.0
 
 
-def _load(con, run_id: str, ingest_id: int) -> dict:
+def ids(ingest_id: int | list[int]) -> list[int]:
+    """One log file's ingest id, or the ids of the pieces of one log (a rotated log's files)."""
+    return [int(i) for i in ingest_id] if isinstance(ingest_id, (list, tuple)) else [int(ingest_id)]
+
+
+def _load(con, run_id: str, ingest_id: int | list[int]) -> dict:
+    """The steps of the file(s), in log order: pieces of one log in the order of their stamps."""
     return con.execute(
         "select iter, line_no, dur_ms, least(decode_tokens, coalesce(decode_reqs, decode_tokens))::double as y, "
         "try_cast(json_extract(extra, '$.stamp_s') as double) as stamp from iterations "
-        "where run_id = $run and ingest_id = $ing order by line_no",
-        {"run": run_id, "ing": ingest_id},
+        "where run_id = $run and ingest_id = any($ing) "
+        "order by min(try_cast(json_extract(extra, '$.stamp_s') as double)) over (partition by ingest_id), "
+        "ingest_id, line_no",
+        {"run": run_id, "ing": ids(ingest_id)},
     ).fetchnumpy()
 
 
-def _write(con, run_id: str, ingest_id: int, iters: np.ndarray, t_end: np.ndarray, dur_ms: np.ndarray) -> None:
+def _write(
+    con, run_id: str, ingest_id: int | list[int], iters: np.ndarray, t_end: np.ndarray, dur_ms: np.ndarray
+) -> None:
     import pyarrow as pa
 
     tab = pa.table({"iter": iters, "t_end": t_end, "t_start": t_end - np.nan_to_num(dur_ms) / 1000.0})
@@ -57,25 +67,27 @@ def _write(con, run_id: str, ingest_id: int, iters: np.ndarray, t_end: np.ndarra
     try:
         con.execute(
             "update iterations i set t_end = r.t_end, t_start = r.t_start from _retimed r "
-            "where i.run_id = $run and i.ingest_id = $ing and i.iter = r.iter",
-            {"run": run_id, "ing": ingest_id},
+            "where i.run_id = $run and i.ingest_id = any($ing) and i.iter = r.iter",
+            {"run": run_id, "ing": ids(ingest_id)},
         )
     finally:
         con.unregister("_retimed")
 
 
-def undo(con: duckdb.DuckDBPyConnection, run_id: str, ingest_id: int) -> None:
-    """Put a re-timed source's steps back on the timeline rebuilt from its stamps."""
-    a = _load(con, run_id, ingest_id)
-    if len(a["iter"]) and np.all(np.isfinite(np.ma.filled(a["stamp"], np.nan))):
-        _write(
-            con,
-            run_id,
-            ingest_id,
-            a["iter"],
-            _rebuild(np.asarray(a["stamp"], float), np.asarray(a["dur_ms"], float)),
-            np.asarray(a["dur_ms"], float),
-        )
+def undo(con: duckdb.DuckDBPyConnection, run_id: str, ingest_id: int | list[int]) -> None:
+    """Put a re-timed source's steps back on the timeline rebuilt from its stamps (each file's
+    own, as the converter rebuilt it)."""
+    for ing in ids(ingest_id):
+        a = _load(con, run_id, ing)
+        if len(a["iter"]) and np.all(np.isfinite(np.ma.filled(a["stamp"], np.nan))):
+            _write(
+                con,
+                run_id,
+                ing,
+                a["iter"],
+                _rebuild(np.asarray(a["stamp"], float), np.asarray(a["dur_ms"], float)),
+                np.asarray(a["dur_ms"], float),
+            )
 
 
 MAX_SHIFT = 8  # tokens: how far lost or repeated step lines may move the count, tried both ways
@@ -135,12 +147,15 @@ def _shift(count, y, x, dur, last, n_client, mismatch: int):
 def retime(
     con: duckdb.DuckDBPyConnection,
     run_id: str,
-    ingest_id: int,
+    ingest_id: int | list[int],
     req: clocks.Requests,
     al: clocks.Alignment,
     given: float | None = None,
 ) -> tuple[dict, float | None]:
     """Re-time the steps of source ``ingest_id`` from the client's tokens; returns (report, new offset or None).
+
+    ``ingest_id``: one log file, or the ids of the pieces of one log (files of a rotated log), taken
+    as one log in the order of their stamps.
 
     ``given``: the offset the user gave (``--clock-offset``): the steps are re-timed on it
     instead of on the middle of the interval the stamps allow, and the report says whether
