@@ -11,6 +11,41 @@ REPO = Path(__file__).resolve().parent.parent
 REALDATA = Path(os.environ.get("TRACELAT_REALDATA", REPO.parent / "shared" / "realdata"))
 
 
+# Cases of the default run that took 3 s or more each on a 2-core machine (pytest --durations=0,
+# 2026-12-06): end-to-end nights, fleets and lakes, second variants of a case the default run
+# keeps one variant of, statistical checks. They run with the slow tests (`-m slow`, in CI), so
+# the default run stays near 5 minutes. Property and fuzz cases keep their few-example budget here.
+SLOW_CASES = frozenset(
+    {
+        "tests/nightly/test_nightly_cli.py::test_a_night_that_fails_writing_its_outputs_leaves_none",
+        "tests/nightly/test_nightly_cli.py::test_a_folder_file_that_loads_nothing_fails_the_night[empty]",
+        "tests/nightly/test_nightly_rerun.py::test_rerun_with_other_options_reports_the_recorded_night",
+        "tests/nightly/test_nightly_several_runs.py::test_a_server_log_and_its_client_records_are_one_night",
+        "tests/ingest/test_dst_fold.py::test_vllm_default_log_through_the_fall_back_keeps_its_timeline[300]",
+        "tests/ingest/test_dst_fold.py::test_trtllm_stats_through_the_fall_back_keep_their_instants[1500-iteration_log]",
+        "tests/ingest/test_split_sources.py::test_engine_formats_vllm_log_and_aiperf[light]",
+        "tests/ingest/test_engine_detect.py::test_cli_mixed_directory_reports_each_file",
+        "tests/ingest/test_canonical_ingest.py::test_report_after_an_extreme_value",
+        "tests/ingest/test_aiperf.py::test_warmup_count_reaches_the_meta_across_batches",
+        "tests/ingest/test_fast_path.py::test_same_store_in_many_small_batches",
+        "tests/store/test_reproducible.py::test_summary_json_is_identical_across_fresh_ingests[2048]",
+        "tests/store/test_read_only.py::test_summary_and_runs_read_while_another_process_reads",
+        "tests/fleet/test_fleet.py::test_fleet_cli_json_and_glob",
+        "tests/fleet/test_lake.py::test_compare_report_and_perfetto_from_lake",
+        "tests/fleet/test_lake.py::test_hostile_run_ids_round_trip",
+        "tests/fit/test_stall_fdr.py::test_fdr_and_recall_30k_steps",
+        "tests/fit/test_stall_fdr.py::test_false_stalls_do_not_grow_with_the_run",
+        "tests/replay/test_validate.py::test_cli_writes_ingests_and_reports_replays",
+    }
+)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if item.nodeid in SLOW_CASES:
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_xdist_auto_num_workers(config) -> int:
     """Workers for ``-n auto``: one per core, at most 4 (a slow test's store and trace take
     a GiB or two each); PYTEST_XDIST_AUTO_NUM_WORKERS overrides."""
