@@ -168,9 +168,10 @@ def _flatten(path: str, section: str, table: dict, parts: tuple[str, ...] = ()) 
 
 def _same_stat(stat: str) -> str:
     """One name per statistic: ``p1``, ``p01`` and ``p010`` are all the 1st percentile (``p01``);
-    ``p0`` and ``p00`` are the smallest value, ``min``."""
+    ``p0``, ``p00`` and a percentile that rounds to 0 at the 4 decimals a name keeps
+    (``p00000001``, named ``p00``) are the smallest value, ``min``."""
     p = percentile_of(stat)
-    if p == 0:
+    if p == 0 or (p is not None and percentile_name(p) == percentile_name(0)):
         return "min"
     return percentile_name(p) if p is not None else stat
 

@@ -140,6 +140,11 @@ def test_usage_errors_exit_2(tiny_run, tmp_path, capsys):
             "[fluidity]\nttft_deadline_ms = 5\ntbt_deadline_ms = 1\nmin_index_p99999999 = 0.5\n",
             "[fluidity] min_index_p99999999: p99999999 reads as 99.999999, 100 at the 4 decimals",
         ),
+        # 0.000001 rounds to 0 in a name (p00): the smallest value under another name, beside min
+        (
+            "[slo]\nttft_ms.p00000001 = 9\nttft_ms.min = 5\n",
+            "written twice (ttft_ms.p00000001 and ttft_ms.min are the same statistic)",
+        ),
         ('[slo]\nttft_ms.p99 = "fast"\n', "expected a number, got 'fast'"),
         ("[slo]\nttft_ms.p99 = true\n", "expected a number, got True"),
         ("[slos]\nttft_ms.p99 = 5\n", "[slos]: unknown section"),
