@@ -285,6 +285,12 @@ def replay(
         seed_list = list(range(first_seed, first_seed + (1 if noise == "none" else seeds)))
         if noise == "none" and seeds > 1:
             cal.notes.append("--noise none: every seed gives the same replay, so one seed was run")
+        seed_source = click.get_current_context().get_parameter_source("first_seed")
+        if noise == "none" and seed_source is click.core.ParameterSource.COMMANDLINE:
+            cal.notes.append(
+                f"--noise none: the replay draws nothing at random, so --seed {first_seed} replays what any seed "
+                "does (it only names the run id)"
+            )
         if sweep_spec:
             _sweep(cal, sweep_spec, seed_list, slo, chart, as_json)
             return

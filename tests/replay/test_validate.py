@@ -143,6 +143,16 @@ def test_noise_none_describes_no_noise_and_no_stall(steady_db):
     assert d["calibration"]["noise_mode"] == "none"
 
 
+def test_a_seed_with_no_noise_is_said_to_change_nothing(steady_db):
+    """--seed K with --noise none gave the same replay under another run id, without a word."""
+    base = ("replay", "steady", "--db", str(steady_db), "--seeds", "1", "--noise", "none", "--json")
+    plain, seeded = json.loads(run(*base).stdout), json.loads(run(*base, "--seed", "3").stdout)
+    said = "--noise none: the replay draws nothing at random, so --seed 3 replays what any seed does"
+    assert any(n.startswith(said) for n in seeded["notes"]) and not any("--seed" in n for n in plain["notes"])
+    assert seeded["replay_run_ids"] == ["steady~replay~recorded-nonoise-seed3"]
+    assert [r["replay"] for r in seeded["rows"]] == [r["replay"] for r in plain["rows"]]
+
+
 def test_noise_line_gives_a_stall_size_only_with_stalls(validation):
     from dataclasses import replace
 
