@@ -200,15 +200,14 @@ def _requests(df: pl.DataFrame, origin: float) -> pl.DataFrame:
     # the token times and a missing latency are derived from the TTFT: a NaN or infinite one is
     # its own reject, and must not come back as a second reason under itls or latencies
     derived = pl.when(~failed & first.is_finite())
+    finish = pl.when(~failed & (pl.col("latencies").is_not_null() | first.is_finite()))
     return (
         df.with_columns(failed=failed).select(
             line_no=pl.col("idx").cast(pl.Int64) + 1,
             req_id=pl.col("idx").cast(pl.String),
             t_arrival=start,
             t_first_token=ok.then(first),
-            t_finish=pl.when(pl.col("latencies").is_not_null())
-            .then(ok.then(start + latency))
-            .otherwise(derived.then(start + latency)),
+            t_finish=finish.then(start + latency),
             prompt_tokens=pl.col("input_lens"),
             output_tokens=ok.then(pl.col("output_lens")),
             status=pl.when(pl.col("failed")).then(pl.lit("error")).otherwise(pl.lit("ok")),
