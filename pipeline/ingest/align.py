@@ -449,6 +449,28 @@ def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, ret
             ),
         )
         entry.update(reason=al.reason)
+    if not al.ok and retime_ref is not None and al.drift == 0.0 and al.requests:
+        # decode counts can fit several offsets equally badly (a log cut short inside a saturated run
+        # holds only its flat stretch); the client's tokens matched to the steps' decode tokens, every
+        # step end inside its logged second, pin the offset where the counts cannot
+        how, offset = retime.retime(con, run_id, retime_ref, req, al)
+        if offset is not None:
+            steps_rt = _steps(con, run_id, retime.ids(retime_ref))
+            al_rt = clocks.assess(steps_rt, req, clocks.Alignment(True, offset, 0.0, al.pivot_s, requests=al.requests))
+            if al_rt.ok:
+                entry.update({k: v for k, v in al_rt.to_dict().items() if k not in ("ok", "reason")})
+                entry.pop("reason", None)
+                entry.update(
+                    retime=how | {"ingest_id": retime_ref},
+                    estimate_failed=al.reason,
+                    offset_before_retime_s=al.offset_s,
+                    uncertainty_ms=round(how["offset_interval_ms"] / 2, 3),
+                )
+                _transform(con, run_id, ing, offset, 0.0, al.pivot_s, inverse=False)
+                entry.update(status="aligned", applied=True)
+                return entry
+            retime.undo(con, run_id, retime_ref)
+        entry["retime"] = how if offset is None else {"retimed": False, "why": "the re-timed steps still disagree"}
     if not al.ok:
         entry.update(status="failed", applied=False)
         return entry
@@ -508,7 +530,7 @@ def _infer(
         # prefill token accounting needs each prompt's length: say why queueing stays unknown
         out["t_scheduled_not_inferred"] = "its records give no prompt token counts"
     if have[0] == 0 and not steps.sampled and np.isfinite(steps.prefill_tokens).mean() > 0.9:
-        got = _infer_scheduled(con, run_id, ing, steps, group or [ing])
+        got = _infer_scheduled(con, run_id, ing, steps, group or [ing], coarse=bool(coarse))
         if got is not None:
             unc, outside = got
             if coarse:  # steps rebuilt from whole-second stamps and not re-timed: each may sit that far off
@@ -542,12 +564,13 @@ STAMP_RESOLUTION_S = 1.0  # vLLM's and SGLang's default log stamps: whole second
 
 
 def _infer_scheduled(
-    con, run_id: str, ing: int, steps: clocks.Steps, group: list[int]
+    con, run_id: str, ing: int, steps: clocks.Steps, group: list[int], coarse: bool = False
 ) -> tuple[np.ndarray, int] | None:
     """``t_scheduled`` per request of source ``ing`` (vectorised; see module doc); returns the
     uncertainty (s) of each one inferred and how many were left out (first token outside the
     steps).  The prefill accounting runs over the requests of every source in ``group``: they
-    shared the steps' prefill tokens."""
+    shared the steps' prefill tokens.  ``coarse``: the steps still sit where whole-second stamps
+    put them (not re-timed)."""
     import numpy as np
 
     r = con.execute(
@@ -564,6 +587,20 @@ def _infer_scheduled(
     a, f = _f(r["t_arrival"]), _f(r["t_first_token"])
     p = np.maximum(_f(r["p"]) - _f(r["c"]), 1.0)
     ends = steps.t_end
+    # a first token outside the log's steps (a log cut short, a client that ran on) has no step
+    # that produced it: its scheduling stays unknown rather than clamped to the log's edge
+    # (steps rebuilt from whole-second stamps may sit up to a second off: that much is still "in";
+    # once re-timed from the client's tokens they sit where the client saw them)
+    slack = STAMP_RESOLUTION_S if coarse else float(np.median(ends - steps.t_start))
+    inside = (f >= steps.t_start[0]) & (f <= ends[-1])
+    if not coarse and inside.sum() >= MIN_LAG_SAMPLE:
+        # a client reads its tokens some ms after the step that made them (more when its CPU is
+        # busy): a first token read after the last step by no more than its usual lag is that step's
+        prev_end = ends[np.maximum(np.searchsorted(ends, f[inside], side="right") - 1, 0)]
+        slack = min(max(slack, float(np.percentile(f[inside] - prev_end, 90))), 1.0)
+    known = (f >= steps.t_start[0]) & (f <= ends[-1] + slack)
+    # ... nor takes a share of the log's prefill tokens from the requests it does hold
+    p = np.where(known, p, 0.0)
     # the step that produced the first token: nearest end, then back to the last step with prefill in it
     k1 = np.clip(np.searchsorted(ends, f), 1, n - 1)
     k1 = np.where(np.abs(f - ends[k1 - 1]) <= np.abs(ends[k1] - f), k1 - 1, k1)
@@ -589,17 +626,6 @@ def _infer_scheduled(
     k_lo = np.clip(np.searchsorted(cum, np.minimum(before + 1 - p, start), side="right"), k_arr, k_hi)
     lo, hi = steps.t_start[k_lo], steps.t_start[k_hi]
     t_sched = np.clip(hi, a, f)
-    # a first token outside the log's steps (a log cut short, a client that ran on) has no step
-    # that produced it: its scheduling stays unknown rather than clamped to the log's edge
-    # (steps rebuilt from whole-second stamps may sit up to a second off: that much is still "in")
-    slack = 1.0 if steps.reconstructed else float(np.median(ends - steps.t_start))
-    inside = (f >= steps.t_start[0]) & (f <= ends[-1])
-    if not steps.reconstructed and inside.sum() >= MIN_LAG_SAMPLE:
-        # a client reads its tokens some ms after the step that made them (more when its CPU is
-        # busy): a first token read after the last step by no more than its usual lag is that step's
-        prev_end = ends[np.maximum(np.searchsorted(ends, f[inside], side="right") - 1, 0)]
-        slack = min(max(slack, float(np.percentile(f[inside] - prev_end, 90))), 1.0)
-    known = (f >= steps.t_start[0]) & (f <= ends[-1] + slack)
     own = np.asarray(r["own"], dtype=bool)
     known, t_sched, lo, hi = known[own], t_sched[own], lo[own], hi[own]
     if not known.any():
@@ -770,6 +796,14 @@ def source_lines(run_id: str, meta: dict) -> list[tuple[bool, str]]:
                 f"; steps re-timed from its token times (moved {rt['median_move_ms']:g} ms "
                 f"median, {rt['max_move_ms']:g} ms at most)"
             )
+            if rt.get("log_cut_at"):
+                where = "before its first step" if rt["log_cut_at"] == "start" else "after its last step"
+                text += (
+                    f"; the log holds only part of the client's span (cut at its {rt['log_cut_at']}: "
+                    f"{rt['client_tokens_outside_log']} of the client's tokens came {where})"
+                )
+            if src.get("estimate_failed"):
+                text += "; the offset comes from the token times (the decode counts alone did not settle it)"
             if rt.get("count_mismatch_tokens"):  # lost or repeated step lines: say where the count was moved
                 text += (
                     f"; the log's decode tokens differ from the client's by {rt['count_mismatch_tokens']} "

@@ -14,8 +14,9 @@ offsets a few milliseconds wide once the run crosses a few hundred second
 boundaries.
 
 Used only when the counts agree (the server served this client and nothing else in
-that span, tokens arrive one per step); otherwise the rebuilt timeline stays and
-the run says why.  A step's decode tokens are capped at its decode requests (vLLM
+that span, tokens arrive one per step), or when the log holds only part of the
+client's span (cut at its start or its end: the count runs from the end it holds);
+otherwise the rebuilt timeline stays and the run says why.  A step's decode tokens are capped at its decode requests (vLLM
 once logged 87 generation tokens for 4 requests on the step after a preemption;
 without speculative decoding each request makes one).  Steps without decode tokens keep their distance to the next
 re-timed step.  Undone by rebuilding the timeline from the stamps again.
@@ -144,6 +145,52 @@ def _shift(count, y, x, dur, last, n_client, mismatch: int):
     return count + shift, report
 
 
+MIN_CUT_CONTRAST = 1.5  # the other end's median gap cost must be this many times the chosen end's
+CUT_MIN_STEPS = 100  # steps with a client token a cut log must keep to be re-timed
+CUT_MAX_INTERVAL_STEPS = 4.0  # its stamps must pin the offset to this many median steps
+
+
+def _median_step(dur_ms: np.ndarray) -> float:
+    """The median step duration (s)."""
+    d = dur_ms[np.isfinite(dur_ms) & (dur_ms > 0)]
+    return float(np.median(d)) / 1000.0 if len(d) else 0.0
+
+
+def _cut_side(back, y, x, dur, first, last, n_client) -> tuple[np.ndarray, dict]:
+    """The client's token count at each step end when the log holds only part of the client's span.
+
+    Its steps served fewer decode tokens than the client received: the log was cut at its start
+    (the tokens it misses came before its first step; counting back from the last step is right)
+    or at its end (they came after its last; counting on from the first step is right). The end
+    whose count makes the client's token gaps match the steps' durations clearly better wins;
+    neither (lost lines throughout, another client's tokens) gives ``(back, {})``."""
+    cum = np.cumsum(y)
+    forward = cum - (cum[first - 1] if first > 0 else 0.0)
+    # a log cut at its start has no steps before the client's span; one cut at its end no decode
+    # steps after it
+    plausible = (first == 0, not np.any(y[last + 1 :] > 0))
+    median = []
+    for count, ok in zip((back, forward), plausible):
+        if not ok:
+            median.append(np.inf)
+            continue
+        cost, _ = _gap_costs(count, y, x, dur, last, n_client, [0])
+        median.append(float(np.median(cost)) if cost.shape[1] >= 20 else np.inf)
+    if not np.isfinite(min(median)) or max(median) < MIN_CUT_CONTRAST * min(median):  # inf wins clearly
+        return back, {}
+    side = "start" if median[0] < median[1] else "end"
+    return (back if side == "start" else forward), {
+        "log_cut_at": side,
+        "client_tokens_outside_log": int(round(n_client - float(np.sum(y[first : last + 1])))),
+    }
+
+
+def _slack(lo_off: float, hi_off: float) -> float:
+    """How far outside the stamps' interval a given offset may lie: log lines are written a little
+    after their step ends, so one a hair outside (an epoch-stamped log's own, say) is as good."""
+    return max(GIVEN_SLACK_S, hi_off - lo_off)
+
+
 def retime(
     con: duckdb.DuckDBPyConnection,
     run_id: str,
@@ -182,28 +229,50 @@ def retime(
     after = after - after[last] + 0.0 if last >= 0 else after
     count = n_client - after  # the client's running token count at each step's end
     served = float(np.sum(y[first : last + 1]))
-    if last < 0 or abs(served - n_client) > MAX_COUNT_MISMATCH * n_client + 2 and served < n_client:
-        return {
-            "retimed": False,
-            "why": f"the server's decode tokens in the client's span ({served:.0f}) "
-            f"and the client's ({n_client}) differ",
-        }, None
-    count, shifted = _shift(count, y, x, dur, last, n_client, round(abs(served - n_client)))
+    differ = {
+        "retimed": False,
+        "why": f"the server's decode tokens in the client's span ({served:.0f}) and the client's ({n_client}) differ",
+    }
+    if last < 0:
+        return differ, None
+    mismatch, cut = round(abs(served - n_client)), {}
+    if served < n_client - MAX_COUNT_MISMATCH * n_client - 2:
+        count, cut = _cut_side(count, y, x, dur, first, last, n_client)
+        if not cut:
+            return differ, None
+        mismatch = 0  # the missing tokens are the cut's, not lost step lines
+    count, shifted = _shift(count, y, x, dur, last, n_client, mismatch)
+    shifted |= cut
     if "count_shift_from_step" in shifted:  # a position among the source's steps: name its iteration
         shifted["count_shift_from_step"] = int(a["iter"][shifted["count_shift_from_step"]])
     anchored = (np.arange(len(y)) <= last) & (y > 0) & (count >= 1) & (count <= n_client)
-    if anchored.sum() < 10:
+    if anchored.sum() < (CUT_MIN_STEPS if cut else 10):
         return {"retimed": False, "why": "too few steps to re-time"}, None
     x_end = np.full(len(y), np.nan)
     x_end[anchored] = x[(count[anchored] - 1).astype(np.int64)]
     # offsets the stamps allow: every anchored step ends inside its logged second
     lo_off = float(np.max(stamp[anchored] - x_end[anchored]))
     hi_off = float(np.min(stamp[anchored] + 1.0 - x_end[anchored]))
+    if cut and (lo_off > hi_off or hi_off - lo_off > CUT_MAX_INTERVAL_STEPS * _median_step(dur)):
+        # which end was cut is read from token gaps alone: only stamps that all agree on a narrow
+        # offset confirm it (with too few seconds in the piece, or preempted requests making more than
+        # one token a step, they do not)
+        return {
+            "retimed": False,
+            "why": "the log holds part of the client's span, and its stamps do not confirm where it was cut",
+        }, None
     if lo_off > hi_off:  # a few stamps disagree (latency at a second boundary): the bulk decides
         lo_off = float(np.quantile(stamp[anchored] - x_end[anchored], 0.99))
         hi_off = float(np.quantile(stamp[anchored] + 1.0 - x_end[anchored], 0.01))
         if lo_off > hi_off:
             return {"retimed": False, "why": "the client's token times do not fit the log's stamps"}, None
+    if cut and given is not None and not lo_off - _slack(lo_off, hi_off) <= given <= hi_off + _slack(lo_off, hi_off):
+        # where the log was cut was read on this offset: one the stamps reject makes that reading unsafe
+        return {
+            "retimed": False,
+            "why": "the log holds part of the client's span, and the given offset puts its steps outside "
+            "their logged seconds",
+        }, None
     offset = (lo_off + hi_off) / 2.0 if given is None else given
     # idle offset per step (end minus busy time so far), carried to steps without tokens
     cum = np.cumsum(dur) / 1000.0
@@ -227,8 +296,6 @@ def retime(
     }
     if given is not None:
         how["stamps_allow_s"] = [lo_off, hi_off]
-        # log lines are written a little after their step ends: a given offset a hair outside
-        # the interval (an epoch-stamped log's own, say) is as good as one inside it
-        slack = max(GIVEN_SLACK_S, hi_off - lo_off)
+        slack = _slack(lo_off, hi_off)
         how["given_offset_fits_stamps"] = bool(lo_off - slack <= given <= hi_off + slack)
     return how, offset
