@@ -501,9 +501,26 @@ def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, ret
             entry.update({k: v for k, v in al.to_dict().items() if k not in ("ok",)})
             # the stamps bound the offset to an interval: half its width is the uncertainty
             entry.update(offset_before_retime_s=before, uncertainty_ms=round(how["offset_interval_ms"] / 2, 3))
+    if steps.reconstructed and not (entry.get("retime") or {}).get("retimed"):
+        # steps rebuilt from whole-second stamps sit up to half a second either side of where they ran, so
+        # the fine stage's few ms of residual against them say nothing about the offset; and an offset
+        # seconds away that fits the decode counts about as well means even that is not pinned
+        unc = STAMP_RESOLUTION_S / 2
+        r = clocks.rival(steps, req, al.offset_s, STAMP_RESOLUTION_S)
+        if r is not None and r[1] < clocks.MAX_RIVAL_RATIO:
+            entry["offset_rival"] = {"offset_s": r[0], "disagreement_ratio": round(r[1], 3)}
+            unc += abs(r[0] - al.offset_s)  # as far as the rival, which is as uncertain itself
+        entry["uncertainty_ms"] = round(max(entry.get("uncertainty_ms") or 0.0, unc * 1e3), 3)
     _transform(con, run_id, ing, al.offset_s, al.drift, al.pivot_s, inverse=False)
     entry.update(status="aligned", applied=True)
     return entry
+
+
+def _off_by(src: dict) -> str:
+    """How far steps stamped to the second and not re-timed may sit off their requests."""
+    if not src.get("offset_rival"):
+        return "up to a second"
+    return f"{src['uncertainty_ms'] / 1e3:.1f} s"
 
 
 def _infer(
@@ -534,7 +551,9 @@ def _infer(
         if got is not None:
             unc, outside = got
             if coarse:  # steps rebuilt from whole-second stamps and not re-timed: each may sit that far off
-                unc = np.maximum(unc, STAMP_RESOLUTION_S)
+                # (or as far as the offset is uncertain, when the decode counts do not pin it)
+                far = (entry.get("uncertainty_ms") or 0.0) / 1e3 if entry.get("offset_rival") else 0.0
+                unc = np.maximum(unc, max(STAMP_RESOLUTION_S, far))
             out["fields"].append("t_scheduled")
             out["t_scheduled"] = {
                 "method": "prefill token accounting: the step where the prompt's first chunk was computed, "
@@ -691,8 +710,17 @@ def coarse_steps_problem(con: duckdb.DuckDBPyConnection, run_id: str) -> str | N
     )
     if not why:
         return None
+    far = scalar(
+        con,
+        "select max(json_extract(s.value, '$.uncertainty_ms')::double) / 1e3 from runs, "
+        "json_each(json_extract(runs.meta, '$.clock_alignment.sources')) s where run_id = ? "
+        "and json_extract(s.value, '$.offset_rival') is not null",
+        [run_id],
+    )
+    off_by = "up to a second" if far is None else f"{far:.1f} s"
+    pin = "" if far is None else ", and the decode counts do not pin the offset"
     return (
-        f"the log's steps, stamped to the second, were NOT re-timed ({why}): they may sit up to a second "
+        f"the log's steps, stamped to the second, were NOT re-timed ({why}){pin}: they may sit {off_by} "
         "off the requests, so the queue / prefill split inferred on them and which steps delayed whom "
         "can be wrong by that much (give the log with sub-second stamps, or a client file with per-token "
         "times: docs/incidents.md)"
@@ -790,6 +818,13 @@ def source_lines(run_id: str, meta: dict) -> list[tuple[bool, str]]:
                 text += f", together with {', '.join(str(p).rsplit('/', 1)[-1] for p in src['together_with'])}"
             if src.get("drift"):
                 text += f", drift {src['drift'] * 1e6:.2f} ppm"
+            if src.get("offset_rival"):
+                poor = True
+                text += (
+                    f"; but the decode counts fit an offset {src['offset_rival']['offset_s'] - off:+.2f} s from it "
+                    "nearly as well (the batch size barely moves in this stretch), so the offset is not pinned: "
+                    "pass --clock-offset SOURCE=SECONDS if you know it"
+                )
         rt = src.get("retime") or {}
         if rt.get("retimed"):
             text += (
@@ -829,7 +864,7 @@ def source_lines(run_id: str, meta: dict) -> list[tuple[bool, str]]:
                 poor = True
                 text += (
                     f"; the log's steps, stamped to the second, were NOT re-timed ({not_retimed}): they may sit "
-                    "up to a second off, and so may the inferred queue and prefill times (give the log with "
+                    f"{_off_by(src)} off, and so may the inferred queue and prefill times (give the log with "
                     "sub-second stamps, or a client file with per-token times)"
                 )
             outside = inf["t_scheduled"].get("requests_outside_steps") or 0

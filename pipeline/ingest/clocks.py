@@ -317,6 +317,36 @@ def _quality(al: Alignment, steps: Steps, req: Requests, ends, events, med_step)
     )
 
 
+MAX_RIVAL_RATIO = 1.5  # a rival offset whose decode-count disagreement is under this multiple of the best one's
+RIVAL_REACH_S = 120.0  # rivals are sought this far each way at most (and within one client span)
+RIVAL_STEP_S = 0.02  # on a grid this fine, or coarser to keep it at 2400 offsets
+RIVAL_SAMPLE = 5000  # steps the disagreement is measured at
+
+
+def rival(steps: Steps, req: Requests, offset: float, apart_s: float, seed: int = 0) -> tuple[float, float] | None:
+    """The farthest offset more than ``apart_s`` from ``offset`` whose mean squared decode-count
+    disagreement is under ``MAX_RIVAL_RATIO`` times that at ``offset`` (without one, the best
+    offset that far), within one client span each way, with that ratio; None without decode counts.  Where the batch size barely moves (a piece of a saturated run) offsets seconds
+    apart fit about as well: the counts then do not pin the offset, whatever the fine stage says."""
+    if np.isfinite(steps.decode_reqs).mean() <= 0.5 or len(steps.t_end) < 5:
+        return None
+    reach = min(float(req.t_finish.max() - req.t_arrival.min()), RIVAL_REACH_S)
+    grid = offset + np.linspace(-reach, reach, int(min(2 * reach / RIVAL_STEP_S, 2400)) + 1)
+    grid = np.concatenate([[offset], grid[np.abs(grid - offset) > apart_s]])
+    if len(grid) < 2:
+        return None
+    sample = np.arange(len(steps.t_end))
+    if len(sample) > RIVAL_SAMPLE:
+        sample = np.sort(np.random.default_rng(seed).choice(sample, RIVAL_SAMPLE, replace=False))
+    # in blocks of offsets: one block's matrix of client counts stays a few MB
+    d = np.concatenate([_disagreement(steps, req, g, sample) for g in np.array_split(grid, -(-len(grid) // 200))])
+    ratio = d[1:] / max(d[0], 1e-12)
+    close = np.nonzero(ratio < MAX_RIVAL_RATIO)[0]
+    # the farthest offset that fits nearly as well bounds how far off this one may be; without one, the best
+    k = close[np.argmax(np.abs(grid[1:][close] - offset))] if len(close) else int(np.argmin(ratio))
+    return float(grid[1:][k]), float(ratio[k])
+
+
 def _contrast(steps: Steps, req: Requests, offset: float, span: float, n: int = 200) -> float | None:
     """Mean squared decode-count disagreement at ``offset`` over its median at random offsets within
     one client span of it (only shifts that leave at least 20 steps inside the client's span)."""
