@@ -367,6 +367,9 @@ def _why_not_retimed(refs, others) -> str:
 # A given offset under which fewer of the steps in the client's span have the decode count the
 # client's requests imply is called into doubt (right offsets match 93-100% on the recordings).
 GIVEN_MIN_STEPS_SHARE = 0.8
+# A given offset that puts this much smaller a share of first tokens on step ends than the estimated
+# one is called into doubt too (a few steps off: 39-48% against 98% on the recording).
+GIVEN_WORSE_SHARE = 0.2
 
 # Two Unix clocks of one run differ by seconds at most (NTP), a log read in the wrong time zone by
 # whole hours (at most 26); an estimated offset beyond this joins two runs, whatever the counts say.
@@ -429,6 +432,21 @@ def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, ret
             # no step inside the client's span at this offset: none matched (a warning), not "unknown"
             share = 0.0 if q.steps_matched_share is None else q.steps_matched_share
             entry.update(steps_matched_share=share, requests_matched_share=q.requests_matched_share)
+            if not steps.reconstructed:
+                # an offset a few steps wrong still matches nearly all steps' decode counts, but no
+                # longer puts first tokens on step ends: the estimate says where they land
+                # (the estimate also holds the client's read lag, a ms or two after a step's end, which
+                # a true clock offset does not: only a gap of half a step or more is a wrong offset)
+                est = clocks.estimate(steps, req)
+                gain = (est.requests_matched_share or 0.0) - (q.requests_matched_share or 0.0)
+                dur = steps.t_end - steps.t_start
+                half_step = 0.5 * float(np.median(dur[dur > 0])) if np.any(dur > 0) else 0.0
+                apart = abs(est.offset_s - override)
+                if est.ok and gain >= GIVEN_WORSE_SHARE and apart > max(half_step, 3e-3 * (est.uncertainty_ms or 0)):
+                    entry["estimate_fits_better"] = {
+                        "offset_s": est.offset_s,
+                        "requests_matched_share": est.requests_matched_share,
+                    }
         _transform(con, run_id, ing, override, 0.0, 0.0, inverse=False)
         entry.update(
             status="override", applied=True, offset_s=override, drift=0.0, pivot_s=0.0, method="--clock-offset"
@@ -795,7 +813,15 @@ def source_lines(run_id: str, meta: dict) -> list[tuple[bool, str]]:
                 if src.get("requests_matched_share") is not None:
                     text += f" and {src['requests_matched_share']:.0%} of first tokens"
                 poor = share < GIVEN_MIN_STEPS_SHARE
-                if poor:
+                better = src.get("estimate_fits_better")
+                if better and not poor:
+                    poor = True
+                    text += (
+                        f" (the estimated offset {better['offset_s']:+.6f} s puts {better['requests_matched_share']:.0%} "
+                        "of first tokens on a step end): check the offset, or leave --clock-offset out to have it "
+                        "estimated"
+                    )
+                if share < GIVEN_MIN_STEPS_SHARE:
                     text += (
                         " (an offset that joins the files matches nearly all steps): check the offset, or leave "
                         "--clock-offset out to have it estimated"

@@ -597,3 +597,25 @@ def test_a_client_without_prompt_lengths_says_why_queueing_is_not_inferred(tmp_p
     ((_, text),) = align.describe(con, ["p"])
     assert "scheduling NOT inferred (its records give no prompt token counts)" in text, text
     assert con.execute("select count(t_scheduled) from requests where run_id = 'p'").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("wrong_by_s", [0.01, 0.025, -0.02])
+def test_given_offset_a_few_steps_off_warns(tmp_path, wrong_by_s):
+    """An offset one to three steps wrong still matches 95-99% of the steps' decode counts, so it
+    passed unremarked, while only 39-48% of first tokens landed on a step end (98% at the right one)
+    and 44 requests were said to be preempted.  The estimate's offset is named beside it."""
+    truth = float(_truth(PAIRS["vllm"])["offset_s"])
+    given = truth + wrong_by_s
+    con = _joint(tmp_path, PAIRS["vllm"], log="server_epoch.log", clock_offsets=[f"bench.json={given!r}"])
+    src = _alignment(con)["sources"][0]
+    assert src["status"] == "override" and src["offset_s"] == given and src["steps_matched_share"] >= 0.8
+    better = src["estimate_fits_better"]
+    assert better["offset_s"] == pytest.approx(truth, abs=3e-3) and better["requests_matched_share"] > 0.9
+    problem, text = align.source_lines("joint", {"clock_alignment": _alignment(con)})[0]
+    assert problem and f"the estimated offset {better['offset_s']:+.6f} s" in text
+    # the right offset given: no such doubt
+    (tmp_path / "right").mkdir()
+    right = _joint(tmp_path / "right", PAIRS["vllm"], log="server_epoch.log", clock_offsets=[f"bench.json={truth!r}"])
+    src = _alignment(right)["sources"][0]
+    assert "estimate_fits_better" not in src
+    assert not align.source_lines("joint", {"clock_alignment": _alignment(right)})[0][0]
