@@ -12,6 +12,10 @@ from typing import Any
 import numpy as np
 
 LINEAR_MAX_DEV = 0.05  # binned median relative residual within +-5%: linear
+# "grows": across the middle 90% of decode-only contexts the line rises by at least this share of
+# the median decode step (a slope whose interval excludes 0 on noise-free steps can be 1e-14 ms)
+LINEAR_MIN_GROWTH = 0.02
+LINEAR_MIN_SPREAD = 0.1  # contexts spanning less than this share of their median cannot show growth
 MEMORY_BOUND_MIN = 0.5  # effective KV bandwidth >= 50% of peak: memory-bound
 
 
@@ -27,6 +31,8 @@ def shape_evidence(
         out["decode_step_median_ms"] = float(np.median(y[decode_only]))
         if ctx is not None:
             out["decode_context_median_tokens"] = float(np.median(ctx[decode_only]))
+            lo, hi = np.quantile(ctx[decode_only], [0.05, 0.95])
+            out["decode_context_p5_tokens"], out["decode_context_p95_tokens"] = float(lo), float(hi)
     if (~decode_only).any():
         out["prefill_step_median_ms"] = float(np.median(y[~decode_only]))
     sel = decode_only & inlier if ctx is not None else None
@@ -70,6 +76,21 @@ def _linear(fit: dict, ev: dict) -> dict:
             f"(linear if within {LINEAR_MAX_DEV:.0%})"
         )
     holds = bool(ci[0] > 0 and (dev is None or dev <= LINEAR_MAX_DEV))
+    lo, hi = ev.get("decode_context_p5_tokens"), ev.get("decode_context_p95_tokens")
+    med_ms, med_ctx = ev.get("decode_step_median_ms"), ev.get("decode_context_median_tokens")
+    if lo is not None and hi is not None and med_ms and med_ctx:
+        if hi - lo < LINEAR_MIN_SPREAD * med_ctx:
+            txt += (
+                f"; decode-only contexts span only {lo:.0f} .. {hi:.0f} tokens (p5 .. p95), under "
+                f"{LINEAR_MIN_SPREAD:.0%} of their median: too narrow to show growth"
+            )
+            return {"claim": claim, "holds": None, "evidence": txt}
+        growth = a * (hi - lo) / med_ms
+        txt += (
+            f"; from {lo:.0f} to {hi:.0f} context tokens (p5 .. p95 of decode-only steps) the line rises "
+            f"{growth:.1%} of the median decode step (grows if >= {LINEAR_MIN_GROWTH:.0%})"
+        )
+        holds = holds and growth >= LINEAR_MIN_GROWTH
     return {"claim": claim, "holds": holds, "evidence": txt}
 
 

@@ -39,3 +39,58 @@ def test_a_prefill_step_within_the_usual_spread_is_no_spike():
     assert _prefill_spikes(_fit(0.03, math.log(ratio) * 1.1), EV, {"prefill": 3})["holds"] is True
     # b not above 0: prefill tokens are not shown to cost time, whatever the medians say
     assert _prefill_spikes(_fit(-0.01, 0.01), EV, {"prefill": 3})["holds"] is False
+
+
+def _steps_run(tmp_path, slope_ms_per_token: float, ctx_lo: int = 1000, ctx_hi: int = 20000):
+    """Decode-only steps of 10 ms plus ``slope`` per context token, no noise, every tenth with a prefill."""
+    import json
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    ctx = rng.integers(ctx_lo, ctx_hi, 400)
+    prefill = np.where(np.arange(400) % 10 == 0, 500, 0)
+    dur_s = (10.0 + slope_ms_per_token * ctx + 0.01 * prefill) / 1000.0
+    t_end = np.cumsum(dur_s)
+    lines = [json.dumps({"kind": "run", "run_id": "flat", "engine": "hand", "model": "toy", "clock": "monotonic"})]
+    for i in range(400):
+        lines.append(
+            json.dumps(
+                {
+                    "kind": "iteration",
+                    "iter": i,
+                    "t_start": float(t_end[i] - dur_s[i]),
+                    "t_end": float(t_end[i]),
+                    "prefill_tokens": int(prefill[i]),
+                    "decode_tokens": 8,
+                    "decode_reqs": 8,
+                    "context_tokens": int(ctx[i]),
+                }
+            )
+        )
+    path = tmp_path / "flat.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    con = store.connect(":memory:")
+    ingest_paths(con, [path])
+    store.build_derived(con)
+    return next(c for c in fit_run(con, "flat", n_boot=50).claims if "linearly" in c["claim"])
+
+
+def test_a_slope_too_small_to_see_is_no_growth(tmp_path):
+    """Steps whose time moves by a billionth of their length over the run's contexts: the slope's
+    interval excludes 0 on noise-free steps, and the claim said HOLDS."""
+    claim = _steps_run(tmp_path, 1e-10)
+    assert claim["holds"] is False, claim
+    assert "the line rises 0.0% of the median decode step (grows if >= 2%)" in claim["evidence"]
+
+
+def test_a_visible_slope_grows(tmp_path):
+    """0.02 ms per 1k tokens over 1k..20k tokens: 3-4% of a 10 ms step."""
+    claim = _steps_run(tmp_path, 2e-5)
+    assert claim["holds"] is True, claim
+    assert "from 1" in claim["evidence"] and "grows if >= 2%" in claim["evidence"]
+
+
+def test_contexts_too_alike_cannot_show_growth(tmp_path):
+    claim = _steps_run(tmp_path, 2e-5, 10000, 10400)
+    assert claim["holds"] is None and "too narrow to show growth" in claim["evidence"], claim
