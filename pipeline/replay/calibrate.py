@@ -377,6 +377,8 @@ def load_workload(
         },
     }
     notes = [f"{n} of {df.height} requests not replayed: {r}" for r, n in dropped.iter_rows()]
+    if ok_only and bool(df["recorded_ok"].all()):
+        notes.append(f"--ok-only: every request of {run_id!r} is ok, so none was dropped for its status")
     cut = keep.filter(pl.col("output_tokens") < pl.col("output_tokens_recorded"))
     if cut.height:
         notes.append(

@@ -145,7 +145,17 @@ def test_failed_requests_are_load_but_not_compared(edited_db):
     assert any("left out of the comparison" in s for s in cal.notes)
     ok_only = calibrate(con, "steady", ok_only=True)
     assert len(ok_only.workload) == n - 4 and ok_only.recorded_ok.all()
+    assert not any("none was dropped for its status" in s for s in ok_only.notes)
     con.close()
+
+
+def test_ok_only_on_a_run_whose_requests_are_all_ok_says_so(edited_db):
+    """--ok-only dropped nothing and said nothing: the user could not tell it from a filter that ran."""
+    con = store.connect(edited_db)
+    assert con.execute("select count(*) from requests where run_id = 'steady' and status <> 'ok'").fetchone()[0] == 0
+    cal = calibrate(con, "steady", ok_only=True)
+    assert "--ok-only: every request of 'steady' is ok, so none was dropped for its status" in cal.notes
+    assert not any("--ok-only" in s for s in calibrate(con, "steady").notes)
 
 
 def test_host_time_between_steps_is_added_to_t0(edited_db):
