@@ -165,14 +165,18 @@ def test_trtllm_stats_through_the_fall_back_keep_their_instants(tmp_path, monkey
     assert con.execute("select meta->>'$.timestamps_time_zone' from runs").fetchone()[0] == "Europe/Berlin"
 
 
-def test_trtllm_stats_an_hour_back_on_an_ordinary_day_stay_as_written(tmp_path):
-    """No hour repeats on 20 Oct: a step an hour behind the one before keeps its one reading."""
+def test_trtllm_stats_an_hour_back_on_an_ordinary_day_are_rejected_not_moved(tmp_path):
+    """No hour repeats on 20 Oct: a step an hour behind the one before is not moved to a later
+    reading; it is a spliced log, rejected as vLLM's and SGLang's lines are (it was accepted
+    as written, running the timeline back an hour). The others keep their one reading."""
     times = [dt.datetime(2026, 10, 20, 10, 0, 0, tzinfo=UTC) + dt.timedelta(seconds=2 * i) for i in range(10)]
     times[5] -= dt.timedelta(hours=1)
     res, con = _ingest(tmp_path, "iter.log", "\n".join(repr(r) for r in _trtllm_records(times)) + "\n")
-    assert (res.accepted, res.rejected) == (10, 0)
+    assert (res.accepted, res.rejected) == (9, 1)
+    ((line_no, reason),) = con.execute("select line_no, reason from rejects").fetchall()
+    assert line_no == 6 and reason.startswith("IterationStats record stamped 3598.0 s before an earlier record")
     got = [r[0] for r in con.execute("select t_end from iterations order by iter").fetchall()]
-    assert got == [t.timestamp() for t in times]
+    assert got == [t.timestamp() for k, t in enumerate(times) if k != 5]
 
 
 def test_trtllm_stamp_in_the_hour_a_spring_forward_skips_is_rejected_naming_it(tmp_path):

@@ -105,3 +105,34 @@ def test_local_stamps_are_read_in_the_given_zone(tmp_path):
     first = dt.datetime.fromtimestamp(float(ends["UTC"][0]), dt.timezone.utc).replace(tzinfo=None)
     shift = zoneinfo.ZoneInfo("Asia/Kolkata").utcoffset(first).total_seconds()
     assert list(ends["UTC"] - ends["Asia/Kolkata"]) == [shift] * len(ends["UTC"])
+
+
+@pytest.mark.parametrize("batch_bytes", [None, 1500])
+def test_a_record_stamped_behind_an_earlier_one_is_rejected(con, tmp_path, monkeypatch, batch_bytes):
+    """A spliced log (a later piece pasted in with new counters but older stamps) ran the
+    timeline backwards and was accepted as written; vLLM and SGLang logs reject such lines.
+    Also across batches of lines (1500 bytes: about one record a batch)."""
+    if batch_bytes:
+        from pipeline.ingest import reader
+
+        monkeypatch.setattr(reader, "BATCH_BYTES", batch_bytes)
+    recs = [ast.literal_eval(line) for line in (FIX / "iteration_log.txt").read_text().splitlines()]
+    stamp = dt.datetime.strptime(recs[1]["timestamp"], "%m-%d-%Y %H:%M:%S.%f")
+    back = {**recs[1], "iter": 6, "timestamp": (stamp - dt.timedelta(seconds=5)).strftime("%m-%d-%Y %H:%M:%S.%f")}
+    lines = [repr(r) for r in recs[:4]] + [repr(back)] + [repr(r) for r in recs[4:]]
+    path = tmp_path / "iteration_log.txt"
+    path.write_text("\n".join(lines) + "\n")
+    (res,) = load(con, path)
+    assert (res.accepted, res.rejected) == (6, 1)
+    ((line_no, reason),) = con.execute("select line_no, reason from rejects").fetchall()
+    behind = dt.datetime.strptime(recs[3]["timestamp"], "%m-%d-%Y %H:%M:%S.%f") - (stamp - dt.timedelta(seconds=5))
+    assert line_no == 5 and reason.startswith(f"IterationStats record stamped {behind.total_seconds():.3f} s before")
+    assert sorted(r[0] for r in con.execute("select iter from iterations").fetchall()) == [0, 1, 2, 3, 4, 5]
+    # stamps that tie are in order (second-resolution stamps repeat)
+    tie = {**recs[3], "iter": 7}
+    path.write_text("\n".join([repr(r) for r in recs[:4]] + [repr(tie)]) + "\n")
+    from pipeline import store
+
+    con2 = store.connect(tmp_path / "tie.duckdb")
+    (res,) = load(con2, path)
+    assert (res.accepted, res.rejected) == (5, 0)

@@ -203,7 +203,7 @@ def convert(
 ) -> Iterator[Batch]:
     zone = c.check_zone(tz) if tz else c.local_zone()
     con = store.scratch()  # $TRACELAT_MEMORY_LIMIT applies here too
-    run_done, after_s = False, None
+    run_done, after_s, good_after_s = False, None, None
     for frame, n in _source_tables(path, progress):
         blank = frame.filter(pl.col("raw").str.strip_chars() == "").height
         frame = frame.filter(pl.col("raw").str.strip_chars() != "")
@@ -222,6 +222,7 @@ def convert(
         after_s = wallclock.latest(rec.select(stamp_s="t_end"), after_s)
         ends = rec.filter(pl.col("is_end")).height
         rec = rec.filter(~pl.col("is_end")).with_columns(reason=_reason(zone))
+        rec, good_after_s = _out_of_order(rec, good_after_s)
         good = rec.filter(pl.col("reason").is_null())
         run = None
         if not run_done:
@@ -235,6 +236,32 @@ def convert(
             skipped=blank + ends,
         )
     con.close()
+
+
+def _out_of_order(rec: pl.DataFrame, after_s: float | None) -> tuple[pl.DataFrame, float | None]:
+    """``rec`` with a reason for the good records stamped before an earlier good one (``after_s``:
+    the latest stamp of the good records of earlier batches), and the latest stamp for the next.
+
+    The executor writes its iterations in order, so a record behind one before it is a log
+    repeated or spliced (fetched twice, copytruncate): kept, its steps would count twice and the
+    timeline would run backwards, as vLLM's and SGLang's converters reject too."""
+    floor = float("-inf") if after_s is None else after_s
+    ok = pl.col("reason").is_null() & pl.col("t_end").is_not_null()
+    stamp = pl.when(ok).then(pl.col("t_end"))
+    before = pl.max_horizontal(stamp.cum_max().forward_fill().shift(1).fill_null(floor), pl.lit(floor))
+    rec = rec.with_columns(
+        reason=pl.when(ok & (pl.col("t_end") < before))
+        .then(
+            pl.format(
+                "IterationStats record stamped {} s before an earlier record: a repeated or spliced log? "
+                "(the executor writes its iterations in time order)",
+                (before - pl.col("t_end")).round(3),
+            )
+        )
+        .otherwise(pl.col("reason"))
+    )
+    top = rec.filter(pl.col("reason").is_null()).get_column("t_end").max()
+    return rec, (after_s if top is None else max(floor, float(top)))
 
 
 def _run(good: pl.DataFrame, zone: str, given: bool) -> dict:
