@@ -29,19 +29,22 @@ def step_sums(con: duckdb.DuckDBPyConnection, run_id: str) -> Iterator[None]:
     """
     steps = store.select(con, "fit/step_parts", {"run_id": run_id}).sort("t_end", "iter")
     ms = {p: pl.col(f"{p}_ms").cast(pl.Float64) for p in STEP_PARTS}
+    start = pl.col("t_end").cast(pl.Float64) - ms["span"] / 1000.0  # a span runs from the step before's end
     cum = steps.select(
         pl.col("t_end").cast(pl.Float64),
         pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("k"),
         *[c.cum_sum().alias(f"c_{p}") for p, c in ms.items()],
         *[c.shift(-1).alias(f"n_{p}") for p, c in ms.items()],
+        start.shift(-1).alias("n_start"),
     )
-    first = steps.select(ms.values()).head(1)
+    first = steps.select(*ms.values(), start.alias("start")).head(1)
     row0 = pl.DataFrame(
         {
             "t_end": [float("-inf")],
             "k": [0],
             **{f"c_{p}": [0.0] for p in STEP_PARTS},
             **{f"n_{p}": [first[f"{p}_ms"][0] if first.height else None] for p in STEP_PARTS},
+            "n_start": [first["start"][0] if first.height else None],
         },
         schema=cum.schema,
     )

@@ -345,3 +345,41 @@ def test_tail_parts_order_is_total(incident_run):
         rows = list(zip((-g for g in df["growth_ms"].to_list()), df["part"].to_list()))
         assert len(rows) > 2 and rows == sorted(rows), metric
         assert list(section[metric]) == df["part"].to_list()
+
+
+def test_a_wait_that_ends_inside_a_long_gap_is_that_gap(tmp_path):
+    """Noise-free steps with a 300 ms host gap before step 12; a request waits from the end of step 8
+    to 100 ms into that gap, then prefills until step 13 ends.  The 100 ms of gap in its wait were
+    priced at the proportions of steps 9-11 (all capacity, no gap): waiting_capacity took them.  Each
+    edge of a phase is now priced at its own step's proportions: the whole gap is unexplained, and the
+    wait is steps 9-11 plus step 12's share of those 100 ms."""
+    n = 20
+    ctx = np.arange(n) * 100 + 500
+    dur = T0 + A * ctx  # ms: decode only, exact model
+    gap = np.zeros(n)
+    gap[12] = 300.0
+    t_end = np.cumsum(dur + gap) / 1000 + 10.0
+    e = t_end.tolist()
+    steps = [
+        {"kind": "iteration", "iter": k, "t_start": e[k] - dur[k] / 1000, "t_end": e[k], "context_tokens": int(ctx[k]),
+         "prefill_tokens": 0, "decode_tokens": 4, "preempted_reqs": 0, "kv_usage": 0.4}
+        for k in range(n)
+    ]  # fmt: skip
+    req = dict(req_id="w", t_arrival=e[8], t_scheduled=e[11] + 0.1, t_first_token=e[13], t_finish=e[16],
+               prompt_tokens=50, output_tokens=4, preemptions=0)  # fmt: skip
+    path = tmp_path / "gap.jsonl"
+    lines = [{"kind": "run", "run_id": "gap", "clock": "monotonic"}, *steps, {"kind": "request", "status": "ok", **req}]
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    con = store.connect(tmp_path / "gap.duckdb")
+    ingest_paths(con, [path])
+    store.build_derived(con)
+    fit_run(con, "gap", n_boot=20)
+    r = con.sql("select * from request_attribution where run_id = 'gap'").pl().to_dicts()[0]
+    base = T0 + A * ctx
+    span12 = 300.0 + dur[12]
+    assert r["unexplained_ttft_ms"] == pytest.approx(300.0, abs=1e-6)
+    assert r["waiting_capacity_ms"] == pytest.approx(base[9:12].sum() + 100.0 * base[12] / span12, abs=1e-6)
+    assert r["own_prefill_ms"] == pytest.approx(base[12] * (span12 - 100.0) / span12 + base[13], abs=1e-6)
+    assert r["waiting_hol_ms"] == 0
+    total = r["waiting_capacity_ms"] + r["own_prefill_ms"] + r["unexplained_ttft_ms"] + r["unattributed_ttft_ms"]
+    assert total == pytest.approx(r["ttft_ms"], abs=1e-6)
