@@ -455,7 +455,8 @@ def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, ret
     req = _requests(con, run_id, ing)
     al = clocks.estimate(steps, req)
     entry.update({k: v for k, v in al.to_dict().items() if k not in ("ok",)})
-    if al.ok and clock == ref_clock == "unix" and abs(al.offset_s) > MAX_UNIX_GAP_S:
+    days_apart = al.ok and clock == ref_clock == "unix" and abs(al.offset_s) > MAX_UNIX_GAP_S
+    if days_apart:
         al = replace(
             al,
             ok=False,
@@ -467,7 +468,8 @@ def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, ret
             ),
         )
         entry.update(reason=al.reason)
-    if not al.ok and retime_ref is not None and al.drift == 0.0 and al.requests:
+    # (two Unix clocks days apart are two runs, however well the tokens would fit: no rescue)
+    if not al.ok and not days_apart and retime_ref is not None and al.drift == 0.0 and al.requests:
         # decode counts can fit several offsets equally badly (a log cut short inside a saturated run
         # holds only its flat stretch); the client's tokens matched to the steps' decode tokens, every
         # step end inside its logged second, pin the offset where the counts cannot
@@ -475,7 +477,7 @@ def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, ret
         if offset is not None:
             steps_rt = _steps(con, run_id, retime.ids(retime_ref))
             al_rt = clocks.assess(steps_rt, req, clocks.Alignment(True, offset, 0.0, al.pivot_s, requests=al.requests))
-            if al_rt.ok:
+            if al_rt.ok and not (clock == ref_clock == "unix" and abs(offset) > MAX_UNIX_GAP_S):
                 entry.update({k: v for k, v in al_rt.to_dict().items() if k not in ("ok", "reason")})
                 entry.pop("reason", None)
                 entry.update(
@@ -861,8 +863,11 @@ def source_lines(run_id: str, meta: dict) -> list[tuple[bool, str]]:
                 where = "before its first step" if rt["log_cut_at"] == "start" else "after its last step"
                 text += (
                     f"; the log holds only part of the client's span (cut at its {rt['log_cut_at']}: "
-                    f"{rt['client_tokens_outside_log']} of the client's tokens came {where})"
+                    f"{rt['client_tokens_outside_log']} of the client's tokens came {where}"
                 )
+                if rt.get("count_shift"):  # a few steps lost at its other end too
+                    text += f"; each step's token moved by {rt['count_shift']:+d} for steps lost at its other end"
+                text += ")"
             if src.get("estimate_failed"):
                 text += "; the offset comes from the token times (the decode counts alone did not settle it)"
             if rt.get("count_mismatch_tokens"):  # lost or repeated step lines: say where the count was moved

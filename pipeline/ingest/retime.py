@@ -147,6 +147,39 @@ def _shift(count, y, x, dur, last, n_client, mismatch: int):
 
 MIN_CUT_CONTRAST = 1.5  # the other end's median gap cost must be this many times the chosen end's
 CUT_MIN_STEPS = 100  # steps with a client token a cut log must keep to be re-timed
+CUT_MIN_FIRST_SHARE = 0.8  # of the client's first tokens inside the piece, on a step's end once re-timed
+
+
+CUT_REFINE = 32  # tokens a cut log's count may move as a whole (a few steps lost at its other end)
+
+
+def _refine_cut(count, y, x, dur, last, n_client, cut: dict) -> np.ndarray:
+    """The cut log's count moved as a whole by the shift whose token gaps fit the steps' durations
+    best: a log cut at its start that also lost a few steps at its end (copied while written) has
+    every step's token off by the tokens of those steps."""
+    shifts = np.arange(-CUT_REFINE, CUT_REFINE + 1)
+    cost, _ = _gap_costs(count, y, x, dur, last, n_client, shifts)
+    if cost.shape[1] < 20:
+        return count
+    best = int(shifts[int(np.argmin(cost.sum(axis=1) + 1e-12 * np.abs(shifts)))])  # ties: the smallest
+    if best:
+        cut["count_shift"] = best
+    return count + best
+
+
+def _first_tokens_on_steps(first: np.ndarray, ends: np.ndarray, dur_ms: np.ndarray) -> float:
+    """Share of the first tokens (on the steps' clock) inside the steps' span that lie within a
+    quarter step (at least 1 ms) after or before a step's end; 1.0 when none lies inside."""
+    ends = np.sort(ends)
+    f = first[np.isfinite(first) & (first >= ends[0]) & (first <= ends[-1])]
+    if not len(f) or len(ends) < 2:
+        return 1.0
+    tol = max(0.25 * _median_step(dur_ms), 1e-3)
+    i = np.clip(np.searchsorted(ends, f), 1, len(ends) - 1)
+    near = np.minimum(np.abs(f - ends[i - 1]), np.abs(ends[i] - f))
+    return float(np.mean(near <= tol))
+
+
 CUT_MAX_INTERVAL_STEPS = 4.0  # its stamps must pin the offset to this many median steps
 
 
@@ -236,11 +269,16 @@ def retime(
     if last < 0:
         return differ, None
     mismatch, cut = round(abs(served - n_client)), {}
-    if served < n_client - MAX_COUNT_MISMATCH * n_client - 2:
-        count, cut = _cut_side(count, y, x, dur, first, last, n_client)
-        if not cut:
+    tolerated = MAX_COUNT_MISMATCH * n_client + 2
+    if served > n_client + tolerated:  # the steps served more than this client: another's tokens in them
+        return differ, None
+    if served < n_client - MAX_SHIFT:  # more missing than lost lines explain: the log may be cut short
+        count_cut, cut = _cut_side(count, y, x, dur, first, last, n_client)
+        if cut:
+            count, mismatch = count_cut, 0  # the missing tokens are the cut's, not lost step lines
+            count = _refine_cut(count, y, x, dur, last, n_client, cut)
+        elif served < n_client - tolerated:
             return differ, None
-        mismatch = 0  # the missing tokens are the cut's, not lost step lines
     count, shifted = _shift(count, y, x, dur, last, n_client, mismatch)
     shifted |= cut
     if "count_shift_from_step" in shifted:  # a position among the source's steps: name its iteration
@@ -284,6 +322,18 @@ def retime(
     o = np.where(np.isfinite(o), o, fill)
     outside = (np.arange(len(y)) < first) | (np.arange(len(y)) > last)
     new_end = np.where(outside, t_end, cum + o)
+    if cut:
+        # a log cut at both ends, or a cut end chosen wrongly, still fits its stamps (the count is off by
+        # the same tokens everywhere) but puts the client's first tokens between steps: they land on a
+        # step's end when the count is right
+        share = _first_tokens_on_steps(req.t_first_token + offset, new_end[~outside], dur)
+        cut["first_tokens_on_steps_share"] = round(share, 3)
+        if share < CUT_MIN_FIRST_SHARE:
+            return {
+                "retimed": False,
+                "why": f"the log holds part of the client's span, but counted from its {cut['log_cut_at']} only "
+                f"{share:.0%} of the first tokens inside it land on a step's end (cut at both ends?)",
+            }, None
     _write(con, run_id, ingest_id, a["iter"], new_end, dur)
     moved = np.abs(new_end - t_end)[~outside]
     how = {
