@@ -35,6 +35,10 @@ def shape_evidence(
             out["decode_context_p5_tokens"], out["decode_context_p95_tokens"] = float(lo), float(hi)
     if (~decode_only).any():
         out["prefill_step_median_ms"] = float(np.median(y[~decode_only]))
+    if ctx is not None and len(y):  # the linear claim's growth when no step is decode-only
+        out["step_median_ms"] = float(np.median(y))
+        out["context_median_tokens"] = float(np.median(ctx))
+        out["context_p5_tokens"], out["context_p95_tokens"] = (float(v) for v in np.quantile(ctx, [0.05, 0.95]))
     sel = decode_only & inlier if ctx is not None else None
     if sel is not None and sel.sum() >= 50 and np.ptp(ctx[sel]) > 0:
         edges = np.unique(np.quantile(ctx[sel], np.linspace(0, 1, 11)))
@@ -65,10 +69,11 @@ def _linear(fit: dict, ev: dict) -> dict:
         return {"claim": claim, "holds": None, "evidence": "context_tokens cannot be used here (see statements)"}
     dec = fit.get("phases", {}).get("decode_only") or {}
     r2 = dec.get("r2_inliers", fit["r2_inliers"])
+    which = "decode-only steps" if "r2_inliers" in dec else "all steps"
     dev = ev.get("context_bin_max_rel_dev")
     txt = (
         f"slope a = {a * 1000:.4g} ms per 1k context tokens (95% CI {ci[0] * 1000:.4g} .. {ci[1] * 1000:.4g}); "
-        f"R² of decode-only steps without stalls {r2:.3f}"
+        f"R² of {which} without stalls {r2:.3f}"
     )
     if dev is not None:
         txt += (
@@ -76,19 +81,24 @@ def _linear(fit: dict, ev: dict) -> dict:
             f"(linear if within {LINEAR_MAX_DEV:.0%})"
         )
     holds = bool(ci[0] > 0 and (dev is None or dev <= LINEAR_MAX_DEV))
-    lo, hi = ev.get("decode_context_p5_tokens"), ev.get("decode_context_p95_tokens")
-    med_ms, med_ctx = ev.get("decode_step_median_ms"), ev.get("decode_context_median_tokens")
+    # over decode-only steps, or over all steps when none is (a prefill in every step)
+    kind = "decode-only" if ev.get("decode_context_p5_tokens") is not None else None
+    pre = "decode_" if kind else ""
+    lo, hi = ev.get(f"{pre}context_p5_tokens"), ev.get(f"{pre}context_p95_tokens")
+    med_ms = ev.get("decode_step_median_ms" if kind else "step_median_ms")
+    med_ctx = ev.get(f"{pre}context_median_tokens")
+    steps, step = ("decode-only steps", "decode step") if kind else ("all steps", "step")
     if lo is not None and hi is not None and med_ms and med_ctx:
         if hi - lo < LINEAR_MIN_SPREAD * med_ctx:
             txt += (
-                f"; decode-only contexts span only {lo:.0f} .. {hi:.0f} tokens (p5 .. p95), under "
+                f"; contexts of {steps} span only {lo:.0f} .. {hi:.0f} tokens (p5 .. p95), under "
                 f"{LINEAR_MIN_SPREAD:.0%} of their median: too narrow to show growth"
             )
             return {"claim": claim, "holds": None, "evidence": txt}
         growth = a * (hi - lo) / med_ms
         txt += (
-            f"; from {lo:.0f} to {hi:.0f} context tokens (p5 .. p95 of decode-only steps) the line rises "
-            f"{growth:.1%} of the median decode step (grows if >= {LINEAR_MIN_GROWTH:.0%})"
+            f"; from {lo:.0f} to {hi:.0f} context tokens (p5 .. p95 of {steps}) the line rises "
+            f"{growth:.1%} of the median {step} (grows if >= {LINEAR_MIN_GROWTH:.0%})"
         )
         holds = holds and growth >= LINEAR_MIN_GROWTH
     return {"claim": claim, "holds": holds, "evidence": txt}

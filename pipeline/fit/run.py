@@ -32,7 +32,7 @@ from .result import FitResult
 # v5: stalls by false-discovery rate (Benjamini-Hochberg under a fitted Student-t null), k is the cut's
 # equivalent in robust sigmas; the extended model chosen by held-out error; v6: data-parallel dummy steps
 # are not fitted and get no prediction; v7: the coefficients are refitted without the flagged stalls,
-# whose one-sided pull put them high; v8: the p5 and p95 of decode-only contexts, for the linear
+# whose one-sided pull put them high; v8: the p5 and p95 of contexts (decode-only steps, all steps), for the linear
 # claim's growth).
 FIT_VERSION = 8
 TOL_S = 1e-6  # request times match a step ending up to 1 us later (float rounding of the same clock)
