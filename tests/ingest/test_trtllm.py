@@ -136,3 +136,19 @@ def test_a_record_stamped_behind_an_earlier_one_is_rejected(con, tmp_path, monke
     con2 = store.connect(tmp_path / "tie.duckdb")
     (res,) = load(con2, path)
     assert (res.accepted, res.rejected) == (5, 0)
+
+
+@pytest.mark.parametrize("ahead", [dt.timedelta(hours=1), dt.timedelta(days=366)])
+def test_one_record_stamped_ahead_is_the_one_rejected(con, tmp_path, ahead):
+    """A corrupted stamp an hour (or a year) ahead made every later record 'behind' it: 5 of 6
+    rejected.  The record ahead of both neighbours, which are in order without it, is the one."""
+    recs = [ast.literal_eval(line) for line in (FIX / "iteration_log.txt").read_text().splitlines()]
+    stamp = dt.datetime.strptime(recs[2]["timestamp"], "%m-%d-%Y %H:%M:%S.%f")
+    recs[2] = {**recs[2], "timestamp": (stamp + ahead).strftime("%m-%d-%Y %H:%M:%S.%f")}
+    path = tmp_path / "iteration_log.txt"
+    path.write_text("\n".join(repr(r) for r in recs) + "\n")
+    (res,) = load(con, path)
+    assert (res.accepted, res.rejected) == (5, 1)
+    ((line_no, reason),) = con.execute("select line_no, reason from rejects").fetchall()
+    assert line_no == 3 and "after the record that follows it" in reason and "corrupted stamp" in reason
+    assert sorted(r[0] for r in con.execute("select iter from iterations").fetchall()) == [0, 1, 3, 4, 5]
