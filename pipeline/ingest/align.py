@@ -522,10 +522,21 @@ def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, ret
             # the stamps bound the offset to an interval: half its width is the uncertainty
             entry.update(offset_before_retime_s=before, uncertainty_ms=round(how["offset_interval_ms"] / 2, 3))
     if steps.reconstructed and not (entry.get("retime") or {}).get("retimed"):
-        # steps rebuilt from whole-second stamps sit up to half a second either side of where they ran, so
-        # the fine stage's few ms of residual against them say nothing about the offset; and an offset
-        # seconds away that fits the decode counts about as well means even that is not pinned
-        unc = STAMP_RESOLUTION_S / 2
+        # steps rebuilt from whole-second stamps may sit up to a second off where they ran, so the fine
+        # stage's few ms of residual against them say nothing about the offset; and an offset seconds
+        # away that fits the decode counts about as well means even that is not pinned
+        lo, hi = al.apply(np.array([req.t_arrival.min(), req.t_finish.max()]))
+        held = int(np.sum((steps.t_end >= lo) & (steps.t_end <= hi)))
+        if held < COARSE_MIN_STEPS:
+            entry.update(
+                status="failed",
+                applied=False,
+                reason=f"only {held} of the log's steps, stamped to the second, fall in the client's span: too "
+                f"few to place the client on the log's clock (at least {COARSE_MIN_STEPS}, or per-token times "
+                "that re-time them); pass --clock-offset SOURCE=SECONDS if you know the offset",
+            )
+            return entry
+        unc = STAMP_RESOLUTION_S
         r = clocks.rival(steps, req, al.offset_s, STAMP_RESOLUTION_S)
         if r is not None and r[1] < clocks.MAX_RIVAL_RATIO:
             entry["offset_rival"] = {"offset_s": r[0], "disagreement_ratio": round(r[1], 3)}
@@ -600,6 +611,9 @@ def _infer(
 
 MIN_LAG_SAMPLE = 20  # first tokens inside the steps needed to learn the client's read lag from them
 STAMP_RESOLUTION_S = 1.0  # vLLM's and SGLang's default log stamps: whole seconds
+# steps stamped to the second, not re-timed, that must fall in a client's span to place it at all:
+# a piece of 13 steps of a saturated run was placed 4.4 s off
+COARSE_MIN_STEPS = 50
 
 
 def _infer_scheduled(

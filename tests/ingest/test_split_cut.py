@@ -217,20 +217,28 @@ def _true_offset(rec: Path) -> float:
         ("vllm_queue", "start", 0.9),
         ("vllm_queue", "end", 0.25),
         ("vllm_queue", "end", 0.9),
+        ("vllm_queue", "end", 0.4),
+        ("vllm_queue", "start", 0.98),
     ],
 )
 def test_the_offset_of_steps_not_retimed_claims_no_more_than_it_knows(tmp_path, name, side, share):
     """Steps stamped to the second and not re-timed were placed by the decode counts alone, yet the
     offset claimed ± 1-2 ms from the token residuals against them: 0.36 s off on a piece of the light
     run, 1.3-4.2 s off on pieces of the queued one.  The claimed uncertainty now covers the truth:
-    half a second, or as far as an offset that fits the decode counts nearly as well."""
+    a second (the stamps' own), or that plus as far as an offset that fits the decode counts nearly
+    as well; a piece with under 50 steps in the client's span is not placed at all."""
     rec = FIX / name
     con = _ingest(tmp_path, _piece(tmp_path, rec, side, share), rec)
     src = _source(con)
+    if src["status"] == "failed":
+        assert "too few to place the client" in src["reason"]
+        held = con.execute("select count(*) from iterations").fetchone()[0]
+        assert held < 50 + 5  # the few steps of a small piece (with a few outside the span)
+        return
     assert src["status"] == "aligned" and not (src.get("retime") or {}).get("retimed")
     err_ms = abs(src["offset_s"] - _true_offset(rec)) * 1e3
     assert err_ms <= src["uncertainty_ms"] + 3.0  # the truth's own stamps: within a few ms
-    assert src["uncertainty_ms"] >= 500.0
+    assert src["uncertainty_ms"] >= 1000.0
     ((problem, text),) = align.describe(con, ["joint"])
     assert problem and "NOT re-timed" in text
 
@@ -253,7 +261,7 @@ def test_an_offset_the_decode_counts_do_not_pin_is_named(tmp_path):
     # a whole run's decode counts do pin it: no rival, half a second (the stamps' own)
     con2 = _ingest(tmp_path, rec / "server.log", rec)
     src2 = _source(con2)
-    assert "offset_rival" not in src2 and src2["uncertainty_ms"] == 500.0
+    assert "offset_rival" not in src2 and src2["uncertainty_ms"] == 1000.0
 
 
 def _between(tmp: Path, first_iter: int, stop_iter: int | None) -> Path:
@@ -285,7 +293,7 @@ def test_a_piece_that_also_lost_a_few_steps_at_its_other_end(tmp_path, whole, fi
         assert max(abs(got[r] - sched[r]) for r in got) <= 3e-3
         assert (src["inferred"].get("preemptions") or {}).get("requests_preempted", 0) <= 1
     else:
-        assert src["uncertainty_ms"] >= 500
+        assert src["uncertainty_ms"] >= 1000
 
 
 def test_a_client_that_saw_fewer_tokens_than_the_steps_served_does_not_retime(tmp_path):
