@@ -82,12 +82,10 @@ def _linear(fit: dict, ev: dict) -> dict:
         )
     holds = bool(ci[0] > 0 and (dev is None or dev <= LINEAR_MAX_DEV))
     # over decode-only steps, or over all steps when none is (a prefill in every step)
-    kind = "decode-only" if ev.get("decode_context_p5_tokens") is not None else None
-    pre = "decode_" if kind else ""
-    lo, hi = ev.get(f"{pre}context_p5_tokens"), ev.get(f"{pre}context_p95_tokens")
-    med_ms = ev.get("decode_step_median_ms" if kind else "step_median_ms")
-    med_ctx = ev.get(f"{pre}context_median_tokens")
-    steps, step = ("decode-only steps", "decode step") if kind else ("all steps", "step")
+    pre = "decode_" if ev.get("decode_context_p5_tokens") is not None else ""
+    lo, hi, med_ctx = (ev.get(f"{pre}context_{k}_tokens") for k in ("p5", "p95", "median"))
+    med_ms = ev.get(f"{pre}step_median_ms")
+    steps, step = ("decode-only steps", "decode step") if pre else ("all steps", "step")
     if lo is not None and hi is not None and med_ms and med_ctx:
         if hi - lo < LINEAR_MIN_SPREAD * med_ctx:
             txt += (

@@ -455,7 +455,7 @@ def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, ret
     req = _requests(con, run_id, ing)
     al = clocks.estimate(steps, req)
     entry.update({k: v for k, v in al.to_dict().items() if k not in ("ok",)})
-    days_apart = al.ok and clock == ref_clock == "unix" and abs(al.offset_s) > MAX_UNIX_GAP_S
+    days_apart = al.ok and _days_apart(clock, ref_clock, al.offset_s)
     if days_apart:
         al = replace(
             al,
@@ -473,24 +473,22 @@ def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, ret
         # decode counts can fit several offsets equally badly (a log cut short inside a saturated run
         # holds only its flat stretch); the client's tokens matched to the steps' decode tokens, every
         # step end inside its logged second, pin the offset where the counts cannot
-        how, offset = retime.retime(con, run_id, retime_ref, req, al)
-        if offset is not None:
-            steps_rt = _steps(con, run_id, retime.ids(retime_ref))
-            al_rt = clocks.assess(steps_rt, req, clocks.Alignment(True, offset, 0.0, al.pivot_s, requests=al.requests))
-            if al_rt.ok and not (clock == ref_clock == "unix" and abs(offset) > MAX_UNIX_GAP_S):
-                entry.update({k: v for k, v in al_rt.to_dict().items() if k not in ("ok", "reason")})
-                entry.pop("reason", None)
-                entry.update(
-                    retime=how | {"ingest_id": retime_ref},
-                    estimate_failed=al.reason,
-                    offset_before_retime_s=al.offset_s,
-                    uncertainty_ms=round(how["offset_interval_ms"] / 2, 3),
-                )
-                _transform(con, run_id, ing, offset, 0.0, al.pivot_s, inverse=False)
-                entry.update(status="aligned", applied=True)
-                return entry
+        how, al_rt, _ = _retime_and_assess(con, run_id, retime_ref, req, al)
+        if al_rt is not None and al_rt.ok and not _days_apart(clock, ref_clock, al_rt.offset_s):
+            entry.update({k: v for k, v in al_rt.to_dict().items() if k not in ("ok", "reason")})
+            entry.pop("reason", None)
+            entry.update(
+                retime=how | {"ingest_id": retime_ref},
+                estimate_failed=al.reason,
+                offset_before_retime_s=al.offset_s,
+                uncertainty_ms=round(how["offset_interval_ms"] / 2, 3),
+            )
+            _transform(con, run_id, ing, al_rt.offset_s, 0.0, al.pivot_s, inverse=False)
+            entry.update(status="aligned", applied=True)
+            return entry
+        if al_rt is not None:
             retime.undo(con, run_id, retime_ref)
-        entry["retime"] = how if offset is None else {"retimed": False, "why": "the re-timed steps still disagree"}
+        entry["retime"] = how if al_rt is None else {"retimed": False, "why": "the re-timed steps still disagree"}
     if not al.ok:
         entry.update(status="failed", applied=False)
         return entry
@@ -512,12 +510,10 @@ def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, ret
         entry["estimated_offset_s"], entry["offset_s"] = entry["offset_s"], 0.0
         return entry
     if retime_ref is not None and al.drift == 0.0:
-        how, offset = retime.retime(con, run_id, retime_ref, req, al)
+        how, al_rt, steps_rt = _retime_and_assess(con, run_id, retime_ref, req, al)
         entry["retime"] = how | {"ingest_id": retime_ref} if how.get("retimed") else how
-        if offset is not None:
-            before = al.offset_s
-            steps = _steps(con, run_id, retime.ids(retime_ref))
-            al = clocks.assess(steps, req, clocks.Alignment(True, offset, 0.0, al.pivot_s, requests=al.requests))
+        if al_rt is not None:
+            before, al, steps = al.offset_s, al_rt, steps_rt
             entry.update({k: v for k, v in al.to_dict().items() if k not in ("ok",)})
             # the stamps bound the offset to an interval: half its width is the uncertainty
             entry.update(offset_before_retime_s=before, uncertainty_ms=round(how["offset_interval_ms"] / 2, 3))
@@ -547,11 +543,27 @@ def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, ret
     return entry
 
 
-def _off_by(src: dict) -> str:
-    """How far steps stamped to the second and not re-timed may sit off their requests."""
-    if not src.get("offset_rival"):
-        return "up to a second"
-    return f"{src['uncertainty_ms'] / 1e3:.1f} s"
+def _days_apart(clock: str, ref_clock: str, offset_s: float) -> bool:
+    """Two Unix clocks this far apart are two runs (see MAX_UNIX_GAP_S)."""
+    return clock == ref_clock == "unix" and abs(offset_s) > MAX_UNIX_GAP_S
+
+
+def _retime_and_assess(con, run_id: str, retime_ref, req: clocks.Requests, al: clocks.Alignment):
+    """Re-time the steps of ``retime_ref`` from the client's tokens (on ``al``'s span), then judge the
+    new offset on the re-timed steps: (report, the alignment on them or None, the re-timed steps)."""
+    from . import clocks, retime
+
+    how, offset = retime.retime(con, run_id, retime_ref, req, al)
+    if offset is None:
+        return how, None, None
+    steps = _steps(con, run_id, retime.ids(retime_ref))
+    return how, clocks.assess(steps, req, clocks.Alignment(True, offset, 0.0, al.pivot_s, requests=al.requests)), steps
+
+
+def _off_by(uncertainty_ms: float | None) -> str:
+    """How far steps stamped to the second and not re-timed may sit off their requests: a second, or
+    the offset's uncertainty when the decode counts do not pin it (``uncertainty_ms``, else None)."""
+    return "up to a second" if uncertainty_ms is None else f"{uncertainty_ms / 1e3:.1f} s"
 
 
 def _infer(
@@ -746,15 +758,14 @@ def coarse_steps_problem(con: duckdb.DuckDBPyConnection, run_id: str) -> str | N
         return None
     far = scalar(
         con,
-        "select max(json_extract(s.value, '$.uncertainty_ms')::double) / 1e3 from runs, "
+        "select max(json_extract(s.value, '$.uncertainty_ms')::double) from runs, "
         "json_each(json_extract(runs.meta, '$.clock_alignment.sources')) s where run_id = ? "
         "and json_extract(s.value, '$.offset_rival') is not null",
         [run_id],
     )
-    off_by = "up to a second" if far is None else f"{far:.1f} s"
     pin = "" if far is None else ", and the decode counts do not pin the offset"
     return (
-        f"the log's steps, stamped to the second, were NOT re-timed ({why}){pin}: they may sit {off_by} "
+        f"the log's steps, stamped to the second, were NOT re-timed ({why}){pin}: they may sit {_off_by(far)} "
         "off the requests, so the queue / prefill split inferred on them and which steps delayed whom "
         "can be wrong by that much (give the log with sub-second stamps, or a client file with per-token "
         "times: docs/incidents.md)"
@@ -909,7 +920,7 @@ def source_lines(run_id: str, meta: dict) -> list[tuple[bool, str]]:
                 poor = True
                 text += (
                     f"; the log's steps, stamped to the second, were NOT re-timed ({not_retimed}): they may sit "
-                    f"{_off_by(src)} off, and so may the inferred queue and prefill times (give the log with "
+                    f"{_off_by(src['uncertainty_ms'] if src.get('offset_rival') else None)} off, and so may the inferred queue and prefill times (give the log with "
                     "sub-second stamps, or a client file with per-token times)"
                 )
             outside = inf["t_scheduled"].get("requests_outside_steps") or 0

@@ -326,8 +326,9 @@ RIVAL_SAMPLE = 5000  # steps the disagreement is measured at
 def rival(steps: Steps, req: Requests, offset: float, apart_s: float, seed: int = 0) -> tuple[float, float] | None:
     """The farthest offset more than ``apart_s`` from ``offset`` whose mean squared decode-count
     disagreement is under ``MAX_RIVAL_RATIO`` times that at ``offset`` (without one, the best
-    offset that far), within one client span each way, with that ratio; None without decode counts.  Where the batch size barely moves (a piece of a saturated run) offsets seconds
-    apart fit about as well: the counts then do not pin the offset, whatever the fine stage says."""
+    offset that far), within one client span each way, with that ratio; None without decode counts.
+    Where the batch size barely moves (a piece of a saturated run) offsets seconds apart fit about
+    as well: the counts then do not pin the offset, whatever the fine stage says."""
     if np.isfinite(steps.decode_reqs).mean() <= 0.5 or len(steps.t_end) < 5:
         return None
     reach = min(float(req.t_finish.max() - req.t_arrival.min()), RIVAL_REACH_S)

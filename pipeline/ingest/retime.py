@@ -16,8 +16,8 @@ boundaries.
 Used only when the counts agree (the server served this client and nothing else in
 that span, tokens arrive one per step), or when the log holds only part of the
 client's span (cut at its start or its end: the count runs from the end it holds);
-otherwise the rebuilt timeline stays and the run says why.  A step's decode tokens are capped at its decode requests (vLLM
-once logged 87 generation tokens for 4 requests on the step after a preemption;
+otherwise the rebuilt timeline stays and the run says why.  A step's decode tokens are
+capped at its decode requests (vLLM once logged 87 generation tokens for 4 requests on the step after a preemption;
 without speculative decoding each request makes one).  Steps without decode tokens keep their distance to the next
 re-timed step.  Undone by rebuilding the timeline from the stamps again.
 """
@@ -145,12 +145,12 @@ def _shift(count, y, x, dur, last, n_client, mismatch: int):
     return count + shift, report
 
 
+# A log holding part of the client's span (cut at its start or its end):
 MIN_CUT_CONTRAST = 1.5  # the other end's median gap cost must be this many times the chosen end's
-CUT_MIN_STEPS = 100  # steps with a client token a cut log must keep to be re-timed
-CUT_MIN_FIRST_SHARE = 0.8  # of the client's first tokens inside the piece, on a step's end once re-timed
-
-
-CUT_REFINE = 32  # tokens a cut log's count may move as a whole (a few steps lost at its other end)
+CUT_MIN_STEPS = 100  # steps with a client token it must keep to be re-timed
+CUT_MIN_FIRST_SHARE = 0.8  # of the client's first tokens inside it, on a step's end once re-timed
+CUT_MAX_INTERVAL_STEPS = 4.0  # its stamps must pin the offset to this many median steps
+CUT_REFINE = 32  # tokens its count may move as a whole (a few steps lost at its other end)
 
 
 def _refine_cut(count, y, x, dur, last, n_client, cut: dict) -> np.ndarray:
@@ -175,12 +175,7 @@ def _first_tokens_on_steps(first: np.ndarray, ends: np.ndarray, dur_ms: np.ndarr
     if not len(f) or len(ends) < 2:
         return 1.0
     tol = max(0.25 * _median_step(dur_ms), 1e-3)
-    i = np.clip(np.searchsorted(ends, f), 1, len(ends) - 1)
-    near = np.minimum(np.abs(f - ends[i - 1]), np.abs(ends[i] - f))
-    return float(np.mean(near <= tol))
-
-
-CUT_MAX_INTERVAL_STEPS = 4.0  # its stamps must pin the offset to this many median steps
+    return float(np.mean(np.abs(clocks._nearest_residual(ends, f)) <= tol))
 
 
 def _median_step(dur_ms: np.ndarray) -> float:
@@ -216,12 +211,6 @@ def _cut_side(back, y, x, dur, first, last, n_client) -> tuple[np.ndarray, dict]
         "log_cut_at": side,
         "client_tokens_outside_log": int(round(n_client - float(np.sum(y[first : last + 1])))),
     }
-
-
-def _slack(lo_off: float, hi_off: float) -> float:
-    """How far outside the stamps' interval a given offset may lie: log lines are written a little
-    after their step ends, so one a hair outside (an epoch-stamped log's own, say) is as good."""
-    return max(GIVEN_SLACK_S, hi_off - lo_off)
 
 
 def retime(
@@ -304,7 +293,11 @@ def retime(
         hi_off = float(np.quantile(stamp[anchored] + 1.0 - x_end[anchored], 0.01))
         if lo_off > hi_off:
             return {"retimed": False, "why": "the client's token times do not fit the log's stamps"}, None
-    if cut and given is not None and not lo_off - _slack(lo_off, hi_off) <= given <= hi_off + _slack(lo_off, hi_off):
+    # log lines are written a little after their step ends: a given offset a hair outside the
+    # interval (an epoch-stamped log's own, say) is as good as one inside it
+    slack = max(GIVEN_SLACK_S, hi_off - lo_off)
+    fits = given is not None and lo_off - slack <= given <= hi_off + slack
+    if cut and given is not None and not fits:
         # where the log was cut was read on this offset: one the stamps reject makes that reading unsafe
         return {
             "retimed": False,
@@ -346,6 +339,5 @@ def retime(
     }
     if given is not None:
         how["stamps_allow_s"] = [lo_off, hi_off]
-        slack = _slack(lo_off, hi_off)
-        how["given_offset_fits_stamps"] = bool(lo_off - slack <= given <= hi_off + slack)
+        how["given_offset_fits_stamps"] = bool(fits)
     return how, offset

@@ -49,74 +49,50 @@ phases as (
     select req_id, 'decode', t_first_token, t_finish from req
 ),
 
-matched as (
+-- the phase's edges: the share of the step in progress at its start that lies before it (w_head,
+-- priced out), and of the step in progress at its end that lies before the end (w_tail, priced in),
+-- each at that step's own proportions: a phase ending inside a long gap between steps is mostly
+-- that gap (unexplained), not the steps that ended before it. y.n_* is NULL after the last step.
+priced as (
     select
         p.req_id,
         p.phase,
-        p.ta,
-        p.tb,
-        x.k as x_k, x.c_span as x_c_span, x.c_base as x_c_base, x.c_pf as x_c_pf, x.c_ux as x_c_ux,
-        x.c_ua as x_c_ua, x.c_hol as x_c_hol, x.c_cap as x_c_cap,
-        x.n_span as x_n_span, x.n_base as x_n_base, x.n_pf as x_n_pf, x.n_ux as x_n_ux, x.n_ua as x_n_ua,
-        x.n_hol as x_n_hol, x.n_cap as x_n_cap, x.n_start as x_n_start,
-        y.k as y_k, y.c_span as y_c_span, y.c_base as y_c_base, y.c_pf as y_c_pf, y.c_ux as y_c_ux,
-        y.c_ua as y_c_ua, y.c_hol as y_c_hol, y.c_cap as y_c_cap,
-        coalesce(y.n_span, 0) as y_n_span, coalesce(y.n_base, 0) as y_n_base, coalesce(y.n_pf, 0) as y_n_pf,
-        coalesce(y.n_ux, 0) as y_n_ux, coalesce(y.n_ua, 0) as y_n_ua, coalesce(y.n_hol, 0) as y_n_hol,
-        coalesce(y.n_cap, 0) as y_n_cap, y.n_start as y_n_start
+        (p.tb - p.ta) * 1000 as len_ms,
+        y.k - x.k as n_steps,
+        y.c_span - x.c_span as d_span,
+        case when y.k > x.k and x.n_span > 0
+            then least(greatest((p.ta - x.n_start) * 1000, 0), x.n_span) / x.n_span else 0 end as w_head,
+        case when y.k > x.k and y.n_span > 0
+            then least(greatest((p.tb - y.n_start) * 1000, 0), y.n_span) / y.n_span else 0 end as w_tail,
+        -- the phase's time: the steps that ended in it less the head, plus the tail
+        d_span - w_head * x.n_span + w_tail * coalesce(y.n_span, 0) as e_span,
+        -- fractions of the phase: from the steps that overlap it, else the step in progress
+        case when y.k > x.k and e_span > 0
+                then (y.c_base - x.c_base - w_head * x.n_base + w_tail * coalesce(y.n_base, 0)) / e_span
+             when x.n_span > 0 then x.n_base / x.n_span end as f_base,
+        case when y.k > x.k and e_span > 0
+                then (y.c_pf - x.c_pf - w_head * x.n_pf + w_tail * coalesce(y.n_pf, 0)) / e_span
+             when x.n_span > 0 then x.n_pf / x.n_span end as f_pf,
+        case when y.k > x.k and e_span > 0
+                then (y.c_ux - x.c_ux - w_head * x.n_ux + w_tail * coalesce(y.n_ux, 0)) / e_span
+             when x.n_span > 0 then x.n_ux / x.n_span end as f_ux,
+        case when y.k > x.k and e_span > 0
+                then (y.c_ua - x.c_ua - w_head * x.n_ua + w_tail * coalesce(y.n_ua, 0)) / e_span
+             when x.n_span > 0 then x.n_ua / x.n_span end as f_ua,
+        case when y.k > x.k and e_span > 0
+                then (y.c_hol - x.c_hol - w_head * x.n_hol + w_tail * coalesce(y.n_hol, 0)) / e_span
+             when x.n_span > 0 then x.n_hol / x.n_span end as f_hol,
+        case when y.k > x.k and e_span > 0
+                then (y.c_cap - x.c_cap - w_head * x.n_cap + w_tail * coalesce(y.n_cap, 0)) / e_span
+             when x.n_span > 0 then x.n_cap / x.n_span end as f_cap,
+        y.c_base - x.c_base as d_base,
+        y.c_pf - x.c_pf as d_pf,
+        y.c_ux - x.c_ux as d_ux,
+        y.c_ua - x.c_ua as d_ua
     from phases as p
     asof left join cum0 as x on p.ta + $tol_s >= x.t_end
     asof left join cum0 as y on p.tb + $tol_s >= y.t_end
     where p.ta is not null and p.tb is not null
-),
-
--- the phase's edges: the share of the step in progress at its start that lies before it (w_head,
--- priced out), and of the step in progress at its end that lies before the end (w_tail, priced in),
--- each at that step's own proportions: a phase ending inside a long gap between steps is mostly
--- that gap (unexplained), not the steps that ended before it
-edged as (
-    select
-        *,
-        case when y_k > x_k and x_n_span > 0
-            then least(greatest((ta - x_n_start) * 1000, 0), x_n_span) / x_n_span else 0 end as w_head,
-        case when y_k > x_k and y_n_span > 0
-            then least(greatest((tb - y_n_start) * 1000, 0), y_n_span) / y_n_span else 0 end as w_tail
-    from matched
-),
-
-priced as (
-    select
-        req_id,
-        phase,
-        (tb - ta) * 1000 as len_ms,
-        y_k - x_k as n_steps,
-        y_c_span - x_c_span as d_span,
-        -- the phase's time: the steps that ended in it less the head, plus the tail
-        y_c_span - x_c_span - w_head * x_n_span + w_tail * y_n_span as e_span,
-        -- fractions of the phase: from the steps that overlap it, else the step in progress
-        case when y_k > x_k and e_span > 0
-                then (y_c_base - x_c_base - w_head * x_n_base + w_tail * y_n_base) / e_span
-             when x_n_span > 0 then x_n_base / x_n_span end as f_base,
-        case when y_k > x_k and e_span > 0
-                then (y_c_pf - x_c_pf - w_head * x_n_pf + w_tail * y_n_pf) / e_span
-             when x_n_span > 0 then x_n_pf / x_n_span end as f_pf,
-        case when y_k > x_k and e_span > 0
-                then (y_c_ux - x_c_ux - w_head * x_n_ux + w_tail * y_n_ux) / e_span
-             when x_n_span > 0 then x_n_ux / x_n_span end as f_ux,
-        case when y_k > x_k and e_span > 0
-                then (y_c_ua - x_c_ua - w_head * x_n_ua + w_tail * y_n_ua) / e_span
-             when x_n_span > 0 then x_n_ua / x_n_span end as f_ua,
-        case when y_k > x_k and e_span > 0
-                then (y_c_hol - x_c_hol - w_head * x_n_hol + w_tail * y_n_hol) / e_span
-             when x_n_span > 0 then x_n_hol / x_n_span end as f_hol,
-        case when y_k > x_k and e_span > 0
-                then (y_c_cap - x_c_cap - w_head * x_n_cap + w_tail * y_n_cap) / e_span
-             when x_n_span > 0 then x_n_cap / x_n_span end as f_cap,
-        y_c_base - x_c_base as d_base,
-        y_c_pf - x_c_pf as d_pf,
-        y_c_ux - x_c_ux as d_ux,
-        y_c_ua - x_c_ua as d_ua
-    from edged
 ),
 
 -- only requests that may have been preempted (preemptions > 0, or unknown) are examined token by token

@@ -42,6 +42,24 @@ def _piece(tmp: Path, rec: Path, side: str, share: float) -> Path:
     return out
 
 
+def _fail_estimate(monkeypatch, off_by_s: float = 0.0) -> None:
+    """Make the decode-count estimate fail (its offset moved by ``off_by_s``), as on a flat stretch."""
+    real = clocks.estimate
+
+    def failing(steps, req, **kw):
+        al = real(steps, req, **kw)
+        return clocks.Alignment(False, al.offset_s + off_by_s, 0.0, al.pivot_s, requests=al.requests, reason="made up")
+
+    monkeypatch.setattr(clocks, "estimate", failing)
+
+
+def _ends_alone(tmp: Path, piece: Path) -> list:
+    """The piece's step ends as its stamps put them, ingested without a client."""
+    ref = store.connect(tmp / "alone.duckdb")
+    ingest_paths(ref, [piece], run_id="joint", tz="UTC")
+    return ref.execute("select iter, t_end from iterations order by iter").fetchall()
+
+
 @pytest.fixture(scope="module")
 def whole(tmp_path_factory):
     con = _ingest(tmp_path_factory.mktemp("whole"), REC / "server.log")
@@ -116,13 +134,7 @@ def test_a_failed_estimate_is_rescued_only_by_a_retime_that_fits(tmp_path, whole
     """However the decode-count estimate fails, a piece whose stamps pin the offset is aligned on it
     (and says so); the estimate's own failure stays on record."""
     offset, _ = whole
-    real = clocks.estimate
-
-    def failing(steps, req, **kw):
-        al = real(steps, req, **kw)
-        return clocks.Alignment(False, al.offset_s + 0.7, 0.0, al.pivot_s, requests=al.requests, reason="made up")
-
-    monkeypatch.setattr(clocks, "estimate", failing)
+    _fail_estimate(monkeypatch, 0.7)
     con = _ingest(tmp_path, _piece(tmp_path, REC, "start", 0.25))
     src = _source(con)
     assert src["status"] == "aligned" and src["estimate_failed"] == "made up"
@@ -137,16 +149,8 @@ def test_a_failed_estimate_stays_failed_when_the_retime_does_not_fit(tmp_path, m
     a failed alignment, and no step was moved."""
     rec = FIX / "vllm_queue"
     piece = _piece(tmp_path, rec, "start", 0.25)
-    ref = store.connect(tmp_path / "alone.duckdb")
-    ingest_paths(ref, [piece], run_id="joint", tz="UTC")
-    ends = ref.execute("select iter, t_end from iterations order by iter").fetchall()
-    real = clocks.estimate
-
-    def failing(steps, req, **kw):
-        al = real(steps, req, **kw)
-        return clocks.Alignment(False, al.offset_s, 0.0, al.pivot_s, requests=al.requests, reason="made up")
-
-    monkeypatch.setattr(clocks, "estimate", failing)
+    ends = _ends_alone(tmp_path, piece)
+    _fail_estimate(monkeypatch)
     con = _ingest(tmp_path, piece, rec)
     src = _source(con)
     assert src["status"] == "failed" and not src["retime"]["retimed"]
@@ -177,19 +181,12 @@ def test_a_retime_that_still_disagrees_is_undone(tmp_path, monkeypatch):
     """A failed estimate, then a re-timing whose steps the decode counts still reject: the steps go
     back where the stamps put them, and the run stays NOT aligned."""
     piece = _piece(tmp_path, REC, "start", 0.25)
-    ref = store.connect(tmp_path / "alone.duckdb")
-    ingest_paths(ref, [piece], run_id="joint", tz="UTC")
-    ends = ref.execute("select iter, t_end from iterations order by iter").fetchall()
-    real_estimate = clocks.estimate
-
-    def failing(steps, req, **kw):
-        al = real_estimate(steps, req, **kw)
-        return clocks.Alignment(False, al.offset_s, 0.0, al.pivot_s, requests=al.requests, reason="made up")
+    ends = _ends_alone(tmp_path, piece)
 
     def disagreeing(steps, req, al):
         return clocks.Alignment(False, al.offset_s, requests=al.requests, reason="still made up")
 
-    monkeypatch.setattr(clocks, "estimate", failing)
+    _fail_estimate(monkeypatch)
     monkeypatch.setattr(clocks, "assess", disagreeing)
     con = _ingest(tmp_path, piece)
     src = _source(con)

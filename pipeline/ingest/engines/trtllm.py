@@ -249,28 +249,19 @@ def _out_of_order(rec: pl.DataFrame, after_s: float | None) -> tuple[pl.DataFram
     ok = pl.col("reason").is_null() & pl.col("t_end").is_not_null()
     # one record stamped ahead of both neighbours (a corrupted stamp, a year typo) is the outlier, not
     # every record after it: the neighbours are in order without it
-    good = rec.filter(ok).select("line_no", "t_end")
-    prev = pl.col("t_end").shift(1).fill_null(floor)
-    nxt = pl.col("t_end").shift(-1)
-    ahead = (
-        good.with_columns(
-            ahead_reason=pl.format(
+    stamp = pl.when(ok).then(pl.col("t_end"))
+    prev, nxt = stamp.forward_fill().shift(1).fill_null(floor), stamp.shift(-1).backward_fill()
+    rec = rec.with_columns(
+        reason=pl.when(ok & (pl.col("t_end") > nxt) & (prev <= nxt))
+        .then(
+            pl.format(
                 "IterationStats record stamped {} s after the record that follows it, which is in order with "
                 "the one before: a corrupted stamp?",
                 (pl.col("t_end") - nxt).round(3),
-            ),
-            is_ahead=(pl.col("t_end") > nxt) & (prev <= nxt),
+            )
         )
-        .filter("is_ahead")
-        .select("line_no", "ahead_reason")
+        .otherwise(pl.col("reason"))
     )
-    if ahead.height:
-        rec = (
-            rec.join(ahead, on="line_no", how="left")
-            .with_columns(reason=pl.coalesce("reason", "ahead_reason"))
-            .drop("ahead_reason")
-        )
-    stamp = pl.when(ok).then(pl.col("t_end"))
     before = pl.max_horizontal(stamp.cum_max().forward_fill().shift(1).fill_null(floor), pl.lit(floor))
     rec = rec.with_columns(
         reason=pl.when(ok & (pl.col("t_end") < before))
