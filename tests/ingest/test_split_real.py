@@ -582,6 +582,21 @@ def test_a_unix_client_a_few_ms_off_infers_the_preemptions_of_an_aligned_one(tmp
     assert sum(got.values()) == sum(want.values()) and got == want
 
 
+@pytest.mark.parametrize("off_by_s", [0.0, 0.003])
+def test_preemptions_at_the_true_offset_are_vllms_own(tmp_path, off_by_s):
+    """vLLM's request stats name the requests it preempted (2 of 64; one sat out steps between
+    tokens, the other before its first).  Given the true offset, the client's read lag moves
+    some tokens past a step end: before, 20 requests (10 at +3 ms) were said to be preempted."""
+    rec = PAIRS["vllm"]
+    stats = [json.loads(line) for line in (rec / "requests.jsonl").read_text().splitlines() if line.strip()]
+    truth = {str(int(s["request_id"].split("-")[-2])): s["num_preemptions"] for s in stats}
+    given = float(_truth(rec)["offset_s"]) + off_by_s
+    con = _joint(tmp_path, rec, log="server_epoch.log", clock_offsets=[f"bench.json={given!r}"])
+    got = dict(con.execute("select req_id, preemptions from requests where run_id = 'joint'").fetchall())
+    said = {r for r, n in got.items() if n}
+    assert said and all(truth[r] >= got[r] for r in said), {r: (got[r], truth[r]) for r in said}
+
+
 def test_a_client_without_prompt_lengths_says_why_queueing_is_not_inferred(tmp_path):
     aligned = _joint(tmp_path, PAIRS["vllm"], log="server_epoch.log")
     rows = aligned.execute(
