@@ -153,7 +153,7 @@ def _top_requests(con, run_id: str, metric: str, t_from: float, t_to: float, lim
 def _coverage(con, run_id: str, t_from: float, t_to: float) -> list[str]:
     """Sentences on what could not be attributed."""
     row = store.rows(con, "fit/tail_coverage", {"run_id": run_id, "t_from": t_from, "t_to": t_to})[0]
-    n, no_sched, ua, counted, unknown = row
+    n, no_sched, ua, counted, unknown, bursty = row
     notes = []
     if n and no_sched:
         notes.append(
@@ -169,6 +169,11 @@ def _coverage(con, run_id: str, t_from: float, t_to: float) -> list[str]:
         )
     if unknown:
         notes.append(f"{unknown} preempted requests could not be priced (bug or missing data)")
+    if bursty:
+        notes.append(
+            f"{bursty} of {n} requests have no preemption counts and got their tokens in bursts, not one per step: "
+            "whether they sat out steps cannot be told from the gaps, so none of their time is put on preemption"
+        )
     return notes
 
 

@@ -33,8 +33,9 @@ from .result import FitResult
 # equivalent in robust sigmas; the extended model chosen by held-out error; v6: data-parallel dummy steps
 # are not fitted and get no prediction; v7: the coefficients are refitted without the flagged stalls,
 # whose one-sided pull put them high; v8: the p5 and p95 of contexts (decode-only steps, all steps), for the linear
-# claim's growth).
-FIT_VERSION = 8
+# claim's growth); v9: token gaps price preemption only where tokens come one per step (a bursty client's
+# gaps are not steps sat out).
+FIT_VERSION = 9
 TOL_S = 1e-6  # request times match a step ending up to 1 us later (float rounding of the same clock)
 
 FITS_SCHEMA = """

@@ -29,6 +29,10 @@
 --   token times, a request with preemptions > 0 that spans n steps but emitted only
 --   output_tokens - 1 tokens after the first sat out the difference: that fraction of
 --   the decode phase is preemption. The other parts are scaled to what is left.
+--   Token gaps show steps sat out only when tokens reach the client about one per step (at
+--   most 20% of the examined gaps inside one step): a client that gets tokens in bursts (a
+--   lagging frontend, a stream interval) sees gaps over many steps that no preemption made. Then a request known to be preempted is priced from
+--   step counts, and one not known either way ('bursty') gets no preemption part.
 --   $tol_s: a request time matches a step ending up to this much later (clock rounding).
 -- running sums over the steps (t_end order) with a row at -infinity; built from step_parts.sql
 with cum0 as (
@@ -152,17 +156,25 @@ has_tokens as (
     select distinct req_id from token_steps
 ),
 
+-- bursts show as gaps inside one step; the steps a preemption sits out do not, so the requests
+-- examined (mostly preempted ones) tell the cadence as well as all would
+cadence as (
+    select coalesce(count(*) filter (where n_steps = 0) <= 0.2 * count(n_steps), true) as one_per_step
+    from token_gaps
+),
+
 decode as (
     select
         p.req_id,
         p.len_ms,
         case
-            when h.req_id is not null then 'token_times'
+            when h.req_id is not null and c.one_per_step then 'token_times'
             when r.preemptions > 0 then 'step_counts'
+            when h.req_id is not null and r.preemptions is null then 'bursty'
             else 'none'
         end as preemption_method,
         case
-            when h.req_id is not null then coalesce(g.gap_ms, 0)
+            when h.req_id is not null and c.one_per_step then coalesce(g.gap_ms, 0)
             when r.preemptions > 0 and p.n_steps > 0
                 then p.len_ms * greatest(p.n_steps - (r.output_tokens - 1), 0) / p.n_steps
             else 0
@@ -179,8 +191,10 @@ decode as (
         p.f_ua
     from priced as p
     join req as r on r.req_id = p.req_id
+    cross join cadence as c
     left join has_tokens as h on h.req_id = p.req_id
-    left join preempted_gaps as g on g.req_id = p.req_id
+    -- gaps count only where tokens come one per step (k_* below then keep every step)
+    left join preempted_gaps as g on g.req_id = p.req_id and c.one_per_step
     where p.phase = 'decode'
 ),
 

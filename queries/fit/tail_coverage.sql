@@ -9,11 +9,14 @@
 --                        (summed in req_id order: the same input gives the same bits)
 --   preempt_counted    = preempted requests priced from step counts (no token times)
 --   preempt_unpriced   = preempted requests whose preemption could not be priced
+--   bursty             = requests not known to be preempted or not whose tokens came in bursts
+--                        (their gaps cannot show steps sat out: no preemption part)
 select count(*) as n,
        count(*) filter (where t_scheduled is null) as no_scheduled,
        sum(unattributed_ttft_ms + unattributed_decode_ms order by req_id)
            / nullif(sum(e2e_ms order by req_id), 0) as unattributed_share,
        count(*) filter (where preemption_method = 'step_counts') as preempt_counted,
-       count(*) filter (where preemptions > 0 and preemption_method = 'none') as preempt_unpriced
+       count(*) filter (where preemptions > 0 and preemption_method = 'none') as preempt_unpriced,
+       count(*) filter (where preemption_method = 'bursty') as bursty
 from request_attribution
 where run_id = $run_id and t_arrival between $t_from and $t_to

@@ -383,3 +383,42 @@ def test_a_wait_that_ends_inside_a_long_gap_is_that_gap(tmp_path):
     assert r["waiting_hol_ms"] == 0
     total = r["waiting_capacity_ms"] + r["own_prefill_ms"] + r["unexplained_ttft_ms"] + r["unattributed_ttft_ms"]
     assert total == pytest.approx(r["ttft_ms"], abs=1e-6)
+
+
+def test_tokens_in_bursts_are_not_preemption(tmp_path):
+    """A client that gets two tokens every second step (a lagging frontend, a stream interval) sees
+    each pair's first gap span two steps: with preemptions unknown, every request was said to sit
+    out half its decode.  Noise-free decode steps; b1 (preemptions unknown) keeps its whole decode
+    phase in the steps' parts, b2 (preempted once, 3 tokens over 6 steps) is priced from step counts."""
+    n = 30
+    ctx = np.arange(n) * 50 + 500
+    dur = T0 + A * ctx
+    e = (np.cumsum(dur) / 1000 + 10.0).tolist()
+    steps = [
+        {"kind": "iteration", "iter": k, "t_start": e[k] - dur[k] / 1000, "t_end": e[k], "context_tokens": int(ctx[k]),
+         "prefill_tokens": 0, "decode_tokens": 4, "preempted_reqs": 0, "kv_usage": 0.4}
+        for k in range(n)
+    ]  # fmt: skip
+    reqs = [
+        dict(req_id="b1", t_arrival=e[5], t_scheduled=e[6], t_first_token=e[8], t_finish=e[12], prompt_tokens=50,
+             output_tokens=6, token_times=[e[8], e[8], e[10], e[10], e[12], e[12]]),
+        dict(req_id="b2", t_arrival=e[11], t_scheduled=e[12], t_first_token=e[14], t_finish=e[20], prompt_tokens=50,
+             output_tokens=4, preemptions=1, token_times=[e[14], e[14], e[20], e[20]]),
+    ]  # fmt: skip
+    path = tmp_path / "burst.jsonl"
+    lines = [{"kind": "run", "run_id": "burst", "clock": "monotonic"}, *steps]
+    lines += [{"kind": "request", "status": "ok", **r} for r in reqs]
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    con = store.connect(tmp_path / "burst.duckdb")
+    ingest_paths(con, [path])
+    store.build_derived(con)
+    fit_run(con, "burst", n_boot=20)
+    got = {r["req_id"]: r for r in con.sql("select * from request_attribution where run_id = 'burst'").pl().to_dicts()}
+    base = T0 + A * ctx
+    b1, b2 = got["b1"], got["b2"]
+    assert b1["preemption_method"] == "bursty" and b1["preemption_ms"] == 0
+    assert b1["decode_baseline_ms"] == pytest.approx(base[9:13].sum(), abs=1e-6)
+    assert b2["preemption_method"] == "step_counts"
+    assert b2["preemption_ms"] == pytest.approx(base[15:21].sum() * 3 / 6, abs=1e-6)
+    notes = explain(con, "burst", "tpot")["statements"]
+    assert any("1 of 2 requests have no preemption counts and got their tokens in bursts" in x for x in notes), notes

@@ -597,6 +597,28 @@ def test_preemptions_at_the_true_offset_are_vllms_own(tmp_path, off_by_s):
     assert said and all(truth[r] >= got[r] for r in said), {r: (got[r], truth[r]) for r in said}
 
 
+def test_a_bursty_client_puts_no_time_on_preemption_vllm_did_not_make(tmp_path):
+    """At 40 req/s the frontend lags and the client gets its tokens in bursts of up to 20 at once:
+    every burst's first gap spans many steps.  vLLM preempted 8 of the 96 requests once; the tail
+    attribution put time on preemption for nearly every request (41% of the TPOT tail, on a request
+    vLLM never preempted).  Those gaps are not steps sat out: no request gets a preemption part, and
+    explain says why."""
+    from pipeline.fit import explain, get_or_fit
+
+    rec = PAIRS["vllm_queue"]
+    con = _joint(tmp_path, rec, log="server_epoch.log")
+    get_or_fit(con, "joint")
+    rows = con.execute(
+        "select req_id, preemptions, preemption_ms, preemption_method from request_attribution where run_id = 'joint'"
+    ).fetchall()
+    assert len(rows) == 96 and all(p is None for _, p, _, _ in rows)  # none inferred: tokens come in bursts
+    assert all(ms == 0 and method == "bursty" for _, _, ms, method in rows)
+    out = explain(con, "joint", "tpot")
+    assert any(
+        "96 of 96 requests have no preemption counts and got their tokens in bursts" in x for x in out["statements"]
+    )
+
+
 def test_a_client_without_prompt_lengths_says_why_queueing_is_not_inferred(tmp_path):
     aligned = _joint(tmp_path, PAIRS["vllm"], log="server_epoch.log")
     rows = aligned.execute(
