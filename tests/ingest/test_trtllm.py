@@ -138,17 +138,55 @@ def test_a_record_stamped_behind_an_earlier_one_is_rejected(con, tmp_path, monke
     assert (res.accepted, res.rejected) == (5, 0)
 
 
+@pytest.mark.parametrize("batch_bytes", [None, 1500])
 @pytest.mark.parametrize("ahead", [dt.timedelta(hours=1), dt.timedelta(days=366)])
-def test_one_record_stamped_ahead_is_the_one_rejected(con, tmp_path, ahead):
+def test_one_record_stamped_ahead_is_the_one_rejected(con, tmp_path, monkeypatch, ahead, batch_bytes):
     """A corrupted stamp an hour (or a year) ahead made every later record 'behind' it: 5 of 6
-    rejected.  The record ahead of both neighbours, which are in order without it, is the one."""
+    rejected.  The record ahead of both neighbours, which are in order without it, is the one.
+    Also when it ends a batch of lines (1500 bytes: about one record a batch): its next neighbour
+    is then in the next batch, and every record after it was rejected again."""
+    if batch_bytes:
+        from pipeline.ingest import reader
+
+        monkeypatch.setattr(reader, "BATCH_BYTES", batch_bytes)
     recs = [ast.literal_eval(line) for line in (FIX / "iteration_log.txt").read_text().splitlines()]
     stamp = dt.datetime.strptime(recs[2]["timestamp"], "%m-%d-%Y %H:%M:%S.%f")
     recs[2] = {**recs[2], "timestamp": (stamp + ahead).strftime("%m-%d-%Y %H:%M:%S.%f")}
     path = tmp_path / "iteration_log.txt"
     path.write_text("\n".join(repr(r) for r in recs) + "\n")
     (res,) = load(con, path)
-    assert (res.accepted, res.rejected) == (5, 1)
+    assert (res.accepted, res.rejected, res.lines_read) == (5, 1, 6)
     ((line_no, reason),) = con.execute("select line_no, reason from rejects").fetchall()
-    assert line_no == 3 and "after the record that follows it" in reason and "corrupted stamp" in reason
+    assert line_no == 3 and "after a record that follows it" in reason and "corrupted stamp" in reason
     assert sorted(r[0] for r in con.execute("select iter from iterations").fetchall()) == [0, 1, 3, 4, 5]
+
+
+@pytest.mark.parametrize("batch_bytes", [None, 1500])
+def test_two_and_three_records_in_a_row_stamped_ahead_are_the_ones_rejected(con, tmp_path, monkeypatch, batch_bytes):
+    """Two (then three) records in a row an hour ahead: the first was in order with the second,
+    the second had no neighbour before it in order, so neither was taken for an outlier and every
+    record after them was 'behind'."""
+    if batch_bytes:
+        from pipeline.ingest import reader
+
+        monkeypatch.setattr(reader, "BATCH_BYTES", batch_bytes)
+    from pipeline import store
+
+    base = [ast.literal_eval(line) for line in (FIX / "iteration_log.txt").read_text().splitlines()]
+    recs = base + [{**r, "iter": r["iter"] + 6} for r in base]  # 12 records, stamps repeated: shift them
+    t0 = dt.datetime.strptime(base[0]["timestamp"], "%m-%d-%Y %H:%M:%S.%f")
+    for i, r in enumerate(recs):
+        r["timestamp"] = (t0 + dt.timedelta(milliseconds=50 * i)).strftime("%m-%d-%Y %H:%M:%S.%f")
+    for n_ahead in (2, 3):
+        bad = [dict(r) for r in recs]
+        for i in range(4, 4 + n_ahead):
+            t = dt.datetime.strptime(bad[i]["timestamp"], "%m-%d-%Y %H:%M:%S.%f") + dt.timedelta(hours=1)
+            bad[i]["timestamp"] = t.strftime("%m-%d-%Y %H:%M:%S.%f")
+        path = tmp_path / f"ahead{n_ahead}.txt"
+        path.write_text("\n".join(repr(r) for r in bad) + "\n")
+        con2 = store.connect(tmp_path / f"ahead{n_ahead}.duckdb")
+        (res,) = load(con2, path)
+        assert (res.accepted, res.rejected) == (12 - n_ahead, n_ahead), n_ahead
+        lines = sorted(r[0] for r in con2.execute("select line_no from rejects").fetchall())
+        assert lines == list(range(5, 5 + n_ahead))
+        con2.close()

@@ -171,6 +171,10 @@ SOURCES = {
 }
 
 
+# how many records in a row may be stamped ahead and be rejected as outliers (see _out_of_order)
+AHEAD_RUN = 3
+
+
 def _source_tables(path: Path, progress) -> Iterator[tuple[pl.DataFrame, int]]:
     """``(line_no, raw, json_text)`` frames: JSON array elements, or file lines."""
     head = reader.head_text(path, 256).lstrip()
@@ -203,7 +207,7 @@ def convert(
 ) -> Iterator[Batch]:
     zone = c.check_zone(tz) if tz else c.local_zone()
     con = store.scratch()  # $TRACELAT_MEMORY_LIMIT applies here too
-    run_done, after_s, good_after_s = False, None, None
+    run_done, after_s, good_after_s, held = False, None, None, None
     for frame, n in _source_tables(path, progress):
         blank = frame.filter(pl.col("raw").str.strip_chars() == "").height
         frame = frame.filter(pl.col("raw").str.strip_chars() != "")
@@ -222,46 +226,84 @@ def convert(
         after_s = wallclock.latest(rec.select(stamp_s="t_end"), after_s)
         ends = rec.filter(pl.col("is_end")).height
         rec = rec.filter(~pl.col("is_end")).with_columns(reason=_reason(zone))
-        rec, good_after_s = _out_of_order(rec, good_after_s)
-        good = rec.filter(pl.col("reason").is_null())
-        run = None
-        if not run_done:
-            run = _run(good, zone, bool(tz))
-            run_done = True
-        yield c.batch(
-            c.encode(good, "iteration", ("completed_reqs", "new_active_queue_ms"), sources=SOURCES),
-            n,
-            run=run,
-            rejects=rec.filter(pl.col("reason").is_not_null()),
-            skipped=blank + ends,
-        )
+        if held is not None:
+            rec = pl.concat([held, rec], how="vertical_relaxed")
+        run = None if run_done else _run(rec.filter(pl.col("reason").is_null()), zone, bool(tz))
+        run_done = True
+        rec, held, good_after_s = _out_of_order(rec, good_after_s)
+        yield _batch(rec, n, blank + ends, run)
+    if held is not None:
+        rec, _, _ = _out_of_order(held, good_after_s, last=True)
+        yield _batch(rec, 0, 0, None)
     con.close()
 
 
-def _out_of_order(rec: pl.DataFrame, after_s: float | None) -> tuple[pl.DataFrame, float | None]:
-    """``rec`` with a reason for the good records stamped before an earlier good one (``after_s``:
-    the latest stamp of the good records of earlier batches), and the latest stamp for the next.
+def _batch(rec: pl.DataFrame, n: int, skipped: int, run: dict | None) -> Batch:
+    return c.batch(
+        c.encode(
+            rec.filter(pl.col("reason").is_null()),
+            "iteration",
+            ("completed_reqs", "new_active_queue_ms"),
+            sources=SOURCES,
+        ),
+        n,
+        run=run,
+        rejects=rec.filter(pl.col("reason").is_not_null()),
+        skipped=skipped,
+    )
+
+
+def _stamped() -> pl.Expr:
+    return pl.col("reason").is_null() & pl.col("t_end").is_not_null()
+
+
+def _out_of_order(
+    rec: pl.DataFrame, after_s: float | None, last: bool = False
+) -> tuple[pl.DataFrame, pl.DataFrame | None, float | None]:
+    """``rec`` with a reason for the good records stamped out of order, the rows held back for the
+    next batch, and the latest good stamp so far (``after_s``: that of earlier batches).
 
     The executor writes its iterations in order, so a record behind one before it is a log
     repeated or spliced (fetched twice, copytruncate): kept, its steps would count twice and the
-    timeline would run backwards, as vLLM's and SGLang's converters reject too."""
+    timeline would run backwards, as vLLM's and SGLang's converters reject too.  Whether a record
+    is ahead depends on the records after it: unless ``last``, the rows from the AHEAD_RUN-th last
+    stamped record on are not judged here but held, to go first in the next batch."""
     floor = float("-inf") if after_s is None else after_s
-    ok = pl.col("reason").is_null() & pl.col("t_end").is_not_null()
-    # one record stamped ahead of both neighbours (a corrupted stamp, a year typo) is the outlier, not
-    # every record after it: the neighbours are in order without it
-    stamp = pl.when(ok).then(pl.col("t_end"))
-    prev, nxt = stamp.forward_fill().shift(1).fill_null(floor), stamp.shift(-1).backward_fill()
-    rec = rec.with_columns(
-        reason=pl.when(ok & (pl.col("t_end") > nxt) & (prev <= nxt))
-        .then(
-            pl.format(
-                "IterationStats record stamped {} s after the record that follows it, which is in order with "
-                "the one before: a corrupted stamp?",
-                (pl.col("t_end") - nxt).round(3),
-            )
-        )
-        .otherwise(pl.col("reason"))
+    ok = _stamped()
+    # up to AHEAD_RUN records in a row stamped ahead of the records after them (a corrupted stamp, a
+    # year typo) are the outliers, not every record after them: the records before them are in order
+    # with those after. Ahead: later than the earliest of the next AHEAD_RUN stamps, while the earliest
+    # of the AHEAD_RUN stamps before is not.
+    rows = rec.with_row_index("_i")
+    seq = rows.filter(ok).select("_i", "t_end")  # the stamped records, in file order
+    cut = rec.height if last or seq.height == 0 else int(seq.get_column("_i").tail(AHEAD_RUN)[0])
+    held = None if cut == rec.height else rec.slice(cut)
+    nxt = pl.min_horizontal(*(pl.col("t_end").shift(-k) for k in range(1, AHEAD_RUN + 1)))
+    prev = pl.min_horizontal(*(pl.col("t_end").shift(k) for k in range(1, AHEAD_RUN + 1))).fill_null(floor)
+    ahead = (
+        seq.with_columns(_nxt=nxt, _prev=prev)
+        .filter((pl.col("t_end") > pl.col("_nxt")) & (pl.col("_prev") <= pl.col("_nxt")))
+        .select("_i", _ahead_s=pl.col("t_end") - pl.col("_nxt"))
     )
+    rec = (
+        rows.head(cut)
+        .join(ahead, on="_i", how="left")
+        .sort("_i")
+        .with_columns(
+            reason=pl.when(pl.col("_ahead_s").is_not_null())
+            .then(
+                pl.format(
+                    "IterationStats record stamped {} s after a record that follows it, which is in order with "
+                    "the ones before: a corrupted stamp?",
+                    pl.col("_ahead_s").round(3),
+                )
+            )
+            .otherwise(pl.col("reason"))
+        )
+        .drop("_i", "_ahead_s")
+    )
+    ok = _stamped()
+    stamp = pl.when(ok).then(pl.col("t_end"))
     before = pl.max_horizontal(stamp.cum_max().forward_fill().shift(1).fill_null(floor), pl.lit(floor))
     rec = rec.with_columns(
         reason=pl.when(ok & (pl.col("t_end") < before))
@@ -275,7 +317,7 @@ def _out_of_order(rec: pl.DataFrame, after_s: float | None) -> tuple[pl.DataFram
         .otherwise(pl.col("reason"))
     )
     top = rec.filter(pl.col("reason").is_null()).get_column("t_end").max()
-    return rec, (after_s if top is None else max(floor, float(top)))
+    return rec, held, (after_s if top is None else max(floor, float(top)))
 
 
 def _run(good: pl.DataFrame, zone: str, given: bool) -> dict:
