@@ -164,8 +164,8 @@ def _coverage(con, run_id: str, t_from: float, t_to: float) -> list[str]:
         notes.append(f"{ua:.0%} of the requests' end-to-end time is not covered by fitted steps (unattributed)")
     if counted:
         notes.append(
-            f"{counted} preempted requests have no token times: their preemption time is estimated "
-            "from the number of steps they sat out"
+            f"{counted} preempted requests have no token times, or got them in bursts: their preemption "
+            "time is estimated from the number of steps they sat out"
         )
     if unknown:
         notes.append(f"{unknown} preempted requests could not be priced (bug or missing data)")

@@ -29,9 +29,12 @@
 --   token times, a request with preemptions > 0 that spans n steps but emitted only
 --   output_tokens - 1 tokens after the first sat out the difference: that fraction of
 --   the decode phase is preemption. The other parts are scaled to what is left.
---   Token gaps show steps sat out only when tokens reach the client about one per step (at
---   most 20% of the examined gaps inside one step): a client that gets tokens in bursts (a
---   lagging frontend, a stream interval) sees gaps over many steps that no preemption made. Then a request known to be preempted is priced from
+--   Token gaps show steps sat out only when the request's tokens reach the client about one
+--   per step (at most 20% of its gaps inside one step, at least half over exactly one; and so
+--   for at least half the examined requests of its source): a client that gets tokens in
+--   bursts (a lagging frontend, a stream interval) sees gaps over many steps that no
+--   preemption made. A jump beside gaps inside one step is a read moved
+--   across a step end, not a preemption (reduced as in queries/ingest/preemption_gaps.sql). Then a request known to be preempted is priced from
 --   step counts, and one not known either way ('bursty') gets no preemption part.
 --   $tol_s: a request time matches a step ending up to this much later (clock rounding).
 -- running sums over the steps (t_end order) with a row at -infinity; built from step_parts.sql
@@ -108,6 +111,7 @@ maybe_preempted as (
 token_steps as (
     select
         t.req_id,
+        t.ingest_id,
         t.idx,
         t.t,
         x.k,
@@ -122,9 +126,11 @@ token_steps as (
     where t.run_id = $run_id
 ),
 
-token_gaps as (
+token_gaps0 as (
     select
         req_id,
+        ingest_id,
+        idx,
         (t - lag(t) over w) * 1000 as gap_ms,
         k - lag(k) over w as n_steps,
         c_span - lag(c_span) over w as d_span,
@@ -134,6 +140,22 @@ token_gaps as (
         c_ua - lag(c_ua) over w as d_ua
     from token_steps
     window w as (partition by req_id order by idx)
+),
+
+-- a read moved across a step end (client lag, a burst after a client stall) shows as a jump beside
+-- gaps inside one step: each jump is reduced by the run of zero-step gaps right before and after it
+-- (the rule of queries/ingest/preemption_gaps.sql); only what is left is steps sat out
+token_runs as (
+    select *, count(*) filter (where n_steps is distinct from 0) over (
+        partition by req_id order by idx rows unbounded preceding) as run
+    from token_gaps0
+),
+
+token_gaps as (
+    select *, n_steps - zeros_after - coalesce(lag(zeros_after) over (
+               partition by req_id, n_steps is distinct from 0 order by idx), 0) as n_net
+    from (select *, count(*) filter (where n_steps = 0) over (partition by req_id, run) as zeros_after
+          from token_runs)
 ),
 
 -- token gaps that span more than one step: the request was out of the batch
@@ -148,7 +170,7 @@ preempted_gaps as (
         sum(d_ux order by d_ux) as d_ux,
         sum(d_ua order by d_ua) as d_ua
     from token_gaps
-    where n_steps > 1
+    where n_steps > 1 and n_net > 1
     group by req_id
 ),
 
@@ -156,11 +178,22 @@ has_tokens as (
     select distinct req_id from token_steps
 ),
 
--- bursts show as gaps inside one step; the steps a preemption sits out do not, so the requests
--- examined (mostly preempted ones) tell the cadence as well as all would
-cadence as (
-    select coalesce(count(*) filter (where n_steps = 0) <= 0.2 * count(n_steps), true) as one_per_step
+-- each request's cadence: bursts show as gaps inside one step, a client reading every other step as
+-- gaps over two; a preemption is a few jumps only. A frontend that lags under load sends bursts to
+-- most requests, also to those that got their first tokens one per step before it fell behind:
+-- when most of a source's requests came in bursts, all of them did
+req_cadence as (
+    select req_id, any_value(ingest_id) as ingest_id,
+           count(*) filter (where n_steps = 0) <= 0.2 * count(n_steps)
+               and count(*) filter (where n_steps = 1) >= 0.5 * count(n_steps) as own
     from token_gaps
+    group by req_id
+),
+
+cadence as (
+    select req_id, own and count(*) filter (where not own) over (partition by ingest_id)
+                           < 0.5 * count(*) over (partition by ingest_id) as one_per_step
+    from req_cadence
 ),
 
 decode as (
@@ -191,7 +224,7 @@ decode as (
         p.f_ua
     from priced as p
     join req as r on r.req_id = p.req_id
-    cross join cadence as c
+    left join cadence as c on c.req_id = p.req_id
     left join has_tokens as h on h.req_id = p.req_id
     -- gaps count only where tokens come one per step (k_* below then keep every step)
     left join preempted_gaps as g on g.req_id = p.req_id and c.one_per_step

@@ -7,10 +7,10 @@
 --   no_scheduled       = of them without t_scheduled (waiting and own prefill not split)
 --   unattributed_share = sum(unattributed_ttft_ms + unattributed_decode_ms) / sum(e2e_ms)
 --                        (summed in req_id order: the same input gives the same bits)
---   preempt_counted    = preempted requests priced from step counts (no token times)
+--   preempt_counted    = preempted requests priced from step counts (no token times, or tokens in bursts)
 --   preempt_unpriced   = preempted requests whose preemption could not be priced
---   bursty             = requests not known to be preempted or not whose tokens came in bursts
---                        (their gaps cannot show steps sat out: no preemption part)
+--   bursty             = requests with token times in bursts and no preemption count: whether they
+--                        sat out steps cannot be told (no preemption part)
 select count(*) as n,
        count(*) filter (where t_scheduled is null) as no_scheduled,
        sum(unattributed_ttft_ms + unattributed_decode_ms order by req_id)
