@@ -190,3 +190,25 @@ def test_two_and_three_records_in_a_row_stamped_ahead_are_the_ones_rejected(con,
         lines = sorted(r[0] for r in con2.execute("select line_no from rejects").fetchall())
         assert lines == list(range(5, 5 + n_ahead))
         con2.close()
+
+
+@pytest.mark.parametrize(
+    "field, sub",
+    [("kvCacheStats", "tokensPerBlock"), (None, "scheduledSumPrefillKvTokens"), (None, "queuedNumDecodeRequests")],
+)
+def test_a_huge_count_rejects_its_record_not_the_file(con, tmp_path, field, sub):
+    """A count near 2^63 in a field that is multiplied or added (KV tokens = blocks x tokens per block,
+    context = prefill + decode KV tokens) overflowed DuckDB's BIGINT: the whole file failed with
+    'Out of Range Error' and nothing was stored."""
+    recs = [ast.literal_eval(line) for line in (FIX / "iteration_log.txt").read_text().splitlines()]
+    huge = 2**62 + 1
+    if field:
+        recs[2] = {**recs[2], field: {**recs[2][field], sub: huge}}
+    else:
+        recs[2] = {**recs[2], sub: huge, "scheduledSumDecodeKvTokens": huge, "queuedNumPrefillRequests": huge}
+    path = tmp_path / "iteration_log.txt"
+    path.write_text("\n".join(repr(r) for r in recs) + "\n")
+    (res,) = load(con, path)
+    assert (res.accepted, res.rejected) == (5, 1)
+    ((line_no, reason),) = con.execute("select line_no, reason from rejects").fetchall()
+    assert line_no == 3 and f"{sub}: {huge} is implausibly large" in reason, reason
