@@ -142,13 +142,24 @@ token_gaps0 as (
     window w as (partition by req_id order by idx)
 ),
 
+-- per request: its gaps inside one step, over exactly one, and its longest
+req_gaps as (
+    select req_id, any_value(ingest_id) as ingest_id, count(n_steps) as n,
+           count(*) filter (where n_steps = 0) as zeros, count(*) filter (where n_steps = 1) as ones,
+           max(n_steps) as most
+    from token_gaps0
+    group by req_id
+),
+
 -- a read moved across a step end (client lag, a burst after a client stall) shows as a jump beside
 -- gaps inside one step: each jump is reduced by the run of zero-step gaps right before and after it
--- (the rule of queries/ingest/preemption_gaps.sql); only what is left is steps sat out
+-- (the rule of queries/ingest/preemption_gaps.sql); only what is left is steps sat out. Only the
+-- requests with a jump are looked at so (the three windows cost more than the rest on big runs)
 token_runs as (
     select *, count(*) filter (where n_steps is distinct from 0) over (
         partition by req_id order by idx rows unbounded preceding) as run
     from token_gaps0
+    semi join (select req_id from req_gaps where most > 1) as j on j.req_id = token_gaps0.req_id
 ),
 
 token_gaps as (
@@ -183,11 +194,7 @@ has_tokens as (
 -- most requests, also to those that got their first tokens one per step before it fell behind:
 -- when most of a source's requests came in bursts, all of them did
 req_cadence as (
-    select req_id, any_value(ingest_id) as ingest_id,
-           count(*) filter (where n_steps = 0) <= 0.2 * count(n_steps)
-               and count(*) filter (where n_steps = 1) >= 0.5 * count(n_steps) as own
-    from token_gaps
-    group by req_id
+    select req_id, ingest_id, zeros <= 0.2 * n and ones >= 0.5 * n as own from req_gaps
 ),
 
 cadence as (
