@@ -161,35 +161,66 @@ def test_one_record_stamped_ahead_is_the_one_rejected(con, tmp_path, monkeypatch
     assert sorted(r[0] for r in con.execute("select iter from iterations").fetchall()) == [0, 1, 3, 4, 5]
 
 
-@pytest.mark.parametrize("batch_bytes", [None, 1500])
-def test_two_and_three_records_in_a_row_stamped_ahead_are_the_ones_rejected(con, tmp_path, monkeypatch, batch_bytes):
-    """Two (then three) records in a row an hour ahead: the first was in order with the second,
-    the second had no neighbour before it in order, so neither was taken for an outlier and every
-    record after them was 'behind'."""
+def _tiled(n: int) -> list[dict]:
+    """``n`` records from the fixture's, iter 0..n-1, stamped 50 ms apart."""
+    base = [ast.literal_eval(line) for line in (FIX / "iteration_log.txt").read_text().splitlines()]
+    t0 = dt.datetime.strptime(base[0]["timestamp"], "%m-%d-%Y %H:%M:%S.%f")
+    return [
+        {**base[i % len(base)], "iter": i, "timestamp": (t0 + dt.timedelta(milliseconds=50 * i)).strftime(STAMP)}
+        for i in range(n)
+    ]
+
+
+STAMP = "%m-%d-%Y %H:%M:%S.%f"
+
+
+def _load_records(tmp_path, name: str, recs: list[dict]):
+    from pipeline import store
+
+    path = tmp_path / f"{name}.txt"
+    path.write_text("\n".join(repr(r) for r in recs) + "\n")
+    con = store.connect(tmp_path / f"{name}.duckdb")
+    (res,) = load(con, path)
+    lines = sorted(r[0] for r in con.execute("select line_no from rejects").fetchall())
+    con.close()
+    return res, lines
+
+
+@pytest.mark.parametrize("batch_bytes", [None, 1500, 3000])
+def test_two_and_three_records_in_a_row_stamped_ahead_are_the_ones_rejected(tmp_path, monkeypatch, batch_bytes):
+    """Two (then three) records in a row an hour ahead, at the start, the middle and near the end: the
+    first was in order with the second, the second had no neighbour before it in order, so neither
+    was taken for an outlier and every record after them was 'behind'.  Also across batches of
+    lines (1500 and 3000 bytes: one or two records a batch)."""
     if batch_bytes:
         from pipeline.ingest import reader
 
         monkeypatch.setattr(reader, "BATCH_BYTES", batch_bytes)
-    from pipeline import store
-
-    base = [ast.literal_eval(line) for line in (FIX / "iteration_log.txt").read_text().splitlines()]
-    recs = base + [{**r, "iter": r["iter"] + 6} for r in base]  # 12 records, stamps repeated: shift them
-    t0 = dt.datetime.strptime(base[0]["timestamp"], "%m-%d-%Y %H:%M:%S.%f")
-    for i, r in enumerate(recs):
-        r["timestamp"] = (t0 + dt.timedelta(milliseconds=50 * i)).strftime("%m-%d-%Y %H:%M:%S.%f")
     for n_ahead in (2, 3):
-        bad = [dict(r) for r in recs]
-        for i in range(4, 4 + n_ahead):
-            t = dt.datetime.strptime(bad[i]["timestamp"], "%m-%d-%Y %H:%M:%S.%f") + dt.timedelta(hours=1)
-            bad[i]["timestamp"] = t.strftime("%m-%d-%Y %H:%M:%S.%f")
-        path = tmp_path / f"ahead{n_ahead}.txt"
-        path.write_text("\n".join(repr(r) for r in bad) + "\n")
-        con2 = store.connect(tmp_path / f"ahead{n_ahead}.duckdb")
-        (res,) = load(con2, path)
-        assert (res.accepted, res.rejected) == (12 - n_ahead, n_ahead), n_ahead
-        lines = sorted(r[0] for r in con2.execute("select line_no from rejects").fetchall())
-        assert lines == list(range(5, 5 + n_ahead))
-        con2.close()
+        for at in (0, 4, 12 - n_ahead - 1):
+            bad = _tiled(12)
+            for r in bad[at : at + n_ahead]:
+                r["timestamp"] = (dt.datetime.strptime(r["timestamp"], STAMP) + dt.timedelta(hours=1)).strftime(STAMP)
+            res, lines = _load_records(tmp_path, f"ahead{n_ahead}_{at}", bad)
+            assert (res.accepted, res.rejected, res.lines_read) == (12 - n_ahead, n_ahead, 12), (n_ahead, at)
+            assert lines == list(range(at + 1, at + 1 + n_ahead)), (n_ahead, at)
+
+
+@pytest.mark.parametrize("batch_bytes", [None, 1500])
+@pytest.mark.parametrize("repeated", [2, 4, 5])
+def test_a_repeated_block_is_rejected_not_the_records_before_it(tmp_path, monkeypatch, batch_bytes, repeated):
+    """A log fetched twice in part (copytruncate): the last records written again after themselves,
+    with their own stamps.  The first rule for records ahead took the good records before the copy
+    for a run ahead of it (the copy starts earlier) and kept the copy instead."""
+    if batch_bytes:
+        from pipeline.ingest import reader
+
+        monkeypatch.setattr(reader, "BATCH_BYTES", batch_bytes)
+    recs = _tiled(20)
+    copy = [{**r, "iter": 100 + i} for i, r in enumerate(recs[12 - repeated : 12])]
+    res, lines = _load_records(tmp_path, f"rep{repeated}", recs[:12] + copy + recs[12:])
+    # the copy's last record ties with the original's (ties are in order): the rest of it is behind
+    assert lines == list(range(13, 12 + repeated)) and res.accepted == 20 + 1
 
 
 @pytest.mark.parametrize(

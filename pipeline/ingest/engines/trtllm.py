@@ -293,21 +293,24 @@ def _out_of_order(
     stamped record on are not judged here but held, to go first in the next batch."""
     floor = float("-inf") if after_s is None else after_s
     ok = _stamped()
-    # up to AHEAD_RUN records in a row stamped ahead of the records after them (a corrupted stamp, a
-    # year typo) are the outliers, not every record after them: the records before them are in order
-    # with those after. Ahead: later than the earliest of the next AHEAD_RUN stamps, while the earliest
-    # of the AHEAD_RUN stamps before is not.
+    # a run of up to AHEAD_RUN records stamped ahead (a corrupted stamp, a year typo) is the outlier, not
+    # every record after it: each of the run is later than the record after the run, and the record
+    # before the run is strictly earlier than that one (in order without the run) and not later than
+    # the run's first. Strictly: a repeated block (copytruncate) starts at the stamp of a record before
+    # it, so the good records it follows are not taken for a run ahead; the block is 'behind', below.
     rows = rec.with_row_index("_i")
     seq = rows.filter(ok).select("_i", "t_end")  # the stamped records, in file order
     cut = rec.height if last or seq.height == 0 else int(seq.get_column("_i").tail(AHEAD_RUN)[0])
     held = None if cut == rec.height else rec.slice(cut)
-    nxt = pl.min_horizontal(*(pl.col("t_end").shift(-k) for k in range(1, AHEAD_RUN + 1)))
-    prev = pl.min_horizontal(*(pl.col("t_end").shift(k) for k in range(1, AHEAD_RUN + 1))).fill_null(floor)
-    ahead = (
-        seq.with_columns(_nxt=nxt, _prev=prev)
-        .filter((pl.col("t_end") > pl.col("_nxt")) & (pl.col("_prev") <= pl.col("_nxt")))
-        .select("_i", _ahead_s=pl.col("t_end") - pl.col("_nxt"))
-    )
+    t = pl.col("t_end")
+    prev = t.shift(1).fill_null(floor)
+    by = []  # (run start, offset in the run): the row's stamp minus the stamp after its run
+    for n in range(1, AHEAD_RUN + 1):
+        after = t.shift(-n)
+        starts = (prev < after) & (pl.min_horizontal(*(t.shift(-o) for o in range(n))) > after) & (prev <= t)
+        for o in range(n):
+            by.append(pl.when(starts.shift(o).fill_null(False)).then(t - after.shift(o)))
+    ahead = seq.with_columns(_ahead_s=pl.coalesce(by)).filter(pl.col("_ahead_s").is_not_null()).select("_i", "_ahead_s")
     rec = (
         rows.head(cut)
         .join(ahead, on="_i", how="left")
@@ -317,7 +320,7 @@ def _out_of_order(
             .then(
                 pl.format(
                     "IterationStats record stamped {} s after a record that follows it, which is in order with "
-                    "the ones before: a corrupted stamp?",
+                    "the one before: a corrupted stamp?",
                     pl.col("_ahead_s").round(3),
                 )
             )
