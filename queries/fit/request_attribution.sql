@@ -30,12 +30,13 @@
 --   output_tokens - 1 tokens after the first sat out the difference: that fraction of
 --   the decode phase is preemption. The other parts are scaled to what is left.
 --   Token gaps show steps sat out only when the request's tokens reach the client about one
---   per step (at most 20% of its gaps inside one step, at least half over exactly one; and so
---   for at least half the examined requests of its source): a client that gets tokens in
---   bursts (a lagging frontend, a stream interval) sees gaps over many steps that no
---   preemption made. A jump beside gaps inside one step is a read moved
---   across a step end, not a preemption (reduced as in queries/ingest/preemption_gaps.sql). Then a request known to be preempted is priced from
---   step counts, and one not known either way ('bursty') gets no preemption part.
+--   per step (at most 20% of its gaps inside one step, at least half over exactly one, judged
+--   on 3 gaps or more) and its source is not bursty (more than half of its judged requests
+--   bursty, when 3 or more are judged): a client that gets tokens in bursts (a lagging frontend, a stream interval) sees
+--   gaps over many steps that no preemption made. Then a request known to be preempted is
+--   priced from step counts, and one not known either way ('bursty') gets no preemption part.
+--   A jump beside gaps inside one step is a read moved across a step end, not a preemption
+--   (reduced as in queries/ingest/preemption_gaps.sql).
 --   $tol_s: a request time matches a step ending up to this much later (clock rounding).
 -- running sums over the steps (t_end order) with a row at -infinity; built from step_parts.sql
 with cum0 as (
@@ -190,17 +191,21 @@ has_tokens as (
 ),
 
 -- each request's cadence: bursts show as gaps inside one step, a client reading every other step as
--- gaps over two; a preemption is a few jumps only. A frontend that lags under load sends bursts to
--- most requests, also to those that got their first tokens one per step before it fell behind:
--- when most of a source's requests came in bursts, all of them did
+-- gaps over two; a preemption is a few jumps only. Judged on 3 gaps or more (a 2-token request's one
+-- gap says nothing of its cadence). A frontend that lags under load sends bursts to most requests,
+-- also to those that got their first tokens one per step before it fell behind: when more than half
+-- of a source's judged requests (3 or more) came in bursts, all of them did
 req_cadence as (
-    select req_id, ingest_id, zeros <= 0.2 * n and ones >= 0.5 * n as own from req_gaps
+    select req_id, ingest_id, case when n >= 3 then zeros <= 0.2 * n and ones >= 0.5 * n end as own
+    from req_gaps
 ),
 
 cadence as (
-    select req_id, own and count(*) filter (where not own) over (partition by ingest_id)
-                           < 0.5 * count(*) over (partition by ingest_id) as one_per_step
+    select req_id, coalesce(own, true)
+               and not (count(own) over s >= 3 and count(*) filter (where not own) over s > 0.5 * count(own) over s)
+               as one_per_step
     from req_cadence
+    window s as (partition by ingest_id)
 ),
 
 decode as (

@@ -476,3 +476,56 @@ def test_jitter_and_cadence_are_judged_per_request(tmp_path):
                  "unattributed_decode_ms")  # fmt: skip
         decode_ms = (got[r]["t_finish"] - got[r]["t_first_token"]) * 1000
         assert sum(got[r][x] for x in parts) == pytest.approx(decode_ms, abs=1e-6), r
+
+
+def _cadence_run(tmp_path, name: str, on: dict[str, list[int]], preempted: tuple[str, ...] = ()) -> dict:
+    """Noise-free decode steps; each request's tokens on the ends of the steps listed (preemptions
+    unknown unless named in ``preempted``). Its attribution rows by req_id."""
+    n = 40
+    ctx = np.arange(n) * 50 + 500
+    dur = T0 + A * ctx
+    e = (np.cumsum(dur) / 1000 + 10.0).tolist()
+    steps = [
+        {"kind": "iteration", "iter": k, "t_start": e[k] - dur[k] / 1000, "t_end": e[k], "context_tokens": int(ctx[k]),
+         "prefill_tokens": 0, "decode_tokens": 4, "preempted_reqs": 0, "kv_usage": 0.4}
+        for k in range(n)
+    ]  # fmt: skip
+    reqs = [
+        {"kind": "request", "status": "ok", "req_id": r, "t_arrival": e[ks[0] - 2] - 1e-4, "t_scheduled": e[ks[0] - 2],
+         "t_first_token": e[ks[0]], "t_finish": e[ks[-1]], "prompt_tokens": 50, "output_tokens": len(ks),
+         "token_times": [e[k] for k in ks], **({"preemptions": 1} if r in preempted else {})}
+        for r, ks in on.items()
+    ]  # fmt: skip
+    path = tmp_path / f"{name}.jsonl"
+    lines = [{"kind": "run", "run_id": name, "clock": "monotonic"}, *steps, *reqs]
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    con = store.connect(tmp_path / f"{name}.duckdb")
+    ingest_paths(con, [path])
+    store.build_derived(con)
+    fit_run(con, name, n_boot=20)
+    rows = con.sql(f"select * from request_attribution where run_id = '{name}'").pl().to_dicts()
+    con.close()
+    return {r["req_id"]: dict(r, dur=dur) for r in rows}
+
+
+def test_one_bursty_request_or_a_short_one_does_not_decide_for_the_source(tmp_path):
+    """Review of the source vote: a clean request that sat out steps 14-18 beside one bursty request
+    (half of two) was made 'bursty' and lost its preemption; a 2-token request (one gap, a jump)
+    was judged bursty on that one gap and flipped a clean neighbour too."""
+    sat_out = [10, 11, 12, 13, 19, 20, 21, 22]
+    got = _cadence_run(tmp_path, "halves", {"a": sat_out, "c": [25] * 6})
+    dur = got["a"]["dur"]
+    assert (got["a"]["preemption_method"], got["a"]["preemption_ms"]) == (
+        "token_times",
+        pytest.approx(dur[14:20].sum()),
+    )
+    assert got["c"]["preemption_method"] == "bursty"
+    got = _cadence_run(tmp_path, "short", {"g": sat_out, "s": [10, 16]})
+    assert (got["g"]["preemption_method"], got["g"]["preemption_ms"]) == (
+        "token_times",
+        pytest.approx(dur[14:20].sum()),
+    )
+    assert got["s"]["preemption_method"] == "token_times"  # too short to judge: the source's cadence
+    # three bursty requests against one clean one: the source is bursty, the clean one too
+    got = _cadence_run(tmp_path, "most", {"a": sat_out, "b1": [12] * 5, "b2": [14] * 5, "b3": [16] * 5})
+    assert {r: got[r]["preemption_method"] for r in got} == dict.fromkeys(("a", "b1", "b2", "b3"), "bursty")
