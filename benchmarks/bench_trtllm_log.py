@@ -27,7 +27,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from bench_vllm_log import measure
+from bench_vllm_log import floor_and_ingest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,19 +86,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         log = Path(d) / "iteration_log.txt"
         write_log(log, args.records)
-        rows = {}
-        # the floor first, each in a fresh process: ru_maxrss of children is a running max
-        for _ in range(max(1, args.repeat)):
-            for name, code, db in (("floor", FLOOR, "floor.duckdb"), ("ingest", INGEST, "store.duckdb")):
-                for p in (Path(d) / db, Path(d) / (db + ".wal")):
-                    p.unlink(missing_ok=True)
-                wall, rss = measure(code, str(log), str(Path(d) / db))
-                first = rows.get(name, (wall, rss))
-                rows[name] = (min(wall, first[0]), first[1])
         out = {"records": args.records, "file_mib": round(log.stat().st_size / 2**20, 1)}
-    for k, (wall, rss) in rows.items():
-        out[k] = {"wall_s": round(wall, 2), "peak_rss_mib_so_far": round(rss)}
-    out["ratio_ingest_to_floor"] = round(rows["ingest"][0] / rows["floor"][0], 2)
+        out.update(floor_and_ingest(log, Path(d), FLOOR, INGEST, args.repeat))
     print(json.dumps(out, indent=1))
 
 

@@ -121,22 +121,28 @@ def main() -> None:
         log = Path(d) / "server.log"
         write_log(log, args.steps)
         size = log.stat().st_size / 2**20
-        rows = {}
-        # the floor first, and each in a fresh process: ru_maxrss of children is a running max,
-        # so the larger one is measured last
-        for _ in range(max(1, args.repeat)):
-            for name, code, db in (("floor", FLOOR, "floor.duckdb"), ("ingest", INGEST, "store.duckdb")):
-                for p in (Path(d) / db, Path(d) / (db + ".wal")):
-                    p.unlink(missing_ok=True)
-                wall, rss = measure(code, str(log), str(Path(d) / db))
-                # ru_maxrss of children is a running max: the first round's reading is the phase's own
-                first = rows.get(name, (wall, rss))
-                rows[name] = (min(wall, first[0]), first[1])
-    out = {"steps": args.steps, "file_mib": round(size, 1)}
-    for k, (wall, rss) in rows.items():
-        out[k] = {"wall_s": round(wall, 2), "peak_rss_mib_so_far": round(rss)}
-    out["ratio_ingest_to_floor"] = round(rows["ingest"][0] / rows["floor"][0], 2)
+        out = {"steps": args.steps, "file_mib": round(size, 1)}
+        out.update(floor_and_ingest(log, Path(d), FLOOR, INGEST, args.repeat))
     print(json.dumps(out, indent=1))
+
+
+def floor_and_ingest(log: Path, d: Path, floor: str, ingest: str, repeat: int) -> dict:
+    """Run ``floor`` and ``ingest`` (code for ``python -c``, given the file and a fresh store path)
+    ``repeat`` rounds, each in a fresh process; the fastest of each, its peak RSS, and the ratio."""
+    rows = {}
+    # the floor first, and each in a fresh process: ru_maxrss of children is a running max,
+    # so the larger one is measured last
+    for _ in range(max(1, repeat)):
+        for name, code, db in (("floor", floor, "floor.duckdb"), ("ingest", ingest, "store.duckdb")):
+            for p in (d / db, d / (db + ".wal")):
+                p.unlink(missing_ok=True)
+            wall, rss = measure(code, str(log), str(d / db))
+            # ru_maxrss of children is a running max: the first round's reading is the phase's own
+            first = rows.get(name, (wall, rss))
+            rows[name] = (min(wall, first[0]), first[1])
+    out = {k: {"wall_s": round(wall, 2), "peak_rss_mib_so_far": round(rss)} for k, (wall, rss) in rows.items()}
+    out["ratio_ingest_to_floor"] = round(rows["ingest"][0] / rows["floor"][0], 2)
+    return out
 
 
 if __name__ == "__main__":

@@ -433,15 +433,6 @@ def test_jitter_and_cadence_are_judged_per_request(tmp_path):
     a  (preemptions unknown) sat out steps 14-18; c got all six tokens in one step: a's cadence is its
        own (before: c's gaps flipped the whole run to 'bursty' and a's preemption was lost);
     f  (preemptions unknown) got a token every second step: no gap is a step sat out."""
-    n = 30
-    ctx = np.arange(n) * 50 + 500
-    dur = T0 + A * ctx
-    e = (np.cumsum(dur) / 1000 + 10.0).tolist()
-    steps = [
-        {"kind": "iteration", "iter": k, "t_start": e[k] - dur[k] / 1000, "t_end": e[k], "context_tokens": int(ctx[k]),
-         "prefill_tokens": 0, "decode_tokens": 4, "preempted_reqs": 0, "kv_usage": 0.4}
-        for k in range(n)
-    ]  # fmt: skip
     on = {
         "j": [10, 11, 12, 14, 14, 15, 16],
         "p": [10, 11, 12, 13, 18, 19, 21, 21, 22, 23, 24, 25],
@@ -449,20 +440,8 @@ def test_jitter_and_cadence_are_judged_per_request(tmp_path):
         "c": [25] * 6,
         "f": [2, 4, 6, 8, 10, 12, 14],
     }
-    reqs = [
-        {"kind": "request", "status": "ok", "req_id": r, "t_arrival": e[ks[0] - 2] - 1e-4, "t_scheduled": e[ks[0] - 2],
-         "t_first_token": e[ks[0]], "t_finish": e[ks[-1]], "prompt_tokens": 50, "output_tokens": len(ks),
-         "token_times": [e[k] for k in ks], **({"preemptions": 1} if r == "p" else {})}
-        for r, ks in on.items()
-    ]  # fmt: skip
-    path = tmp_path / "cad.jsonl"
-    lines = [{"kind": "run", "run_id": "cad", "clock": "monotonic"}, *steps, *reqs]
-    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
-    con = store.connect(tmp_path / "cad.duckdb")
-    ingest_paths(con, [path])
-    store.build_derived(con)
-    fit_run(con, "cad", n_boot=20)
-    got = {r["req_id"]: r for r in con.sql("select * from request_attribution where run_id = 'cad'").pl().to_dicts()}
+    got = _cadence_run(tmp_path, "cad", on, preempted=("p",))
+    dur = got["j"]["dur"]
     want = {
         "j": ("token_times", 0.0),
         "p": ("token_times", dur[14:19].sum()),

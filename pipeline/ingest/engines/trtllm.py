@@ -328,7 +328,6 @@ def _out_of_order(
         )
         .drop("_i", "_ahead_s")
     )
-    ok = _stamped()
     stamp = pl.when(ok).then(pl.col("t_end"))
     before = pl.max_horizontal(stamp.cum_max().forward_fill().shift(1).fill_null(floor), pl.lit(floor))
     rec = rec.with_columns(
