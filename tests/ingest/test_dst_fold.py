@@ -196,3 +196,34 @@ def test_trtllm_stamp_in_the_hour_a_spring_forward_skips_is_rejected_naming_it(t
     ]
     got = [r[0] for r in con.execute("select t_end from iterations order by iter").fetchall()]
     assert got == [t.timestamp() for k, t in enumerate(times) if k != 2]
+
+
+@pytest.mark.parametrize("at", ["first pass", "second pass"])
+@pytest.mark.parametrize("n_ahead", [1, 3])
+@pytest.mark.parametrize("batch_bytes", [None, 1500])
+def test_trtllm_records_stamped_ahead_in_the_repeated_hour_move_no_other_record(
+    tmp_path, monkeypatch, at, n_ahead, batch_bytes
+):
+    """Records stamped 40 min ahead inside the hour a fall-back repeats: the later reading of the
+    next good records was chosen against them (they were the latest stamps so far), so those came an
+    hour late, and the records after the real change were then rejected as behind them (review:
+    18 of 40 accepted). The records ahead are the outliers, judged as on any other day."""
+    if batch_bytes:
+        monkeypatch.setattr(reader, "BATCH_BYTES", batch_bytes)
+    # 20 steps from 02:10 CEST (first pass), 20 from 02:05 CET (second pass), 2.25 s apart
+    times = [TRT_CHANGE - dt.timedelta(minutes=50) + dt.timedelta(seconds=2.25 * i) for i in range(20)]
+    times += [TRT_CHANGE + dt.timedelta(minutes=5) + dt.timedelta(seconds=2.25 * i) for i in range(20)]
+    recs = _trtllm_records(times)
+    first = 5 if at == "first pass" else 25
+    for r in recs[first : first + n_ahead]:  # the same wall-clock hour, 40 min later
+        r["timestamp"] = r["timestamp"].replace(" 02:10:", " 02:50:").replace(" 02:05:", " 02:45:")
+    assert all(" 02:4" in r["timestamp"] or " 02:5" in r["timestamp"] for r in recs[first : first + n_ahead])
+    res, con = _ingest(tmp_path, "iter.log", "\n".join(repr(r) for r in recs) + "\n")
+    assert (res.accepted, res.rejected) == (40 - n_ahead, n_ahead)
+    rejected = con.execute("select line_no, reason from rejects order by line_no").fetchall()
+    assert [line for line, _ in rejected] == list(range(first + 1, first + 1 + n_ahead))
+    assert all(reason.startswith("IterationStats record stamped ") for _, reason in rejected)
+    assert all("after a record that follows it" in reason for _, reason in rejected)
+    got = [r[0] for r in con.execute("select t_end from iterations order by iter").fetchall()]
+    want = [t.timestamp() for k, t in enumerate(times) if not first <= k < first + n_ahead]
+    assert got == pytest.approx(want, abs=1e-6)

@@ -235,9 +235,7 @@ def with_log_times(
     mark, malformed = pl.col("_mark"), iso_dt.is_not_null() & pl.col("_malformed")
     zoned = iso_dt.is_not_null() & mark.is_not_null()
     # an instant as written: the stamp read as UTC, less its offset
-    own_t = pl.when(zoned).then(
-        iso_dt.dt.epoch("us").cast(pl.Float64) / 1e6 + _frac(iso.struct.field("3")) - wallclock.offset_s(mark)
-    )
+    own_t = pl.when(zoned).then(wallclock.epoch_s(iso_dt) + _frac(iso.struct.field("3")) - wallclock.offset_s(mark))
     # else wall time in tz: the ISO stamp, or vLLM's year-less one
     wall_iso = iso_dt.is_not_null() & mark.is_null() & ~pl.col("_malformed")
     wall_frac = pl.when(wall_iso).then(_frac(iso.struct.field("3"))).otherwise(_frac(vl.struct.field("3")))

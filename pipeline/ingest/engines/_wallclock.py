@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import zoneinfo
+from collections.abc import Callable
 
 import polars as pl
 
@@ -79,7 +80,22 @@ def local_s(naive: pl.Expr, tz: str, ambiguous: str = "earliest") -> pl.Expr:
     """Unix seconds of naive wall time in zone ``tz``: ``ambiguous`` picks the reading of an
     hour a fall-back repeats (``earliest``/``latest``); a time a DST change skips is NULL, never an error."""
     aware = naive.dt.replace_time_zone(tz, ambiguous=ambiguous, non_existent="null")
-    return aware.dt.epoch("us").cast(pl.Float64) / 1e6
+    return epoch_s(aware)
+
+
+def epoch_s(stamp: pl.Expr) -> pl.Expr:
+    """Unix seconds of a datetime, the float nearest its microseconds / 1e6 on any frame.
+
+    Polars divides a column of more than one row by a scalar as a product with its reciprocal
+    (one unit in the last place off, for about a third of stamps), a single row exactly: one
+    stamp came out two ways, so a record repeated in another reader batch no longer tied with
+    itself. Whole seconds plus the microseconds divided: the product's error (1e-22 s) cannot
+    move a sum that is never within 6e-14 s of a rounding midpoint.
+    """
+    us = stamp.dt.epoch("us")
+    mag = us.abs()  # before 1970 too: the same split of the magnitude, then its sign
+    secs = (mag // 1_000_000).cast(pl.Float64) + (mag % 1_000_000).cast(pl.Float64) / 1e6
+    return pl.when(us < 0).then(-secs).otherwise(secs)
 
 
 # Lines of several engines or threads can be written a little out of time order; only a line
@@ -110,7 +126,13 @@ def _may_fold(tz: str, lo: float, hi: float) -> bool:
     return ends[0] != ends[1]
 
 
-def pick_fold(df: pl.DataFrame, late: pl.Expr, tz: str, after_s: float | None) -> pl.DataFrame:
+def pick_fold(
+    df: pl.DataFrame,
+    late: pl.Expr,
+    tz: str,
+    after_s: float | None,
+    skip: Callable[[pl.DataFrame], pl.Series] | None = None,
+) -> pl.DataFrame:
     """``df`` with ``stamp_s``: ``_early``, or ``late`` where a DST fall-back repeats the hour and
     the clock was set back; rows in line order, ``after_s`` the latest stamp of the file's
     lines before them (None for none).
@@ -121,7 +143,8 @@ def pick_fold(df: pl.DataFrame, late: pl.Expr, tz: str, after_s: float | None) -
     and rejected as before (by the converter's own checks), its reason giving the smaller gap.
     Which lines go back depends on the readings chosen before them, so the choice is made in
     passes over the whole column until it holds (a loop over passes, not over lines; the
-    readings only move later, so it settles).
+    readings only move later, so it settles).  ``skip(df)``: rows (outliers, stamped ahead) that
+    are not among the lines before the others; asked only when the zone may change in the span.
     """
     early = pl.col("_early")
     lo, hi = df.select(early.min().alias("lo"), early.max().alias("hi")).row(0) if df.height else (None, None)
@@ -131,9 +154,10 @@ def pick_fold(df: pl.DataFrame, late: pl.Expr, tz: str, after_s: float | None) -
     later = pl.col("_late")
     floor = after_s if after_s is not None else float("-inf")
     df = df.with_columns(stamp_s=early)
+    counted = pl.col("stamp_s") if skip is None else pl.when(~skip(df)).then(pl.col("stamp_s"))
     for _ in range(MAX_FOLD_PASSES):
         # the latest time of the lines before each (a line without a stamp passes it on)
-        before = pl.col("stamp_s").cum_max().forward_fill().shift(1).fill_null(floor)
+        before = counted.cum_max().forward_fill().shift(1).fill_null(floor)
         limit = pl.max_horizontal(before, pl.lit(floor)) - FOLD_SLACK_S
         back = (later != early) & (early < limit)
         chosen = df.select(pl.when(back).then(later).otherwise(early)).to_series()

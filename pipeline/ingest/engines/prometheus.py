@@ -33,6 +33,7 @@ from ...errors import InputError
 from .. import reader
 from ..load import Batch
 from . import _common as c
+from . import _wallclock as wallclock
 
 SCHEMA = {
     "line_no": pl.Int64,
@@ -170,7 +171,7 @@ def convert_exposition(
     raw = pl.col("raw").str.strip_chars()
     stamp = raw.str.extract(r"^#\s*Timestamp:\s*(\S+)", 1)
     df = lines.with_columns(
-        t=stamp.str.to_datetime(time_zone="UTC", strict=False).dt.epoch("us").cast(pl.Float64) / 1e6,
+        t=wallclock.epoch_s(stamp.str.to_datetime(time_zone="UTC", strict=False)),
         typed=raw.str.extract_groups(r"^#\s*TYPE\s+(\S+)\s+(\S+)"),
         m=raw.str.extract_groups(SAMPLE),
         comment=raw.str.starts_with("#") | (raw == ""),

@@ -175,13 +175,29 @@ def _on_the_clock(rec: pl.DataFrame, zone: str, after_s: float | None) -> pl.Dat
 
     The rule of the other logs' zone-less stamps (:mod:`._wallclock`): in the hour a DST
     fall-back repeats, the earlier instant unless it puts the step behind the steps before
-    it (``after_s``: the latest stamp of the batches before), then the later one; a time a
-    spring-forward skips has none (NULL, rejected by :func:`_reason`).
+    it (``after_s``: the latest good stamp of the records before), then the later one; a time
+    a spring-forward skips has none (NULL, rejected by :func:`_reason`). Records stamped ahead
+    (:func:`_ahead_s` on the earlier readings, with a record before them) are not among the
+    steps before: one 40 min ahead inside the repeated hour put the next good records an hour late.
     """
     wall = pl.col("wall_end")
     rec = rec.with_columns(_early=wallclock.local_s(wall, zone))
-    rec = wallclock.pick_fold(rec, wallclock.local_s(wall, zone, "latest"), zone, after_s)
+    rec = wallclock.pick_fold(
+        rec, wallclock.local_s(wall, zone, "latest"), zone, after_s, skip=lambda df: _ahead_rows(df, after_s)
+    )
     return rec.drop("_early").rename({"stamp_s": "t_end"})
+
+
+def _ahead_rows(df: pl.DataFrame, after_s: float | None) -> pl.Series:
+    """Whether each row's earlier reading (``_early``) is in a run stamped ahead (:func:`_ahead_s`)
+    that has a record before it: a run at the very start, with none before, may instead be the
+    steps before a fall-back that the next ones repeat, and is left to the order checks."""
+    rows = df.select(pl.int_range(pl.len()).alias("_i"), t=pl.col("_early"))
+    seq = rows.filter(pl.col("t").is_not_null())
+    ahead = seq.with_columns(_ahead_s=_ahead_s(pl.col("t"), after_s, known_before=True)).filter(
+        pl.col("_ahead_s").is_not_null()
+    )
+    return pl.Series("_skip", [False] * df.height, pl.Boolean).scatter(ahead.get_column("_i"), True)
 
 
 # the field each canonical one comes from (the first of its alternatives), for reasons
@@ -230,7 +246,7 @@ def convert(
 ) -> Iterator[Batch]:
     zone = c.check_zone(tz) if tz else c.local_zone()
     con = store.scratch()  # $TRACELAT_MEMORY_LIMIT applies here too
-    run_done, after_s, good_after_s, held = False, None, None, None
+    run_done, after_s, held = False, None, None
     for frame, n in _source_tables(path, progress):
         blank = frame.filter(pl.col("raw").str.strip_chars() == "").height
         frame = frame.filter(pl.col("raw").str.strip_chars() != "")
@@ -245,18 +261,18 @@ def convert(
         con.register("src", frame.select("line_no", "raw", "valid", js=pl.col("text")))
         rec = con.sql(EXTRACT).pl()
         con.unregister("src")
-        rec = _on_the_clock(rec, zone, after_s)
-        after_s = wallclock.latest(rec.select(stamp_s="t_end"), after_s)
         ends = rec.filter(pl.col("is_end")).height
-        rec = rec.filter(~pl.col("is_end")).with_columns(reason=_reason(zone))
-        if held is not None:
-            rec = pl.concat([held, rec], how="vertical_relaxed")
+        rec = rec.filter(~pl.col("is_end"))
+        if held is not None:  # the records the last batch could not judge go first, put on the clock again
+            rec = pl.concat([held.select(rec.columns), rec], how="vertical_relaxed")
+        # after_s: the latest good stamp of the records judged before (none held, none stamped ahead)
+        rec = _on_the_clock(rec, zone, after_s).with_columns(reason=_reason(zone))
         run = None if run_done else _run(rec.filter(pl.col("reason").is_null()), zone, bool(tz))
         run_done = True
-        rec, held, good_after_s = _out_of_order(rec, good_after_s)
+        rec, held, after_s = _out_of_order(rec, after_s)
         yield _batch(rec, n, blank + ends, run)
     if held is not None:
-        rec, _, _ = _out_of_order(held, good_after_s, last=True)
+        rec, _, _ = _out_of_order(held, after_s, last=True)
         yield _batch(rec, 0, 0, None)
     con.close()
 
@@ -280,6 +296,29 @@ def _stamped() -> pl.Expr:
     return pl.col("reason").is_null() & pl.col("t_end").is_not_null()
 
 
+def _ahead_s(t: pl.Expr, after_s: float | None, known_before: bool = False) -> pl.Expr:
+    """Over stamps ``t`` in file order (``after_s``: the latest good one before them), how far a
+    record in a run stamped ahead is ahead of the record after its run (NULL for the others).
+
+    A run of up to AHEAD_RUN records stamped ahead (a corrupted stamp, a year typo) is the outlier,
+    not every record after it: each of the run is later than the record after the run, and the
+    record before the run is strictly earlier than that one (in order without the run) and not later
+    than the run's first. Strictly: a repeated block (copytruncate) starts at the stamp of a record
+    before it, so the good records it follows are not taken for a run ahead; the block is 'behind'.
+    ``known_before``: only runs with a record (or ``after_s``) before them.
+    """
+    prev = t.shift(1).fill_null(float("-inf") if after_s is None else after_s)
+    if known_before:
+        prev = prev.replace(float("-inf"), None)
+    by = []  # (run start, offset in the run): the row's stamp minus the stamp after its run
+    for n in range(1, AHEAD_RUN + 1):
+        after = t.shift(-n)
+        starts = (prev < after) & (pl.min_horizontal(*(t.shift(-o) for o in range(n))) > after) & (prev <= t)
+        for o in range(n):
+            by.append(pl.when(starts.shift(o).fill_null(False)).then(t - after.shift(o)))
+    return pl.coalesce(by)
+
+
 def _out_of_order(
     rec: pl.DataFrame, after_s: float | None, last: bool = False
 ) -> tuple[pl.DataFrame, pl.DataFrame | None, float | None]:
@@ -293,24 +332,15 @@ def _out_of_order(
     stamped record on are not judged here but held, to go first in the next batch."""
     floor = float("-inf") if after_s is None else after_s
     ok = _stamped()
-    # a run of up to AHEAD_RUN records stamped ahead (a corrupted stamp, a year typo) is the outlier, not
-    # every record after it: each of the run is later than the record after the run, and the record
-    # before the run is strictly earlier than that one (in order without the run) and not later than
-    # the run's first. Strictly: a repeated block (copytruncate) starts at the stamp of a record before
-    # it, so the good records it follows are not taken for a run ahead; the block is 'behind', below.
     rows = rec.with_row_index("_i")
     seq = rows.filter(ok).select("_i", "t_end")  # the stamped records, in file order
     cut = rec.height if last or seq.height == 0 else int(seq.get_column("_i").tail(AHEAD_RUN)[0])
     held = None if cut == rec.height else rec.slice(cut)
-    t = pl.col("t_end")
-    prev = t.shift(1).fill_null(floor)
-    by = []  # (run start, offset in the run): the row's stamp minus the stamp after its run
-    for n in range(1, AHEAD_RUN + 1):
-        after = t.shift(-n)
-        starts = (prev < after) & (pl.min_horizontal(*(t.shift(-o) for o in range(n))) > after) & (prev <= t)
-        for o in range(n):
-            by.append(pl.when(starts.shift(o).fill_null(False)).then(t - after.shift(o)))
-    ahead = seq.with_columns(_ahead_s=pl.coalesce(by)).filter(pl.col("_ahead_s").is_not_null()).select("_i", "_ahead_s")
+    ahead = (
+        seq.with_columns(_ahead_s=_ahead_s(pl.col("t_end"), after_s))
+        .filter(pl.col("_ahead_s").is_not_null())
+        .select("_i", "_ahead_s")
+    )
     rec = (
         rows.head(cut)
         .join(ahead, on="_i", how="left")
