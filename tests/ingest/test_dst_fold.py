@@ -227,3 +227,55 @@ def test_trtllm_records_stamped_ahead_in_the_repeated_hour_move_no_other_record(
     got = [r[0] for r in con.execute("select t_end from iterations order by iter").fetchall()]
     want = [t.timestamp() for k, t in enumerate(times) if not first <= k < first + n_ahead]
     assert got == pytest.approx(want, abs=1e-6)
+
+
+def _trtllm_ingest(tmp_path, name: str, stamps: list[str], bad: dict[int, dict] | None = None):
+    """The fixture's second step once per wall-clock stamp (Berlin), as an iteration log; ``bad``:
+    fields to override by record."""
+    recs = [dict(r, timestamp=s) for r, s in zip(_trtllm_records([TRT_CHANGE] * len(stamps)), stamps)]
+    for k, fields in (bad or {}).items():
+        recs[k].update(fields)
+    res, con = _ingest(tmp_path, name, "\n".join(repr(r) for r in recs) + "\n")
+    got = dict(con.execute("select iter, t_end from iterations").fetchall())
+    lines = [r[0] for r in con.execute("select line_no from rejects order by line_no").fetchall()]
+    return res, got, lines
+
+
+def _wall(t: dt.datetime) -> str:
+    return t.astimezone(BERLIN).strftime("%m-%d-%Y %H:%M:%S.%f")
+
+
+@pytest.mark.parametrize("batch_bytes", [None, 1500])
+def test_trtllm_sparse_records_of_the_first_pass_are_steps_not_outliers(tmp_path, monkeypatch, batch_bytes):
+    """Review: an idle server writes two records at 02:45 CEST, then traffic again from 02:30 CET.
+    The two are 'ahead' of the record after them on its earlier reading, as an outlier is; taken for
+    outliers, they were rejected and the 30 records after the change came an hour early. Records ahead
+    are outliers only between two steps close together (the outlier case: seconds apart)."""
+    if batch_bytes:
+        monkeypatch.setattr(reader, "BATCH_BYTES", batch_bytes)
+    at = [TRT_CHANGE + dt.timedelta(minutes=m, seconds=s) for m, s in [(-60, 10 * i) for i in range(30)]]
+    at += [TRT_CHANGE - dt.timedelta(minutes=15), TRT_CHANGE - dt.timedelta(minutes=15, seconds=-1)]
+    at += [TRT_CHANGE + dt.timedelta(minutes=30, seconds=10 * i) for i in range(30)]
+    res, got, rejected = _trtllm_ingest(tmp_path, "sparse.log", [_wall(t) for t in at])
+    assert (res.accepted, res.rejected, rejected) == (62, 0, [])
+    assert [got[k] for k in range(62)] == pytest.approx([t.timestamp() for t in at], abs=1e-6)
+
+
+@pytest.mark.parametrize("batch_bytes", [None, 1500])
+@pytest.mark.parametrize("why", ["stamped behind", "stamped behind, bad field"])
+def test_trtllm_one_record_stamped_behind_in_the_first_pass_moves_no_other(tmp_path, monkeypatch, batch_bytes, why):
+    """Review: one good record 40 min behind inside the first pass of the repeated hour took the
+    later reading (20 min ahead), so the records after it came an hour late and the 20 after the
+    change were rejected as behind them. A clock set back leaves the next record behind too; one
+    stamp behind does not: it keeps its reading and is the one rejected, as on any other day. A
+    record rejected for a field is no step before the others either, at any reader batch size."""
+    if batch_bytes:
+        monkeypatch.setattr(reader, "BATCH_BYTES", batch_bytes)
+    at = [TRT_CHANGE - dt.timedelta(minutes=10) + dt.timedelta(seconds=2 * i) for i in range(20)]
+    at += [TRT_CHANGE + dt.timedelta(minutes=5) + dt.timedelta(seconds=2 * i) for i in range(20)]
+    stamps = [_wall(t) for t in at]
+    stamps[5] = stamps[5].replace(" 02:50:", " 02:10:")
+    bad = {5: {"iterLatencyMS": "abc"}} if "bad" in why else None
+    res, got, rejected = _trtllm_ingest(tmp_path, "behind.log", stamps, bad)
+    assert (res.accepted, res.rejected, rejected) == (39, 1, [6])
+    assert [got[k] for k in range(40) if k != 5] == pytest.approx([t.timestamp() for k, t in enumerate(at) if k != 5])

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime as dt
 import zoneinfo
-from collections.abc import Callable
 
 import polars as pl
 
@@ -131,7 +130,7 @@ def pick_fold(
     late: pl.Expr,
     tz: str,
     after_s: float | None,
-    skip: Callable[[pl.DataFrame], pl.Series] | None = None,
+    skip: pl.Series | None = None,
 ) -> pl.DataFrame:
     """``df`` with ``stamp_s``: ``_early``, or ``late`` where a DST fall-back repeats the hour and
     the clock was set back; rows in line order, ``after_s`` the latest stamp of the file's
@@ -143,8 +142,11 @@ def pick_fold(
     and rejected as before (by the converter's own checks), its reason giving the smaller gap.
     Which lines go back depends on the readings chosen before them, so the choice is made in
     passes over the whole column until it holds (a loop over passes, not over lines; the
-    readings only move later, so it settles).  ``skip(df)``: rows (outliers, stamped ahead) that
-    are not among the lines before the others; asked only when the zone may change in the span.
+    readings only move later, so it settles).  A line whose later reading would put it ahead of
+    the next line, which is in order with the lines before, is one line stamped behind: it keeps
+    its reading (and is rejected as out of order), where its later one put the lines after it an
+    hour late.  ``skip``: rows (outliers) that are not
+    among the lines before or next to the others.
     """
     early = pl.col("_early")
     lo, hi = df.select(early.min().alias("lo"), early.max().alias("hi")).row(0) if df.height else (None, None)
@@ -154,12 +156,17 @@ def pick_fold(
     later = pl.col("_late")
     floor = after_s if after_s is not None else float("-inf")
     df = df.with_columns(stamp_s=early)
-    counted = pl.col("stamp_s") if skip is None else pl.when(~skip(df)).then(pl.col("stamp_s"))
+    counted = pl.col("stamp_s") if skip is None else pl.when(~pl.lit(skip)).then(pl.col("stamp_s"))
+    # the earlier reading of the next line that counts (NULL for the last): a clock set back
+    # leaves the lines after behind too; after one line stamped behind (a corrupted stamp) the next
+    # is in order again, and the later reading would put the line ahead of it
+    following = (early if skip is None else pl.when(~pl.lit(skip)).then(early)).shift(-1).backward_fill()
     for _ in range(MAX_FOLD_PASSES):
         # the latest time of the lines before each (a line without a stamp passes it on)
         before = counted.cum_max().forward_fill().shift(1).fill_null(floor)
         limit = pl.max_horizontal(before, pl.lit(floor)) - FOLD_SLACK_S
-        back = (later != early) & (early < limit)
+        alone = (following >= limit) & (later > following + FOLD_SLACK_S)
+        back = (later != early) & (early < limit) & ~alone.fill_null(False)
         chosen = df.select(pl.when(back).then(later).otherwise(early)).to_series()
         if chosen.equals(df.get_column("stamp_s")):
             break

@@ -175,29 +175,34 @@ def _on_the_clock(rec: pl.DataFrame, zone: str, after_s: float | None) -> pl.Dat
 
     The rule of the other logs' zone-less stamps (:mod:`._wallclock`): in the hour a DST
     fall-back repeats, the earlier instant unless it puts the step behind the steps before
-    it (``after_s``: the latest good stamp of the records before), then the later one; a time
-    a spring-forward skips has none (NULL, rejected by :func:`_reason`). Records stamped ahead
-    (:func:`_ahead_s` on the earlier readings, with a record before them) are not among the
-    steps before: one 40 min ahead inside the repeated hour put the next good records an hour late.
+    it (``after_s``: the latest stamp of the steps judged before), then the later one; a time
+    a spring-forward skips has none (NULL, rejected by :func:`_reason`). Not every record is a
+    step before the others: not one rejected for its fields, nor one in a run stamped ahead
+    between two steps close together (:func:`_not_a_step`; one 40 min ahead inside the repeated
+    hour put the next good records an hour late). Column ``_step`` says which are.
     """
     wall = pl.col("wall_end")
     rec = rec.with_columns(_early=wallclock.local_s(wall, zone))
-    rec = wallclock.pick_fold(
-        rec, wallclock.local_s(wall, zone, "latest"), zone, after_s, skip=lambda df: _ahead_rows(df, after_s)
-    )
-    return rec.drop("_early").rename({"stamp_s": "t_end"})
+    skip = _not_a_step(rec, after_s)
+    rec = wallclock.pick_fold(rec, wallclock.local_s(wall, zone, "latest"), zone, after_s, skip=skip)
+    return rec.drop("_early").rename({"stamp_s": "t_end"}).with_columns(_step=~skip)
 
 
-def _ahead_rows(df: pl.DataFrame, after_s: float | None) -> pl.Series:
-    """Whether each row's earlier reading (``_early``) is in a run stamped ahead (:func:`_ahead_s`)
-    that has a record before it: a run at the very start, with none before, may instead be the
-    steps before a fall-back that the next ones repeat, and is left to the order checks."""
-    rows = df.select(pl.int_range(pl.len()).alias("_i"), t=pl.col("_early"))
-    seq = rows.filter(pl.col("t").is_not_null())
-    ahead = seq.with_columns(_ahead_s=_ahead_s(pl.col("t"), after_s, known_before=True)).filter(
-        pl.col("_ahead_s").is_not_null()
-    )
-    return pl.Series("_skip", [False] * df.height, pl.Boolean).scatter(ahead.get_column("_i"), True)
+def _bad_record() -> pl.Expr:
+    """Whether :func:`_reason` rejects a record for what it holds besides its stamp."""
+    return ~pl.col("valid") | pl.col("vproblem").is_not_null() | pl.col("iter").is_null() | pl.col("dur_ms").is_null()
+
+
+def _not_a_step(df: pl.DataFrame, after_s: float | None) -> pl.Series:
+    """Rows whose earlier reading (``_early``) is no step before the next ones: records rejected for
+    their fields, and those of a run stamped ahead (:func:`_ahead_s`) whose neighbours are within
+    FOLD_SLACK_S of each other. Sparse records (an idle server) ahead of the next are instead
+    likely the first pass of the repeated hour: left as steps (the order checks judge them after)."""
+    rows = df.select(pl.int_range(pl.len()).alias("_i"), t=pl.col("_early"), bad=_bad_record())
+    seq = rows.filter(pl.col("t").is_not_null() & ~pl.col("bad"))
+    gap = _ahead_s(pl.col("t"), after_s, max_gap_s=wallclock.FOLD_SLACK_S)
+    ahead = seq.with_columns(_ahead_s=gap).filter(pl.col("_ahead_s").is_not_null()).get_column("_i")
+    return rows.get_column("bad").scatter(ahead, True)
 
 
 # the field each canonical one comes from (the first of its alternatives), for reasons
@@ -246,7 +251,9 @@ def convert(
 ) -> Iterator[Batch]:
     zone = c.check_zone(tz) if tz else c.local_zone()
     con = store.scratch()  # $TRACELAT_MEMORY_LIMIT applies here too
-    run_done, after_s, held = False, None, None
+    # fold_s: the latest stamp of the records judged so far that count as steps before the next
+    # (_not_a_step), for the reading of a repeated hour; good_s: the latest good one, for the order checks
+    run_done, fold_s, good_s, held = False, None, None, None
     for frame, n in _source_tables(path, progress):
         blank = frame.filter(pl.col("raw").str.strip_chars() == "").height
         frame = frame.filter(pl.col("raw").str.strip_chars() != "")
@@ -265,15 +272,16 @@ def convert(
         rec = rec.filter(~pl.col("is_end"))
         if held is not None:  # the records the last batch could not judge go first, put on the clock again
             rec = pl.concat([held.select(rec.columns), rec], how="vertical_relaxed")
-        # after_s: the latest good stamp of the records judged before (none held, none stamped ahead)
-        rec = _on_the_clock(rec, zone, after_s).with_columns(reason=_reason(zone))
+        rec = _on_the_clock(rec, zone, fold_s).with_columns(reason=_reason(zone))
         run = None if run_done else _run(rec.filter(pl.col("reason").is_null()), zone, bool(tz))
         run_done = True
-        rec, held, after_s = _out_of_order(rec, after_s)
-        yield _batch(rec, n, blank + ends, run)
+        rec, held, good_s = _out_of_order(rec, good_s)
+        # the same rows count across a batch's edge as within a batch, so its size changes no reading
+        fold_s = wallclock.latest(rec.filter(pl.col("_step")).select(stamp_s="t_end"), fold_s)
+        yield _batch(rec.drop("_step"), n, blank + ends, run)
     if held is not None:
-        rec, _, _ = _out_of_order(held, after_s, last=True)
-        yield _batch(rec, 0, 0, None)
+        rec, _, _ = _out_of_order(held, good_s, last=True)
+        yield _batch(rec.drop("_step"), 0, 0, None)
     con.close()
 
 
@@ -296,7 +304,7 @@ def _stamped() -> pl.Expr:
     return pl.col("reason").is_null() & pl.col("t_end").is_not_null()
 
 
-def _ahead_s(t: pl.Expr, after_s: float | None, known_before: bool = False) -> pl.Expr:
+def _ahead_s(t: pl.Expr, after_s: float | None, max_gap_s: float | None = None) -> pl.Expr:
     """Over stamps ``t`` in file order (``after_s``: the latest good one before them), how far a
     record in a run stamped ahead is ahead of the record after its run (NULL for the others).
 
@@ -305,15 +313,16 @@ def _ahead_s(t: pl.Expr, after_s: float | None, known_before: bool = False) -> p
     record before the run is strictly earlier than that one (in order without the run) and not later
     than the run's first. Strictly: a repeated block (copytruncate) starts at the stamp of a record
     before it, so the good records it follows are not taken for a run ahead; the block is 'behind'.
-    ``known_before``: only runs with a record (or ``after_s``) before them.
+    ``max_gap_s``: only runs whose record before is at most this far from the record after (a run
+    at the very start has none before: never).
     """
     prev = t.shift(1).fill_null(float("-inf") if after_s is None else after_s)
-    if known_before:
-        prev = prev.replace(float("-inf"), None)
     by = []  # (run start, offset in the run): the row's stamp minus the stamp after its run
     for n in range(1, AHEAD_RUN + 1):
         after = t.shift(-n)
         starts = (prev < after) & (pl.min_horizontal(*(t.shift(-o) for o in range(n))) > after) & (prev <= t)
+        if max_gap_s is not None:
+            starts = starts & (after - prev <= max_gap_s)
         for o in range(n):
             by.append(pl.when(starts.shift(o).fill_null(False)).then(t - after.shift(o)))
     return pl.coalesce(by)
