@@ -279,3 +279,34 @@ def test_trtllm_one_record_stamped_behind_in_the_first_pass_moves_no_other(tmp_p
     res, got, rejected = _trtllm_ingest(tmp_path, "behind.log", stamps, bad)
     assert (res.accepted, res.rejected, rejected) == (39, 1, [6])
     assert [got[k] for k in range(40) if k != 5] == pytest.approx([t.timestamp() for k, t in enumerate(at) if k != 5])
+
+
+@pytest.mark.parametrize(
+    "offsets_s",
+    [
+        [-5400, -3600, -1800, 0, 1800, 3600, 5400],  # a line every 30 min: the wall times repeat exactly
+        [-1500, -1200, 600, 2700, 2760, 3700],  # an idle server at night
+        [-600, 600, 3300],
+    ],
+)
+def test_a_sparse_log_through_the_fall_back_keeps_every_line(tmp_path, offsets_s):
+    """Review: a line stamped behind keeps its earlier reading when the next line is in order
+    with the lines before it. In a log written minutes apart through the change, the next line's
+    earlier reading is in order too: the first line after the change was rejected and the lines
+    after it came an hour early. Only among lines seconds apart is a line behind taken for one."""
+    times = [CHANGE + dt.timedelta(seconds=s) for s in offsets_s]
+    res, con = _ingest(tmp_path, "sparse.log", "\n".join(_sglang_line(t, k) for k, t in enumerate(times)) + "\n")
+    assert (res.accepted, res.rejected) == (len(times), 0)
+    got = [r[0] for r in con.execute("select t_end from iterations order by t_end").fetchall()]
+    assert got == [t.timestamp() for t in times]
+
+
+def test_one_sglang_line_stamped_behind_in_the_first_pass_is_the_one_rejected(tmp_path):
+    """Lines 10 s apart, one stamped 40 min behind inside the first pass: it took the later reading
+    (20 min ahead) and every line after it came an hour late."""
+    times = [CHANGE + dt.timedelta(seconds=s) for s in [-600, -590, -3000, -580, -570, -560]]
+    res, con = _ingest(tmp_path, "behind.log", "\n".join(_sglang_line(t, k) for k, t in enumerate(times)) + "\n")
+    assert (res.accepted, res.rejected) == (5, 1)
+    assert [r[0] for r in con.execute("select line_no from rejects").fetchall()] == [3]
+    got = [r[0] for r in con.execute("select t_end from iterations order by t_end").fetchall()]
+    assert got == [t.timestamp() for k, t in enumerate(times) if k != 2]

@@ -143,7 +143,8 @@ def pick_fold(
     Which lines go back depends on the readings chosen before them, so the choice is made in
     passes over the whole column until it holds (a loop over passes, not over lines; the
     readings only move later, so it settles).  A line whose later reading would put it ahead of
-    the next line, which is in order with the lines before, is one line stamped behind: it keeps
+    the next line, which is in order with the lines before and, as the line after it, within
+    FOLD_SLACK_S of them, is one line stamped behind: it keeps
     its reading (and is rejected as out of order), where its later one put the lines after it an
     hour late.  ``skip``: rows (outliers) that are not
     among the lines before or next to the others.
@@ -160,12 +161,18 @@ def pick_fold(
     # the earlier reading of the next line that counts (NULL for the last): a clock set back
     # leaves the lines after behind too; after one line stamped behind (a corrupted stamp) the next
     # is in order again, and the later reading would put the line ahead of it
-    following = (early if skip is None else pl.when(~pl.lit(skip)).then(early)).shift(-1).backward_fill()
+    counted_early = early if skip is None else pl.when(~pl.lit(skip)).then(early)
+    following = counted_early.shift(-1).backward_fill()
+    # and of the line after that one: lines seconds apart (a dense log) around the line behind
+    then = pl.when(counted_early.is_not_null()).then(following).shift(-1).backward_fill()
     for _ in range(MAX_FOLD_PASSES):
         # the latest time of the lines before each (a line without a stamp passes it on)
         before = counted.cum_max().forward_fill().shift(1).fill_null(floor)
         limit = pl.max_horizontal(before, pl.lit(floor)) - FOLD_SLACK_S
-        alone = (following >= limit) & (later > following + FOLD_SLACK_S)
+        # (only among lines close together: a log written sparsely through the change, minutes
+        # between lines, can have its next line's earlier reading in order too)
+        close = (following <= limit + 2 * FOLD_SLACK_S) & ((then - following).abs() <= FOLD_SLACK_S)
+        alone = (following >= limit) & close & (later > following + FOLD_SLACK_S)
         back = (later != early) & (early < limit) & ~alone.fill_null(False)
         chosen = df.select(pl.when(back).then(later).otherwise(early)).to_series()
         if chosen.equals(df.get_column("stamp_s")):
