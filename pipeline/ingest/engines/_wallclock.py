@@ -142,12 +142,13 @@ def pick_fold(
     and rejected as before (by the converter's own checks), its reason giving the smaller gap.
     Which lines go back depends on the readings chosen before them, so the choice is made in
     passes over the whole column until it holds (a loop over passes, not over lines; the
-    readings only move later, so it settles).  A line whose later reading would put it ahead of
-    the next line, which is in order with the lines before and, as the line after it, within
-    FOLD_SLACK_S of them, is one line stamped behind: it keeps
-    its reading (and is rejected as out of order), where its later one put the lines after it an
-    hour late.  ``skip``: rows (outliers) that are not
-    among the lines before or next to the others.
+    readings only move later, so it settles).
+
+    A line whose later reading would put it ahead of the next line, where the next line is in
+    order with the lines before and it and the line after it are within FOLD_SLACK_S of them (a
+    dense log), is one line stamped behind: it keeps its reading (and is rejected as out of
+    order), where its later one put the lines after it an hour late. ``skip``: rows (outliers)
+    that are neither among the lines before nor the next lines of the others.
     """
     early = pl.col("_early")
     lo, hi = df.select(early.min().alias("lo"), early.max().alias("hi")).row(0) if df.height else (None, None)
