@@ -158,11 +158,12 @@ def pick_fold(
     later = pl.col("_late")
     floor = after_s if after_s is not None else float("-inf")
     df = df.with_columns(stamp_s=early)
-    counted = pl.col("stamp_s") if skip is None else pl.when(~pl.lit(skip)).then(pl.col("stamp_s"))
+    counts = pl.lit(True) if skip is None else ~pl.lit(skip)
+    counted = pl.when(counts).then(pl.col("stamp_s"))
     # the earlier reading of the next line that counts (NULL for the last): a clock set back
     # leaves the lines after behind too; after one line stamped behind (a corrupted stamp) the next
     # is in order again, and the later reading would put the line ahead of it
-    counted_early = early if skip is None else pl.when(~pl.lit(skip)).then(early)
+    counted_early = pl.when(counts).then(early)
     following = counted_early.shift(-1).backward_fill()
     # and of the line after that one: lines seconds apart (a dense log) around the line behind
     then = pl.when(counted_early.is_not_null()).then(following).shift(-1).backward_fill()

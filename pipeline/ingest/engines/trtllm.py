@@ -149,14 +149,22 @@ EXTRACT = EXTRACT.replace(
 )
 
 
-def _reason(zone: str) -> pl.Expr:
-    """Why a record is rejected (NULL for a good one); ``zone``: the one its stamps were read in."""
+def _field_reason() -> pl.Expr:
+    """Why a record is rejected for what it holds besides its stamp (NULL for none)."""
     return pl.coalesce(
         pl.when(~pl.col("valid")).then(
             pl.lit("not a TRT-LLM IterationStats record (invalid JSON or Python literal; truncated?)")
         ),
         pl.col("vproblem"),
         c.missing_reason([("iter", pl.col("iter")), ("iterLatencyMS", pl.col("dur_ms"))], "IterationStats without "),
+    )
+
+
+def _reason(zone: str) -> pl.Expr:
+    """Why a record is rejected (NULL for a good one): column ``_field`` (:func:`_field_reason`),
+    else its stamp's; ``zone``: the one its stamps were read in."""
+    return pl.coalesce(
+        pl.col("_field"),
         pl.when(pl.col("ts_text").is_not_null() & pl.col("wall_end").is_null()).then(
             pl.lit("timestamp not in %m-%d-%Y %H:%M:%S[.%f] form: ") + pl.col("ts_text")
         ),
@@ -188,17 +196,13 @@ def _on_the_clock(rec: pl.DataFrame, zone: str, after_s: float | None) -> pl.Dat
     return rec.drop("_early").rename({"stamp_s": "t_end"}).with_columns(_step=~skip)
 
 
-def _bad_record() -> pl.Expr:
-    """Whether :func:`_reason` rejects a record for what it holds besides its stamp."""
-    return ~pl.col("valid") | pl.col("vproblem").is_not_null() | pl.col("iter").is_null() | pl.col("dur_ms").is_null()
-
-
 def _not_a_step(df: pl.DataFrame, after_s: float | None) -> pl.Series:
-    """Rows whose earlier reading (``_early``) is no step before the next ones: records rejected for
-    their fields, and those of a run stamped ahead (:func:`_ahead_s`) whose neighbours are within
-    FOLD_SLACK_S of each other. Sparse records (an idle server) ahead of the next are instead
-    likely the first pass of the repeated hour: left as steps (the order checks judge them after)."""
-    rows = df.select(pl.int_range(pl.len()).alias("_i"), t=pl.col("_early"), bad=_bad_record())
+    """Rows whose earlier reading (``_early``) is no step before the next ones: records rejected
+    for their fields (``_field``), and those of a run stamped ahead (:func:`_ahead_s`) whose
+    neighbours are within FOLD_SLACK_S of each other. Sparse records (an idle server) ahead of the
+    next are instead likely the first pass of the repeated hour: left as steps (the order checks
+    judge them after)."""
+    rows = df.select(pl.int_range(pl.len()).alias("_i"), t=pl.col("_early"), bad=pl.col("_field").is_not_null())
     seq = rows.filter(pl.col("t").is_not_null() & ~pl.col("bad"))
     gap = _ahead_s(pl.col("t"), after_s, max_gap_s=wallclock.FOLD_SLACK_S)
     ahead = seq.with_columns(_ahead_s=gap).filter(pl.col("_ahead_s").is_not_null()).get_column("_i")
@@ -272,7 +276,8 @@ def convert(
         rec = rec.filter(~pl.col("is_end"))
         if held is not None:  # the records the last batch could not judge go first, put on the clock again
             rec = pl.concat([held.select(rec.columns), rec], how="vertical_relaxed")
-        rec = _on_the_clock(rec, zone, fold_s).with_columns(reason=_reason(zone))
+        rec = rec.with_columns(_field=_field_reason())
+        rec = _on_the_clock(rec, zone, fold_s).with_columns(reason=_reason(zone)).drop("_field")
         run = None if run_done else _run(rec.filter(pl.col("reason").is_null()), zone, bool(tz))
         run_done = True
         rec, held, good_s = _out_of_order(rec, good_s)
