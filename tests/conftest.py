@@ -18,6 +18,7 @@ REALDATA = Path(os.environ.get("TRACELAT_REALDATA", REPO.parent / "shared" / "re
 # the default run stays near 5 minutes. Property and fuzz cases keep their few-example budget here.
 SLOW_CASES = frozenset(
     {
+        "tests/ingest/test_trtllm.py::test_order_checks_do_not_depend_on_batch_size_random",
         "tests/nightly/test_nightly_cli.py::test_a_night_that_fails_writing_its_outputs_leaves_none",
         "tests/nightly/test_nightly_cli.py::test_a_folder_file_that_loads_nothing_fails_the_night[empty]",
         "tests/nightly/test_nightly_rerun.py::test_rerun_with_other_options_reports_the_recorded_night",

@@ -257,7 +257,9 @@ def convert(
     con = store.scratch()  # $TRACELAT_MEMORY_LIMIT applies here too
     # fold_s: the latest stamp of the records judged so far that count as steps before the next
     # (_not_a_step), for the reading of a repeated hour; good_s: the latest good one, for the order checks
-    run_done, fold_s, good_s, held = False, None, None, None
+    # ctx: the stamps of the last records before ``held`` that the order checks saw, so that
+    # the ahead rule sees the same neighbours across a batch's edge as within a batch
+    run_done, fold_s, good_s, held, ctx = False, None, None, None, []
     for frame, n in _source_tables(path, progress):
         blank = frame.filter(pl.col("raw").str.strip_chars() == "").height
         frame = frame.filter(pl.col("raw").str.strip_chars() != "")
@@ -280,12 +282,12 @@ def convert(
         rec = _on_the_clock(rec, zone, fold_s).with_columns(reason=_reason(zone)).drop("_field")
         run = None if run_done else _run(rec.filter(pl.col("reason").is_null()), zone, bool(tz))
         run_done = True
-        rec, held, good_s = _out_of_order(rec, good_s)
+        rec, held, good_s, ctx = _out_of_order(rec, good_s, ctx)
         # the same rows count across a batch's edge as within a batch, so its size changes no reading
         fold_s = wallclock.latest(rec.filter(pl.col("_step")).select(stamp_s="t_end"), fold_s)
         yield _batch(rec.drop("_step"), n, blank + ends, run)
     if held is not None:
-        rec, _, _ = _out_of_order(held, good_s, last=True)
+        rec, _, _, _ = _out_of_order(held, good_s, ctx, last=True)
         yield _batch(rec.drop("_step"), 0, 0, None)
     con.close()
 
@@ -334,27 +336,35 @@ def _ahead_s(t: pl.Expr, after_s: float | None, max_gap_s: float | None = None) 
 
 
 def _out_of_order(
-    rec: pl.DataFrame, after_s: float | None, last: bool = False
-) -> tuple[pl.DataFrame, pl.DataFrame | None, float | None]:
+    rec: pl.DataFrame, after_s: float | None, ctx: list[float], last: bool = False
+) -> tuple[pl.DataFrame, pl.DataFrame | None, float | None, list[float]]:
     """``rec`` with a reason for the good records stamped out of order, the rows held back for the
-    next batch, and the latest good stamp so far (``after_s``: that of earlier batches).
+    next batch, the latest good stamp so far (``after_s``: that of earlier batches) and the new
+    ``ctx``.
 
     The executor writes its iterations in order, so a record behind one before it is a log
     repeated or spliced (fetched twice, copytruncate): kept, its steps would count twice and the
     timeline would run backwards, as vLLM's and SGLang's converters reject too.  Whether a record
     is ahead depends on the records after it: unless ``last``, the rows from the AHEAD_RUN-th last
-    stamped record on are not judged here but held, to go first in the next batch."""
+    stamped record on are not judged here but held, to go first in the next batch.  It depends on
+    the records before it too (a run ahead starts after a record in order with the one after the
+    run): ``ctx`` holds the stamps of the last AHEAD_RUN + 1 stamped records before ``rec`` (of
+    the file so far when fewer), whatever their fate, which is all the rule reads of them."""
     floor = float("-inf") if after_s is None else after_s
     ok = _stamped()
     rows = rec.with_row_index("_i")
     seq = rows.filter(ok).select("_i", "t_end")  # the stamped records, in file order
     cut = rec.height if last or seq.height == 0 else int(seq.get_column("_i").tail(AHEAD_RUN)[0])
     held = None if cut == rec.height else rec.slice(cut)
+    before = pl.DataFrame({"_i": list(range(-len(ctx), 0)), "t_end": ctx}, schema={"_i": pl.Int64, "t_end": pl.Float64})
     ahead = (
-        seq.with_columns(_ahead_s=_ahead_s(pl.col("t_end"), after_s))
-        .filter(pl.col("_ahead_s").is_not_null())
-        .select("_i", "_ahead_s")
+        pl.concat([before, seq], how="vertical_relaxed")
+        .with_columns(_ahead_s=_ahead_s(pl.col("t_end"), None))
+        .filter(pl.col("_ahead_s").is_not_null() & (pl.col("_i") >= 0))
+        .select(pl.col("_i").cast(pl.UInt32), "_ahead_s")
     )
+    ctx = [*ctx, *seq.filter(pl.col("_i") < cut).get_column("t_end").tail(AHEAD_RUN + 1).to_list()]
+    ctx = ctx[-(AHEAD_RUN + 1) :]
     rec = (
         rows.head(cut)
         .join(ahead, on="_i", how="left")
@@ -386,7 +396,7 @@ def _out_of_order(
         .otherwise(pl.col("reason"))
     )
     top = rec.filter(pl.col("reason").is_null()).get_column("t_end").max()
-    return rec, held, (after_s if top is None else max(floor, float(top)))
+    return rec, held, (after_s if top is None else max(floor, float(top))), ctx
 
 
 def _run(good: pl.DataFrame, zone: str, given: bool) -> dict:
