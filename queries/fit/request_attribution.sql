@@ -154,8 +154,9 @@ req_gaps as (
 
 -- a read moved across a step end (client lag, a burst after a client stall) shows as a jump beside
 -- gaps inside one step: each jump is reduced by the run of zero-step gaps right before and after it
--- (the rule of queries/ingest/preemption_gaps.sql); only what is left is steps sat out. Only the
--- requests with a jump are looked at so (the three windows cost more than the rest on big runs)
+-- (the rule of queries/ingest/preemption_gaps.sql; tests check both against tests/jumps.py); only what
+-- is left is steps sat out. Only the requests with a jump are looked at so (the three windows cost
+-- more than the rest on big runs)
 token_runs as (
     select *, count(*) filter (where n_steps is distinct from 0) over (
         partition by req_id order by idx rows unbounded preceding) as run

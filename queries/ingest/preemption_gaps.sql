@@ -10,7 +10,8 @@
 --   request shows dk = 2 beside dk = 0 (a late client burst: dk = 3 before two zeros) though it
 --   sat out nothing. So each dk > 1 is first reduced by the run of zeros right before and right
 --   after it (a zero run between two jumps cancels both: a one-step preemption beside such
---   jitter is lost, rather than every jittery read counting as one).
+--   jitter is lost, rather than every jittery read counting as one). queries/fit/request_attribution.sql
+--   applies the same rule; tests check both against it written once (tests/jumps.py).
 --   gaps = tokens whose reduced dk > 1 (the request sat out a step: preempted), ones = tokens
 --   with dk = 1, n = tokens with a previous one. The caller trusts gaps only when tokens come
 --   one per step (ones >= 0.8 n over the source).

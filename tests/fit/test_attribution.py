@@ -457,6 +457,26 @@ def test_jitter_and_cadence_are_judged_per_request(tmp_path):
         assert sum(got[r][x] for x in parts) == pytest.approx(decode_ms, abs=1e-6), r
 
 
+def test_random_requests_are_priced_by_the_one_written_rule(tmp_path):
+    """Random requests one token a step (reads late and early, client bursts, steps sat out, side
+    by side): each gap the rule written once in tests/jumps.py counts as steps sat out is priced
+    whole as preemption, and no other; queries/ingest/preemption_gaps.sql is checked against the
+    same rule, so the two SQL copies of it cannot drift apart."""
+    import random
+
+    from tests.jumps import one_per_step_request, sat_out
+
+    rng = random.Random(11)
+    on = {f"r{i}": one_per_step_request(rng, rng.randint(2, 20), 39) for i in range(16)}
+    got = _cadence_run(tmp_path, "rule", on)
+    dur = got["r0"]["dur"]
+    assert sum(len(sat_out(s)) for s in on.values()) >= 5  # the draw has steps sat out to price
+    for r, steps in on.items():
+        want = sum(dur[steps[i - 1] + 1 : steps[i] + 1].sum() for i in sat_out(steps))
+        assert got[r]["preemption_method"] == "token_times", (r, steps)
+        assert got[r]["preemption_ms"] == pytest.approx(want, abs=1e-6), (r, steps)
+
+
 def _cadence_run(tmp_path, name: str, on: dict[str, list[int]], preempted: tuple[str, ...] = ()) -> dict:
     """Noise-free decode steps; each request's tokens on the ends of the steps listed (preemptions
     unknown unless named in ``preempted``). Its attribution rows by req_id."""

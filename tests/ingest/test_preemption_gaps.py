@@ -56,3 +56,19 @@ def test_jitter_is_not_a_preemption_and_a_sat_out_step_is(tmp_path, name, steps,
     got = _gaps(tmp_path, {"x": steps})["x"]
     assert got[0] == gaps, name
     assert got[2] == len(steps) - 1  # every token after the first has a previous one
+
+
+def test_random_requests_follow_the_one_written_rule(tmp_path):
+    """Random requests (reads late and early, client bursts, steps sat out, side by side) against
+    the rule written once in tests/jumps.py, which request_attribution.sql is checked against too:
+    the two SQL copies of the rule cannot drift apart."""
+    import random
+
+    from tests.jumps import one_per_step_request, sat_out
+
+    rng = random.Random(7)
+    reqs = {f"r{i}": one_per_step_request(rng, rng.randint(5, 150), 199) for i in range(60)}
+    got = _gaps(tmp_path, reqs)
+    assert sum(len(sat_out(s)) for s in reqs.values()) >= 20  # the draw has steps sat out to find
+    for r, steps in reqs.items():
+        assert got[r][0] == len(sat_out(steps)), (r, steps)
