@@ -132,7 +132,11 @@ MIXED = [
 ]
 
 
-def test_same_store_as_the_batch_path(tmp_path, monkeypatch, used):
+@pytest.mark.parametrize("optimised", [False, True])
+def test_same_store_as_the_batch_path(tmp_path, monkeypatch, used, optimised):
+    """Staged with DuckDB's optimiser off (a small file) and on (a big one: the limit set to 0)."""
+    if optimised:
+        monkeypatch.setattr(canonical, "UNOPTIMISED_MAX_BYTES", 0)
     fast, batch = both_paths(tmp_path, monkeypatch, "mixed.jsonl", text(MIXED).encode())
     assert used == ["fast"]  # then the batch path, which has no stage step
     assert fast == batch
