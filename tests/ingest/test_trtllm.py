@@ -224,6 +224,25 @@ def test_records_after_one_stamped_ahead_are_judged_alike_in_any_batch_size(tmp_
     assert lines == [4, 8] and res.accepted == 10
 
 
+@pytest.mark.parametrize("batch_bytes", [None, 1500])
+@pytest.mark.parametrize("at, back_s", [(2, 2400.0), (7, 0.2), (8, 0.17)])
+def test_one_record_behind_good_ones_is_the_one_rejected(tmp_path, monkeypatch, batch_bytes, at, back_s):
+    """One record slipped behind: 40 min as a file's 3rd record, or 0.2 s behind the three good
+    records before it. The good records before it were taken for a run stamped ahead of it (the
+    run's record before was earlier than it) and rejected in its place, two or three for one; a run
+    is now the outlier only when as many records after it are behind it. (As the 2nd record it
+    ties with the first record being ahead, one reject either way: the first is rejected.)"""
+    if batch_bytes:
+        from pipeline.ingest import reader
+
+        monkeypatch.setattr(reader, "BATCH_BYTES", batch_bytes)
+    recs = _tiled(12)
+    stamp = dt.datetime.strptime(recs[at]["timestamp"], STAMP) - dt.timedelta(seconds=back_s)
+    recs[at]["timestamp"] = stamp.strftime(STAMP)
+    res, lines = _load_records(tmp_path, f"behind{at}", recs)
+    assert lines == [at + 1] and (res.accepted, res.rejected) == (11, 1)
+
+
 def test_order_checks_do_not_depend_on_batch_size_random(tmp_path, monkeypatch):
     """Random logs (8-30 records, about 19% damaged: stamps an hour, 5 s or a year ahead, 0.2 s,
     5 s or 40 min behind, a field missing) give the same rejects read whole and a record a batch.

@@ -221,6 +221,9 @@ SOURCES = {
 
 # how many records in a row may be stamped ahead and be rejected as outliers (see _out_of_order)
 AHEAD_RUN = 3
+# how many stamped records after a record the rule for runs ahead reads (_ahead_s): the rest of a
+# run of AHEAD_RUN, the record after it and as many after that as the run has records, less one
+LOOKAHEAD = 2 * AHEAD_RUN - 1
 
 
 def _source_tables(path: Path, progress) -> Iterator[tuple[pl.DataFrame, int]]:
@@ -320,6 +323,8 @@ def _ahead_s(t: pl.Expr, after_s: float | None, max_gap_s: float | None = None) 
     record before the run is strictly earlier than that one (in order without the run) and not later
     than the run's first. Strictly: a repeated block (copytruncate) starts at the stamp of a record
     before it, so the good records it follows are not taken for a run ahead; the block is 'behind'.
+    A run of two or three is the outlier only when as many records after it are behind it (up to
+    the file's end): when fewer are, those are the records out of order, and fewer are rejected.
     ``max_gap_s``: only runs whose record before is at most this far from the record after (a run
     at the very start has none before: never).
     """
@@ -328,6 +333,11 @@ def _ahead_s(t: pl.Expr, after_s: float | None, max_gap_s: float | None = None) 
     for n in range(1, AHEAD_RUN + 1):
         after = t.shift(-n)
         starts = (prev < after) & (pl.min_horizontal(*(t.shift(-o) for o in range(n))) > after) & (prev <= t)
+        # a run of n is the outlier only when as many records after it would be behind it, kept:
+        # one record behind two or three good ones (a 40 min slip) is that record, not them
+        top = pl.max_horizontal(*(t.shift(-o) for o in range(n)))
+        for m in range(1, n):  # the record right after the run is behind it by the rule above
+            starts = starts & (t.shift(-(n + m)).is_null() | (t.shift(-(n + m)) < top))
         if max_gap_s is not None:
             starts = starts & (after - prev <= max_gap_s)
         for o in range(n):
@@ -345,7 +355,7 @@ def _out_of_order(
     The executor writes its iterations in order, so a record behind one before it is a log
     repeated or spliced (fetched twice, copytruncate): kept, its steps would count twice and the
     timeline would run backwards, as vLLM's and SGLang's converters reject too.  Whether a record
-    is ahead depends on the records after it: unless ``last``, the rows from the AHEAD_RUN-th last
+    is ahead depends on the records after it: unless ``last``, the rows from the LOOKAHEAD-th last
     stamped record on are not judged here but held, to go first in the next batch.  It depends on
     the records before it too (a run ahead starts after a record in order with the one after the
     run): ``ctx`` holds the stamps of the last AHEAD_RUN + 1 stamped records before ``rec`` (of
@@ -354,7 +364,7 @@ def _out_of_order(
     ok = _stamped()
     rows = rec.with_row_index("_i")
     seq = rows.filter(ok).select("_i", "t_end")  # the stamped records, in file order
-    cut = rec.height if last or seq.height == 0 else int(seq.get_column("_i").tail(AHEAD_RUN)[0])
+    cut = rec.height if last or seq.height == 0 else int(seq.get_column("_i").tail(LOOKAHEAD)[0])
     held = None if cut == rec.height else rec.slice(cut)
     before = pl.DataFrame({"_i": list(range(-len(ctx), 0)), "t_end": ctx}, schema={"_i": pl.Int64, "t_end": pl.Float64})
     ahead = (
