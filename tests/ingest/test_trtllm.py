@@ -243,6 +243,27 @@ def test_one_record_behind_good_ones_is_the_one_rejected(tmp_path, monkeypatch, 
     assert lines == [at + 1] and (res.accepted, res.rejected) == (11, 1)
 
 
+@pytest.mark.parametrize("batch_bytes", [None, 1500])
+def test_run_limits_come_from_the_log_when_its_first_record_is_rejected(tmp_path, monkeypatch, batch_bytes):
+    """The run's limits (max_num_seqs, max_num_batched_tokens, KV tokens; the replay reads them)
+    came from the first batch's first good record: with a record a batch and the first record
+    rejected, the run had none."""
+    from pipeline import store
+    from pipeline.ingest import reader
+
+    if batch_bytes:
+        monkeypatch.setattr(reader, "BATCH_BYTES", batch_bytes)
+    recs = [ast.literal_eval(line) for line in (FIX / "iteration_log.txt").read_text().splitlines()]
+    recs[0].pop("iterLatencyMS")
+    path = tmp_path / "log.txt"
+    path.write_text("\n".join(repr(r) for r in recs) + "\n")
+    con = store.connect(tmp_path / "s.duckdb")
+    (res,) = load(con, path, tz="UTC")
+    meta = json.loads(con.execute("select meta from runs").fetchall()[0][0])
+    assert res.rejected == 1
+    assert (meta["max_num_seqs"], meta["max_num_batched_tokens"], meta["kv_cache_tokens"]) == (64, 8192, 101256 * 32)
+
+
 def test_order_checks_do_not_depend_on_batch_size_random(tmp_path, monkeypatch):
     """Random logs (8-30 records, about 19% damaged: stamps an hour, 5 s or a year ahead, 0.2 s,
     5 s or 40 min behind, a field missing) give the same rejects read whole and a record a batch.

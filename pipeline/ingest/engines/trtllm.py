@@ -283,7 +283,7 @@ def convert(
             rec = pl.concat([held.select(rec.columns), rec], how="vertical_relaxed")
         rec = rec.with_columns(_field=_field_reason())
         rec = _on_the_clock(rec, zone, fold_s).with_columns(reason=_reason(zone)).drop("_field")
-        run = None if run_done else _run(rec.filter(pl.col("reason").is_null()), zone, bool(tz))
+        run = None if run_done else _run(rec, zone, bool(tz))
         run_done = True
         rec, held, good_s, ctx = _out_of_order(rec, good_s, ctx)
         # the same rows count across a batch's edge as within a batch, so its size changes no reading
@@ -409,7 +409,16 @@ def _out_of_order(
     return rec, held, (after_s if top is None else max(floor, float(top))), ctx
 
 
-def _run(good: pl.DataFrame, zone: str, given: bool) -> dict:
+_LIMITS = ("max_batch_runtime", "max_batch_static", "max_tokens_runtime", "max_tokens_static", "kv_tokens")
+
+
+def _run(rec: pl.DataFrame, zone: str, given: bool) -> dict:
+    """The run record, its limits from the first batch's first good record or, when the batch has
+    none (a log that starts with damage; one-record batches), its first record that has them: the
+    run is written once, with the first batch, so the limits must not depend on its size."""
+    good = rec.filter(pl.col("reason").is_null())
+    if not good.height:
+        good = rec.filter(pl.any_horizontal(pl.col(c).is_not_null() for c in _LIMITS))
     first = good.head(1).to_dicts()[0] if good.height else {}
     meta = {
         "source_format": "trtllm-iteration-stats",
