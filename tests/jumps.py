@@ -28,6 +28,15 @@ def sat_out(steps: list[int]) -> list[int]:
     return out
 
 
+# requests whose shapes a random draw rarely makes: zeros on both sides of one jump (the
+# reduction is by both runs, summed), and zeros right after the first token
+EDGE_REQUESTS = {
+    "both_sides": [10, 11, 11, 14, 14, 15, 16, 17, 18, 19, 20],
+    "zero_first": [10, 10, 12, 13, 14, 15, 16],
+    "zeros_first_then_sat_out": [10, 10, 14, 15, 16, 17, 18, 19, 20],
+}
+
+
 def one_per_step_request(rng: random.Random, first: int, last: int) -> list[int]:
     """The steps of a request's tokens about one a step (the cadence the rule trusts: at most a
     fifth of its gaps inside one step, over half over exactly one), from step ``first``, with
@@ -45,6 +54,8 @@ def one_per_step_request(rng: random.Random, first: int, last: int) -> list[int]
             steps += [k, k + 2]  # a read early by a step
         elif u < 0.78:
             steps += [k + 3, k + 3, k + 3]  # the client stalled, then read three at once
+        elif u < 0.84:
+            steps += [k, k + 3, k + 3]  # a read early, then a jump, then a read late
         else:
             steps.append(k + rng.randint(2, 5))  # sat out steps
     zeros = sum(b == a for a, b in zip(steps, steps[1:]))

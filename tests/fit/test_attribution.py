@@ -464,10 +464,10 @@ def test_random_requests_are_priced_by_the_one_written_rule(tmp_path):
     same rule, so the two SQL copies of it cannot drift apart."""
     import random
 
-    from tests.jumps import one_per_step_request, sat_out
+    from tests.jumps import EDGE_REQUESTS, one_per_step_request, sat_out
 
     rng = random.Random(11)
-    on = {f"r{i}": one_per_step_request(rng, rng.randint(2, 20), 39) for i in range(16)}
+    on = {f"r{i}": one_per_step_request(rng, rng.randint(2, 20), 39) for i in range(16)} | EDGE_REQUESTS
     got = _cadence_run(tmp_path, "rule", on)
     dur = got["r0"]["dur"]
     assert sum(len(sat_out(s)) for s in on.values()) >= 5  # the draw has steps sat out to price

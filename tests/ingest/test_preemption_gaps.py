@@ -64,10 +64,10 @@ def test_random_requests_follow_the_one_written_rule(tmp_path):
     the two SQL copies of the rule cannot drift apart."""
     import random
 
-    from tests.jumps import one_per_step_request, sat_out
+    from tests.jumps import EDGE_REQUESTS, one_per_step_request, sat_out
 
     rng = random.Random(7)
-    reqs = {f"r{i}": one_per_step_request(rng, rng.randint(5, 150), 199) for i in range(60)}
+    reqs = {f"r{i}": one_per_step_request(rng, rng.randint(5, 150), 199) for i in range(60)} | EDGE_REQUESTS
     got = _gaps(tmp_path, reqs)
     assert sum(len(sat_out(s)) for s in reqs.values()) >= 20  # the draw has steps sat out to find
     for r, steps in reqs.items():
