@@ -119,6 +119,25 @@ class _CountingFile(io.RawIOBase):
             self._progress(n)
         return n
 
+    def close(self) -> None:  # the file it wraps is its own: closed with it, not left to the collector
+        if not self.closed:
+            self._raw.close()
+        super().close()
+
+
+class _GzipOwning(gzip.GzipFile):
+    """A GzipFile that closes the stream it reads: given a ``fileobj``, GzipFile leaves it open."""
+
+    def __init__(self, raw: io.BufferedReader):
+        super().__init__(fileobj=raw)
+        self._owned = raw
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._owned.close()
+
 
 def open_binary(path: Path, progress: Progress | None = None) -> io.BufferedIOBase:
     """A decompressed binary stream of ``path``."""
@@ -126,7 +145,7 @@ def open_binary(path: Path, progress: Progress | None = None) -> io.BufferedIOBa
     kind = compression(path)
     raw = io.BufferedReader(_CountingFile(open(path, "rb"), progress), 1 << 20)
     if kind == "gzip":
-        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+        return _GzipOwning(raw)  # type: ignore[return-value]
     if kind == "zstd":
         import zstandard
 
