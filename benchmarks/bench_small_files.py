@@ -37,6 +37,9 @@ FIXTURES = {
     "vllm-requests": "fixtures/vllm/requests.jsonl",
     "aiperf": "fixtures/aiperf/profile_export.jsonl",
     "guidellm": "fixtures/guidellm/benchmarks.json",
+    "trtllm-iterlog": "fixtures/trtllm/metrics.json",
+    "vllm-log": "fixtures/vllm/server.log",
+    "sglang-log": "fixtures/sglang/server.log",
 }
 
 

@@ -19,7 +19,7 @@ import duckdb
 
 from ..errors import InputError, TracelatError
 from .. import store
-from ..store import scalar
+from ..store import arrow, scalar
 from ..terminal import UNSAFE_IN_ID, shown_id
 from . import reader
 from .canonical_sql import FIELDS, stage_sql
@@ -332,15 +332,18 @@ class _Scope:
 
     NAMES = ("batch_in", "typed_in", "lines", "staged", "losers", "rejects_in")
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, batch_in: object, result: IngestResult):
+    def __init__(self, con: duckdb.DuckDBPyConnection, batch_in: object, result: IngestResult, rows: int):
         self.con, self.result = con, result
         self.tables: dict[str, object] = {"batch_in": batch_in}
+        # a small batch's tables are made by executed statements (one bind, see store.arrow)
+        self.relation = rows > store.EXECUTE_ROWS_MAX
 
     def _run(self, sql: str, params: dict | None, fetch: str):
         batch_in, typed_in, lines, staged, losers, rejects_in = (self.tables.get(n) for n in self.NAMES)  # noqa: F841
-        if fetch == "arrow":
+        if fetch == "arrow" and self.relation:
             return self.con.sql(sql, params=params).to_arrow_table()
-        return self.con.execute(sql, params).fetchall() if params else self.con.execute(sql).fetchall()
+        result = self.con.execute(sql, params) if params else self.con.execute(sql)
+        return arrow(result) if fetch == "arrow" else result.fetchall()
 
     def table(self, name: str, sql: str, params: dict | None = None) -> None:
         self.tables[name] = self._run(sql, params, "arrow")
@@ -397,7 +400,7 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
     """
     res = st.result
     assert res is not None
-    q = _Scope(con, batch.lines, res)
+    q = _Scope(con, batch.lines, res, batch.lines_read)
     if batch.staged is not None:
         q.tables["staged"] = batch.staged
     else:

@@ -118,7 +118,7 @@ def request_latency(result: SimResult, rows: np.ndarray, run_id: str = "replay")
     )
     con = store.scratch()
     con.register("requests", df)
-    con.execute(f"create view {REQUEST_TABLE} as {_request_latency_sql()}")
+    con.execute(f"create temp view {REQUEST_TABLE} as {_request_latency_sql()}")
     return con
 
 

@@ -156,7 +156,7 @@ def convert_aiperf(
     while table is not None:
         following = next(tables, None)  # one ahead: the last batch says how many warmup records the file had
         con.register("lines", table)
-        df = con.sql(AIPERF_SQL).pl()
+        df = store.frame(con, AIPERF_SQL, rows=table.num_rows)
         con.unregister("lines")
         failed = pl.col("has_error").fill_null(False) | pl.col("cancelled").fill_null(False)
         # a warmup record is skipped, not read as a request, whatever else it holds (AIPerf does
@@ -357,6 +357,6 @@ def _requests_frame(reqs: list) -> pl.DataFrame:
     con = store.scratch()
     try:
         # json.dumps keeps NaN/Infinity as such; DuckDB's JSON reader accepts them
-        return con.sql(REQUESTS_SQL, params={"doc": json.dumps(reqs)}).pl()
+        return store.frame(con, REQUESTS_SQL, {"doc": json.dumps(reqs)}, rows=len(reqs))
     finally:
         con.close()

@@ -119,7 +119,7 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
     for table in reader.lines(path, progress):
         total += table.num_rows
         con.register("lines", table)
-        parts.append(con.sql(SQL).pl())
+        parts.append(store.frame(con, SQL, rows=table.num_rows))
         con.unregister("lines")
     con.close()
     df = _reasons(pl.concat(parts)) if parts else pl.DataFrame()

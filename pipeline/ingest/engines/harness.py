@@ -153,7 +153,7 @@ def _value_problems(items: list, fields: list[tuple[str, str, str]]) -> pl.Serie
             "from (select json_extract($doc::json, '$[*]') as xs)) order by idx"
         )
         # json.dumps keeps NaN/Infinity as such; DuckDB's JSON reader accepts them
-        return con.sql(sql, params={"doc": json.dumps(items)}).pl().get_column("vproblem")
+        return store.frame(con, sql, {"doc": json.dumps(items)}, rows=len(items)).get_column("vproblem")
     finally:
         con.close()
 

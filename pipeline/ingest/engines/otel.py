@@ -134,9 +134,9 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
     for table in _document(path, progress) or reader.lines(path, progress):
         n_lines += table.num_rows
         con.register("lines", table)
-        spans.append(con.sql(SQL).pl())
-        bads.append(con.sql(BAD_LINES).pl())
-        blank += int(con.sql("select count(*) from lines where " + reader.BLANK_SQL + "").fetchall()[0][0])
+        spans.append(store.frame(con, SQL, rows=table.num_rows))
+        bads.append(store.frame(con, BAD_LINES, rows=table.num_rows))
+        blank += int(con.execute("select count(*) from lines where " + reader.BLANK_SQL + "").fetchall()[0][0])
         con.unregister("lines")
     con.close()
     df = pl.concat(spans) if spans else pl.DataFrame()

@@ -137,9 +137,9 @@ def convert_aiperf_metrics(
     first = True
     for table in reader.lines(path, progress):
         con.register("lines", table)
-        rows = con.sql(AIPERF_SQL).pl()
-        bad = con.sql(AIPERF_BAD).pl().select("line_no", "reason", "raw")
-        blank = int(con.sql("select count(*) from lines where " + reader.BLANK_SQL + "").fetchall()[0][0])
+        rows = store.frame(con, AIPERF_SQL, rows=table.num_rows)
+        bad = store.frame(con, AIPERF_BAD, rows=table.num_rows).select("line_no", "reason", "raw")
+        blank = int(con.execute("select count(*) from lines where " + reader.BLANK_SQL + "").fetchall()[0][0])
         con.unregister("lines")
         rows = rows.filter(pl.col("t").is_not_null()).with_columns(kind=pl.coalesce("kind", _kind(pl.col("family"))))
         yield _batch(
@@ -247,9 +247,10 @@ def convert_query_range(
         raise InputError(f"{path}: Prometheus answered this query with an error ({said}); it holds no samples")
     if not isinstance(doc.get("data"), dict):
         raise InputError(f"{path}: not a Prometheus query_range answer (no data object)")
+    data = json.dumps(doc["data"])
     con = store.scratch()
-    try:
-        df = con.sql(QUERY_RANGE_SQL, params={"data": json.dumps(doc["data"])}).pl()
+    try:  # a sample is at least 16 characters of the text ([t, "v"],): at most that many rows
+        df = store.frame(con, QUERY_RANGE_SQL, {"data": data}, rows=len(data) // 16)
     finally:
         con.close()
     suffix = pl.col("name").str.extract(r"_(bucket|sum|count)$", 1)

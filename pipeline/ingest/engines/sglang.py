@@ -392,7 +392,7 @@ def convert_metrics(
     first = True
     for table in reader.lines(path, progress):
         con.register("lines", table)
-        df = con.sql(METRICS_SQL).pl()
+        df = store.frame(con, METRICS_SQL, rows=table.num_rows)
         con.unregister("lines")
         blank = df.filter(pl.col("raw").str.strip_chars() == "")
         df = df.filter(pl.col("raw").str.strip_chars() != "").with_columns(

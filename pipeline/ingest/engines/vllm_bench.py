@@ -124,7 +124,7 @@ def _column(key: str, vals: list) -> tuple[pl.Series, pl.Series | None]:
     con = store.scratch()
     try:
         # json.dumps writes NaN/Infinity, which DuckDB's JSON reader accepts
-        df = con.sql(_ENTRIES_SQL.format(typ=_SQL_TYPE[dtype]), params={"doc": json.dumps(vals)}).pl()
+        df = store.frame(con, _ENTRIES_SQL.format(typ=_SQL_TYPE[dtype]), {"doc": json.dumps(vals)}, rows=len(vals))
     finally:
         con.close()
     if dtype == pl.String:  # error texts: any value is shown as its text

@@ -170,7 +170,9 @@ def convert(path: Path, progress: Callable[[int], None] | None = None, run_name:
     for table in reader.lines(path, progress):
         total += table.num_rows
         con.register("lines", table)
-        part = con.sql(PARSE.format(names=names, problems=_PROBLEMS)).pl().with_columns(reason=_REASON)
+        part = store.frame(con, PARSE.format(names=names, problems=_PROBLEMS), rows=table.num_rows).with_columns(
+            reason=_REASON
+        )
         con.unregister("lines")
         blank += part.filter(pl.col("reason") == "blank").height
         # only rejects keep their text
