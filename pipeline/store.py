@@ -187,7 +187,9 @@ def scratch() -> duckdb.DuckDBPyConnection:
     A cursor of one in-memory database per process: a new database costs 15-20 ms (its
     buffer pool and threads), a cursor 0.1 ms, and a small engine file's ingest asked for two.
     What a cursor registers or makes temporary is its own and goes when it closes; nothing
-    here makes lasting objects. The memory limit is the database's, set from
+    here makes lasting objects, and no caller changes a setting: settings are the database's,
+    so one that needs another value (threads, insertion order) opens a database of its own
+    with ``duckdb.connect()``. The memory limit is the database's too, set from
     $TRACELAT_MEMORY_LIMIT as it is at each call. (Worker processes are spawned, never forked:
     DuckDB does not survive a fork.)
     """

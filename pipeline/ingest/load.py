@@ -391,6 +391,18 @@ STAGE_BATCH_SQL = stage_sql("batch_in")
 STAGE_RUN_LINES_SQL = stage_sql("batch_in", kinds=("run",))
 
 
+def batch_rows(batch: Batch) -> int:
+    """The records a batch holds: its lines, its typed records, or its staged slice. Not
+    ``lines_read``: a converter's later slices of one read cover no new line (0) and its
+    first may cover the whole file."""
+    rows = len(batch.lines) if batch.lines is not None else 0  # an Arrow table or a Polars frame
+    if batch.typed is not None:
+        rows = max(rows, len(batch.typed.table))
+    if batch.staged is not None:
+        rows = max(rows, batch.lines_read)  # a slice of the file-wide staging: one record a line
+    return rows
+
+
 def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None:
     """Validate one batch in SQL and insert its accepted records and rejects.
 
@@ -400,7 +412,7 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
     """
     res = st.result
     assert res is not None
-    q = _Scope(con, batch.lines, res, batch.lines_read)
+    q = _Scope(con, batch.lines, res, batch_rows(batch))
     if batch.staged is not None:
         q.tables["staged"] = batch.staged
     else:

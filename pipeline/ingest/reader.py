@@ -120,17 +120,20 @@ class _CountingFile(io.RawIOBase):
         return n
 
     def close(self) -> None:  # the file it wraps is its own: closed with it, not left to the collector
-        if not self.closed:
-            self._raw.close()
-        super().close()
+        try:
+            if not self.closed:
+                self._raw.close()
+        finally:
+            super().close()
 
 
 class _GzipOwning(gzip.GzipFile):
-    """A GzipFile that closes the stream it reads: given a ``fileobj``, GzipFile leaves it open."""
+    """A GzipFile that closes the stream it reads: given a ``fileobj``, GzipFile leaves it open
+    (until the GzipFile itself is collected, which a caller holding it puts off)."""
 
     def __init__(self, raw: io.BufferedReader):
-        super().__init__(fileobj=raw)
         self._owned = raw
+        super().__init__(fileobj=raw)
 
     def close(self) -> None:
         try:
@@ -143,12 +146,12 @@ def open_binary(path: Path, progress: Progress | None = None) -> io.BufferedIOBa
     """A decompressed binary stream of ``path``."""
     check_file(path)
     kind = compression(path)
+    if kind == "zstd":
+        import zstandard  # before the file is opened: a missing module leaves nothing open
     raw = io.BufferedReader(_CountingFile(open(path, "rb"), progress), 1 << 20)
     if kind == "gzip":
         return _GzipOwning(raw)  # type: ignore[return-value]
     if kind == "zstd":
-        import zstandard
-
         return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True))
     return raw
 

@@ -55,3 +55,40 @@ def test_executed_and_relation_statements_store_the_same(tmp_path, monkeypatch, 
     assert counts["executed"][1] > 0
     if source == "canonical":
         assert counts["executed"][2] == 3 and len(stored["executed"]["rejects"]) == 3
+
+
+def test_the_way_follows_the_rows_a_batch_holds_not_the_lines_it_covers(tmp_path, monkeypatch):
+    """A vLLM log's steps come in slices of OUT_BATCH_ROWS typed records: the first covers every
+    line of the file, the later ones none (lines_read 0). Each slice's way is chosen by its rows."""
+    from pipeline.ingest import load as load_mod
+    from pipeline.ingest.engines import vllm_log
+
+    monkeypatch.setattr(vllm_log, "OUT_BATCH_ROWS", 40)
+    monkeypatch.setattr(store, "EXECUTE_ROWS_MAX", 30)
+    seen: list[tuple[int, int, bool]] = []
+    real_load_batch = load_mod.load_batch
+
+    def spy(con, batch, st):
+        typed = len(batch.typed.table) if batch.typed is not None else 0
+        real_init = load_mod._Scope.__init__
+
+        def init(self, *a, **k):
+            real_init(self, *a, **k)
+            seen.append((batch.lines_read, typed, self.relation))
+
+        monkeypatch.setattr(load_mod._Scope, "__init__", init)
+        try:
+            return real_load_batch(con, batch, st)
+        finally:
+            monkeypatch.setattr(load_mod._Scope, "__init__", real_init)
+
+    monkeypatch.setattr(load_mod, "load_batch", spy)
+    con = store.connect(tmp_path / "s.duckdb")
+    (res,) = load(con, FIX / "vllm" / "server.log", run_id="r")
+    con.close()
+    assert res.accepted > 80
+    typed = [s for s in seen if s[1]]
+    assert len(typed) >= 3
+    assert any(lines_read == 0 for lines_read, _, _ in typed)  # the later slices: no lines of their own
+    for _, rows, relation in typed:
+        assert relation == (rows > 30), seen
