@@ -515,8 +515,9 @@ def arrow(result: duckdb.DuckDBPyConnection) -> Any:
         return result.to_arrow_table()
 
 
-def frame(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None, rows: int = 0) -> Any:
-    """``sql``'s rows as a Polars DataFrame; ``rows``: how many rows it reads (its input).
+def frame(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None, *, rows: int) -> Any:
+    """``sql``'s rows as a Polars DataFrame; ``rows``: how many rows it reads (its input, or a
+    bound on it), which picks the way it runs.
 
     Its tables must be registered ones or the store's: a Python variable of the caller is
     out of DuckDB's sight from here.
