@@ -345,8 +345,17 @@ class _Scope:
         result = self.con.execute(sql, params) if params else self.con.execute(sql)
         return arrow(result) if fetch == "arrow" else result.fetchall()
 
-    def table(self, name: str, sql: str, params: dict | None = None) -> None:
-        self.tables[name] = self._run(sql, params, "arrow")
+    def table(self, name: str, sql: str, params: dict | None = None, optimise: bool = True) -> None:
+        """``optimise=False``: a small batch's statement runs without DuckDB's optimiser (the
+        staging statement: see canonical.UNOPTIMISED_MAX_BYTES); a big one keeps it."""
+        quick = not optimise and not self.relation
+        if quick:
+            self.con.execute("pragma disable_optimizer")
+        try:
+            self.tables[name] = self._run(sql, params, "arrow")
+        finally:
+            if quick:
+                self.con.execute("pragma enable_optimizer")
 
     def run(self, sql: str, params: dict | None = None) -> list:
         return self._run(sql, params, "rows")
@@ -421,7 +430,7 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
             q.tables["typed_in"] = batch.typed.table
             typed = typed_stage_sql("typed_in", batch.typed)
             sql = f"({STAGE_RUN_LINES_SQL}) union all by name ({typed})" if batch.lines.num_rows else typed
-        q.table("lines", sql)
+        q.table("lines", sql, optimise=False)
         del q.tables["batch_in"]
         q.tables.pop("typed_in", None)
         params = {"default_run": st.default_run, "carry_run": st.carry_run}
