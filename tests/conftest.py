@@ -43,14 +43,15 @@ SLOW_CASES = frozenset(
 
 
 # More of the same kind (2026-12-06, measured again: the default run was back at 8 min): the
-# TensorRT-LLM order checks with a reader batch of one record (25-40 batches a file; the whole-file
-# variant stays), second and later variants of one case, and the damage and fuzz cases of the
+# TensorRT-LLM order checks with small reader batches (a batch of one record: 25-40 batches a file;
+# the whole-file variant stays), second and later variants of one case, and the damage and fuzz cases of the
 # engine formats (those of canonical JSONL and Parquet and of the vLLM formats stay).
 # Regular expressions, matched at the start of a node id.
 SLOW_PATTERNS = re.compile(
     "|".join(
         [
-            r"tests/ingest/test_trtllm\.py::.*1500\]$",
+            r"tests/ingest/test_trtllm\.py::.*(1500|3000)\]$",
+            r"tests/ingest/test_split_messy\.py::test_the_pieces_of_a_rotated_log_are_re_timed_as_one_log\[newer",
             r"tests/ingest/test_dst_fold\.py::test_trtllm_.*[\[-]1500[\]-]",
             r"tests/ingest/test_props_formats\.py::test_any_damage_is_a_reject_or_one_clear_error\[(?!{keep})",
             r"tests/ingest/test_fuzz\.py::test_fuzz_few\[(?!{keep})",

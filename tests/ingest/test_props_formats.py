@@ -37,7 +37,7 @@ from .props import assert_store_finite, budgets
 
 REPO = Path(__file__).resolve().parents[2]
 # each case is one ingest (about 0.3-0.5 s of CPU), for 17 formats: few by default
-FEW, MANY = 6, 40  # per format; slow: 40 (17 formats, about 0.5 s each); TRACELAT_PROP_EXAMPLES=N for more
+FEW, MANY = 6, 25  # per format; slow: 25 (17 formats, about 0.5 s each); TRACELAT_PROP_EXAMPLES=N for more
 BUDGETS = budgets(FEW, MANY)
 
 
