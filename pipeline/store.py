@@ -204,6 +204,22 @@ def scratch() -> duckdb.DuckDBPyConnection:
     return con
 
 
+@contextlib.contextmanager
+def unoptimised(con: duckdb.DuckDBPyConnection, when: bool = True) -> Iterator[None]:
+    """DuckDB's optimiser off for the statements run inside (``when`` false: nothing changes),
+    then as it was. For the wide staging statements of small inputs, whose optimiser rewrites
+    cost more than they save (canonical.UNOPTIMISED_MAX_BYTES). The setting is the
+    connection's own: other connections and cursors of the database keep theirs."""
+    was = when and scalar(con, "select current_setting('enable_optimizer')")
+    if was:
+        con.execute("pragma disable_optimizer")
+    try:
+        yield
+    finally:
+        if was:
+            con.execute("pragma enable_optimizer")
+
+
 def commit(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("commit")
 

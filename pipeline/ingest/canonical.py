@@ -61,8 +61,8 @@ QUOTE_COUNT_MIN_BYTES = 8 << 20
 # the same rows), but are a third of the statement's time on a file of a few hundred lines,
 # which a nightly run over many small files pays per file. Bigger files keep the optimised plan.
 # The size is that on disk: a compressed file under it holds more lines, which costs nothing
-# either (the same time and rows up to 400k lines gzipped). The store's connection is ours: no
-# caller turns the optimiser off, so it is simply turned on again.
+# either (the same time and rows up to 400k lines gzipped). The setting is put back as it was
+# (store.unoptimised).
 UNOPTIMISED_MAX_BYTES = 64 << 20
 _KEY = re.compile(r'"((?:[^"\\]|\\.)*)"\s*:')
 _KNOWN_KEYS = frozenset().union(*OWN_NAMES.values())
@@ -132,14 +132,8 @@ class StagedJsonl:
 
     def _stage(self, file_quotes: bool) -> None:
         sql = stage_sql(self.read, line_no=None, keep_raw=False, file_quotes=file_quotes)
-        quick = self.path.stat().st_size < UNOPTIMISED_MAX_BYTES
-        if quick:
-            self.con.execute("pragma disable_optimizer")
-        try:
+        with store.unoptimised(self.con, when=self.path.stat().st_size < UNOPTIMISED_MAX_BYTES):
             self.con.execute(f"create or replace temp table {_STAGED} as {sql}", self.params)
-        finally:
-            if quick:
-                self.con.execute("pragma enable_optimizer")
 
     def batches(self, progress: Callable[[int], None] | None = None) -> Iterator[Batch]:
         size = max(self.path.stat().st_size, 1)

@@ -348,14 +348,8 @@ class _Scope:
     def table(self, name: str, sql: str, params: dict | None = None, optimise: bool = True) -> None:
         """``optimise=False``: a small batch's statement runs without DuckDB's optimiser (the
         staging statement: see canonical.UNOPTIMISED_MAX_BYTES); a big one keeps it."""
-        quick = not optimise and not self.relation
-        if quick:
-            self.con.execute("pragma disable_optimizer")
-        try:
+        with store.unoptimised(self.con, when=not optimise and not self.relation):
             self.tables[name] = self._run(sql, params, "arrow")
-        finally:
-            if quick:
-                self.con.execute("pragma enable_optimizer")
 
     def run(self, sql: str, params: dict | None = None) -> list:
         return self._run(sql, params, "rows")
