@@ -16,6 +16,7 @@ import os
 import re
 import threading
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -217,7 +218,17 @@ def unoptimised(con: duckdb.DuckDBPyConnection, when: bool = True) -> Iterator[N
         yield
     finally:
         if was:
-            con.execute("pragma enable_optimizer")
+            try:
+                con.execute("pragma enable_optimizer")
+            except duckdb.Error:
+                # a statement inside failed in a transaction, which DuckDB now holds aborted: it
+                # takes nothing but ROLLBACK, and this error would hide the real one. rollback()
+                # puts the optimiser back.
+                _OPTIMISER_OWED.add(con)
+
+
+# connections whose optimiser unoptimised() could not turn back on (an aborted transaction)
+_OPTIMISER_OWED: weakref.WeakSet = weakref.WeakSet()
 
 
 def commit(con: duckdb.DuckDBPyConnection) -> None:
@@ -257,6 +268,10 @@ def rollback(con: duckdb.DuckDBPyConnection) -> str:
         con.execute("rollback")
     except duckdb.Error:
         pass  # already ended by the failed statement or commit
+    if con in _OPTIMISER_OWED:
+        with contextlib.suppress(duckdb.Error):
+            con.execute("pragma enable_optimizer")
+            _OPTIMISER_OWED.discard(con)
     try:
         con.execute("select 1").fetchall()
     except duckdb.Error as exc:

@@ -45,7 +45,8 @@ SLOW_CASES = frozenset(
 # More of the same kind (2026-12-06, measured again: the default run was back at 8 min): the
 # TensorRT-LLM order checks with small reader batches (a batch of one record: 25-40 batches a file;
 # the whole-file variant stays), second and later variants of one case, and the damage and fuzz cases of the
-# engine formats (those of canonical JSONL and Parquet and of the vLLM formats stay).
+# engine formats (those of canonical JSONL and Parquet and of the vLLM formats stay); 2026-12-07: the
+# rotated log's pieces given newest first (oldest first stays).
 # Regular expressions, matched at the start of a node id.
 SLOW_PATTERNS = re.compile(
     "|".join(

@@ -10,6 +10,8 @@ import duckdb
 import pytest
 
 from pipeline import ingest, store
+from pipeline.errors import InputError
+from pipeline.ingest import load
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures"
 SETTING = "select current_setting('enable_optimizer')"
@@ -59,4 +61,34 @@ def test_small_ingests_leave_the_setting_as_they_found_it(tmp_path, optimiser):
         (res,) = ingest.ingest_paths(con, [path], run_id=f"r{i}", tz="UTC")
         assert res.accepted > 0
         assert _on(con) is optimiser, path.name
+    con.close()
+
+
+def test_a_failure_inside_a_transaction_keeps_its_own_error_and_rollback_restores_the_optimiser():
+    # DuckDB takes nothing but ROLLBACK in a transaction a failed statement aborted: the pragma
+    # that turns the optimiser back on must not replace the real error, and the rollback owes it
+    con = duckdb.connect()
+    with pytest.raises(duckdb.Error, match="the real cause"), store.transaction(con), store.unoptimised(con):
+        con.execute("select error('the real cause')")
+    assert _on(con)
+
+
+def test_a_staging_statement_that_fails_in_the_file_transaction(tmp_path, monkeypatch):
+    # a converter's batch is staged inside the file's transaction (an out-of-memory error under
+    # a memory limit, say): the user sees that error, and the next file is staged as before
+    real = load._Scope._run
+
+    def failing(self, sql, params, fetch):
+        if "typed_in" in sql:
+            self.con.execute("select error('boom: the real cause')")
+        return real(self, sql, params, fetch)
+
+    con = store.connect(tmp_path / "s.duckdb")
+    monkeypatch.setattr(load._Scope, "_run", failing)
+    with pytest.raises(InputError, match="boom: the real cause"):
+        ingest.ingest_paths(con, [FIX / "vllm" / "requests.jsonl"], run_id="a")
+    assert _on(con)
+    monkeypatch.setattr(load._Scope, "_run", real)
+    (res,) = ingest.ingest_paths(con, [FIX / "vllm" / "requests.jsonl"], run_id="b")
+    assert res.accepted > 0 and _on(con)
     con.close()
