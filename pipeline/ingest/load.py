@@ -293,8 +293,16 @@ where reason is not null and reason <> 'blank'
 """
 
 # What a batch's lines came to, before duplicates: skipped (blank), rejected here,
-# run records accepted, and a converter's own run record (line 0) rejected.
-LINE_COUNTS_SQL = """
+# run records accepted, and a converter's own run record (line 0) rejected. Then, per kind,
+# whether its duplicate check can find anything: a key twice among the batch's valid records,
+# or a run of them that already has records of the kind stored. Most batches (a new run's
+# file) have neither, and skip the check (about 10 ms a kind on a small file, a join with the
+# stored table on a big one). A NULL key counts as a repeat here, which only costs the check.
+_MAY_REPEAT = """(count(*) filter (where kind = '{kind}' and reason is null)
+    > count(distinct ({{'r': run_id, 'k': {val}}})) filter (where kind = '{kind}' and reason is null)
+  or exists (select 1 from {table} where run_id in (select run_id from staged where kind = '{kind}'
+    and reason is null)))"""
+LINE_COUNTS_SQL = f"""
 select count(*) filter (where reason = 'blank'),
   count(*) filter (where reason is not null and reason <> 'blank'),
   count(*) filter (where kind = 'run' and reason is null and line_no > 0),
@@ -302,7 +310,9 @@ select count(*) filter (where reason = 'blank'),
   count(*) filter (where kind = 'run'),
   count(*) filter (where kind = 'iteration') > 0,
   count(*) filter (where kind = 'request') > 0,
-  arg_max(run_id, line_no) filter (where kind = 'run')
+  arg_max(run_id, line_no) filter (where kind = 'run'),
+  {_MAY_REPEAT.format(kind="iteration", val=_KEYS["iteration"][1], table=_TARGET["iteration"])},
+  {_MAY_REPEAT.format(kind="request", val=_KEYS["request"][1], table=_TARGET["request"])}
 from staged
 """
 
@@ -440,7 +450,8 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
             q.table("staged", RUN_OF_LINE_SQL[False].format(last=last), params | case_params)
         del q.tables["lines"]
     ids = {"ingest_id": st.ingest_id, "path": st.path}
-    skipped, rejected, runs_ok, runs_line0_bad, n_runs, has_iters, has_reqs, last_run = q.run(LINE_COUNTS_SQL)[0]
+    counts = q.run(LINE_COUNTS_SQL)[0]
+    skipped, rejected, runs_ok, runs_line0_bad, n_runs, has_iters, has_reqs, last_run, *may_repeat = counts
     q.run(LINE_REJECTS_SQL, ids)
     res.rejected += rejected
     res.skipped += batch.skipped + skipped
@@ -463,9 +474,9 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
         res.lines_read += runs_line0_bad
     if has_reqs and batch.positional_ids:
         _scope_positional_ids(q, st)
-    for kind, present in (("iteration", has_iters), ("request", has_reqs)):
+    for kind, present, check in zip(("iteration", "request"), (has_iters, has_reqs), may_repeat):
         if present:
-            _load_kind(q, kind, ids)
+            _load_kind(q, kind, ids, check)
     if batch.metrics is not None and batch.metrics.num_rows:
         _load_metrics(con, batch, st)
 
@@ -510,13 +521,14 @@ def _scope_positional_ids(q: _Scope, st: _State) -> None:
     )
 
 
-def _load_kind(q: _Scope, kind: str, ids: dict) -> None:
-    """Insert the accepted records of one kind and reject the duplicates among them."""
+def _load_kind(q: _Scope, kind: str, ids: dict, check: bool = True) -> None:
+    """Insert the accepted records of one kind and reject the duplicates among them
+    (``check`` false: none can be, see LINE_COUNTS_SQL)."""
     res = q.result
     dups = _duplicates_sql(kind)
     # counted first: most batches have none, and then no Arrow table (nor pyarrow) is needed
     where = {"ingest_id": ids["ingest_id"], "path": str(ids["path"])}
-    n_losers = q.count(f"select count(*) from ({dups})", where)
+    n_losers = q.count(f"select count(*) from ({dups})", where) if check else 0
     if n_losers:
         q.table("losers", dups, where)
     accepted = ACCEPTED.format(kind=kind, without=WITHOUT_LOSERS if n_losers else "")

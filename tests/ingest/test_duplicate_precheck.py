@@ -1,0 +1,106 @@
+"""The duplicate check of a batch runs only where it can find something (load.LINE_COUNTS_SQL):
+a key twice among the batch's valid records, or a run that already has records of the kind.
+Whatever it skips, every duplicate is still rejected: within a file, across the reader
+batches of one file, and against another file of the run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipeline import store
+from pipeline.ingest import canonical, load, reader
+
+from .conftest import load as ingest
+
+
+def it(i: int, **kw) -> dict:
+    return {"kind": "iteration", "iter": i, "t_start": 1.0 + i, "t_end": 1.5 + i} | kw
+
+
+def req(rid: str, t: float = 0.0) -> dict:
+    return {"kind": "request", "req_id": rid, "t_arrival": t, "t_first_token": t + 0.1, "t_finish": t + 0.2}
+
+
+def write(path, records) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+@pytest.fixture
+def checks(monkeypatch) -> list[str]:
+    """The duplicate checks run, by kind (their first statement, the count)."""
+    ran: list[str] = []
+    real = load._Scope._run
+
+    def spy(self, sql, params, fetch):
+        if "first_line" in sql and sql.startswith("select count(*)"):
+            ran.append("iteration" if "from iterations" in sql else "request")
+        return real(self, sql, params, fetch)
+
+    monkeypatch.setattr(load._Scope, "_run", spy)
+    return ran
+
+
+def _rejects(con) -> list[tuple[int, str]]:
+    return con.execute("select line_no, reason from rejects order by all").fetchall()
+
+
+def test_a_new_runs_file_without_repeats_runs_no_check(tmp_path, checks):
+    f = tmp_path / "a.jsonl"
+    write(f, [it(0), it(1), req("x"), req("y")])
+    con = store.connect(tmp_path / "s.duckdb")
+    (res,) = ingest(con, f)
+    assert (res.accepted, res.rejected) == (4, 0)
+    assert checks == []
+
+
+def test_repeats_within_a_new_runs_file_are_rejected(tmp_path, checks):
+    f = tmp_path / "a.jsonl"
+    write(f, [it(0), it(1), it(0), req("x"), req("x"), req("y")])
+    con = store.connect(tmp_path / "s.duckdb")
+    (res,) = ingest(con, f)
+    assert (res.accepted, res.rejected) == (4, 2)
+    assert _rejects(con) == [
+        (3, "duplicate iter 0 in run a (first at line 1)"),
+        (5, "duplicate req_id x in run a (first at line 4)"),
+    ]
+    assert checks == ["iteration", "request"]
+
+
+def test_a_second_file_of_the_run_is_checked_against_the_stored_records(tmp_path, checks):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    write(a, [it(0), req("x")])
+    write(b, [it(1), it(0), req("y"), req("x")])  # no repeat within b: only the stored ones find them
+    con = store.connect(tmp_path / "s.duckdb")
+    ingest(con, a, run_id="r")
+    assert checks == []
+    (res,) = ingest(con, b, run_id="r")
+    assert (res.accepted, res.rejected) == (2, 2)
+    assert [line for line, _ in _rejects(con)] == [2, 4]
+    assert all("already stored from line" in reason for _, reason in _rejects(con))
+    assert checks == ["iteration", "request"]
+    # another run's records are no repeat: its file runs no check
+    checks.clear()
+    (res,) = ingest(con, b, run_id="other")
+    assert (res.accepted, res.rejected) == (4, 0)
+    assert checks == []
+
+
+@pytest.mark.parametrize("lines_per_batch", [1, 3])
+def test_repeats_across_the_batches_of_one_file(tmp_path, monkeypatch, checks, lines_per_batch):
+    # the later batch meets the earlier one's records as stored (the same transaction)
+    records = [it(0), req("x"), it(1), req("y"), it(0), req("x"), it(2)]
+    line_bytes = max(len(json.dumps(r)) + 1 for r in records)
+    monkeypatch.setattr(reader, "BATCH_BYTES", line_bytes * lines_per_batch)
+    monkeypatch.setattr(canonical, "STAGED_SLICE_BATCHES", 1)
+    f = tmp_path / "a.jsonl"
+    write(f, records)
+    con = store.connect(tmp_path / "s.duckdb")
+    (res,) = ingest(con, f)
+    assert (res.accepted, res.rejected) == (5, 2)
+    assert _rejects(con) == [
+        (5, "duplicate iter 0 in run a (first at line 1)"),
+        (6, "duplicate req_id x in run a (first at line 2)"),
+    ]
+    assert "iteration" in checks and "request" in checks
