@@ -29,13 +29,16 @@ def write(path, records) -> None:
 
 @pytest.fixture
 def checks(monkeypatch) -> list[str]:
-    """The duplicate checks run, by kind (their first statement, the count)."""
+    """The duplicate checks run, by kind (their first statement, the count), and "stored" for
+    each time the stored records were asked about."""
     ran: list[str] = []
     real = load._Scope._run
 
     def spy(self, sql, params, fetch):
         if "first_line" in sql and sql.startswith("select count(*)"):
             ran.append("iteration" if "from iterations" in sql else "request")
+        elif sql == load.STORED_SQL:
+            ran.append("stored")
         return real(self, sql, params, fetch)
 
     monkeypatch.setattr(load._Scope, "_run", spy)
@@ -52,7 +55,7 @@ def test_a_new_runs_file_without_repeats_runs_no_check(tmp_path, checks):
     con = store.connect(tmp_path / "s.duckdb")
     (res,) = ingest(con, f)
     assert (res.accepted, res.rejected) == (4, 0)
-    assert checks == []
+    assert checks == ["stored"]
 
 
 def test_repeats_within_a_new_runs_file_are_rejected(tmp_path, checks):
@@ -74,17 +77,18 @@ def test_a_second_file_of_the_run_is_checked_against_the_stored_records(tmp_path
     write(b, [it(1), it(0), req("y"), req("x")])  # no repeat within b: only the stored ones find them
     con = store.connect(tmp_path / "s.duckdb")
     ingest(con, a, run_id="r")
-    assert checks == []
+    assert checks == ["stored"]
+    checks.clear()
     (res,) = ingest(con, b, run_id="r")
     assert (res.accepted, res.rejected) == (2, 2)
     assert [line for line, _ in _rejects(con)] == [2, 4]
     assert all("already stored from line" in reason for _, reason in _rejects(con))
-    assert checks == ["iteration", "request"]
+    assert checks == ["stored", "iteration", "request"]
     # another run's records are no repeat: its file runs no check
     checks.clear()
     (res,) = ingest(con, b, run_id="other")
     assert (res.accepted, res.rejected) == (4, 0)
-    assert checks == []
+    assert checks == ["stored"]
 
 
 @pytest.mark.parametrize("lines_per_batch", [1, 3])
@@ -104,3 +108,21 @@ def test_repeats_across_the_batches_of_one_file(tmp_path, monkeypatch, checks, l
         (6, "duplicate req_id x in run a (first at line 2)"),
     ]
     assert "iteration" in checks and "request" in checks
+    # the stored records are asked about once, for the first batch: later batches of the run
+    # are checked because an earlier one loaded records of it
+    assert checks.count("stored") == 1
+
+
+def test_a_replaced_file_is_checked_against_another_file_of_its_run(tmp_path):
+    # --replace removes the file's earlier records (and its run's row may go with them): the
+    # other file's records of the run are still stored, and still found
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    write(a, [it(0), req("x")])
+    write(b, [it(1), req("y")])
+    con = store.connect(tmp_path / "s.duckdb")
+    ingest(con, a, run_id="r")
+    ingest(con, b, run_id="r")
+    write(b, [it(1), it(0), req("y"), req("x")])
+    (res,) = ingest(con, b, run_id="r", replace=True)
+    assert (res.status, res.accepted, res.rejected) == ("replaced", 2, 2)
+    assert [line for line, _ in _rejects(con)] == [2, 4]
