@@ -128,7 +128,7 @@ class _State:
     default_run: str
     carry_run: str | None = None
     result: IngestResult | None = None
-    # runs this file's earlier batches loaded records of (not yet in ``runs``: LINE_COUNTS_SQL)
+    # runs this file's earlier batches had valid records of: a later batch of them is checked (_checks)
     loaded_runs: set[str] = field(default_factory=set)
 
 
@@ -315,7 +315,7 @@ select count(*) filter (where reason = 'blank'),
   list(distinct run_id) filter (where kind in ('iteration', 'request') and reason is null)
 from staged
 """
-# Whether the runs $r have records of each kind stored (a scan of the tables' run ids: 150 ms
+# Whether the runs $r have records of each kind stored (a scan of the tables' run ids: 50-150 ms
 # on a store of 20M steps, so asked only when the batch holds no repeat of its own and no
 # earlier batch of the file loaded these runs; see _checks).
 STORED_SQL = f"""
