@@ -211,7 +211,7 @@ def unoptimised(con: duckdb.DuckDBPyConnection, when: bool = True) -> Iterator[N
     then as it was. For the wide staging statements of small inputs, whose optimiser rewrites
     cost more than they save (canonical.UNOPTIMISED_MAX_BYTES). The setting is the
     connection's own: other connections and cursors of the database keep theirs."""
-    was = when and scalar(con, "select current_setting('enable_optimizer')")
+    was = when and optimiser_on(con) is not False  # unknown (DuckDB 1.5): on, as we leave it
     if was:
         con.execute("pragma disable_optimizer")
     try:
@@ -225,6 +225,13 @@ def unoptimised(con: duckdb.DuckDBPyConnection, when: bool = True) -> Iterator[N
                 # takes nothing but ROLLBACK, and this error would hide the real one. rollback()
                 # puts the optimiser back.
                 _OPTIMISER_OWED.add(con)
+
+
+def optimiser_on(con: duckdb.DuckDBPyConnection) -> bool | None:
+    """Whether DuckDB's optimiser is on for this connection; None where DuckDB does not show it
+    (1.5 has the pragmas but no ``enable_optimizer`` setting to read)."""
+    rows = con.execute("select value from duckdb_settings() where name = 'enable_optimizer'").fetchall()
+    return str(rows[0][0]).lower() == "true" if rows else None
 
 
 # connections whose optimiser unoptimised() could not turn back on (an aborted transaction)

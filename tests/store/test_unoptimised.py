@@ -14,11 +14,15 @@ from pipeline.errors import InputError
 from pipeline.ingest import load
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures"
-SETTING = "select current_setting('enable_optimizer')"
+
+# DuckDB 1.5 (the dependency floor) has the pragmas but shows no setting to read
+pytestmark = pytest.mark.skipif(
+    store.optimiser_on(duckdb.connect()) is None, reason="this DuckDB does not show whether its optimiser is on"
+)
 
 
 def _on(con) -> bool:
-    return con.execute(SETTING).fetchall()[0][0]
+    return store.optimiser_on(con)
 
 
 def test_off_inside_and_back_on_after_even_on_an_error():
