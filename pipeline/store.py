@@ -180,6 +180,11 @@ SESSION = "set enable_progress_bar = false; set asof_loop_join_threshold = 0"
 
 _SCRATCH: duckdb.DuckDBPyConnection | None = None
 _SCRATCH_LOCK = threading.Lock()
+# The scratch database's memory limit as last set (None: DuckDB's default). Going back to the
+# default opens a new database rather than `reset memory_limit`: DuckDB 1.5 resets the setting
+# it shows but keeps the buffer pool's limit (a read with 256 MiB line buffers then failed
+# against a limit a test had set), and setting the shown value again rounds it.
+_SCRATCH_LIMIT: str | None = None
 
 
 def scratch() -> duckdb.DuckDBPyConnection:
@@ -194,14 +199,16 @@ def scratch() -> duckdb.DuckDBPyConnection:
     $TRACELAT_MEMORY_LIMIT as it is at each call. (Worker processes are spawned, never forked:
     DuckDB does not survive a fork.)
     """
-    global _SCRATCH
+    global _SCRATCH, _SCRATCH_LIMIT
     limit = memory_limit_sql()  # before the database: a bad value is an error, not a half-made one
     with _SCRATCH_LOCK:
-        if _SCRATCH is None:
-            _SCRATCH = duckdb.connect()
+        if _SCRATCH is None or (limit is None and _SCRATCH_LIMIT is not None):
+            _SCRATCH, _SCRATCH_LIMIT = duckdb.connect(), None  # open cursors keep the old one alive
         con = _SCRATCH.cursor()
+        if limit is not None and limit != _SCRATCH_LIMIT:
+            con.execute(limit)
+            _SCRATCH_LIMIT = limit
     con.execute(SESSION)
-    con.execute(limit or "reset memory_limit")
     return con
 
 

@@ -41,3 +41,19 @@ def test_the_memory_limit_follows_the_environment_at_each_call(monkeypatch):
     con = store.scratch()
     assert con.execute("select current_setting('memory_limit')").fetchall()[0][0] == default
     con.close()
+
+
+def test_a_limit_once_set_no_longer_binds_when_the_environment_drops_it(monkeypatch, tmp_path):
+    """The buffer pool itself goes back to the default, not only the setting shown: DuckDB 1.5
+    showed the default after `reset memory_limit` but kept the old limit, and the line reader
+    (256 MiB line buffers) then failed on a 10-line file."""
+    from pipeline.ingest.reader import duckdb_line_batches
+
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"a": 1}\n' * 10)
+    monkeypatch.setenv("TRACELAT_MEMORY_LIMIT", "123MB")
+    store.scratch().close()
+    monkeypatch.delenv("TRACELAT_MEMORY_LIMIT")
+    batches = duckdb_line_batches(path)
+    assert batches is not None
+    assert sum(b.num_rows for b in batches) == 10
