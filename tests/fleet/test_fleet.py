@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from altair.vegalite.v6.schema.core import Root
 from click.testing import CliRunner
 
 from pipeline import store
@@ -17,6 +16,8 @@ from pipeline.cli import cli
 from pipeline.fleet import ALPHA, SIGNALS, fleet, sketch_quantile
 from pipeline.ingest import ingest_paths
 from pipeline.metrics import metric_stats
+
+from ..vega import validate_vega_lite
 
 
 def _replica(tmp, name: str, seed: int, burst: bool = False, slow_gpu: bool = False):
@@ -187,7 +188,7 @@ def test_fleet_slo_junit_and_page(lake, tmp_path, string_channels):
     specs = json.loads(re.search(r'id="tracelat-specs">(.*?)</script>', page, re.S).group(1))
     assert specs
     for spec in specs.values():
-        Root.validate(spec)
+        validate_vega_lite(spec)
     assert not string_channels
 
 

@@ -18,6 +18,8 @@ from altair.vegalite.v6.schema.core import Root
 
 from pipeline.report import charts
 
+from ..vega import validate_vega_lite
+
 
 SPECS_RE = re.compile(r'<script type="application/json" id="tracelat-specs">(.*?)</script>', re.S)
 
@@ -37,6 +39,22 @@ def test_the_validator_catches_a_wrong_spec():
             assert_valid_vega_lite("some page", page)
 
 
+def test_long_datasets_are_checked_on_their_first_rows_and_for_one_kind_of_row():
+    rows = [{"x": i} for i in range(1000)]
+    spec = {"mark": "point", "data": {"values": rows}, "encoding": {"x": {"field": "x", "type": "quantitative"}}}
+    validate_vega_lite(spec)
+    with pytest.raises(jsonschema.ValidationError):  # a wrong spec is still wrong with many rows
+        validate_vega_lite({**spec, "mark": "dot"})
+    named = {"mark": "point", "data": {"name": "d"}, "datasets": {"d": rows}}
+    validate_vega_lite(named)
+    for mixed in (rows + [5], rows[:2] + [True] + rows[2:]):  # beyond the rows the schema sees
+        for bad in ({**spec, "data": {"values": mixed}}, {**named, "datasets": {"d": mixed}}):
+            with pytest.raises(AssertionError, match="more than one JSON kind"):
+                validate_vega_lite(bad)
+    with pytest.raises(jsonschema.ValidationError):  # the schema's own rule, on short lists
+        validate_vega_lite({**spec, "data": {"values": [{"x": 1}, 5]}})
+
+
 def test_pages_skip_altairs_checks_by_default():
     # the speed this module's validation stands in for; a test that turned it on leaves it off
     assert charts.VALIDATE is False
@@ -48,6 +66,6 @@ def assert_valid_vega_lite(name: str, html: str) -> None:
     assert specs, name
     for key, spec in specs.items():
         try:
-            Root.validate(spec)
+            validate_vega_lite(spec, f"{name} page, chart {key}")
         except jsonschema.ValidationError as exc:
             raise AssertionError(f"{name} page, chart {key}: {exc.message}") from None
