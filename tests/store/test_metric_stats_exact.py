@@ -80,10 +80,22 @@ CASES = {
 
 
 def _exact(xs: np.ndarray) -> tuple[float, float]:
-    """Mean and sample std of the doubles in ``xs``, in exact rational arithmetic, then rounded."""
-    fr = [Fraction(float(x)) for x in xs]
-    mean = sum(fr) / len(fr)
-    return float(mean), math.sqrt(sum((f - mean) ** 2 for f in fr) / (len(fr) - 1))
+    """Mean and sample std of the doubles in ``xs``, in exact rational arithmetic, then rounded.
+
+    Each double is an integer times 2**base for the smallest exponent among them, so the sums
+    are of Python integers (exact, and 10x faster than summing Fractions over 600k gaps).
+    """
+    frac, exp = np.frexp(xs)  # x = frac * 2**exp exactly, frac of 53 bits
+    mant = (frac * 2.0**53).astype(np.int64)  # exact: a scaling by a power of two
+    exp = exp.astype(np.int64) - 53
+    base = int(exp.min())
+    ints = [m << s for m, s in zip(mant.tolist(), (exp - base).tolist())]
+    n, total = len(ints), sum(ints)
+    scale = Fraction(2) ** base
+    mean = Fraction(total, n) * scale
+    # sum((x - mean)**2) = sum((n*v - total)**2) / n**2, in units of scale**2
+    var = Fraction(sum((n * v - total) ** 2 for v in ints), n * n * (n - 1)) * scale**2
+    return float(mean), math.sqrt(var)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -28,7 +28,14 @@ def test_registrations_and_temporary_tables_are_each_cursors_own():
     c.close()
 
 
-def test_the_memory_limit_follows_the_environment_at_each_call(monkeypatch):
+@pytest.fixture
+def own_scratch(monkeypatch):
+    """A scratch database of the test's own: a limit it sets ends with it (the process's comes back)."""
+    monkeypatch.setattr(store, "_SCRATCH", None)
+    monkeypatch.setattr(store, "_SCRATCH_LIMIT", None)
+
+
+def test_the_memory_limit_follows_the_environment_at_each_call(monkeypatch, own_scratch):
     default = duckdb.connect().execute("select current_setting('memory_limit')").fetchall()[0][0]
     monkeypatch.setenv("TRACELAT_MEMORY_LIMIT", "123MB")
     con = store.scratch()
@@ -43,7 +50,7 @@ def test_the_memory_limit_follows_the_environment_at_each_call(monkeypatch):
     con.close()
 
 
-def test_a_limit_once_set_no_longer_binds_when_the_environment_drops_it(monkeypatch, tmp_path):
+def test_a_limit_once_set_no_longer_binds_when_the_environment_drops_it(monkeypatch, tmp_path, own_scratch):
     """The buffer pool itself goes back to the default, not only the setting shown: DuckDB 1.5
     showed the default after `reset memory_limit` but kept the old limit, and the line reader
     (256 MiB line buffers) then failed on a 10-line file."""
