@@ -236,9 +236,15 @@ def unoptimised(con: duckdb.DuckDBPyConnection, when: bool = True) -> Iterator[N
 
 def optimiser_on(con: duckdb.DuckDBPyConnection) -> bool | None:
     """Whether DuckDB's optimiser is on for this connection; None where DuckDB does not show it
-    (1.5 has the pragmas but no ``enable_optimizer`` setting to read)."""
-    rows = con.execute("select value from duckdb_settings() where name = 'enable_optimizer'").fetchall()
-    return str(rows[0][0]).lower() == "true" if rows else None
+    (1.5 has the pragmas but no ``enable_optimizer`` setting to read).
+
+    ``current_setting`` rather than ``duckdb_settings()``: the table function lists every
+    setting, 4.3 against 0.3 ms, and a small file's ingest asks once or twice.
+    """
+    try:
+        return bool(con.execute("select current_setting('enable_optimizer')").fetchall()[0][0])
+    except duckdb.CatalogException:
+        return None
 
 
 # connections whose optimiser unoptimised() could not turn back on (an aborted transaction)
