@@ -103,6 +103,14 @@ def pytest_xdist_make_scheduler(config, log):
     return Scheduling(config, log)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _cache_dir(tmp_path_factory) -> None:
+    """tracelat's cache (the vega-embed bundle) in the worker's own folder, not the user's; the
+    CLI processes a test starts inherit it."""
+    if not os.environ.get("TRACELAT_CACHE_DIR"):
+        os.environ["TRACELAT_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+
+
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "t.duckdb"

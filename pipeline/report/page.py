@@ -20,6 +20,7 @@ from typing import Any
 import polars as pl
 
 from ..escape import html_text, script_json
+from .bundle import vega_bundle
 
 
 def generated_stamp() -> str:
@@ -87,15 +88,6 @@ EMBED_JS = """
   });
 })();
 """
-
-
-@functools.lru_cache(maxsize=1)
-def vega_bundle() -> str:
-    """The vega-embed JavaScript bundle for Altair's Vega-Lite version (cached: it takes seconds)."""
-    import vl_convert
-    from altair.utils._importers import vl_version_for_vl_convert
-
-    return vl_convert.javascript_bundle(vl_version=vl_version_for_vl_convert())
 
 
 def _script_hash(text: str) -> str:
