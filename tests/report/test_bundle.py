@@ -1,6 +1,10 @@
-"""The vega-embed bundle is built once per vl-convert and Vega-Lite version, then read from the cache."""
+"""The vega-embed bundle is built once per vl-convert and Vega-Lite version, then read from the
+cache; a cache that is not the user's alone is never read."""
 
 from __future__ import annotations
+
+import os
+import time
 
 import pytest
 import vl_convert
@@ -15,7 +19,7 @@ def built(monkeypatch, tmp_path) -> list[str]:
 
     def fake(vl_version: str) -> str:
         calls.append(vl_version)
-        return f"/* bundle for {vl_version} */ var vega = {{}};"
+        return f"/* bundle for {vl_version} */ var vega = {{}}; var s = `a\r\nb\rc`;"
 
     monkeypatch.setattr(vl_convert, "javascript_bundle", fake)
     monkeypatch.setenv("TRACELAT_CACHE_DIR", str(tmp_path / "cache"))
@@ -64,6 +68,69 @@ def test_a_cache_that_cannot_be_written_is_no_error(built, monkeypatch, tmp_path
     assert _again() and len(built) == 2
 
 
+EVIL = '/* tracelat vega-embed bundle */\nalert("planted")\n/* end */\n'
+
+
+def _cached_file(tmp_path):
+    bundle.vega_bundle()
+    (cached,) = (tmp_path / "cache").glob("vega-embed-*.js")
+    return cached
+
+
+def test_line_ends_come_back_as_they_were_built(built, tmp_path):
+    first = bundle.vega_bundle()
+    assert "\r\n" in first and _again() == first and len(built) == 1
+
+
+def test_a_file_others_may_write_is_not_read_and_is_replaced(built, tmp_path):
+    cached = _cached_file(tmp_path)
+    cached.write_text(EVIL)
+    cached.chmod(0o666)
+    assert "planted" not in _again() and len(built) == 2
+    assert "planted" not in cached.read_text() and cached.stat().st_mode & 0o077 == 0
+
+
+def test_a_link_in_the_cache_is_not_followed(built, tmp_path):
+    cached = _cached_file(tmp_path)
+    evil = tmp_path / "evil.js"
+    evil.write_text(EVIL)
+    evil.chmod(0o600)
+    cached.unlink()
+    cached.symlink_to(evil)
+    assert "planted" not in _again() and len(built) == 2
+    assert evil.read_text() == EVIL  # the link is replaced, its target left alone
+
+
+def test_a_folder_others_may_write_is_not_used(built, tmp_path):
+    cached = _cached_file(tmp_path)
+    cached.write_text(EVIL)
+    cached.chmod(0o600)
+    (tmp_path / "cache").chmod(0o777)
+    assert "planted" not in _again() and len(built) == 2
+    assert cached.read_text() == EVIL  # neither read nor written
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_a_file_of_another_user_is_not_read(built, tmp_path):
+    cached = _cached_file(tmp_path)
+    cached.write_text(EVIL)
+    cached.chmod(0o600)
+    os.chown(cached, 12345, -1)
+    assert "planted" not in _again() and len(built) == 2
+
+
+def test_a_killed_writers_old_temporary_file_is_removed(built, tmp_path):
+    folder = tmp_path / "cache"
+    folder.mkdir(mode=0o700)
+    old, fresh = folder / ".bundle-old.tmp", folder / ".bundle-new.tmp"
+    for p in (old, fresh):
+        p.write_text("half")
+    hour_ago = time.time() - 2 * 3600
+    os.utime(old, (hour_ago, hour_ago))
+    bundle.vega_bundle()
+    assert not old.exists() and fresh.exists()  # a fresh one may be another writer's
+
+
 def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.delenv("TRACELAT_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
@@ -71,3 +138,15 @@ def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert bundle.cache_dir() == tmp_path / "home" / ".cache" / "tracelat"
+
+
+def test_without_a_home_the_bundle_is_built(built, monkeypatch):
+    monkeypatch.delenv("TRACELAT_CACHE_DIR")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(bundle.Path, "home", staticmethod(no_home))
+    assert bundle.cache_dir() is None
+    assert bundle.vega_bundle().startswith("/* bundle for ") and len(built) == 1
