@@ -28,13 +28,6 @@ def test_registrations_and_temporary_tables_are_each_cursors_own():
     c.close()
 
 
-@pytest.fixture
-def own_scratch(monkeypatch):
-    """A scratch database of the test's own: a limit it sets ends with it (the process's comes back)."""
-    monkeypatch.setattr(store, "_SCRATCH", None)
-    monkeypatch.setattr(store, "_SCRATCH_LIMIT", None)
-
-
 def test_the_memory_limit_follows_the_environment_at_each_call(monkeypatch, own_scratch):
     default = duckdb.connect().execute("select current_setting('memory_limit')").fetchall()[0][0]
     monkeypatch.setenv("TRACELAT_MEMORY_LIMIT", "123MB")

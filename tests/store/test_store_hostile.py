@@ -91,9 +91,7 @@ def test_unwritable_outputs_are_errors_naming_the_path(tmp_path):
         assert code == 2 and "cannot write --junit /dev/full: No space left on device" in out, out
 
 
-def test_memory_limit_applies_to_every_connection(tmp_path, monkeypatch):
-    monkeypatch.setattr(store, "_SCRATCH", None)  # a scratch database of its own, gone with the test
-    monkeypatch.setattr(store, "_SCRATCH_LIMIT", None)
+def test_memory_limit_applies_to_every_connection(tmp_path, monkeypatch, own_scratch):
     monkeypatch.setenv("TRACELAT_MEMORY_LIMIT", "123MB")
     for con in (store.connect(tmp_path / "t.duckdb"), store.scratch()):
         limit = con.execute("select current_setting('memory_limit')").fetchone()[0]
