@@ -71,6 +71,32 @@ def test_repeats_within_a_new_runs_file_are_rejected(tmp_path, checks):
     assert checks == ["iteration", "request"]
 
 
+def test_a_key_spelled_two_ways_is_still_a_repeat(tmp_path, checks):
+    """Keys equal as numbers (0 and -0, 2 and 2.0) are one key for the pre-check, which counts
+    keys by their hash: were they two, the repeat would pass unchecked and be stored twice."""
+    f = tmp_path / "a.jsonl"
+    lines = [json.dumps(it(0)), json.dumps(it(2)), json.dumps(it(0)).replace('"iter": 0', '"iter": -0')]
+    lines.append(json.dumps(it(2)).replace('"iter": 2', '"iter": 2.0'))
+    f.write_text("\n".join(lines) + "\n")
+    con = store.connect(tmp_path / "s.duckdb")
+    (res,) = ingest(con, f)
+    assert (res.accepted, res.rejected) == (2, 2)
+    assert _rejects(con) == [
+        (3, "duplicate iter 0 in run a (first at line 1)"),
+        (4, "duplicate iter 2 in run a (first at line 2)"),
+    ]
+    assert checks == ["iteration"]
+
+
+def test_one_key_in_two_runs_is_no_repeat(tmp_path, checks):
+    f = tmp_path / "a.jsonl"
+    write(f, [it(0, run_id="r1"), it(0, run_id="r2"), req("x", 0.0) | {"run_id": "r1"}, req("x") | {"run_id": "r2"}])
+    con = store.connect(tmp_path / "s.duckdb")
+    (res,) = ingest(con, f)
+    assert (res.accepted, res.rejected) == (4, 0)
+    assert checks == ["stored"]
+
+
 def test_a_second_file_of_the_run_is_checked_against_the_stored_records(tmp_path, checks):
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     write(a, [it(0), req("x")])
