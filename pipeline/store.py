@@ -557,13 +557,41 @@ def arrow(result: duckdb.DuckDBPyConnection) -> Any:
     EXECUTE_ROWS_MAX rows (the files of a few hundred records that a nightly run reads by
     the hundred) and keep the relation above that, where the peak stays as it was.
 
-    DuckDB's warning about the copy is silenced here, for this call only (a filter set at
-    import would be dropped when the import happens inside a ``catch_warnings`` block, as in
-    pytest). Two threads here at once can at worst leave this one filter installed.
+    DuckDB warns about that copy; the choice is deliberate, so its one message is ignored
+    process-wide. The filter is added on each call, not once at import: a test runner's
+    ``catch_warnings`` drops filters set before it. Not ``catch_warnings`` here: it saves and
+    restores the whole filter list, so two threads inside it at once can undo each other's
+    filters (another thread's ``simplefilter("error")`` lost, or this one left behind anyway).
+    It is added only when not already first: each change of the list makes Python show again
+    the warnings it shows once per place.
     """
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "Arrow output on a DB-API result", UserWarning)
-        return result.to_arrow_table()
+    first = warnings.filters[0] if warnings.filters else None
+    if not (first and first[0] == "ignore" and first[2] is UserWarning and _is_arrow_copy(first[1])):
+        warnings.filterwarnings("ignore", _ARROW_COPY, UserWarning)
+    return result.to_arrow_table()
+
+
+def _is_arrow_copy(message: Any) -> bool:
+    return message is not None and getattr(message, "pattern", message) == _ARROW_COPY
+
+
+# the start of DuckDB's warning about an executed statement's rows turned into Arrow
+_ARROW_COPY = "Arrow output on a DB-API result"
+
+
+def unique_names(names: list[str]) -> list[str]:
+    """Column names made unique as DuckDB makes them for ``relation.pl()``: a name already
+    taken (case aside) becomes ``name_1``, ``name_2`` ..., the first of those that is free."""
+    taken: set[str] = set()
+    out = []
+    for name in names:
+        new, k = name, 0
+        while new.lower() in taken:
+            k += 1
+            new = f"{name}_{k}"
+        taken.add(new.lower())
+        out.append(new)
+    return out
 
 
 def frame(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None, *, rows: int) -> Any:
@@ -577,7 +605,11 @@ def frame(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None, 
         return con.sql(sql, params=params).pl()
     import polars as pl
 
-    return pl.from_arrow(arrow(con.execute(sql, params) if params else con.execute(sql)), rechunk=False)
+    table = arrow(con.execute(sql, params) if params else con.execute(sql))
+    names = unique_names(table.column_names)
+    if names != table.column_names:  # Polars refuses a name twice; the relation renames them
+        table = table.rename_columns(names)
+    return pl.from_arrow(table, rechunk=False)
 
 
 def scalar(con: duckdb.DuckDBPyConnection, sql: str, params=None):
