@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 from .. import store
 from ..errors import InputError
-from . import align, canonical, context, reader
+from . import align, canonical, companions, context, reader
 from .load import Batch, IngestResult, check_run_id_option, check_zone, default_run_id, ingest_file
 
 
@@ -267,12 +267,17 @@ def ingest_paths(
     results: list[IngestResult] = []
     files = expand(Path(p) for p in paths)
     overrides = align.parse_offsets(tuple(clock_offsets), [str(f) for f, _ in files]) if clock_offsets else {}
-    found = {path: _detected(path, fmt) for path, _ in files}
+    beside = {path: c for path, _ in files if (c := _companion(path)) is not None}
+    found = {path: _detected(path, fmt) for path, _ in files if path not in beside}
     this_command = {f.resolve() for f, _ in files}
     # names from the files that will be read: a skipped meta.yaml must not make meta.json's run longer
-    run_names = _distinct_run_names([f for f, _ in files if found[f][0] is not None]) if run_id is None else {}
+    run_names = _distinct_run_names([f for f in found if found[f][0] is not None]) if run_id is None else {}
     try:
         for path, in_dir in files:
+            if path in beside:  # written by the benchmark beside the records that are read
+                results.append(IngestResult(str(path), "?", status="skipped", note=companions.note(beside[path])))
+                results[-1].companion = True
+                continue
             ing, problem = found[path]
             if ing is None:
                 if not in_dir or fmt:
@@ -296,7 +301,19 @@ def ingest_paths(
             raise InputError(f"{exc} (the {len(done)} file(s) before it were ingested and kept: {kept})") from exc
         raise
     _post_ingest(con, results, overrides)
+    if results and all(r.companion for r in results):
+        raise InputError("nothing to ingest: " + "; ".join(f"{r.path}: {r.note}" for r in results))
     return results
+
+
+def _companion(path: Path) -> companions.Companion | None:
+    """The benchmark's companion file ``path`` is, if it is one (:mod:`.companions`)."""
+    if not any(path.name in c.names for c in companions.COMPANIONS):
+        return None
+    try:
+        return companions.companion(path, reader.head_text(path))
+    except InputError:  # unreadable: detection says what is wrong with it
+        return None
 
 
 def loaded_nothing(results: list[IngestResult]) -> list[IngestResult]:
@@ -304,7 +321,11 @@ def loaded_nothing(results: list[IngestResult]) -> list[IngestResult]:
     rejected, or no records in them.  A file whose content was ingested before (``unchanged``)
     loaded it then.  ``tracelat ingest`` and ``tracelat nightly`` both fail on these (exit 2):
     a file that looks like a trace and holds nothing usable must not pass unnoticed."""
-    return [r for r in results if r.status == "skipped" or (r.status != "unchanged" and not r.accepted)]
+    return [
+        r
+        for r in results
+        if not r.companion and (r.status == "skipped" or (r.status != "unchanged" and not r.accepted))
+    ]
 
 
 def why_nothing(r: IngestResult, rejects: str = "") -> str:

@@ -94,11 +94,14 @@ class IngestResult:
     stored_as: str = ""  # unchanged: the path its content was ingested from (maybe another name)
     held_runs: list[str] = field(default_factory=list)  # unchanged: the runs that ingest of it holds
     hint: str = ""  # skipped: what to do with the file instead (default: name its format)
+    companion: bool = False  # skipped: a file a benchmark writes beside its records (.companions)
 
     def line(self) -> str:
         path = str(self.path)
         if UNSAFE_IN_ID.search(path):  # a newline in a file's name would forge a line of output
             path = shown_id(path)
+        if self.companion:
+            return f"{path}: {self.note}"
         if self.status == "skipped":
             return f"{path}: skipped ({self.note}); {self.hint or 'name it with --format NAME to ingest it'}"
         if self.status == "unchanged":
