@@ -73,3 +73,9 @@ def report(
         echo(dumps(files))
     else:
         echo(f"report: {html} ({files['html_bytes'] / 1e6:.2f} MB), summary.json and summary.md next to it")
+    if calibrate_seeds:  # asked for: say when it could not be done, not only inside the page
+        import json
+
+        cal = json.loads(html.with_name("summary.json").read_text()).get("replay_calibration") or {}
+        if not cal.get("available"):
+            echo(f"warning: no replay calibration for this run: {cal.get('reason', 'not available')}", err=True)

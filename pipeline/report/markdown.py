@@ -34,7 +34,8 @@ def _fit_lines(s: dict[str, Any]) -> list[str]:
             f"MAPE {_n(fit.get('mape'), 2)}%"
         )
     else:
-        out.append("**Iteration-time model**: not available (run `tracelat fit`)")
+        why = "the run has no steps (iteration records)" if s.get("iterations") == 0 else "run `tracelat fit`"
+        out.append(f"**Iteration-time model**: not available ({why})")
     if isinstance(spikes, dict):
         out.append(
             "**Spikes**: "

@@ -25,6 +25,14 @@ from .markdown import summary_markdown
 from .page import Section, card, fmt, generated_stamp, kv_table, missing, page, table
 
 FIT_HINT = "not available (run `tracelat fit`)"
+NO_STEPS_HINT = "not available: the run has no steps (iteration records)"
+
+
+def fit_hint(s: dict[str, Any]) -> str:
+    """Why the run has no fit: none computed yet, or nothing to fit (``tracelat fit`` would not help)."""
+    return NO_STEPS_HINT if s.get("iterations") == 0 else FIT_HINT
+
+
 HEADLINE = tuple((m, metrics.BY_NAME[m].label) for m in metrics.HEADLINE)  # (metric, card label)
 
 
@@ -208,7 +216,7 @@ def _fit_section(con, run_id: str, s: dict[str, Any], max_points: int) -> Sectio
     if fit:
         sec.intro = _fit_numbers(fit)
     else:
-        sec.missing.append(f"model fit: {FIT_HINT}")
+        sec.missing.append(f"model fit: {fit_hint(s)}")
     if sc is None:
         sec.missing.append("not available: no iteration has context_tokens")
         return sec
@@ -238,35 +246,51 @@ def _distribution_section(con, run_id: str, s: dict[str, Any]) -> Section:
 
 def _tail_section(s: dict[str, Any]) -> Section:
     sec = Section("tail", "Tail attribution")
-    df = frames.tail_shares(s)
+    # without steps every part is "unattributed": a bar of 100% says less than the reason
+    df = None if s.get("iterations") == 0 else frames.tail_shares(s)
     if df is None:
-        sec.missing.append(f"tail attribution: {FIT_HINT}")
+        sec.missing.append(f"tail attribution: {fit_hint(s)}")
     else:
         sec.charts["tail"] = charts.spec(charts.tail_bars(df))
     return sec
 
 
-def _queue_section(con, run_id: str, max_points: int) -> Section:
+def _queue_section(con, run_id: str, max_points: int, gauges: Any) -> tuple[Section, bool]:
+    """From the steps; from the engine's gauges (``gauges``) when the steps carry none; and
+    whether it was from the gauges."""
     sec = Section("queue", "Queue depth, running requests and KV usage")
     q = frames.queue_series(con, run_id, max_points)
-    if q is None:
-        sec.missing.append("not available: iterations carry no running_reqs / waiting_reqs / kv_usage")
-    else:
+    if q is not None:
         sec.charts["queue"] = charts.spec(charts.queue(q.df, q.method))
-    return sec
+    elif gauges is not None:
+        sec.intro = "<p>From the engine's Prometheus gauges, one point per scrape: the steps carry none of these.</p>"
+        sec.charts["queue"] = charts.spec(charts.queue(gauges, "engine gauges per scrape"))
+        return sec, True
+    else:
+        sec.missing.append("not available: iterations carry no running_reqs / waiting_reqs / kv_usage")
+    return sec, False
 
 
-def _engine_metrics_section(con, run_id: str, s: dict[str, Any]) -> Section | None:
-    """Only for runs with Prometheus samples: the engine's own view next to the step timeline."""
-    from ..engine_metrics import format_lines, gauge_series
+def _gauges(con, run_id: str, s: dict[str, Any]):
+    """The engine's running/waiting/KV gauges over time (engine_metrics.gauge_series), or None."""
+    if not s.get("engine_metrics"):
+        return None
+    from ..engine_metrics import gauge_series
+
+    t0 = s.get("run_start_s")
+    return gauge_series(con, run_id, t0 if isinstance(t0, (int, float)) else None)
+
+
+def _engine_metrics_section(s: dict[str, Any], gauges: Any, charted: bool) -> Section | None:
+    """Only for runs with Prometheus samples: the engine's own view next to the step timeline
+    (``charted``: its gauges are already the queue section's chart)."""
+    from ..engine_metrics import format_lines
 
     if not s.get("engine_metrics"):
         return None
     sec = Section("engine", "Engine metrics (Prometheus scrapes)")
-    t0 = s.get("run_start_s")
-    df = gauge_series(con, run_id, t0 if isinstance(t0, (int, float)) else None)
-    if df is not None:
-        sec.charts["engine"] = charts.spec(charts.queue(df, "engine gauges per scrape"))
+    if gauges is not None and not charted:
+        sec.charts["engine"] = charts.spec(charts.queue(gauges, "engine gauges per scrape"))
     lines = format_lines(s)[1:]
     sec.body = "<ul>" + "".join(f"<li>{html_text(x.strip())}</li>" for x in lines) + "</ul>"
     return sec
@@ -320,14 +344,16 @@ def build_sections(
     """Every section of the run report, in page order."""
     from .calibration import calibration_section
 
+    gauges = _gauges(con, run_id, s)
+    queue, from_gauges = _queue_section(con, run_id, max_points, gauges)
     sections = [
         _audit_section(audit),
         _timeline_section(con, run_id, s, max_points),
         _fit_section(con, run_id, s, max_points),
         _distribution_section(con, run_id, s),
         _tail_section(s),
-        _queue_section(con, run_id, max_points),
-        _engine_metrics_section(con, run_id, s),
+        queue,
+        _engine_metrics_section(s, gauges, charted=from_gauges),
         calibration_section(s.get("replay_calibration")),
         _top_section(con, run_id),
         _run_section(s),

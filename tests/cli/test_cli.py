@@ -159,3 +159,17 @@ def test_a_workload_trace_is_skipped_with_what_it_is_for(tmp_path):
     assert f"replay a run on it with `tracelat replay RUN --workload '{d / 'trace.jsonl'}'`" in out, out
     assert "notes.csv: skipped (no known format); name it with --format NAME" in out
     assert "tiny.jsonl [jsonl]" in out
+
+
+def test_report_says_when_the_calibration_asked_for_cannot_be_done(tmp_path):
+    """A run without steps cannot be replayed: `report --calibrate` still writes the page (exit
+    0) and says why on stderr, not only inside the HTML."""
+    db, lss = str(tmp_path / "c.duckdb"), TINY.parents[1] / "llmservingsim"
+    r = run("ingest", str(lss / "meta.json"), str(lss / "timeseries.csv"), "--run-id", "lss", "--db", db)
+    assert r.returncode == 0, r.stderr
+    r = run("report", "lss", "--db", db, "--out", str(tmp_path / "r"), "--calibrate", "1")
+    assert r.returncode == 0, r.stderr
+    assert "warning: no replay calibration for this run: run 'lss' has no steps" in r.stderr
+    assert run("ingest", str(TINY), "--db", db).returncode == 0
+    r = run("report", "tiny", "--db", db, "--out", str(tmp_path / "t"))
+    assert r.returncode == 0 and "calibration" not in r.stderr  # not asked for: nothing said

@@ -88,6 +88,11 @@ def test_requests_only_run(tmp_path, db_path):
     assert sorted(specs) == ["cdf_tpot_ms", "cdf_ttft_ms"]
     assert "not available: the run has no iteration records" in own
     assert "ITL (ms): not available (no token times in this run)" in own
+    # `tracelat fit` finds nothing to fit on such a run: the page says why instead of sending them there
+    assert "model fit: not available: the run has no steps (iteration records)" in own
+    assert "tracelat fit" not in own
+    md = (tmp_path / "r" / "summary.md").read_text()
+    assert "not available (the run has no steps (iteration records))" in md and "tracelat fit" not in md
 
 
 def test_hostile_strings_are_escaped(hostile_run, tmp_path):
