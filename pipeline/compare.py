@@ -17,7 +17,8 @@ For each metric (TTFT, TPOT, ITL, E2E, queueing, iteration time) and statistic
   ``BlockRule.min_tail`` values beyond it in either run (p99.9 of under 10,000 requests) gets
   no CI and the verdict ``no verdict``;
 * ``regression`` when ``rel > threshold`` and the CI of ``delta`` lies above 0;
-  ``improvement`` symmetrically; otherwise ``no significant change``.
+  ``improvement`` symmetrically; ``below threshold`` when the CI excludes 0 but the change is
+  no larger than the threshold; otherwise ``no significant change``.
 
 Mann-Whitney U (scipy, two-sided, asymptotic) compares whole distributions;
 ``prob_cand_greater`` = U / (n_base n_cand) is the chance that a random candidate
@@ -198,12 +199,21 @@ def _verdict(rel: float | None, lo: float | None, hi: float | None, threshold: f
     if lo is None or hi is None:
         return "no significant change"
     if rel is None:  # from a level of 0 (no queueing before): no relative size, a significant growth counts
-        return "regression" if lo > 0 else "no significant change"
+        return "regression" if lo > 0 else below_threshold("no significant change", lo, hi)
     if rel > threshold and lo > 0:
         return "regression"
     if rel < -threshold and hi < 0:
         return "improvement"
-    return "no significant change"
+    return below_threshold("no significant change", lo, hi)
+
+
+def below_threshold(verdict: str, lo: float | None, hi: float | None) -> str:
+    """``verdict``, or "below threshold" for a change its CI supports (the CI of the difference
+    excludes 0) that is no larger than the threshold: real, and smaller than the user cares about.
+    Calling it "no significant change" said something false about a significant +3%."""
+    if verdict == "no significant change" and lo is not None and hi is not None and (lo > 0 or hi < 0):
+        return "below threshold"
+    return verdict
 
 
 def delta(
@@ -340,6 +350,7 @@ def _rate_delta(name: str, vb: float, vc: float, half: float, threshold: float) 
         verdict = "regression"
     elif rel is not None and rel > threshold and d - half > 0:
         verdict = "improvement"
+    verdict = below_threshold(verdict, d - half, d + half)
     return Delta(
         "throughput",
         name,
@@ -421,7 +432,55 @@ def compare(
     elif fb is not None or fc is not None:
         out.skipped["failed_share"] = f"only the {'baseline' if fb is not None else 'candidate'} has requests"
     _check_overlap(out)
+    out.warnings.extend(setup_differences(base_con, base_run, cand_con, cand_run))
     return out
+
+
+# What makes two runs two setups rather than two runs of one: a comparison across them
+# measures every difference at once (the model, the GPU and the batch limit all changed).
+SETUP_COLUMNS = ("engine", "model", "gpu", "num_gpus", "dtype", "kv_dtype")
+SETUP_META = (
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+    "enable_chunked_prefill",
+    "enable_prefix_caching",
+)
+
+
+def _setup(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
+    import json
+
+    rows = con.execute(f"select {', '.join(SETUP_COLUMNS)}, meta from runs where run_id = $r", {"r": run_id}).fetchall()
+    if not rows:
+        return {}
+    row = rows[0]
+    out = dict(zip(SETUP_COLUMNS, row[:-1]))
+    try:
+        meta = json.loads(row[-1]) if row[-1] else {}
+    except ValueError:
+        meta = {}
+    if isinstance(meta, dict):
+        out.update((k, meta.get(k)) for k in SETUP_META)
+    return {k: v for k, v in out.items() if v is not None and not isinstance(v, (dict, list))}
+
+
+def setup_differences(
+    base_con: duckdb.DuckDBPyConnection, base_run: str, cand_con: duckdb.DuckDBPyConnection, cand_run: str
+) -> list[str]:
+    """One warning naming the run facts (SETUP_COLUMNS, SETUP_META) both runs state and state
+    differently; none when they agree or one of them does not say."""
+    b, c = _setup(base_con, base_run), _setup(cand_con, cand_run)
+    differ = [k for k in (*SETUP_COLUMNS, *SETUP_META) if k in b and k in c and b[k] != c[k]]
+    if not differ:
+        return []
+    shown = "; ".join(f"{k} {str(b[k])[:80]} (baseline) vs {str(c[k])[:80]}" for k in differ)
+    return [
+        f"the runs are of different setups ({shown}): every change below is that of the whole setup, "
+        "not of one of these alone"
+    ]
 
 
 def _failures(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[int, int] | None:
@@ -457,6 +516,7 @@ def failed_share_delta(b: tuple[int, int], c: tuple[int, int], threshold: float,
         verdict = "regression"
     elif hi < 0 and rel is not None and rel < -threshold:
         verdict = "improvement"
+    verdict = below_threshold(verdict, lo, hi)
     rel_lo, rel_hi = (lo / pb, hi / pb) if pb > 0 else (None, None)
     return Delta("requests", "failed_share", pb, pc, d, rel, lo, hi, rel_lo, rel_hi, verdict)
 

@@ -273,8 +273,8 @@ def compare_deltas(df: pl.DataFrame, threshold: float) -> alt.LayerChart:
     """Relative change per metric/statistic with its bootstrap CI (``label, rel, rel_lo, rel_hi, verdict``)."""
     base = alt.Chart(_data(df)).encode(y=alt.Y("label:N", title=None, sort=None))
     colors = alt.Scale(
-        domain=["regression", "improvement", "no significant change", "no verdict"],
-        range=["#e45756", "#54a24b", "#9d9d9d", "#d0d0d0"],
+        domain=["regression", "improvement", "below threshold", "no significant change", "no verdict"],
+        range=["#e45756", "#54a24b", "#b279a2", "#9d9d9d", "#d0d0d0"],
     )
     bars = base.mark_errorbar(ticks=True).encode(
         x=alt.X("rel_lo:Q", axis=alt.Axis(format="%"), title="candidate vs baseline (relative change, CI)"),

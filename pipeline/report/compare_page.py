@@ -16,7 +16,13 @@ from ..escape import html_text, md_text
 from .render import name_digest, safe_name
 from .page import Section, card, page, table
 
-ICON = {"regression": "\u274c", "improvement": "\u2705", "no significant change": "", "no verdict": ""}
+ICON = {
+    "regression": "\u274c",
+    "improvement": "\u2705",
+    "below threshold": "",
+    "no significant change": "",
+    "no verdict": "",
+}
 
 
 def default_out_dir(base_run: str, cand_run: str) -> Path:
@@ -114,6 +120,8 @@ def write_comparison(
         + card("bootstrap resamples", f"{comp.resamples:,}")
         + "</div>"
     )
+    if comp.warnings:
+        header += '<ul class="warnings">' + "".join(f"<li>{html_text(w, 600)}</li>" for w in comp.warnings) + "</ul>"
     deltas = Section(
         "deltas", "Every headline statistic", body=table(delta_frame(comp), left=("metric", "stat", "verdict"))
     )

@@ -36,7 +36,14 @@ def test_ci_covers_and_verdicts():
     assert fast.verdict == "improvement" and fast.rel == pytest.approx(-0.3)
     # a 3% slowdown is real but under a 5% threshold
     small = _compare(a, a * 1.03, "p50", 0.95, rng)
-    assert small.verdict == "no significant change"
+    assert small.ci_low < 0 and small.verdict == "no significant change"
+    # on 200k values the same 3% is certain: a real change, under the threshold, said as such
+    big = rng.gamma(2, 10, 200_000)
+    for factor, side in ((1.03, "ci_low"), (0.97, "ci_high")):
+        sure = _compare(big, big * factor, "mean", 0.95, rng)
+        assert abs(sure.rel) < 0.05 and sure.verdict == "below threshold"
+        assert (getattr(sure, side) > 0) if factor > 1 else (getattr(sure, side) < 0)
+        assert not sure.flagged
     # p99.9 of 2000 values has 2 beyond it: reported, without an interval or a verdict
     thin = _compare(a, a * 1.3, "p999", 0.95, rng)
     assert thin.rel == pytest.approx(0.3) and thin.ci_low is None and thin.verdict == "no verdict"

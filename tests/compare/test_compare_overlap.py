@@ -63,3 +63,32 @@ def test_runs_columns_stay_apart(tmp_path):
     ]
     assert header.split() == ["run_id", "engine", "model", "requests", "iterations", "duration_s"]
     assert header.index("model") == row.index("meta-llama")  # aligned under its header
+
+
+def test_runs_of_different_setups_are_named(tmp_path):
+    """A comparison across models, GPUs or batch limits measures all of them at once: say which
+    differ (in the terminal, the JSON and the page), and nothing when the setups agree or a run
+    does not state a fact."""
+    db = tmp_path / "t.duckdb"
+    setups = {
+        "base": {"model": "llama-8b", "gpu": "RTX 4090", "meta": {"max_num_seqs": 256}},
+        "same": {"model": "llama-8b", "gpu": "RTX 4090", "meta": {"max_num_seqs": 256}},
+        "other": {"model": "qwen-32b<b>", "gpu": "RTX 4090", "meta": {"max_num_seqs": 128}},
+        "unsaid": {"meta": {}},
+    }
+    for i, (name, facts) in enumerate(setups.items()):
+        lines = run_lines(name, 1.0, i + 1, n_req=60, n_iter=100)
+        lines[0].update(facts)
+        assert cli("ingest", write(tmp_path / f"{name}.jsonl", lines), "--db", db)[0] == 0
+    args = ("--db", db, "--resamples", "100", "--json")
+    code, out, err = cli("compare", "base", "other", "--out", tmp_path / "c1", *args)
+    assert code in (0, 1), err
+    (warning,) = [w for w in json.loads(out)["warnings"] if "different setups" in w]
+    assert "model llama-8b (baseline) vs qwen-32b<b>" in warning and "max_num_seqs 256 (baseline) vs 128" in warning
+    assert "gpu" not in warning  # the same on both
+    assert f"warning: {warning}" in err
+    page = (tmp_path / "c1" / "index.html").read_text()
+    assert "qwen-32b&lt;b&gt;" in page and "qwen-32b<b>" not in page
+    for cand in ("same", "unsaid"):
+        code, out, err = cli("compare", "base", cand, "--out", tmp_path / cand, *args)
+        assert code in (0, 1) and not any("different setups" in w for w in json.loads(out)["warnings"]), err
