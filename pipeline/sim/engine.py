@@ -216,7 +216,8 @@ def check_fits(workload: Workload, policy: Policy) -> None:
             else ""
         )
         raise InputError(
-            f"request {str(workload.ids()[worst])!r} needs {int(need[worst])} KV tokens (prompt + output - 1) but "
+            f"request {str(workload.ids()[worst])!r}{workload.where(worst)} needs {int(need[worst])} KV tokens "
+            "(prompt + output - 1) but "
             f"kv_capacity_tokens is {policy.kv_capacity_tokens}{blocks}. Raise --kv-capacity-tokens or shorten "
             "the request."
         )

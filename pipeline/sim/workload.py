@@ -59,6 +59,9 @@ class Workload:
     hash_offsets: np.ndarray | None = None
     hash_values: np.ndarray | None = None
     hash_block_tokens: int = MOONCAKE_BLOCK_TOKENS
+    # where each request was read (workload_from_file): the file, and each request's line in it
+    source: str | None = None
+    source_lines: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         t = np.ascontiguousarray(self.t_arrival, dtype=np.float64)
@@ -114,7 +117,15 @@ class Workload:
             off,
             None if off is None else self.hash_values[: off[-1]],
             self.hash_block_tokens,
+            self.source,
+            None if self.source_lines is None else self.source_lines[:n],
         )
+
+    def where(self, i: int) -> str:
+        """`` (FILE line N)`` for request ``i`` when the workload was read from a file, else ""."""
+        if self.source is None or self.source_lines is None:
+            return ""
+        return f" ({self.source} line {int(self.source_lines[i])})"
 
     def __len__(self) -> int:
         return len(self.t_arrival)
@@ -421,7 +432,8 @@ def workload_from_file(path) -> Workload:
             )
         cached = c.astype(np.int64)[order]
     off, vals, block = _hashes(df, order, prompt, path, first_line)
-    return Workload(t[order], prompt[order], output[order], ids[order], cached, off, vals, block)
+    lines = (first_line + order).astype(np.int64)
+    return Workload(t[order], prompt[order], output[order], ids[order], cached, off, vals, block, str(path), lines)
 
 
 def _hashes(df, order: np.ndarray, prompt: np.ndarray, path: Path, first_line: int):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import re
 
 import numpy as np
 import pytest
@@ -114,3 +115,23 @@ def test_bad_files_say_where_and_how_to_fix(tmp_path, text, suffix, match):
 def test_missing_file(tmp_path):
     with pytest.raises(InputError, match="no such file"):
         workload_from_file(tmp_path / "nope.csv")
+
+
+def test_a_request_too_big_for_the_cache_is_named_by_its_line(tmp_path):
+    """The error names the file and the line of a request that cannot fit (rows are sorted by
+    arrival: here the third line holds the second arrival)."""
+    from pipeline.sim.engine import check_fits
+    from pipeline.sim.config import Policy
+
+    f = tmp_path / "trace.jsonl"
+    f.write_text(
+        '{"timestamp": 0, "input_length": 10, "output_length": 5}\n'
+        '{"timestamp": 900, "input_length": 10, "output_length": 5}\n'
+        '{"timestamp": 500, "input_length": 120633, "output_length": 5}\n'
+    )
+    w = workload_from_file(f)
+    assert list(w.source_lines) == [1, 3, 2] and w.head(2).where(1) == f" ({f} line 3)"
+    # its id is its row's index (0-based), which said nothing about where to look
+    with pytest.raises(InputError, match=re.escape(f"request '2' ({f} line 3) needs 120637 KV tokens")):
+        check_fits(w, Policy(max_num_seqs=4, max_num_batched_tokens=256, kv_capacity_tokens=4096))
+    assert Workload(w.t_arrival, w.prompt_tokens, w.output_tokens).where(0) == ""  # not from a file
