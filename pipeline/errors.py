@@ -17,6 +17,14 @@ class InputError(TracelatError):
     """A file or argument cannot be used as given."""
 
 
+class UnknownFormat(InputError):
+    """No ingestor recognises the file ``path``."""
+
+    def __init__(self, message: str, path: object = None):
+        super().__init__(message)
+        self.path = path
+
+
 class StoreError(TracelatError):
     """The DuckDB store cannot be opened or is in a bad state."""
 

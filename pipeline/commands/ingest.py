@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ..errors import UnknownFormat
 from ..terminal import clean, echo
 from .options import db_option, dumps, json_option
 
@@ -92,20 +93,24 @@ def ingest(
     kwargs = dict(
         fmt=fmt, run_id=run_id, replace=replace, progress_for=progress_for, clock_offsets=clock_offsets, tz=tz
     )
-    if lake is not None:
-        from ..lake_ingest import ingest_to_lake
+    try:
+        if lake is not None:
+            from ..lake_ingest import ingest_to_lake
 
-        results, _, con = ingest_to_lake(lake, paths, **kwargs)
-    else:
-        con = store.connect(db)
-        try:
-            results = ing.ingest_paths(con, paths, **kwargs)
-            store.build_derived(con)
-        except BaseException:
-            # an error's traceback keeps this frame, and with it the store open, alive: a
-            # caller in the same process (tests, the fuzzer) could not open the store again
-            con.close()
-            raise
+            results, _, con = ingest_to_lake(lake, paths, **kwargs)
+        else:
+            con = store.connect(db)
+            try:
+                results = ing.ingest_paths(con, paths, **kwargs)
+                store.build_derived(con)
+            except BaseException:
+                # an error's traceback keeps this frame, and with it the store open, alive: a
+                # caller in the same process (tests, the fuzzer) could not open the store again
+                con.close()
+                raise
+    except UnknownFormat as exc:
+        _workload_instead(exc)
+        raise
     _name_workloads(results)
     from ..ingest.align import describe
 
@@ -164,6 +169,20 @@ def _formats_help() -> str:
 
 
 ingest.help = inspect.cleandoc(ingest.help or "") + "\n\n\b\nFormats (--format NAME):\n" + _formats_help()
+
+
+def _workload_instead(exc: UnknownFormat) -> None:
+    """A workload trace named on its own (Mooncake, Azure) is no format either: say what it is for."""
+    import shlex
+
+    from ..sim.workload import looks_like_workload
+
+    if exc.path is not None and looks_like_workload(Path(exc.path)):
+        raise UnknownFormat(
+            f"{exc.path}: a workload trace (arrivals and sizes, no latencies to analyse), not a format to "
+            f"ingest; replay a run on it with `tracelat replay RUN --workload {shlex.quote(str(exc.path))}`",
+            exc.path,
+        ) from exc
 
 
 def _name_workloads(results) -> None:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import duckdb
 
 from .. import store
-from ..errors import InputError
+from ..errors import InputError, UnknownFormat
 from . import align, canonical, companions, context, reader
 from .load import Batch, IngestResult, check_run_id_option, check_zone, default_run_id, ingest_file
 
@@ -83,9 +83,10 @@ def detect(path: Path) -> Ingestor:
     damage = reader.head_damage(path)
     if damage is not None:
         raise InputError(damage)
-    raise InputError(
+    raise UnknownFormat(
         f"{path}: unknown format; known formats: {', '.join(INGESTORS)}. "
-        "Pass --format NAME to choose one (see `tracelat ingest --help`)"
+        "Pass --format NAME to choose one (see `tracelat ingest --help`)",
+        path,
     )
 
 

@@ -159,6 +159,12 @@ def test_a_workload_trace_is_skipped_with_what_it_is_for(tmp_path):
     assert f"replay a run on it with `tracelat replay RUN --workload '{d / 'trace.jsonl'}'`" in out, out
     assert "notes.csv: skipped (no known format); name it with --format NAME" in out
     assert "tiny.jsonl [jsonl]" in out
+    # named on its own, the same trace is an error that says the same, not "unknown format"
+    code, out = run_captured("ingest", d / "trace.jsonl", "--db", tmp_path / "w2.duckdb")
+    assert code == 2 and "a workload trace (arrivals and sizes" in out and "unknown format" not in out, out
+    assert f"tracelat replay RUN --workload '{d / 'trace.jsonl'}'" in out
+    code, out = run_captured("ingest", d / "notes.csv", "--db", tmp_path / "w2.duckdb")
+    assert code == 2 and "notes.csv: unknown format; known formats:" in out, out
 
 
 def test_report_says_when_the_calibration_asked_for_cannot_be_done(tmp_path):
