@@ -251,6 +251,8 @@ class Comparison:
         cal = self.calibration
         m = cal.model
         head = "replayed" if self.mode == "validation" else "what-if"
+        # against the recorded run a what-if is a change it predicts, not an error of the model
+        diff = "error" if self.mode == "validation" else "change"
         changes = {**{k: w[k] for k, w in cal.whatif.items()}, **cal.policy_changes()}
         change = ", ".join(f"{k}={v}" for k, v in changes.items()) or "recorded policy"
         if cal.workload_source:
@@ -276,7 +278,7 @@ class Comparison:
             *self._prefix_line(),
             "",
             # a space always between columns: a what-if far from the run (+402942.5%) stays readable
-            f"{'metric':<24}{'observed':>11} {head:>10} {'error':>8}{'seed range':>22}",
+            f"{'metric':<24}{'observed':>11} {head:>10} {diff:>8}{'seed range':>22}",
         ]
         for r in self.rows():
             name = f"{r['metric']} {r['stat']}" if r["metric"] != "throughput" else r["stat"]

@@ -84,6 +84,8 @@ def test_text_table_keeps_columns_apart_far_from_the_run(db, tmp_path):
     res = CliRunner().invoke(cli, ["replay", "cpu", "--db", str(path), "--seeds", "1", "--workload", str(fast)])
     assert res.exit_code == 0, res.output
     _, stats = _replay(path, "--workload", str(fast))
+    # a what-if is no model error: its column says "change"
+    assert "observed    what-if   change" in res.output and "   error" not in res.output, res.output
     table = res.output.split("seed range\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert len(table) == len(stats)
     errors = []
