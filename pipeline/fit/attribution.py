@@ -177,6 +177,29 @@ def _coverage(con, run_id: str, t_from: float, t_to: float) -> list[str]:
     return notes
 
 
+def _without_steps(con, params: dict) -> list[str]:
+    """For a run without steps (every part unattributed): say so first, and what the requests'
+    own timestamps show, the wait for a batch in the tail and median groups."""
+    if store.scalar(con, "select count(*) from iterations where run_id = $r", {"r": params["run_id"]}):
+        return []
+    notes = [
+        "the run has no steps (iteration records), which every part but unattributed needs: ingest the "
+        "server's per-step log with --run-id of this run"
+    ]
+    if params["metric"] == "tpot":
+        return notes
+    row = store.rows(con, "fit/tail_waiting", params)[0]
+    tail_q, tail_v, med_q, med_v = row
+    if tail_q is not None and tail_v and med_v:
+        name = params["metric"].upper()
+        notes.append(
+            f"from the timestamps alone: the wait for a batch (t_scheduled - t_arrival) is {tail_q / tail_v:.1%} of "
+            f"the tail group's mean {name} ({tail_q:,.1f} of {tail_v:,.1f} ms) and {med_q / med_v:.1%} of the "
+            f"median group's ({med_q:,.1f} of {med_v:,.1f} ms)"
+        )
+    return notes
+
+
 def explain(
     con: duckdb.DuckDBPyConnection,
     run_id: str,
@@ -245,6 +268,7 @@ def explain(
     out["top_iterations"] = store.select(con, "fit/tail_iterations", params).to_dicts()
     out["top_requests"] = _top_requests(con, run_id, metric, t_from, t_to, limit)
     notes = _coverage(con, run_id, t_from, t_to)
+    notes += _without_steps(con, params)
     if first["n_tail"] < 5:
         k = first["n_tail"]
         notes.append(f"the tail group holds only {k} request{'' if k == 1 else 's'}: shares are noisy")
