@@ -199,7 +199,7 @@ def _verdict(rel: float | None, lo: float | None, hi: float | None, threshold: f
     if lo is None or hi is None:
         return "no significant change"
     if rel is None:  # from a level of 0 (no queueing before): no relative size, a significant growth counts
-        return "regression" if lo > 0 else below_threshold("no significant change", lo, hi)
+        return "regression" if lo > 0 else "no significant change"
     if rel > threshold and lo > 0:
         return "regression"
     if rel < -threshold and hi < 0:
@@ -350,7 +350,8 @@ def _rate_delta(name: str, vb: float, vc: float, half: float, threshold: float) 
         verdict = "regression"
     elif rel is not None and rel > threshold and d - half > 0:
         verdict = "improvement"
-    verdict = below_threshold(verdict, d - half, d + half)
+    if rel is not None:  # from 0 a rise has no relative size to set against the threshold
+        verdict = below_threshold(verdict, d - half, d + half)
     return Delta(
         "throughput",
         name,
@@ -436,44 +437,74 @@ def compare(
     return out
 
 
-# What makes two runs two setups rather than two runs of one: a comparison across them
-# measures every difference at once (the model, the GPU and the batch limit all changed).
-SETUP_COLUMNS = ("engine", "model", "gpu", "num_gpus", "dtype", "kv_dtype")
-SETUP_META = (
+# A run's configuration: what the served system was, never a measured result. Two runs that
+# differ in it are two setups, and a comparison across them measures every difference at once;
+# nightly's ``config`` label digests the same keys. Run columns: the engine, model, GPUs and
+# data types.
+CONFIG_RUN_KEYS = ("engine", "model", "gpu", "num_gpus", "dtype", "kv_dtype")
+# Keys of the run's ``meta``: scheduler and KV-cache settings as the ingestors record them (vLLM's
+# start-up arguments and KV-cache size, TensorRT-LLM's limits, the simulator's Policy and its
+# iteration-time and noise models).  Everything else in ``meta`` is left out: workload results
+# (duration, token means), the benchmark's own summary, clock origins, timestamp details,
+# descriptions of the input format, and workload settings (the load is not the engine's config).
+CONFIG_META_KEYS = (
     "max_num_seqs",
     "max_num_batched_tokens",
-    "tensor_parallel_size",
-    "pipeline_parallel_size",
-    "data_parallel_size",
-    "enable_chunked_prefill",
+    "max_model_len",
+    "chunked_prefill",
+    "prefix_caching",
     "enable_prefix_caching",
+    "admit_full_prompt",
+    "scheduler_reserve_full_isl",
+    "tensor_parallel_size",
+    "gpu_memory_utilization",
+    "kv_cache_memory_bytes",
+    "kv_block_size",
+    "num_gpu_blocks",
+    "kv_cache_tokens",
+    "kv_capacity_tokens",
+    "dp_engines",
+    "iteration_model",
+    "noise",
 )
 
 
 def _setup(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
     import json
 
-    rows = con.execute(f"select {', '.join(SETUP_COLUMNS)}, meta from runs where run_id = $r", {"r": run_id}).fetchall()
+    rows = con.execute(
+        f"select {', '.join(CONFIG_RUN_KEYS)}, meta from runs where run_id = $r", {"r": run_id}
+    ).fetchall()
     if not rows:
         return {}
     row = rows[0]
-    out = dict(zip(SETUP_COLUMNS, row[:-1]))
+    out = dict(zip(CONFIG_RUN_KEYS, row[:-1]))
     try:
         meta = json.loads(row[-1]) if row[-1] else {}
     except ValueError:
         meta = {}
     if isinstance(meta, dict):
-        out.update((k, meta.get(k)) for k in SETUP_META)
+        out.update((k, meta.get(k)) for k in CONFIG_META_KEYS)
     return {k: v for k, v in out.items() if v is not None and not isinstance(v, (dict, list))}
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two stated facts agree: numbers by value (256 and 256.0; bools are not numbers),
+    anything else by its text, case aside (256 and "256", True and "true")."""
+    num = (int, float)
+    if isinstance(a, num) and isinstance(b, num) and not isinstance(a, bool) and not isinstance(b, bool):
+        return a == b
+    return str(a).strip().lower() == str(b).strip().lower()
 
 
 def setup_differences(
     base_con: duckdb.DuckDBPyConnection, base_run: str, cand_con: duckdb.DuckDBPyConnection, cand_run: str
 ) -> list[str]:
-    """One warning naming the run facts (SETUP_COLUMNS, SETUP_META) both runs state and state
-    differently; none when they agree or one of them does not say."""
+    """One warning naming the configuration facts (CONFIG_RUN_KEYS, CONFIG_META_KEYS; objects
+    such as the simulator's models aside) both runs state and state differently; none when they
+    agree or one of them does not say."""
     b, c = _setup(base_con, base_run), _setup(cand_con, cand_run)
-    differ = [k for k in (*SETUP_COLUMNS, *SETUP_META) if k in b and k in c and b[k] != c[k]]
+    differ = [k for k in (*CONFIG_RUN_KEYS, *CONFIG_META_KEYS) if k in b and k in c and not _same(b[k], c[k])]
     if not differ:
         return []
     shown = "; ".join(f"{k} {str(b[k])[:80]} (baseline) vs {str(c[k])[:80]}" for k in differ)

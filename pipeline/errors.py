@@ -18,11 +18,11 @@ class InputError(TracelatError):
 
 
 class UnknownFormat(InputError):
-    """No ingestor recognises the file ``path``."""
+    """No ingestor recognises the file ``path``; ``after``: what the command did before it."""
 
-    def __init__(self, message: str, path: object = None):
-        super().__init__(message)
-        self.path = path
+    def __init__(self, message: str, path: object = None, after: str = ""):
+        super().__init__(message + (f" ({after})" if after else ""))
+        self.path, self.after = path, after
 
 
 class StoreError(TracelatError):

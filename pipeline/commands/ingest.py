@@ -182,19 +182,20 @@ def _workload_instead(exc: UnknownFormat) -> None:
             f"{exc.path}: a workload trace (arrivals and sizes, no latencies to analyse), not a format to "
             f"ingest; replay a run on it with `tracelat replay RUN --workload {shlex.quote(str(exc.path))}`",
             exc.path,
+            exc.after,
         ) from exc
 
 
 def _name_workloads(results) -> None:
     """A skipped file that is a workload trace (Mooncake, Azure: arrivals and sizes, no latencies)
     is no format to name: say what it is for instead."""
-    if not any(r.status == "skipped" for r in results):
+    if not any(r.status == "skipped" and not r.companion for r in results):
         return  # the simulator's module (NumPy) stays out of every other ingest's start
     import shlex
 
     from ..sim.workload import looks_like_workload
 
     for r in results:
-        if r.status == "skipped" and looks_like_workload(Path(r.path)):
+        if r.status == "skipped" and not r.companion and looks_like_workload(Path(r.path)):
             r.note = "a workload trace: arrivals and sizes, no latencies to analyse"
             r.hint = f"replay a run on it with `tracelat replay RUN --workload {shlex.quote(r.path)}`"

@@ -299,7 +299,10 @@ def ingest_paths(
         _post_ingest(con, done, {p: o for p, o in overrides.items() if p in {r.path for r in results}})
         if done:
             kept = ", ".join(r.path for r in done[:5]) + (" ..." if len(done) > 5 else "")
-            raise InputError(f"{exc} (the {len(done)} file(s) before it were ingested and kept: {kept})") from exc
+            after = f"the {len(done)} file(s) before it were ingested and kept: {kept}"
+            if isinstance(exc, UnknownFormat):  # what the file is can still be said (commands.ingest)
+                raise UnknownFormat(str(exc), exc.path, after) from exc
+            raise InputError(f"{exc} ({after})") from exc
         raise
     _post_ingest(con, results, overrides)
     if results and all(r.companion for r in results):

@@ -32,6 +32,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
+from ..compare import CONFIG_META_KEYS, CONFIG_RUN_KEYS
 from ..errors import InputError, StoreError
 from ..store import transaction
 from .stats import Stat
@@ -238,36 +239,6 @@ class History:
             "select h.run_id, h.seq, h.night::varchar as night, h.metric, h.value, h.ci_low, h.ci_high "
             "from nightly_history h order by h.night, h.seq, h.metric"
         ).pl()
-
-
-# What the ``config`` label digests: the served system's configuration, never a measured result.
-# Run columns: the engine, model, GPUs and data types.
-CONFIG_RUN_KEYS = ("engine", "model", "gpu", "num_gpus", "dtype", "kv_dtype")
-# Keys of the run's ``meta``: scheduler and KV-cache settings as the ingestors record them (vLLM's
-# start-up arguments and KV-cache size, TensorRT-LLM's limits, the simulator's Policy and its
-# iteration-time and noise models).  Everything else in ``meta`` is left out: workload results
-# (duration, token means), the benchmark's own summary, clock origins, timestamp details,
-# descriptions of the input format, and workload settings (the load is not the engine's config).
-CONFIG_META_KEYS = (
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "max_model_len",
-    "chunked_prefill",
-    "prefix_caching",
-    "enable_prefix_caching",
-    "admit_full_prompt",
-    "scheduler_reserve_full_isl",
-    "tensor_parallel_size",
-    "gpu_memory_utilization",
-    "kv_cache_memory_bytes",
-    "kv_block_size",
-    "num_gpu_blocks",
-    "kv_cache_tokens",
-    "kv_capacity_tokens",
-    "dp_engines",
-    "iteration_model",
-    "noise",
-)
 
 
 def config_digest(run: dict[str, Any]) -> str | None:

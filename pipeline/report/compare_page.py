@@ -174,5 +174,11 @@ def comparison_markdown(comp: Comparison, only_changes: bool = False) -> str:
             "|---|---|---:|---:|---:|---|---|",
         ] + [_md_row(d) for d in rows]
     else:
-        lines += ["", "No statistic changed significantly."]
+        below = sum(d.verdict == "below threshold" for d in comp.deltas)
+        lines += [
+            "",
+            f"No statistic changed beyond the threshold; {below} changed by less (verdict 'below threshold')."
+            if below
+            else "No statistic changed significantly.",
+        ]
     return "\n".join(lines) + "\n"

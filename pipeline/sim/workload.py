@@ -245,7 +245,7 @@ def _bad(path: Path, line: int | None, what: str, fix: str) -> InputError:
 
 
 def _read_table(path: Path):
-    """Read a CSV or JSONL file into a Polars frame; return (frame, first data line number)."""
+    """Read a CSV or JSONL file into a Polars frame; return (frame, each row's line number)."""
     import polars as pl
 
     name = path.name.lower().removesuffix(".gz")
@@ -254,8 +254,10 @@ def _read_table(path: Path):
         # Polars takes a path as a glob pattern: give it the file itself ("[ab].csv" is one file)
         if is_jsonl:
             with open(path, "rb") as f:
-                return pl.read_ndjson(f, infer_schema_length=None), 1
-        return pl.read_csv(path, infer_schema_length=None, glob=False), 2
+                df = pl.read_ndjson(f, infer_schema_length=None)
+            return df, _object_lines(path, df.height)
+        df = pl.read_csv(path, infer_schema_length=None, glob=False)
+        return df, np.arange(2, df.height + 2)  # a blank CSV line is a row (of nulls) too
     except Exception as exc:  # polars raises several error types; find the line ourselves
         line = _first_bad_json_line(path) if is_jsonl else None
         raise _bad(
@@ -264,6 +266,22 @@ def _read_table(path: Path):
             f"cannot be read as {'JSON Lines' if is_jsonl else 'CSV'} ({str(exc).splitlines()[0][:200]})",
             "Fix the file, or pass a CSV with a header row or a JSONL file with one object per line.",
         ) from exc
+
+
+def _object_lines(path: Path, rows: int) -> np.ndarray:
+    """The line numbers of a JSON Lines file's non-blank lines, which are its rows (Polars skips
+    blank ones); counted on the bytes, without a loop over lines."""
+    import gzip
+
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    with opener(path, "rb") as f:
+        b = np.frombuffer(f.read(), dtype=np.uint8)
+    ink = np.concatenate([[0], np.cumsum(~np.isin(b, (9, 10, 13, 32)))])  # non-space bytes so far
+    ends = np.flatnonzero(b == 10)
+    starts = np.concatenate([[0], ends + 1])
+    ends = np.concatenate([ends, [len(b)]])
+    lines = np.flatnonzero(ink[ends] > ink[starts]) + 1
+    return lines if len(lines) == rows else np.arange(1, rows + 1)
 
 
 def _first_bad_json_line(path: Path) -> int | None:
@@ -285,7 +303,7 @@ def _pick(df, names: tuple[str, ...]) -> str | None:
     return next((c for c in names if c in df.columns), None)
 
 
-def _arrivals(df, path: Path, first_line: int) -> np.ndarray:
+def _arrivals(df, path: Path, lines: np.ndarray) -> np.ndarray:
     import polars as pl
 
     col = _pick(df, ARRIVAL_SECONDS)
@@ -301,7 +319,7 @@ def _arrivals(df, path: Path, first_line: int) -> np.ndarray:
             if bad.any():
                 raise _bad(
                     path,
-                    first_line + int(bad.arg_max()),
+                    int(lines[int(bad.arg_max())]),
                     f"column {col!r} holds a value that is not a date-time",
                     "Use ISO date-times like 2023-11-16 18:17:03.97.",
                 )
@@ -314,13 +332,13 @@ def _arrivals(df, path: Path, first_line: int) -> np.ndarray:
             f"no arrival-time column (have: {', '.join(df.columns)})",
             f"Add a column named one of {', '.join(ARRIVAL_SECONDS + ARRIVAL_MS + ARRIVAL_DATETIME)}.",
         )
-    t = _numeric(df, col, path, first_line) * scale
+    t = _numeric(df, col, path, lines) * scale
     if len(t) and t.min() >= _ABSOLUTE_TIME_S:  # epoch timestamps: make the first arrival t = 0
         t = t - t.min()
     return t
 
 
-def _numeric(df, col: str, path: Path, first_line: int) -> np.ndarray:
+def _numeric(df, col: str, path: Path, lines: np.ndarray) -> np.ndarray:
     import polars as pl
 
     s = df[col].cast(pl.Float64, strict=False)
@@ -329,14 +347,14 @@ def _numeric(df, col: str, path: Path, first_line: int) -> np.ndarray:
         i = int(bad.arg_max())
         raise _bad(
             path,
-            first_line + i,
+            int(lines[i]),
             f"column {col!r} has {df[col][i]!r}, not a non-negative number",
             "Fix or remove that row.",
         )
     return s.to_numpy()
 
 
-def _lengths(df, names: tuple[str, ...], path: Path, first_line: int, what: str) -> np.ndarray:
+def _lengths(df, names: tuple[str, ...], path: Path, lines: np.ndarray, what: str) -> np.ndarray:
     col = _pick(df, names)
     if col is None:
         raise _bad(
@@ -345,13 +363,13 @@ def _lengths(df, names: tuple[str, ...], path: Path, first_line: int, what: str)
             f"no {what} column (have: {', '.join(df.columns)})",
             f"Add a column named one of {', '.join(names)}.",
         )
-    x = _numeric(df, col, path, first_line)
+    x = _numeric(df, col, path, lines)
     bad = (x < 1) | (x != np.floor(x))
     if bad.any():
         i = int(np.argmax(bad))
         raise _bad(
             path,
-            first_line + i,
+            int(lines[i]),
             f"column {col!r} has {x[i]!r}; {what} must be a whole number >= 1",
             "Fix or remove that row.",
         )
@@ -403,40 +421,41 @@ def workload_from_file(path) -> Workload:
     path = Path(path)
     if not path.is_file():
         raise _bad(path, None, "no such file", "Check the path passed to --lengths-file.")
-    df, first_line = _read_table(path)
+    df, lines = _read_table(path)
     if df.height == 0:
         raise _bad(path, None, "has no requests", "Pass a file with a header and at least one row.")
-    t = _arrivals(df, path, first_line)
-    prompt = _lengths(df, PROMPT_COLUMNS, path, first_line, "prompt-length")
-    output = _lengths(df, OUTPUT_COLUMNS, path, first_line, "output-length")
+    t = _arrivals(df, path, lines)
+    prompt = _lengths(df, PROMPT_COLUMNS, path, lines, "prompt-length")
+    output = _lengths(df, OUTPUT_COLUMNS, path, lines, "output-length")
     id_col = _pick(df, ID_COLUMNS)
     ids = df[id_col].to_numpy() if id_col is not None else np.arange(len(t))
     if id_col is not None and df[id_col].null_count():
         raise _bad(
             path,
-            first_line + int(df[id_col].is_null().arg_max()),
+            int(lines[int(df[id_col].is_null().arg_max())]),
             f"column {id_col!r} has an empty id",
             "Give every request an id, or drop the id column.",
         )
     order = np.argsort(t, kind="stable")
     cached = None
     if (c_col := _pick(df, CACHED_COLUMNS)) is not None:
-        c = _numeric(df, c_col, path, first_line)
+        c = _numeric(df, c_col, path, lines)
         if (c != np.floor(c)).any():
             i = int(np.argmax(c != np.floor(c)))
             raise _bad(
                 path,
-                first_line + i,
+                int(lines[i]),
                 f"column {c_col!r} has {c[i]!r}; cached tokens are a whole number",
                 "Fix or remove that row.",
             )
         cached = c.astype(np.int64)[order]
-    off, vals, block = _hashes(df, order, prompt, path, first_line)
-    lines = (first_line + order).astype(np.int64)
-    return Workload(t[order], prompt[order], output[order], ids[order], cached, off, vals, block, str(path), lines)
+    off, vals, block = _hashes(df, order, prompt, path, lines)
+    return Workload(
+        t[order], prompt[order], output[order], ids[order], cached, off, vals, block, str(path), lines[order]
+    )
 
 
-def _hashes(df, order: np.ndarray, prompt: np.ndarray, path: Path, first_line: int):
+def _hashes(df, order: np.ndarray, prompt: np.ndarray, path: Path, lines: np.ndarray):
     """Mooncake ``hash_ids`` as flat (offsets, values) in arrival order, and the tokens per id.
 
     Ids may be integers or strings (mapped to integers, equal strings to equal ids). The
@@ -460,12 +479,12 @@ def _hashes(df, order: np.ndarray, prompt: np.ndarray, path: Path, first_line: i
     if holes.any():
         raise _bad(
             path,
-            first_line + int(holes.arg_max()),
+            int(lines[int(holes.arg_max())]),
             f"{HASH_COLUMN} holds a null block id",
             "Every block id must be an integer.",
         )
     lens = s.list.len().fill_null(0).to_numpy().astype(np.int64)
-    block = _block_tokens(lens, prompt, path, first_line)
+    block = _block_tokens(lens, prompt, path, lines)
     rows = pl.DataFrame({"h": s.gather(order)}).filter(pl.col("h").list.len() > 0).explode("h")["h"]
     if rows.dtype == pl.String:
         rows = rows.rank("dense")  # equal strings, equal ids
@@ -474,7 +493,7 @@ def _hashes(df, order: np.ndarray, prompt: np.ndarray, path: Path, first_line: i
     return off, vals, block
 
 
-def _block_tokens(lens: np.ndarray, prompt: np.ndarray, path: Path, first_line: int) -> int:
+def _block_tokens(lens: np.ndarray, prompt: np.ndarray, path: Path, lines: np.ndarray) -> int:
     """Tokens per hash id: the block size b with ``ceil(prompt / b) == ids`` on every row with ids."""
     m = lens > 0
     if not m.any():
@@ -490,9 +509,9 @@ def _block_tokens(lens: np.ndarray, prompt: np.ndarray, path: Path, first_line: 
         i, j = rows[int(np.argmax(lo))], rows[int(np.argmin(hi))]
         raise _bad(
             path,
-            first_line + int(min(i, j)),
-            f"{HASH_COLUMN} counts fit no single block size: line {first_line + int(i)} has {int(lens[i])} "
-            f"ids for {int(prompt[i])} tokens, line {first_line + int(j)} has {int(lens[j])} ids for "
+            int(lines[min(i, j)]),
+            f"{HASH_COLUMN} counts fit no single block size: line {int(lines[i])} has {int(lens[i])} "
+            f"ids for {int(prompt[i])} tokens, line {int(lines[j])} has {int(lens[j])} ids for "
             f"{int(prompt[j])} tokens",
             "Each row needs ceil(input_length / block size) ids (512 in Mooncake).",
         )

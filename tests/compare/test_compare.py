@@ -272,3 +272,17 @@ def test_a_rate_s_relative_interval_stops_at_minus_100_percent():
     assert d.ci_low == pytest.approx(-57.6) and d.verdict == "no significant change"
     narrow = _rate_delta("output_tokens_per_s", 50.0, 40.0, 5.0, 0.05)
     assert narrow.rel_low == pytest.approx(-0.3) and narrow.verdict == "regression"
+
+
+def test_below_threshold_is_said_in_the_text_and_not_for_a_rise_from_zero():
+    from pipeline.compare import Comparison, Delta, _rate_delta
+    from pipeline.report.compare_page import comparison_markdown
+
+    # from 0 a rate has no relative size: no "below threshold" to give it
+    assert _rate_delta("output_tok_s", 0.0, 50.0, 5.0, 0.05).verdict == "no significant change"
+    assert _rate_delta("output_tok_s", 100.0, 102.0, 1.0, 0.05).verdict == "below threshold"
+    comp = Comparison("a", "b", 0.05, 0.99, 100)
+    comp.deltas = [Delta("ttft_ms", "p50", 10.0, 10.2, 0.2, 0.02, 0.1, 0.3, 0.01, 0.03, "below threshold")]
+    text = comparison_markdown(comp, only_changes=True)
+    assert "No statistic changed beyond the threshold; 1 changed by less" in text
+    assert "changed significantly" not in text

@@ -71,9 +71,14 @@ def test_runs_of_different_setups_are_named(tmp_path):
     does not state a fact."""
     db = tmp_path / "t.duckdb"
     setups = {
-        "base": {"model": "llama-8b", "gpu": "RTX 4090", "meta": {"max_num_seqs": 256}},
-        "same": {"model": "llama-8b", "gpu": "RTX 4090", "meta": {"max_num_seqs": 256}},
-        "other": {"model": "qwen-32b<b>", "gpu": "RTX 4090", "meta": {"max_num_seqs": 128}},
+        "base": {"model": "llama-8b", "gpu": "RTX 4090", "meta": {"max_num_seqs": 256, "chunked_prefill": True}},
+        # the same facts written otherwise (a string for a number, another case)
+        "same": {"model": "llama-8b", "gpu": "RTX 4090", "meta": {"max_num_seqs": "256", "chunked_prefill": "true"}},
+        "other": {
+            "model": "qwen-32b<b>",
+            "gpu": "RTX 4090",
+            "meta": {"max_num_seqs": 128, "chunked_prefill": False, "kv_cache_tokens": 5000},
+        },
         "unsaid": {"meta": {}},
     }
     for i, (name, facts) in enumerate(setups.items()):
@@ -85,7 +90,8 @@ def test_runs_of_different_setups_are_named(tmp_path):
     assert code in (0, 1), err
     (warning,) = [w for w in json.loads(out)["warnings"] if "different setups" in w]
     assert "model llama-8b (baseline) vs qwen-32b<b>" in warning and "max_num_seqs 256 (baseline) vs 128" in warning
-    assert "gpu" not in warning  # the same on both
+    assert "chunked_prefill True (baseline) vs False" in warning  # as the vLLM log ingestor records it
+    assert "gpu" not in warning and "kv_cache_tokens" not in warning  # the same on both; said by one only
     assert f"warning: {warning}" in err
     page = (tmp_path / "c1" / "index.html").read_text()
     assert "qwen-32b&lt;b&gt;" in page and "qwen-32b<b>" not in page

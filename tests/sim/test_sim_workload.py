@@ -119,19 +119,32 @@ def test_missing_file(tmp_path):
 
 def test_a_request_too_big_for_the_cache_is_named_by_its_line(tmp_path):
     """The error names the file and the line of a request that cannot fit (rows are sorted by
-    arrival: here the third line holds the second arrival)."""
+    arrival: here the fifth line holds the second arrival)."""
     from pipeline.sim.engine import check_fits
     from pipeline.sim.config import Policy
 
     f = tmp_path / "trace.jsonl"
     f.write_text(
         '{"timestamp": 0, "input_length": 10, "output_length": 5}\n'
+        "\n"  # blank lines are no requests, but they are lines
         '{"timestamp": 900, "input_length": 10, "output_length": 5}\n'
+        "  \n"
         '{"timestamp": 500, "input_length": 120633, "output_length": 5}\n'
     )
     w = workload_from_file(f)
-    assert list(w.source_lines) == [1, 3, 2] and w.head(2).where(1) == f" ({f} line 3)"
+    assert list(w.source_lines) == [1, 5, 3] and w.head(2).where(1) == f" ({f} line 5)"
     # its id is its row's index (0-based), which said nothing about where to look
-    with pytest.raises(InputError, match=re.escape(f"request '2' ({f} line 3) needs 120637 KV tokens")):
+    with pytest.raises(InputError, match=re.escape(f"request '2' ({f} line 5) needs 120637 KV tokens")):
         check_fits(w, Policy(max_num_seqs=4, max_num_batched_tokens=256, kv_capacity_tokens=4096))
     assert Workload(w.t_arrival, w.prompt_tokens, w.output_tokens).where(0) == ""  # not from a file
+
+
+def test_a_bad_value_after_blank_lines_is_named_by_its_line(tmp_path):
+    f = tmp_path / "trace.jsonl.gz"
+    f.write_bytes(
+        gzip.compress(
+            b'{"t_arrival": 0, "prompt_tokens": 3, "output_tokens": 2}\n\n\n{"t_arrival": 1, "prompt_tokens": 0, "output_tokens": 2}\n'
+        )
+    )
+    with pytest.raises(InputError, match=re.escape(f"{f}:4:")):
+        workload_from_file(f)
