@@ -328,6 +328,9 @@ def _align_sources(con, run_id, refs, others, ref_clock, steps, retime_cand, sol
             coarse = None
             if steps.reconstructed and not retimed:
                 coarse = (entry.get("retime") or {}).get("why") or _why_not_retimed(refs, others)
+                # said of the source, not only of the scheduling inferred for it: a client that brings its
+                # own t_scheduled is as far off the steps, and explain would price the wrong steps
+                entry["steps_not_retimed"] = coarse
             inf = _infer(con, run_id, ing, steps, entry, group, coarse)
             entry["inferred"] = inf
             inferred_all.update(inf.get("fields", []))
@@ -749,8 +752,8 @@ def coarse_steps_problem(con: duckdb.DuckDBPyConnection, run_id: str) -> str | N
     them is good to a second only, and so is which step a request's tokens fall in."""
     why = scalar(
         con,
-        "select string_agg(distinct w, '; ') from (select json_extract_string(s.value, "
-        "'$.inferred.t_scheduled.steps_not_retimed') as w from runs, "
+        "select string_agg(distinct w, '; ') from (select coalesce(json_extract_string(s.value, "
+        "'$.steps_not_retimed'), json_extract_string(s.value, '$.inferred.t_scheduled.steps_not_retimed')) as w from runs, "
         "json_each(json_extract(runs.meta, '$.clock_alignment.sources')) s where run_id = ?) where w is not null",
         [run_id],
     )
@@ -929,6 +932,14 @@ def source_lines(run_id: str, meta: dict) -> list[tuple[bool, str]]:
                     f", not for {outside} request{'' if outside == 1 else 's'} whose first token lies outside "
                     "the log's steps (their queue and prefill times stay unknown)"
                 )
+        if src.get("steps_not_retimed") and "t_scheduled" not in inf:  # its own scheduling, coarse steps
+            poor = True
+            text += (
+                f"; the log's steps, stamped to the second, were NOT re-timed ({src['steps_not_retimed']}): they "
+                f"may sit {_off_by(src['uncertainty_ms'] if src.get('offset_rival') else None)} off this file's "
+                "requests, and so may which steps delayed whom in explain (give the log with sub-second stamps, "
+                "or a client file with per-token times)"
+            )
         if inf.get("t_scheduled_not_inferred"):
             text += (
                 f"; scheduling NOT inferred ({inf['t_scheduled_not_inferred']}): queue and prefill times stay "

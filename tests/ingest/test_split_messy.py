@@ -166,6 +166,23 @@ def test_explain_warns_when_the_steps_were_not_re_timed(tmp_path):
     assert text[1] == f"  warning: {warning}"
 
 
+def test_server_records_with_their_own_scheduling_warn_of_coarse_steps(tmp_path):
+    """vLLM's per-request records bring their own scheduled times, so nothing is inferred on the
+    whole-second log, and the warning lived only with inferred scheduling: explain put the TTFT
+    tail 73% on 'unexplained' (the epoch-stamped log: waiting_capacity) with no word of doubt."""
+    truth = _explain(_ingest(tmp_path, "truth", [REC / "server_epoch.log", REC / "requests.jsonl"]))
+    assert truth["largest"] == "waiting_capacity" and truth["warnings"] == []
+    con = _ingest(tmp_path, "whole", [REC / "server.log", REC / "requests.jsonl"])
+    whole = _explain(con)
+    assert whole["largest"] != truth["largest"]  # the shares are wrong ...
+    (warning,) = whole["warnings"]  # ... and said to be
+    assert "NOT re-timed" in warning and "no per-token times" in warning
+    from pipeline.ingest.align import describe
+
+    lines = [text for bad, text in describe(con, ["r"]) if bad]  # the ingest's own warning line
+    assert any("requests.jsonl aligned with server.log" in t and "NOT re-timed" in t for t in lines), lines
+
+
 @pytest.mark.parametrize("order", ["older first", "newer first"])
 def test_the_pieces_of_a_rotated_log_are_re_timed_as_one_log(tmp_path, order):
     """A whole-second log rotated into server.log.1 and server.log, given as two files: only a
