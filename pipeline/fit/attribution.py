@@ -177,6 +177,21 @@ def _coverage(con, run_id: str, t_from: float, t_to: float) -> list[str]:
     return notes
 
 
+def _join_doubts(con, run_id: str) -> list[str]:
+    """What the ingest said against the join of this run's files (a given offset the steps do not
+    bear out, a client whose requests the steps do not follow): the shares below rest on it."""
+    import json
+
+    from ..ingest.align import source_lines
+
+    meta = store.scalar(con, "select meta from runs where run_id = $r", {"r": run_id})
+    try:
+        meta = json.loads(meta) if meta else {}
+    except ValueError:
+        return []
+    return [text for _, text in source_lines(run_id, meta, doubts_only=True)]
+
+
 def _without_steps(con, params: dict) -> list[str]:
     """For a run without steps (every part unattributed): say so first, and what the requests'
     own timestamps show, the wait for a batch in the tail and median groups."""
@@ -224,6 +239,7 @@ def explain(
             "--clock-offset SOURCE=SECONDS at ingest, or check that the files belong to one run"
         )
     coarse = coarse_steps_problem(con, run_id)
+    doubts = _join_doubts(con, run_id)
     params = {"run_id": run_id, "metric": metric, "t_from": t_from, "t_to": t_to, "limit": limit}
     parts = store.select(con, "fit/tail_parts", params)
     start = run_start(con, run_id)
@@ -236,7 +252,7 @@ def explain(
         "run_start": start,
         "clock_is_unix": start is not None and start >= UNIX_CLOCK_MIN,
         # what makes the shares below unreliable, said before them
-        "warnings": [coarse] if coarse else [],
+        "warnings": ([coarse] if coarse else []) + doubts,
     }
     if parts.height == 0 or parts["n"][0] == 0:
         out.update(

@@ -370,6 +370,12 @@ def _why_not_retimed(refs, others) -> str:
 # A given offset under which fewer of the steps in the client's span have the decode count the
 # client's requests imply is called into doubt (right offsets match 93-100% on the recordings).
 GIVEN_MIN_STEPS_SHARE = 0.8
+# An estimated offset is the best one there is, which says nothing of whether the files are one
+# run: the steps in a client's span whose batch size its requests in flight match (within one)
+# were 83-100% for every pair of the vLLM recordings (whole-second logs at 40 req/s the lowest),
+# and 51% for a client of another simulated run of the same workload, joined on their shared
+# burst. Below this share the join is called into doubt.
+ESTIMATED_MIN_STEPS_SHARE = 0.7
 # A given offset that puts this much smaller a share of first tokens on step ends than the estimated
 # one is called into doubt too (a few steps off: 39-48% against 98% on the recording).
 GIVEN_WORSE_SHARE = 0.2
@@ -804,8 +810,13 @@ def describe(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> list[tuple[b
     return lines
 
 
-def source_lines(run_id: str, meta: dict) -> list[tuple[bool, str]]:
-    """What ``meta.clock_alignment`` says, one ``(is_problem, text)`` per request source."""
+def source_lines(run_id: str, meta: dict, doubts_only: bool = False) -> list[tuple[bool, str]]:
+    """What ``meta.clock_alignment`` says, one ``(is_problem, text)`` per request source.
+
+    ``doubts_only``: only the sources whose join itself is in doubt (a given offset the steps do
+    not bear out, an offset the decode counts do not pin, a client whose requests the steps do
+    not follow), not those that are joined but sit on whole-second steps: what explain repeats
+    beside its own warning about those (:func:`coarse_steps_problem`)."""
     info = meta.get("clock_alignment") if isinstance(meta, dict) else None
     if not isinstance(info, dict):
         return []
@@ -874,6 +885,15 @@ def source_lines(run_id: str, meta: dict) -> list[tuple[bool, str]]:
                 text += f", together with {', '.join(str(p).rsplit('/', 1)[-1] for p in src['together_with'])}"
             if src.get("drift"):
                 text += f", drift {src['drift'] * 1e6:.2f} ppm"
+            share = src.get("steps_matched_share")
+            if share is not None and share < ESTIMATED_MIN_STEPS_SHARE:
+                # the offset is the best there is, which says nothing of whether the files are one run
+                poor = True
+                text += (
+                    f"; but only {share:.0%} of the steps in its span match its count of requests in flight "
+                    "(the files of one run match nearly all): check that they are of one run, and that no "
+                    "other client's requests reached the server"
+                )
             if src.get("offset_rival"):
                 poor = True
                 text += (
@@ -881,6 +901,7 @@ def source_lines(run_id: str, meta: dict) -> list[tuple[bool, str]]:
                     "nearly as well (the batch size barely moves in this stretch), so the offset is not pinned: "
                     "pass --clock-offset SOURCE=SECONDS if you know it"
                 )
+        joined_badly = poor  # so far only what puts the join itself in doubt
         rt = src.get("retime") or {}
         if rt.get("retimed"):
             text += (
@@ -948,5 +969,9 @@ def source_lines(run_id: str, meta: dict) -> list[tuple[bool, str]]:
         if "preemptions" in inf:
             n = inf["preemptions"]["requests_preempted"]
             text += f"; preemptions inferred from token gaps ({n} request{'' if n == 1 else 's'})"
+        if doubts_only:
+            if doubt or joined_badly:
+                out.append((True, text))
+            continue
         out.append((doubt or poor, text))
     return out

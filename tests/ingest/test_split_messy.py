@@ -157,9 +157,11 @@ def test_explain_warns_when_the_steps_were_not_re_timed(tmp_path):
     client = _client_jsonl(tmp_path / "client.jsonl")
     two = _explain(_ingest(tmp_path, "two", [REC / "server.log", REC / "bench.json", client]))
     assert two["largest"] != truth["largest"]  # the shares are wrong ...
-    (warning,) = two["warnings"]  # ... and said to be
+    warning, twins = two["warnings"]  # ... and said to be
     assert "NOT re-timed" in warning and "up to a second" in warning
     assert "2 request files, each aligned on its own" in warning
+    # the client file here is the bench's requests written again: the ingest's word on that is repeated
+    assert "look like two records of the same requests" in twins
     from pipeline.fit.text import format_explain
 
     text = format_explain(two).splitlines()
