@@ -31,7 +31,9 @@ BIG_FILE = 8 << 20
     multiple=True,
     metavar="SOURCE=SECONDS",
     help="Put file SOURCE (a path or file name given here) on its run's step clock by adding SECONDS "
-    "to its times, instead of estimating the offset. Repeatable.",
+    "to its times as stored, instead of estimating the offset. A vLLM bench JSON's times count from "
+    "its first request (meta.perf_counter_origin_s): add that to an offset measured against "
+    "perf_counter. Repeatable.",
 )
 @click.option(
     "--tz",

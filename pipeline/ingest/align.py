@@ -460,6 +460,16 @@ def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, ret
         entry.update(
             status="override", applied=True, offset_s=override, drift=0.0, pivot_s=0.0, method="--clock-offset"
         )
+        # a bench file's times count from its first request; an offset measured against the raw
+        # perf_counter clock is that much too small (the warning says which offset to give instead)
+        origin = scalar(
+            con,
+            "select max(try_cast(json_extract(meta, '$.perf_counter_origin_s') as double)) from run_records "
+            "where run_id = $r and ingest_id = $i",
+            {"r": run_id, "i": ing},
+        )
+        if origin is not None:
+            entry["times_from_s"] = origin
         return entry
     req = _requests(con, run_id, ing)
     al = clocks.estimate(steps, req)
@@ -867,6 +877,13 @@ def source_lines(run_id: str, meta: dict, doubts_only: bool = False) -> list[tup
                         " (an offset that joins the files matches nearly all steps): check the offset, or leave "
                         "--clock-offset out to have it estimated"
                     )
+                    origin = src.get("times_from_s")
+                    if isinstance(origin, (int, float)):
+                        text += (
+                            f" (its times count from its first request, perf_counter {origin:.6f} s: an offset "
+                            "measured against the raw perf_counter clock is that much too small, so "
+                            f"--clock-offset {name}={src['offset_s'] + origin:.6f} if that is how it was measured)"
+                        )
         else:
             shares = []
             if src.get("steps_matched_share") is not None:

@@ -105,3 +105,24 @@ def test_explain_repeats_a_given_offset_the_steps_do_not_bear_out(tmp_path):
     code, out = run_captured("explain", "ep", "--db", db, "--json")
     (warning,) = json.loads(out)["warnings"]
     assert "--clock-offset +1796014047.980000 s" in warning and "check the offset" in warning
+
+
+def test_an_offset_measured_on_the_raw_perf_counter_gets_the_one_to_give(tmp_path):
+    """A bench file's times count from its first request: an offset measured as unix minus
+    perf_counter matched 0% of steps, and the warning did not say why. It names the offset that
+    would have joined them, which does."""
+    import re
+
+    rec = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
+    db = tmp_path / "co.duckdb"
+    raw = "1796012953.272106"  # unix - perf_counter, as a user would measure it
+    args = ("--run-id", "co", "--db")
+    code, out = run_captured(
+        "ingest", rec / "server.log", rec / "bench.json", *args, db, "--clock-offset", f"bench.json={raw}"
+    )
+    assert code == 0 and "matched 0% of steps" in out, out
+    (fix,) = re.findall(r"--clock-offset (bench\.json=[0-9.]+) if that is how it was measured", out)
+    code, out = run_captured(
+        "ingest", rec / "server.log", rec / "bench.json", *args, tmp_path / "b.duckdb", "--clock-offset", fix
+    )
+    assert code == 0 and "matched 100% of steps" in out and "check the offset" not in out, out
