@@ -150,6 +150,31 @@ def _top_requests(con, run_id: str, metric: str, t_from: float, t_to: float, lim
     return store.select(con, "fit/tail_top_requests", params).to_dicts()
 
 
+def _outside_steps(con, run_id: str, t_from: float, t_to: float) -> list[str]:
+    """Where the log's steps stop short of the requests: how many fall outside, and the window
+    (``--from`` / ``--to``, seconds since the run's start) that keeps to the steps."""
+    params = {"run_id": run_id, "t_from": t_from, "t_to": t_to}
+    before, after, first, last = store.rows(con, "fit/tail_outside_steps", params)[0]
+    if not before and not after:
+        return []
+    start = run_start(con, run_id)
+    unix = start is not None and start >= UNIX_CLOCK_MIN
+    out = []
+    if after:
+        out.append(
+            f"{after} request{'s end' if after > 1 else ' ends'} after the log's last step "
+            f"({show_time(last, start, unix)}): the log was cut short or the client ran on; "
+            f"--to {last - start:.3f} keeps to requests that arrive while it runs"
+        )
+    if before:
+        out.append(
+            f"{before} request{'s' if before > 1 else ''} got {'their' if before > 1 else 'its'} first token "
+            f"before the log's first step ({show_time(first, start, unix)}): the log starts late; "
+            f"--from {first - start:.3f} keeps to requests that arrive after it starts"
+        )
+    return out
+
+
 def _coverage(con, run_id: str, t_from: float, t_to: float) -> list[str]:
     """Sentences on what could not be attributed."""
     row = store.rows(con, "fit/tail_coverage", {"run_id": run_id, "t_from": t_from, "t_to": t_to})[0]
@@ -162,6 +187,7 @@ def _coverage(con, run_id: str, t_from: float, t_to: float) -> list[str]:
         )
     if ua and ua > 0.01:
         notes.append(f"{ua:.0%} of the requests' end-to-end time is not covered by fitted steps (unattributed)")
+        notes += _outside_steps(con, run_id, t_from, t_to)
     if counted:
         notes.append(
             f"{counted} preempted requests have no token times, or got them in bursts: their preemption "

@@ -81,3 +81,49 @@ def test_a_run_with_steps_gets_neither_note(tmp_path):
     assert code == 0, out
     code, out = cli("explain", "v", "--db", db, "--json")
     assert code == 0 and not any("no steps" in n or "timestamps alone" in n for n in json.loads(out)["statements"])
+
+
+def test_a_log_cut_short_names_the_window_that_keeps_to_its_steps(tmp_path):
+    """A log cut at 60% of its lines: the requests after it are all unattributed, which headlined
+    the tail. The note says how many end after the last step and gives the --to that keeps to the
+    log; with it, no time is unattributed."""
+    import re
+    from pathlib import Path
+
+    rec = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
+    lines = (rec / "server_epoch.log").read_text().splitlines(keepends=True)
+    cut = tmp_path / "cut.log"
+    cut.write_text("".join(lines[: len(lines) * 6 // 10]))
+    db = tmp_path / "c.duckdb"
+    code, out = cli("ingest", cut, rec / "bench.json", "--run-id", "cut", "--tz", "UTC", "--db", db)
+    assert code == 0, out
+    code, out = cli("explain", "cut", "--db", db, "--json")
+    res = json.loads(out)
+    assert res["largest"] == "unattributed"
+    (note,) = [n for n in res["statements"] if "after the log's last step" in n]
+    n_after, to = re.search(r"(\d+) requests end after .* --to ([0-9.]+) keeps", note).groups()
+    last = duckdb_last_step(db)
+    assert int(n_after) == requests_ending_after(db, last) and abs(float(to) - (last - res["run_start"])) < 1e-3
+    code, out = cli("explain", "cut", "--db", db, "--to", to, "--json")
+    parts = {p["part"]: p for p in json.loads(out)["parts"]}
+    assert parts["unattributed"]["growth_ms"] == 0 and json.loads(out)["largest"] != "unattributed"
+
+
+def duckdb_last_step(db) -> float:
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute("select max(t_end) from iterations where run_id = 'cut'").fetchone()[0]
+    finally:
+        con.close()
+
+
+def requests_ending_after(db, t: float) -> int:
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute("select count(*) from requests where run_id = 'cut' and t_finish > ?", [t]).fetchone()[0]
+    finally:
+        con.close()
