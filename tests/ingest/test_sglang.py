@@ -73,6 +73,22 @@ def test_broken_lines(con, tmp_path):
     assert con.execute("select count(*) from iterations").fetchall() == [(1,)]
 
 
+def test_two_batch_lines_run_together_are_one_reject(con, tmp_path):
+    lines = (FIX / "server.log").read_text().splitlines()
+    marks = [i for i, line in enumerate(lines) if " batch. " in line]
+    a = marks[0]
+    lines[a] = lines[a][: lines[a].index(" batch. ") + 12] + lines[a + 1]  # cut, the next line written on it
+    del lines[a + 1]
+    path = tmp_path / "s.log"
+    path.write_text("\n".join(lines) + "\n")
+    (res,) = load(con, path)
+    rej = con.execute("select line_no, reason from rejects").fetchall()
+    assert rej == [
+        (a + 1, "two SGLang batch lines run together (a line cut short with the next written on it): neither is read")
+    ]
+    assert res.lines_read == res.accepted + res.rejected + res.skipped
+
+
 @pytest.mark.parametrize(
     "line, old, new, reason",
     [

@@ -207,6 +207,28 @@ def test_broken_lines_are_rejects_other_lines_skipped(con, tmp_path):
     assert con.execute("select count(*) from iterations").fetchall()[0][0] == len(idx) - 2
 
 
+@pytest.mark.parametrize("keep", [11, 16])  # cut inside the counter, or after "Iteration(40): "
+def test_two_step_lines_run_together_are_one_reject(con, tmp_path, keep):
+    """A line cut short with the next written on it: read as one step, it gave one step the other's
+    numbers (or the first step's counter the second's fields) and lost a step without a word."""
+    lines = (FIX / "server_epoch.log").read_text().splitlines()
+    idx = [i for i, l in enumerate(lines) if "Iteration(" in l]
+    a, b = idx[40], idx[41]
+    assert b == a + 1
+    glued = lines[a][: lines[a].index("Iteration(") + keep] + lines[b]
+    assert glued.count("Iteration(") == 2
+    lines[a : b + 1] = [glued]
+    path = tmp_path / "glued.log"
+    path.write_text("\n".join(lines) + "\n")
+    (res,) = load(con, path)
+    rej = con.execute("select line_no, reason from rejects").fetchall()
+    assert rej == [
+        (a + 1, "two Iteration lines run together (a line cut short with the next written on it): neither is read")
+    ]
+    assert res.lines_read == res.accepted + res.rejected + res.skipped
+    assert con.execute("select count(*) from iterations").fetchall()[0][0] == len(idx) - 2
+
+
 def test_output_slices_give_the_same_store(con, tmp_path, monkeypatch):
     from pipeline.ingest.engines import vllm_log
 

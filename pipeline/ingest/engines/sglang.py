@@ -144,9 +144,13 @@ def _reasons(df: pl.DataFrame) -> pl.DataFrame:
     garbled = pl.when(pl.col("phase").is_null()).then(
         pl.lit("truncated or garbled SGLang batch line (no 'Prefill batch. ' or 'Decode batch. ' followed by fields)")
     )
+    # a line cut short with the next written on it holds two marks: read as one step, it lost one
+    glued = pl.when(pl.col("text").str.count_matches(MARK) > 1).then(
+        pl.lit("two SGLang batch lines run together (a line cut short with the next written on it): neither is read")
+    )
     # a stamp with a malformed UTC offset has no time: the line says why, not "without timestamp"
     unread = pl.format("SGLang {} batch line with an unreadable timestamp: {}", "phase", "stamp_problem")
-    df = df.with_columns(reason=pl.coalesce(garbled, unread, reason))
+    df = df.with_columns(reason=pl.coalesce(garbled, glued, unread, reason))
     # a value that is there but unreadable or out of range parses as NULL ("without" it) or as a
     # negative count; such lines (few) get a reason naming the field, the value and the range
     counts = ("prefill_tokens", "prefill_reqs", "decode_reqs", "running_reqs", "context_tokens", "waiting_reqs")

@@ -145,10 +145,15 @@ def _reason(rec: pl.DataFrame) -> pl.Series:
     garbled = pl.when(pl.col("iter").is_null()).then(
         pl.lit("truncated or garbled Iteration line (no complete 'Iteration(N):' step counter)")
     )
+    # a line cut short with the next one written on it holds two counters: read as one step, it
+    # gave the first step the second's numbers and the second step was gone without a word
+    glued = pl.when(pl.col("text").str.count_matches(STEP, literal=True) > 1).then(
+        pl.lit("two Iteration lines run together (a line cut short with the next written on it): neither is read")
+    )
     # a stamp with a malformed UTC offset has no time: the line says why, not "without timestamp"
     unread = pl.lit("vLLM Iteration line with an unreadable timestamp: ") + pl.col("stamp_problem")
     return rec.select(
-        pl.coalesce(garbled, unread, c.missing_reason(checks, "vLLM Iteration line without ")).alias("reason")
+        pl.coalesce(garbled, glued, unread, c.missing_reason(checks, "vLLM Iteration line without ")).alias("reason")
     ).to_series()
 
 
