@@ -502,6 +502,10 @@ def calibrate(
         rec["prefix_caching"] = cached_total > 0
         sources["prefix_caching"] = "requests' cached_tokens" if cached_total else "no request reports cached_tokens"
     policy, baseline, sources, notes = resolve_policy(run_id, rec, sources, overrides or {})
+    # the replay's workload and its comparison rest on the join of the run's files, as explain's shares do
+    from ..ingest.align import source_lines
+
+    notes += [f"ingest warned: {text}" for _, text in source_lines(run_id, meta, doubts_only=True)]
     if cached_total:
         share = cached_total / max(int(w.prompt_tokens.sum()), 1)
         notes.append(

@@ -105,6 +105,9 @@ def test_explain_repeats_a_given_offset_the_steps_do_not_bear_out(tmp_path):
     code, out = run_captured("explain", "ep", "--db", db, "--json")
     (warning,) = json.loads(out)["warnings"]
     assert "--clock-offset +1796014047.980000 s" in warning and "check the offset" in warning
+    # the replay's workload rests on the same join: its notes say it too
+    code, out = run_captured("replay", "ep", "--db", db, "--seeds", "1", "--json")
+    assert code == 0 and f"ingest warned: {warning}" in json.loads(out)["notes"], out
 
 
 def test_an_offset_measured_on_the_raw_perf_counter_gets_the_one_to_give(tmp_path):
