@@ -107,6 +107,7 @@ def test_the_name_alone_makes_no_companion(tmp_path):
     assert (res.companion, res.format, res.accepted) == (False, "jsonl", 1)
 
 
+@pytest.mark.slow  # a whole night (6-7 s); loaded_nothing, which decides it, is checked above
 def test_a_night_over_a_run_folder_passes(run_folder, tmp_path, capsys):
     code, _, err = cli(capsys, "nightly", str(run_folder), "--history", str(tmp_path / "h"))
     assert code == 0, err
