@@ -481,7 +481,7 @@ def _setup(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
     out = dict(zip(CONFIG_RUN_KEYS, row[:-1]))
     try:
         meta = json.loads(row[-1]) if row[-1] else {}
-    except ValueError:
+    except (ValueError, RecursionError):  # a run record's meta nested beyond reason: no facts from it
         meta = {}
     if isinstance(meta, dict):
         out.update((k, meta.get(k)) for k in CONFIG_META_KEYS)

@@ -213,7 +213,7 @@ def _join_doubts(con, run_id: str) -> list[str]:
     meta = store.scalar(con, "select meta from runs where run_id = $r", {"r": run_id})
     try:
         meta = json.loads(meta) if meta else {}
-    except ValueError:
+    except (ValueError, RecursionError):
         return []
     return [text for _, text in source_lines(run_id, meta, doubts_only=True)]
 

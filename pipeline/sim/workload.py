@@ -391,7 +391,7 @@ def looks_like_workload(path) -> bool:
     if first.startswith("{"):
         try:
             cols = set(json.loads(first))
-        except ValueError:
+        except (ValueError, RecursionError):  # garbage, or nesting too deep to be a workload's row
             return False
     else:
         cols = {c.strip().strip('"') for c in first.split(",")}

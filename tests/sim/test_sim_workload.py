@@ -148,3 +148,16 @@ def test_a_bad_value_after_blank_lines_is_named_by_its_line(tmp_path):
     )
     with pytest.raises(InputError, match=re.escape(f"{f}:4:")):
         workload_from_file(f)
+
+
+def test_a_deeply_nested_line_is_no_workload_and_no_crash(tmp_path):
+    """The ingest asks whether an unknown file is a workload trace; a first line nested
+    thousands deep (fuzzed, hostile) made json.loads raise RecursionError: an internal error."""
+    from pipeline.sim.workload import looks_like_workload
+
+    f = tmp_path / "deep.jsonl"
+    f.write_text("[" * 5000 + "]" * 5000 + "\n")
+    assert looks_like_workload(f) is False
+    g = tmp_path / "deep.json"
+    g.write_text('{"a": ' * 5000 + "1" + "}" * 5000 + "\n")
+    assert looks_like_workload(g) is False
