@@ -21,10 +21,14 @@ with steps as (
 ), active as (
   select s.iter, s.t_start, s.t_mid, r.*
   from steps s join reqs r on r.run_id = s.run_id and s.t_mid >= r.t_sched and s.t_mid < r.t_finish
+), last_at as (
+  -- tokens read at one instant (a client's burst) share a time: the ASOF join below picks one row
+  -- of a tie, which made the estimate depend on the rows' order; each time keeps its last index
+  select run_id, req_id, t, max(idx) as idx from tokens where run_id = $run group by all
 ), emitted as (
   -- tokens emitted before the step's midpoint: the last token at or before it
   select a.iter, a.req_id, t.idx + 1 as n_out
-  from active a asof left join tokens t
+  from active a asof left join last_at t
     on t.run_id = a.run_id and t.req_id = a.req_id and t.t <= a.t_mid
   where a.t_mid >= a.t_first_token
 ), per_req as (

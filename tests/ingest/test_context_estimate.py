@@ -70,6 +70,42 @@ def test_hand_computed(con, tmp_path):
     assert meta["context_estimate"]["requests"] == 2
 
 
+def test_tokens_read_at_one_instant_count_whole(con, tmp_path):
+    """A client that reads tokens in one burst records them at one time: the ASOF join took any
+    one of the tied rows, so a step after the burst counted 1 to 7 of them, depending on the rows'
+    order (a property test saw "always 2" in one order and "always 17" in another). All count."""
+    burst = {
+        "kind": "request",
+        "req_id": "A",
+        "t_arrival": 0.0,
+        "t_scheduled": 0.0,
+        "t_first_token": 0.02,
+        "t_finish": 0.05,
+        "prompt_tokens": 1,
+        "output_tokens": 8,
+        "token_times": [0.02] * 7 + [0.05],
+    }
+    ingest.ingest_paths(
+        con,
+        [
+            write(tmp_path / "it.jsonl", [{"kind": "run", "run_id": "r", "clock": "monotonic"}, *steps(5)]),
+            write(tmp_path / "rq.jsonl", [{"kind": "run", "run_id": "r"}, burst]),
+        ],
+    )
+    got = dict(con.execute("select iter, context_tokens from iterations order by iter").fetchall())
+    # midpoints 0.025, 0.035, 0.045 lie after the burst of 7 at 0.02 and before the last token
+    assert [got[i] for i in (2, 3, 4)] == [1 + 7] * 3
+    # the same tokens in the other order (a temporary table shadows the view): the same estimate
+    from pipeline.ingest import context
+
+    con.execute("create temp table tokens as select * from main.tokens order by idx desc")
+    con.execute("update iterations set context_tokens = null")
+    context.estimate_context(con, ["r"])
+    again = dict(con.execute("select iter, context_tokens from iterations order by iter").fetchall())
+    con.execute("drop table temp.tokens")
+    assert again == got
+
+
 def test_given_context_is_never_overwritten(con, tmp_path):
     its = steps(3)
     its[1]["context_tokens"] = 777
