@@ -207,11 +207,12 @@ def test_a_capacity_sweep_row_describes_the_capacity_it_ran(kv_bound):
     assert fp8.whatif["kv_dtype"]["kv_capacity_tokens"] == 2 * CAPACITY  # the base calibration is unchanged
 
 
-def test_a_capacity_sweep_takes_a_block_size_above_the_recorded_capacity(kv_bound):
+def test_a_capacity_sweep_takes_a_block_size_above_the_recorded_capacity(kv_bound, tmp_path):
     """--kv-block-size is checked against each swept capacity, not the recorded one the sweep replaces."""
     db, _, _ = kv_bound
     args = ["replay", "kvb", "--db", str(db), "--noise", "none", "--kv-block-size", str(2 * CAPACITY), "--json"]
-    res = CliRunner().invoke(cli, [*args, "--sweep", f"kv_capacity_tokens={3 * CAPACITY},{4 * CAPACITY}"])
+    chart = ["--chart", str(tmp_path / "sweep.html")]  # not reports/ under the working directory
+    res = CliRunner().invoke(cli, [*args, *chart, "--sweep", f"kv_capacity_tokens={3 * CAPACITY},{4 * CAPACITY}"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert [r["value"] for r in out["rows"]] == [3 * CAPACITY, 4 * CAPACITY]
@@ -225,7 +226,7 @@ def test_a_capacity_sweep_takes_a_block_size_above_the_recorded_capacity(kv_boun
     p99 = next(r["replay"] for r in single["rows"] if (r["metric"], r["stat"]) == ("ttft_ms", "p99"))
     assert out["rows"][0]["ttft_ms_p99"] == pytest.approx(p99, rel=1e-12)
     # a swept capacity below the block size is refused by name, before any replay
-    res = CliRunner().invoke(cli, [*args, "--sweep", f"kv_capacity_tokens={CAPACITY},{4 * CAPACITY}"])
+    res = CliRunner().invoke(cli, [*args, *chart, "--sweep", f"kv_capacity_tokens={CAPACITY},{4 * CAPACITY}"])
     msg = str(res.exception)
     assert isinstance(res.exception, InputError)
     assert f"--sweep kv_capacity_tokens={CAPACITY}:" in msg and f"leave {CAPACITY} out of the sweep" in msg
