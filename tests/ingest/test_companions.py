@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pipeline import store
-from pipeline.cli import main
+from pipeline.cli import run_captured as cli
 from pipeline.errors import InputError
 from pipeline.ingest import ingest_paths, loaded_nothing
 
@@ -30,16 +30,6 @@ TELEMETRY = {
     "gpu_uuid": "GPU-0",
     "telemetry_data": {"gpu_power_usage": 30.2, "gpu_utilization": 2.0},
 }
-
-
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.fixture
@@ -78,9 +68,9 @@ def test_a_run_folder_loads_its_records_and_names_the_rest(run_folder, tmp_path)
     assert con.execute("select count(*) from rejects").fetchone()[0] == 0
 
 
-def test_cli_exits_0_and_says_what_was_not_read(run_folder, tmp_path, capsys):
-    code, out, err = cli(capsys, "ingest", "--db", str(tmp_path / "s.duckdb"), str(run_folder))
-    assert code == 0, err
+def test_cli_exits_0_and_says_what_was_not_read(run_folder, tmp_path):
+    code, out = cli("ingest", "--db", tmp_path / "s.duckdb", run_folder)
+    assert code == 0, out
     assert "profile_export_aiperf.json: not read: AIPerf's aggregate statistics" in out
     assert "--format" not in out  # the hint for unknown files would lead nowhere here
 
@@ -108,15 +98,15 @@ def test_the_name_alone_makes_no_companion(tmp_path):
 
 
 @pytest.mark.slow  # a whole night (6-7 s); loaded_nothing, which decides it, is checked above
-def test_a_night_over_a_run_folder_passes(run_folder, tmp_path, capsys):
-    code, _, err = cli(capsys, "nightly", str(run_folder), "--history", str(tmp_path / "h"))
-    assert code == 0, err
+def test_a_night_over_a_run_folder_passes(run_folder, tmp_path):
+    code, out = cli("nightly", run_folder, "--history", tmp_path / "h")
+    assert code == 0, out
 
 
-def test_real_aiperf_folders(realdata, tmp_path, capsys):
+def test_real_aiperf_folders(realdata, tmp_path):
     fixtures = realdata / "aiperf" / "tests" / "unit" / "plot" / "fixtures"
-    code, out, err = cli(capsys, "ingest", "--db", str(tmp_path / "s.duckdb"), str(fixtures))
-    assert code == 0, err
+    code, out = cli("ingest", "--db", tmp_path / "s.duckdb", fixtures)
+    assert code == 0, out
     lines = out.splitlines()
     read = [ln for ln in lines if "[aiperf]" in ln]
     assert len(read) == 3 and all(" 0 rejected" in ln for ln in read)
