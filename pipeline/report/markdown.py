@@ -82,6 +82,28 @@ def _steady_lines(st: dict[str, Any] | None) -> list[str]:
     ]
 
 
+def _calibration_lines(cal: dict[str, Any] | None) -> list[str]:
+    """The replay calibration (``report --calibrate``) in a line or two: why there is none, or its
+    verdict, how many statistics the replay kept within tolerance and the largest error."""
+    if cal is None:
+        return []
+    if not cal.get("available"):
+        return [f"**Replay calibration**: not available ({md_text(cal.get('reason') or '', 400)})"]
+    rows = [r for r in cal.get("rows") or [] if r.get("rel_error") is not None]
+    out = [
+        f"**Replay calibration** ({len(cal.get('seeds') or [])} seed(s), recorded policy): "
+        f"{md_text(cal.get('verdict') or '', 400)}"
+    ]
+    if rows:
+        within = sum(1 for r in rows if r.get("within_tol"))
+        worst = max(rows, key=lambda r: abs(r["rel_error"]))
+        out.append(
+            f"{within} of {len(rows)} statistics within tolerance; largest error "
+            f"{md_text(worst['metric'])} {md_text(worst['stat'])} {worst['rel_error'] * 100:+.1f}%"
+        )
+    return out
+
+
 def summary_markdown(s: dict[str, Any], audit: Any = None) -> str:
     """Markdown summary of a ``pipeline.summary.summary`` dict (plus an audit verdict when given)."""
     run = s.get("run") or {}
@@ -108,7 +130,7 @@ def summary_markdown(s: dict[str, Any], audit: Any = None) -> str:
             lines.append(f"| {m} | " + " | ".join(_n(st.get(k)) for k in STATS) + " |")
     if s["iteration_ms"].get("cv") is not None:
         lines += ["", f"Iteration time coefficient of variation: {s['iteration_ms']['cv']:.3f}"]
-    lines += [""] + [f"{x}  " for x in _fit_lines(s)]
+    lines += [""] + [f"{x}  " for x in (*_fit_lines(s), *_calibration_lines(s.get("replay_calibration")))]
     if audit is not None:
         from ..audit.verdict import markdown_report
 

@@ -10,6 +10,7 @@ import pytest
 
 from pipeline import ingest, store
 from pipeline.cli import run_captured
+from pipeline.escape import md_text
 
 VLLM = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
 
@@ -38,12 +39,23 @@ def test_report_shows_the_same_calibration_as_replay(steady_db, calibrated):
     # and the request-by-request errors
     assert cal["per_request"] == want["per_request"]
     assert "Request by request" in page and f"{want['per_request']['e2e_ms']['mape'] * 100:.1f}%" in page
+    # summary.md (PR comments, nightly logs) carries the verdict and the largest error too
+    md = (calibrated / "summary.md").read_text()
+    rows = [r for r in want["rows"] if r["rel_error"] is not None]
+    worst = max(rows, key=lambda r: abs(r["rel_error"]))
+    within = sum(bool(r["within_tol"]) for r in rows)
+    assert f"**Replay calibration** (2 seed(s), recorded policy): {md_text(want['verdict'], 400)}" in md
+    assert (
+        f"{within} of {len(rows)} statistics within tolerance; largest error "
+        f"{md_text(worst['metric'])} {worst['stat']} {worst['rel_error'] * 100:+.1f}%"
+    ) in md
 
 
 def test_report_without_calibrate_has_no_calibration(steady_db, tmp_path):
     code, text = run_captured("report", "steady", "--db", steady_db, "--out", tmp_path)
     assert code == 0, text
     assert "replay_calibration" not in json.loads((tmp_path / "summary.json").read_text())
+    assert "calibration" not in (tmp_path / "summary.md").read_text()
     assert "Replay calibration" not in (tmp_path / "index.html").read_text()
 
 
@@ -59,6 +71,8 @@ def test_a_run_that_cannot_be_replayed_says_why(tmp_path):
     cal = json.loads((tmp_path / "r" / "summary.json").read_text())["replay_calibration"]
     assert cal["available"] is False and "request" in cal["reason"]
     assert "replay calibration not available" in (tmp_path / "r" / "index.html").read_text()
+    md = (tmp_path / "r" / "summary.md").read_text()
+    assert "**Replay calibration**: not available (" in md and cal["reason"][:40] in md
 
 
 def test_report_calibration_with_slo_shows_goodput_as_replay(steady_db, tmp_path):
