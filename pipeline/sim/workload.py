@@ -125,7 +125,8 @@ class Workload:
         """`` (FILE line N)`` for request ``i`` when the workload was read from a file, else ""."""
         if self.source is None or self.source_lines is None:
             return ""
-        return f" ({self.source} line {int(self.source_lines[i])})"
+        line = int(self.source_lines[i])
+        return f" ({self.source} line {line})" if line > 0 else " (a request of the added burst)"
 
     def __len__(self) -> int:
         return len(self.t_arrival)
@@ -218,6 +219,12 @@ def add_burst(
     ``[at_s, at_s + spread_s]``. Burst requests get ids after the existing ones
     (integers when the ids are integers, ``burst-<k>`` otherwise); ties in
     arrival time keep the original requests first.
+
+    What the workload carries per request stays with its request: recorded cached
+    tokens (0 for a burst request), block hashes (a burst request's prompt is new
+    content: blocks of hash values no other request has, so it fills the prefix
+    cache and evicts as a real one does) and file lines (a burst request has line
+    0, which :meth:`Workload.where` names as the burst's).
     """
     if n <= 0:
         return w
@@ -231,11 +238,31 @@ def add_burst(
         new_ids = np.array([f"burst-{k}" for k in range(n)])
     t = np.concatenate([w.t_arrival, t_new])
     order = np.argsort(t, kind="stable")
+
+    def extended(a: np.ndarray | None, fill: int) -> np.ndarray | None:
+        return None if a is None else np.concatenate([a, np.full(n, fill, dtype=a.dtype)])[order]
+
+    off = vals = None
+    if w.hash_offsets is not None:
+        blocks = -(-prompt_tokens // w.hash_block_tokens)  # one hash per started block of the prompt
+        fresh = (int(w.hash_values.max()) + 1 if len(w.hash_values) else 0) + np.arange(n * blocks, dtype=np.int64)
+        all_off = np.concatenate([w.hash_offsets, w.hash_offsets[-1] + blocks * np.arange(1, n + 1)])
+        all_vals = np.concatenate([w.hash_values, fresh])
+        lens = np.diff(all_off)[order]
+        off = np.concatenate([[0], np.cumsum(lens)])
+        # each request's run of values, in the new order: its old start, stepped through its length
+        vals = all_vals[np.repeat(all_off[:-1][order] - off[:-1], lens) + np.arange(off[-1])]
     return Workload(
         t[order],
         np.concatenate([w.prompt_tokens, np.full(n, prompt_tokens, dtype=np.int64)])[order],
         np.concatenate([w.output_tokens, np.full(n, output_tokens, dtype=np.int64)])[order],
         np.concatenate([ids, new_ids])[order],
+        extended(w.cached_tokens, 0),
+        off,
+        vals,
+        w.hash_block_tokens,
+        w.source,
+        extended(w.source_lines, 0),
     )
 
 

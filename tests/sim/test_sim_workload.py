@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import re
 
 import numpy as np
@@ -161,3 +162,52 @@ def test_a_deeply_nested_line_is_no_workload_and_no_crash(tmp_path):
     g = tmp_path / "deep.json"
     g.write_text('{"a": ' * 5000 + "1" + "}" * 5000 + "\n")
     assert looks_like_workload(g) is False
+
+
+def test_add_burst_keeps_each_requests_hashes_cached_tokens_and_lines(tmp_path):
+    """A burst on a file workload used to drop its block hashes, recorded cached tokens and file lines:
+    a prefix-cached replay of a Mooncake trace with --burst-at then simulated no prefix reuse at all."""
+    p = tmp_path / "mooncake.jsonl"
+    rows = [(0, 600, [1, 2]), (400, 1000, [1, 2]), (900, 100, [7]), (2500, 1100, [1, 3, 4])]
+    p.write_text(
+        "\n".join(
+            json.dumps({"timestamp": t, "input_length": n, "output_length": 3, "hash_ids": h}) for t, n, h in rows
+        )
+        + "\n"
+    )
+    w = workload_from_file(p)
+    w = Workload(
+        w.t_arrival,
+        w.prompt_tokens,
+        w.output_tokens,
+        w.req_id,
+        np.array([0, 512, 0, 256]),
+        w.hash_offsets,
+        w.hash_values,
+        w.hash_block_tokens,
+        w.source,
+        w.source_lines,
+    )
+    b = add_burst(w, 0.5, 2, 1100, 4, spread_s=1.5)  # arrivals 0.5 and 2.0: between the file's requests
+
+    def per_id(x):
+        return {
+            rid: (
+                x.hash_values[x.hash_offsets[i] : x.hash_offsets[i + 1]].tolist(),
+                int(x.cached_tokens[i]),
+                int(x.source_lines[i]),
+            )
+            for i, rid in enumerate(x.ids().tolist())
+        }
+
+    before, after = per_id(w), per_id(b)
+    assert {k: after[k] for k in before} == before  # every recorded request keeps what it carried
+    new = [after[k] for k in after if k not in before]
+    assert len(new) == 2 and all(c == 0 and line == 0 for _, c, line in new)
+    assert all(len(h) == 3 for h, _, _ in new)  # 1100 tokens: three started 512-token blocks
+    fresh = [v for h, _, _ in new for v in h]
+    assert len(set(fresh)) == 6 and not set(fresh) & set(w.hash_values.tolist())
+    # sorted in by arrival (Mooncake stamps are ms): 0, 0.4, burst 0.5, 0.9, burst 2.0, 2.5 s
+    assert [rid in before for rid in b.ids().tolist()] == [True, True, False, True, False, True]
+    assert b.where(2) == " (a request of the added burst)"
+    assert b.where(0) == f" ({w.source} line 1)" and b.where(len(b) - 1) == f" ({w.source} line 4)"
