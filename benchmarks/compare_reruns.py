@@ -5,6 +5,7 @@ Usage:
   python benchmarks/compare_reruns.py --pairs 30 --requests 600 --rate 8
   python benchmarks/compare_reruns.py --slower 0.1          # candidates' step cost 10% higher: power
   python benchmarks/compare_reruns.py --residence-multiple 1,2,4   # block lengths side by side
+  python benchmarks/compare_reruns.py --same-arrivals       # each pair serves one workload: paired
 
 Each pair is two simulated runs of the same configuration with different seeds: the same
 load, drawn again, as a nightly job re-running one build sees it. Every flag (regression or
@@ -14,6 +15,10 @@ how many pairs flagged it of how many had an interval, how many pairs flagged an
 (what a nightly gate would see), and the root mean square of ``delta / (half-width / z)``
 (z = 2.576 at 99%) over every tested latency statistic (near 1 when the intervals are as
 wide as the re-runs' scatter calls for).
+``--same-arrivals``: the two runs of a pair serve the same arrivals (drawn from the baseline's
+seed) and differ only in their steps' noise, as a replay or a re-run of one seeded benchmark
+does; compare then resamples them in the same blocks (``compare.paired_blocks``), and the
+script prints the same pairs resampled independently (``paired=False``) beside it.
 ``--residence-multiple`` sets ``BlockRule.residence_multiple``; a tiny one (0.01) cuts a run
 into about as many blocks as ``max_blocks`` allows, close to resampling single requests.
 """
@@ -36,14 +41,22 @@ from pipeline import ingest, store  # noqa: E402
 from pipeline.sim import IterationModel, WorkloadSpec, run_simulation  # noqa: E402
 
 
-def simulate_pairs(folder: Path, pairs: int, requests: int, rate: float, slower: float = 0.0) -> Path:
-    """A store holding runs s1..s{2 pairs}; odd seeds are baselines, even ones candidates."""
+def simulate_pairs(
+    folder: Path, pairs: int, requests: int, rate: float, slower: float = 0.0, same_arrivals: bool = False
+) -> Path:
+    """A store holding runs s1..s{2 pairs}; odd seeds are baselines, even ones candidates
+    (with ``same_arrivals``, a candidate serves its baseline's workload)."""
+    from pipeline.sim import build_workload
+
     traces = []
     for seed in range(1, 2 * pairs + 1):
         out = folder / f"s{seed}.jsonl"
         t0 = IterationModel().t0_ms * (1 + slower * (seed % 2 == 0))
         spec = WorkloadSpec(requests=requests, rate_rps=rate)
-        run_simulation(out, truth=False, run_id=f"s{seed}", seed=seed, spec=spec, model=IterationModel(t0_ms=t0))
+        w = build_workload(spec, seed - (seed % 2 == 0)) if same_arrivals else None
+        run_simulation(
+            out, truth=False, run_id=f"s{seed}", seed=seed, spec=spec, workload=w, model=IterationModel(t0_ms=t0)
+        )
         traces.append(out)
     db = folder / "s.duckdb"
     con = store.connect(db)
@@ -53,7 +66,7 @@ def simulate_pairs(folder: Path, pairs: int, requests: int, rate: float, slower:
     return db
 
 
-def flag_counts(db: Path, pairs: int, confidence: float, max_blocks: int | None = None) -> dict:
+def flag_counts(db: Path, pairs: int, confidence: float, paired: bool = True) -> dict:
     """Per statistic: flagged and tested pairs; pairs with any flag; the z-scores of the tested."""
     from scipy.stats import norm
 
@@ -61,9 +74,10 @@ def flag_counts(db: Path, pairs: int, confidence: float, max_blocks: int | None 
     con = store.connect(db, read_only=True)
     flags: Counter = Counter()
     tested: Counter = Counter()
-    any_flag, zs, blocks = 0, [], []
+    any_flag, zs, blocks, n_paired = 0, [], [], 0
     for i in range(1, 2 * pairs + 1, 2):
-        comp = cmp.compare(con, f"s{i}", con, f"s{i + 1}", confidence=confidence, seed=i)
+        comp = cmp.compare(con, f"s{i}", con, f"s{i + 1}", confidence=confidence, seed=i, paired=paired)
+        n_paired += comp.paired is not None
         blocks += [comp.blocks["baseline"]["blocks"], comp.blocks["candidate"]["blocks"]]
         latency = [d for d in comp.deltas if d.metric != "throughput" and d.ci_low is not None]
         flagged = [d for d in comp.deltas if d.flagged]
@@ -79,6 +93,7 @@ def flag_counts(db: Path, pairs: int, confidence: float, max_blocks: int | None 
         "any": any_flag,
         "z_rms": float(np.sqrt(np.mean(np.square(zs)))),
         "blocks": float(np.median(blocks)),
+        "paired": n_paired,
     }
 
 
@@ -90,25 +105,28 @@ def main() -> None:
     ap.add_argument("--confidence", type=float, default=0.99)
     ap.add_argument("--slower", type=float, default=0.0, help="candidates' fixed step cost this much higher")
     ap.add_argument("--residence-multiple", default=str(cmp.BLOCKS.residence_multiple))
+    ap.add_argument("--same-arrivals", action="store_true", help="each pair serves one workload (paired)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
-        db = simulate_pairs(Path(d), a.pairs, a.requests, a.rate, a.slower)
+        db = simulate_pairs(Path(d), a.pairs, a.requests, a.rate, a.slower, a.same_arrivals)
         print(
             f"{a.pairs} pairs ({a.requests} requests at {a.rate:g} req/s), confidence {a.confidence:g}, "
-            f"candidates {a.slower:+.0%} step cost"
+            f"candidates {a.slower:+.0%} step cost{', same arrivals' if a.same_arrivals else ''}"
         )
         default = cmp.BLOCKS
         for mult in (float(x) for x in a.residence_multiple.split(",")):
             cmp.BLOCKS = dataclasses.replace(default, residence_multiple=mult)
-            r = flag_counts(db, a.pairs, a.confidence)
-            n_flags, n_tested = sum(r["flags"].values()), sum(r["tested"].values())
-            print(
-                f"\nblocks of {mult:g} residence times (median {r['blocks']:g} blocks a run): "
-                f"{n_flags} flags of {n_tested} tested statistics ({n_flags / n_tested:.1%}); "
-                f"pairs with any flag: {r['any']} of {a.pairs}; rms z {r['z_rms']:.2f}"
-            )
-            for name in sorted(r["tested"]):
-                print(f"  {name:40s} {r['flags'][name]} of {r['tested'][name]}")
+            for paired in (True, False) if a.same_arrivals else (True,):
+                r = flag_counts(db, a.pairs, a.confidence, paired)
+                n_flags, n_tested = sum(r["flags"].values()), sum(r["tested"].values())
+                how = f"{r['paired']} pairs paired" if paired else "resampled independently"
+                print(
+                    f"\nblocks of {mult:g} residence times (median {r['blocks']:g} blocks a run), {how}: "
+                    f"{n_flags} flags of {n_tested} tested statistics ({n_flags / n_tested:.1%}); "
+                    f"pairs with any flag: {r['any']} of {a.pairs}; rms z {r['z_rms']:.2f}"
+                )
+                for name in sorted(r["tested"]):
+                    print(f"  {name:40s} {r['flags'][name]} of {r['tested'][name]}")
         cmp.BLOCKS = default
 
 

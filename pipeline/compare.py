@@ -11,7 +11,10 @@ For each metric (TTFT, TPOT, ITL, E2E, queueing, iteration time) and statistic
   and means, computed exactly without copying values). Requests of one run share its queue and
   batches, so resampling single requests gave intervals far too narrow: every one of 8 re-run
   pairs of one simulated load flagged some p90+ latency at 99%. Base and candidate are
-  resampled independently; the CI is the percentile interval of the replicate differences
+  resampled independently, unless they served the same arrivals (a replay, a re-run of one
+  seeded benchmark: :func:`paired_blocks`): then both are cut into the same blocks of their
+  arrival time and each replicate draws the same blocks from both, so a burst both runs
+  served is in or out of a replicate for both. The CI is the percentile interval of the replicate differences
   (ratios for ``rel``), expanded for the fewer runs' blocks (``blockboot.tail_level``: Student
   t on m - 1 degrees of freedom, as in batch means). A percentile with fewer than
   ``BlockRule.min_tail`` values beyond it in either run (p99.9 of under 10,000 requests) gets
@@ -98,6 +101,7 @@ class Comparison:
     warnings: list[str] = field(default_factory=list)
     one_sided: list[str] = field(default_factory=list)  # skipped metrics that one of the runs has
     blocks: dict[str, dict[str, Any]] = field(default_factory=dict)  # each run's bootstrap blocks
+    paired: dict[str, Any] | None = None  # the shared arrivals, when blocks are drawn jointly
 
     @property
     def regressions(self) -> list[Delta]:
@@ -115,6 +119,7 @@ class Comparison:
             "confidence": self.confidence,
             "bootstrap_resamples": self.resamples,
             "bootstrap_blocks": self.blocks,
+            "paired": self.paired,
             "regressed": bool(self.regressions),
             "exit_code": self.exit_code,
             "deltas": [asdict(d) for d in self.deltas],
@@ -144,6 +149,62 @@ def run_blocks(con: duckdb.DuckDBPyConnection, run_id: str) -> RunBlocks:
     m, why = BLOCKS.blocks(span, residence)
     width = span / m if span is not None and span > 0 else None
     return RunBlocks(t_first, width, m, why)
+
+
+# Two runs served the same arrivals when they hold as many requests, with the same prompt
+# lengths at the same arrival rank (all but PAIR_OTHER_PROMPTS of them), arriving at the same
+# offsets from their first arrival to within PAIR_SHIFT of a block (95% of them): then a
+# request falls in the same block of both runs, or in the next one.
+PAIR_SHIFT = 0.05
+PAIR_OTHER_PROMPTS = 0.01
+
+
+def _arrivals(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[int, dict[str, np.ndarray]]:
+    """How many requests the run holds, and those with an arrival time in arrival order: each
+    one's arrival (s) and prompt tokens."""
+    n = con.execute("select count(*) from requests where run_id = $r", {"r": run_id}).fetchall()[0][0]
+    a = con.sql(
+        "select t_arrival as t, prompt_tokens as p from requests where run_id = $r and t_arrival is not null "
+        "order by t_arrival, prompt_tokens nulls first",
+        params={"r": run_id},
+    ).fetchnumpy()
+    return n, a
+
+
+def paired_blocks(
+    base_con: duckdb.DuckDBPyConnection,
+    base_run: str,
+    cand_con: duckdb.DuckDBPyConnection,
+    cand_run: str,
+    bb: RunBlocks,
+    bc: RunBlocks,
+) -> tuple[RunBlocks, RunBlocks, dict[str, Any]] | None:
+    """Common blocks for two runs that served the same arrivals (``PAIR_SHIFT``), or None.
+
+    Both runs get the fewer of their two block counts ``m``, each starting at its own first
+    arrival, of one width: the longer of the two spans from first arrival to last event, over
+    ``m``. A replicate then draws the same stretch of the workload from both runs. Runs of
+    independent loads must not be paired: their blocks at one offset hold different requests."""
+    if bb.width_s is None or bc.width_s is None:
+        return None
+    nb, ab = _arrivals(base_con, base_run)
+    nc, ac = _arrivals(cand_con, cand_run)
+    tb, tc = np.asarray(ab["t"], dtype=float), np.asarray(ac["t"], dtype=float)
+    if nb != nc or len(tb) != nb or len(tc) != nc or nb < 2:
+        return None
+    m = min(bb.blocks, bc.blocks)
+    spans = [(r.t_first + r.width_s * r.blocks) - t[0] for r, t in ((bb, tb), (bc, tc))]
+    width = max(spans) / m
+    if not width > 0:
+        return None
+    shift = float(np.percentile(np.abs((tb - tb[0]) - (tc - tc[0])), 95))
+    pb, pc = np.ma.filled(ab["p"].astype(float), np.nan), np.ma.filled(ac["p"].astype(float), np.nan)
+    other = float(np.mean(~((pb == pc) | (np.isnan(pb) & np.isnan(pc)))))
+    if shift > PAIR_SHIFT * width or other > PAIR_OTHER_PROMPTS:
+        return None
+    why = f"paired: the same {nb} arrivals in both runs, {m} common blocks of {width:.3g} s"
+    info = {"requests": int(nb), "arrival_shift_p95_s": shift, "blocks": m, "block_s": width}
+    return RunBlocks(float(tb[0]), width, m, why), RunBlocks(float(tc[0]), width, m, why), info
 
 
 def blocked_values(con: duckdb.DuckDBPyConnection, run_id: str, metric: str, rb: RunBlocks) -> Blocked:
@@ -377,8 +438,12 @@ def compare(
     confidence: float = 0.99,
     resamples: int = 2000,
     seed: int = 0,
+    paired: bool = True,
 ) -> Comparison:
-    """Compare ``cand_run`` against ``base_run`` (each in its own store, or the same one)."""
+    """Compare ``cand_run`` against ``base_run`` (each in its own store, or the same one).
+
+    ``paired``: draw both runs' blocks jointly when they served the same arrivals
+    (:func:`paired_blocks`); False resamples them independently whatever they served."""
     from . import store
 
     store.require_run(base_con, base_run)
@@ -386,9 +451,14 @@ def compare(
     rng = np.random.default_rng(seed)
     out = Comparison(base_run, cand_run, threshold, confidence, resamples)
     blocks_b, blocks_c = run_blocks(base_con, base_run), run_blocks(cand_con, cand_run)
+    pair = paired_blocks(base_con, base_run, cand_con, cand_run, blocks_b, blocks_c) if paired else None
+    if pair is not None:
+        blocks_b, blocks_c, out.paired = pair
     out.blocks = {"baseline": blocks_b.to_dict(), "candidate": blocks_c.to_dict()}
-    # one draw of blocks per run for every metric: a replicate is one resampled run
-    wb, wc = weights(blocks_b.blocks, resamples, rng), weights(blocks_c.blocks, resamples, rng)
+    # one draw of blocks per run for every metric: a replicate is one resampled run (paired: one
+    # resampled stretch of the shared workload, the same blocks from both runs)
+    wb = weights(blocks_b.blocks, resamples, rng)
+    wc = wb if pair is not None else weights(blocks_c.blocks, resamples, rng)
     for metric in METRICS:
         vb, vc = (
             blocked_values(base_con, base_run, metric, blocks_b),

@@ -49,6 +49,13 @@ from .options import db_option, lake_option, open_source, dumps, json_option, se
     type=click.IntRange(100, None),
     help="Bootstrap resamples per statistic.",
 )
+@click.option(
+    "--unpaired",
+    is_flag=True,
+    help="Resample the two runs independently even when they served the same arrivals (by default "
+    "such runs, e.g. a replay or a re-run of one seeded benchmark, are resampled in the same time "
+    "blocks, which a burst both served cannot blur).",
+)
 @seed_option("Random seed (bootstrap, test subsampling).")
 @json_option
 def compare(
@@ -61,6 +68,7 @@ def compare(
     threshold: float,
     confidence: float,
     resamples: int,
+    unpaired: bool,
     seed: int,
     as_json: bool,
 ) -> None:
@@ -85,7 +93,9 @@ def compare(
         if base_db and (lake is not None or store.db_path(base_db) != store.db_path(db))
         else cand_con
     )
-    comp = run_compare(base_con, base_run, cand_con, cand_run, threshold, confidence, resamples, seed)
+    comp = run_compare(
+        base_con, base_run, cand_con, cand_run, threshold, confidence, resamples, seed, paired=not unpaired
+    )
     with writing("--out", out_dir or "the comparison folder"):
         html = write_comparison(comp, base_con, cand_con, out_dir)
     for w in comp.warnings:

@@ -118,6 +118,7 @@ def write_comparison(
         + card("threshold", f"{comp.threshold:.1%}")
         + card("confidence", f"{comp.confidence:.0%}")
         + card("bootstrap resamples", f"{comp.resamples:,}")
+        + card("resampling", "paired (same arrivals)" if comp.paired else "independent")
         + "</div>"
     )
     if comp.warnings:
@@ -167,6 +168,12 @@ def comparison_markdown(comp: Comparison, only_changes: bool = False) -> str:
         "",
         f"Threshold {comp.threshold:.1%}, {comp.confidence:.0%} bootstrap CIs ({comp.resamples:,} resamples).",
     ]
+    if comp.paired:
+        lines[-1] += (
+            f" Paired: both runs served the same {comp.paired['requests']:,} arrivals (95% within "
+            f"{comp.paired['arrival_shift_p95_s'] * 1000:.3g} ms), so each resample draws the same "
+            f"{comp.paired['blocks']} time blocks from both."
+        )
     if rows:
         lines += [
             "",
