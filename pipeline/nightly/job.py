@@ -73,12 +73,18 @@ class Outcome:
     # the night's date when its [goodput] limits differ from the earlier nights' (its goodput
     # series restart: analysis.goodput_restarts), else None
     goodput_restart: str | None = None
+    # what the night's inputs left in doubt (.warnings.night_warnings) and what its comparison
+    # with the baseline could not cover
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def notes(self) -> list[str]:
-        """Lines for the terminal (stderr) about a re-run; empty for a new night."""
+        """Lines for the terminal (stderr): the night's warnings, and about a re-run."""
+        from ..terminal import clean
+
+        warned = [f"warning: {clean(w)}" for w in self.warnings]
         if self.recorded:
-            return []
+            return warned
         n = self.night
         lines = [
             f"Note: these input files were recorded before as night {n.run_id} ({n.night}): nothing was added "
@@ -90,7 +96,7 @@ class Outcome:
                 + "; ".join(self.ignored_options)
                 + ". A recorded night never changes: to record these files with other options, use another --history"
             )
-        return lines
+        return lines + warned
 
     @property
     def failing_changes(self) -> list[analysis.Change]:
@@ -136,6 +142,7 @@ class Outcome:
             "open_regressions": self.open_regressions,
             "ignored_options": self.ignored_options,
             "goodput_restart": self.goodput_restart,
+            "warnings": self.warnings,
             "files": self.files,
         }
 
@@ -217,6 +224,15 @@ def as_recorded(opts: Options, night: Night, spec: Any, slo_text: str | None) ->
     return replace(opts, slo=path, baseline=baseline, min_change=min_change), spec, ignored
 
 
+def _first_reject(con: Any, r: Any) -> str:
+    """The first reject of file ``r`` with its reason: the night's store is deleted on failure,
+    so `tracelat rejects` cannot show them, and this says what is wrong with the file."""
+    row = con.execute(
+        "select line_no, reason from rejects where path = ? order by line_no limit 1", [r.path]
+    ).fetchone()
+    return f", the first on line {row[0]}: {row[1]}" if row else ""
+
+
 def _refuse_empty_files(con: Any, results: list[Any]) -> None:
     """Raise when a file of tonight's loaded nothing, naming each (see :func:`_stage`)."""
     from ..ingest import loaded_nothing, why_nothing
@@ -225,20 +241,32 @@ def _refuse_empty_files(con: Any, results: list[Any]) -> None:
     empty = loaded_nothing(results)
     if not empty:
         return
-
-    def first_reject(r: Any) -> str:
-        # the night's store is deleted on failure, so `tracelat rejects` cannot show them: the
-        # first reject's reason says what is wrong with the file
-        row = con.execute(
-            "select line_no, reason from rejects where path = ? order by line_no limit 1", [r.path]
-        ).fetchone()
-        return f", the first on line {row[0]}: {row[1]}" if row else ""
-
-    shown = "; ".join(f"{clean(r.path)} ({why_nothing(r, first_reject(r))})" for r in empty[:5])
+    shown = "; ".join(f"{clean(r.path)} ({why_nothing(r, _first_reject(con, r))})" for r in empty[:5])
     raise InputError(
         f"{len(empty)} of tonight's {len(results)} file(s) loaded nothing: {shown}"
         + (" ..." if len(empty) > 5 else "")
         + "; the night is not recorded: fix or remove those files, or give only the files of the run"
+    )
+
+
+def _refuse_mostly_rejected(con: Any, results: list[Any]) -> None:
+    """Raise when a file of tonight's rejected more lines than it loaded records
+    (:func:`.warnings.mostly_rejected`), naming each."""
+    from ..terminal import clean
+    from .warnings import mostly_rejected
+
+    bad = mostly_rejected(results)
+    if not bad:
+        return
+    shown = "; ".join(
+        f"{clean(r.path)} ({r.rejected} lines rejected, {r.accepted} records loaded{_first_reject(con, r)})"
+        for r in bad[:5]
+    )
+    raise InputError(
+        f"{len(bad)} of tonight's {len(results)} file(s) rejected more lines than they loaded: {shown}"
+        + (" ..." if len(bad) > 5 else "")
+        + "; the night is not recorded: a file left from another night, a damaged file or one of another "
+        "run; fix or remove it, or give only the files of the run"
     )
 
 
@@ -274,6 +302,9 @@ def _stage(opts: Options, hist: History, digest: str, spec: Any, slo_text: str |
         _refuse_empty_files(con, results)
         # files that name no run take the night's id: two runs' files must not become one run
         refuse_merged_runs(con, run_id, results)
+        # a file that lost most of its lines (a copy of another night's, every record a duplicate)
+        # fails it too: recorded from the rest, the night passes on part of its data
+        _refuse_mostly_rejected(con, results)
         store.build_derived(con)
         runs = store.known_runs(con)
         if len(runs) != 1:

@@ -18,6 +18,7 @@ from ..errors import InputError
 from . import analysis
 from .history import History, Night, folder_name, set_report
 from .undo import out_dir
+from .warnings import night_warnings
 
 
 def _changes(hist: History, series: Any, nights: list[Night], settings: Any) -> list[analysis.Change]:
@@ -66,6 +67,7 @@ def _compare(base: Night, night: Night, hist: History, con: Any, out_dir: Path) 
         "base_run": base.run_id,
         "regressions": [f"{d.metric}.{d.stat}" for d in comp.regressions],
         "improvements": [f"{d.metric}.{d.stat}" for d in comp.deltas if d.verdict == "improvement"],
+        "warnings": list(comp.warnings),
         "html": str(html),
     }
 
@@ -116,8 +118,11 @@ def finish(opts: Any, hist: History, night: Night, recorded: bool, spec: Any, ig
             _check_verdict(night, audit)
         html = write_report(con, night.source_run, night_dir, slo=spec)
         comparison = _compare(base, night, hist, con, night_dir / "compare") if base is not None else None
+        warnings = night_warnings(con, night.source_run, str(hist.store_path(night)))
     finally:
         con.close()
+    if comparison:
+        warnings += [f"compare with night {base.run_id}: {w}" for w in comparison["warnings"]]
     set_report(hist, night.run_id, night_dir)
     openr = analysis.open_regressions(found, series, upto, opts.min_change)
     outcome = Outcome(
@@ -132,6 +137,7 @@ def finish(opts: Any, hist: History, night: Night, recorded: bool, spec: Any, ig
         min_change=opts.min_change,
         ignored_options=list(ignored or []),
         goodput_restart=night.night if len(upto) - 1 in analysis.goodput_restarts(upto) else None,
+        warnings=warnings,
     )
     outcome.markdown = markdown(outcome, series, upto)
     if opts.junit:

@@ -68,7 +68,11 @@ def markdown(o: Any, series: pl.DataFrame, nights: list[Night]) -> str:
         reg = (o.comparison or {}).get("regressions") or []
         lines.append(
             f"- Baseline: night {md_text(o.baseline)}; compare: {len(reg)} regression(s)"
-            + (f" ({', '.join(md_text(r) for r in reg[:8])})" if reg else "")
+            + (
+                f" ({', '.join(md_text(r) for r in reg[:8])}{f' and {len(reg) - 8} more' if len(reg) > 8 else ''})"
+                if reg
+                else ""
+            )
         )
     if o.goodput_restart:
         # said once, on the night the limits changed: the goodput statistics start new series
@@ -79,6 +83,8 @@ def markdown(o: Any, series: pl.DataFrame, nights: list[Night]) -> str:
         f">= {o.min_change:.0%}), {len(o.change_points)} in the history of {len(nights)} nights; "
         f"open regressions: {len(o.open_regressions)}."
     )
+    if o.warnings:
+        lines += ["", "### Warnings", ""] + [f"- {md_text(w, 1000)}" for w in o.warnings]
     if o.new_change_points:
         lines += ["", "### New change points", ""]
         lines += [

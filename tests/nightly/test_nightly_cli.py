@@ -469,3 +469,63 @@ def test_hidden_files_of_a_folder_are_skipped_and_not_in_the_digest(nights, tmp_
     )
     assert code == 0 and json.loads(stdout)["recorded"] is False, err
     assert _counts(hist)[0] == 1
+
+
+def test_a_file_left_from_another_night_fails_the_night_not_passes_on_the_rest(nights, tmp_path, capsys):
+    """Yesterday's trace left in tonight's folder: both name run 'bench', so the records of one
+    that repeat the other's step numbers and request ids are rejected as duplicates; the night
+    passed on the rest, with nothing said."""
+    import shutil
+
+    hist = tmp_path / "hist"
+    folder = tmp_path / "tonight"
+    folder.mkdir()
+    shutil.copy(nights[0] / "trace.jsonl", folder / "a_today.jsonl")
+    shutil.copy(nights[1] / "trace.jsonl", folder / "b_yesterday.jsonl")
+    recs = {
+        f: [json.loads(x) for x in (folder / f).read_text().splitlines()]
+        for f in ("a_today.jsonl", "b_yesterday.jsonl")
+    }
+    key = {"iteration": "iter", "request": "req_id"}
+    today = {(r["kind"], r[key[r["kind"]]]) for r in recs["a_today.jsonl"] if r["kind"] in key}
+    # its steps and requests repeat today's step numbers and request ids (as far as today's go)
+    steps = sum(r["kind"] in key and (r["kind"], r[key[r["kind"]]]) in today for r in recs["b_yesterday.jsonl"])
+    kinds = recs["b_yesterday.jsonl"]
+    code, _, err = cli(capsys, "nightly", str(folder), "--history", str(hist), "--label", "date=2026-11-01")
+    assert code == 2 and err.startswith("Error: 1 of tonight's 2 file(s) rejected more lines than they loaded: "), err
+    assert (
+        f"{folder / 'b_yesterday.jsonl'} ({steps} lines rejected, {len(kinds) - steps} records loaded, "
+        "the first on line 2: duplicate iter 0 in run bench"
+    ) in err
+    assert not hist.exists()  # a failed first night leaves no history
+
+
+def test_rejected_lines_and_an_unaligned_source_are_warned_in_the_night(nights, tmp_path, capsys):
+    """A night whose file lost a few lines (cut short, a garbled line) is recorded, and says so on
+    stderr, in nightly.md and in --json; a re-run says the same."""
+    import shutil
+
+    hist, out = tmp_path / "hist", tmp_path / "out"
+    folder = tmp_path / "tonight"
+    folder.mkdir()
+    text = (nights[0] / "trace.jsonl").read_text().splitlines()
+    cut = len(text) - 3
+    (folder / "trace.jsonl").write_text("\n".join(text[:cut] + ["not json at all", text[cut][:25]]))
+    args = ["nightly", str(folder), "--history", str(hist), "--out", str(out), "--label", "date=2026-11-01"]
+    for recorded in (True, False):
+        code, stdout, err = cli(capsys, *args, "--json")
+        assert code == 0, err
+        doc = json.loads(stdout)
+        assert doc["recorded"] is recorded
+        (warning,) = doc["warnings"]
+        assert warning.startswith(
+            f"{folder / 'trace.jsonl'}: 2 of {cut + 2} lines rejected (the first, line {cut + 1}: "
+        )
+        assert "tracelat rejects --db " in warning
+        assert f"warning: {warning}" in err
+        md = Path(doc["files"]["summary_md"]).read_text()
+        assert "### Warnings" in md and f"2 of {cut + 2} lines rejected" in md
+    # a clean night has none
+    shutil.copy(nights[1] / "trace.jsonl", folder / "trace.jsonl")
+    code, stdout, err = cli(capsys, *args[:-1], "date=2026-11-02", "--json")
+    assert code == 0 and json.loads(stdout)["warnings"] == [] and "warning:" not in err, err

@@ -1,0 +1,46 @@
+"""What a night's inputs left in doubt, said beside its verdict: rejected lines, sources whose
+join failed, and what the comparison with the baseline could not cover.
+
+Read from the night's own store (and the comparison), so a re-run of a recorded night says the
+same. Plain text: the terminal shows it through ``terminal.clean``, nightly.md through
+``escape.md_text``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+# per file: lines read and rejected, and the first reject (the store keeps them all)
+_REJECTS = """
+select i.path, i.lines_read, i.lines_rejected,
+       (select r.line_no from rejects r where r.ingest_id = i.ingest_id order by r.line_no limit 1),
+       (select r.reason from rejects r where r.ingest_id = i.ingest_id order by r.line_no limit 1)
+from ingests i where i.lines_rejected > 0 order by i.path
+"""
+
+
+def night_warnings(con: Any, run_id: str, store_path: str) -> list[str]:
+    """The night's rejected lines per file and its failed source joins (``store_path``: where
+    ``tracelat rejects`` finds the rejects)."""
+    from ..ingest.align import source_lines
+
+    out = [
+        f"{path}: {rejected} of {read} lines rejected (the first, line {line}: {reason}); the night is "
+        f"recorded without them: `tracelat rejects --db {store_path}` lists them"
+        for path, read, rejected, line, reason in con.execute(_REJECTS).fetchall()
+    ]
+    row = con.execute("select meta from runs where run_id = ?", [run_id]).fetchone()
+    try:
+        meta = json.loads(row[0]) if row and row[0] else {}
+    except (ValueError, RecursionError):
+        meta = {}
+    out += [text for bad, text in source_lines(run_id, meta) if bad]
+    return out
+
+
+def mostly_rejected(results: list[Any]) -> list[Any]:
+    """Files that rejected more lines than they loaded records: a stale copy of another night's
+    file (every record a duplicate), a file of another format, a garbled log. A night recorded
+    from the rest would pass on part of its data."""
+    return [r for r in results if r.status not in ("unchanged", "skipped") and r.rejected > r.accepted]
