@@ -195,21 +195,45 @@ def _goodput_checks(g: dict[str, Any], spec) -> list[Check]:
 
 
 def _fluidity_checks(f: dict[str, Any], spec) -> list[Check]:
+    """One check per fluidity minimum. The index needs a request's token times: when under half
+    of the ok requests have them, a minimum over those says nothing of the rest (one evaluable
+    request of nine passed "min >= 0.5" that the nine fail), and the check cannot be evaluated;
+    with half or more, its message says how many were left out."""
+    n, without = f.get("requests_evaluated", 0), f.get("requests_without_token_times", 0)
     out = []
     for stat, limit in spec.minima.items():
         p = percentile_of(stat)
         value = f.get("percentiles", {}).get(percentile_name(p)) if p is not None else f.get(stat)
-        out.append(
-            _check(
-                "fluidity",
-                f"fluidity index {stat} >= {limit:g}",
-                value,
-                ">=",
-                limit,
-                "index",
-                "no ok request has token times (token_times in request records)",
+        name = f"fluidity index {stat} >= {limit:g}"
+        if n and without > n:
+            out.append(
+                Check(
+                    "fluidity",
+                    name,
+                    None,
+                    ">=",
+                    limit,
+                    "index",
+                    "error",
+                    f"{name}: cannot be evaluated: only {n} of the run's {n + without} ok requests have token "
+                    f"times (token_times in request records); a limit judged on them says nothing of the other {without}",
+                )
             )
+            continue
+        check = _check(
+            "fluidity",
+            name,
+            value,
+            ">=",
+            limit,
+            "index",
+            "no ok request has token times (token_times in request records)",
         )
+        if without and check.status != "error":
+            check = replace(
+                check, message=f"{check.message} (over {n} of {n + without} ok requests: {without} have no token times)"
+            )
+        out.append(check)
     return out
 
 

@@ -11,6 +11,8 @@ import pytest
 from pipeline.audit import measure
 from pipeline.slo import FluiditySpec, GoodputSpec
 
+from .conftest import REQUESTS
+
 
 def test_goodput_hand_computed(tiny_run):
     con, _ = tiny_run
@@ -116,3 +118,34 @@ def test_run_stats_any_percentile(tiny_run):
     itl = measure.run_stats(con, "aud", "itl_ms", ["p50"])
     gaps = [8, 8, 8, 8, 65, 5, 8, 43, 8, 5]
     assert itl["count"] == 10 and itl["p50"] == pytest.approx(np.percentile(gaps, 50))
+
+
+def test_fluidity_judged_on_under_half_of_the_requests_cannot_be_evaluated(make_store):
+    """Nine ok requests, one of them with token times (a one-token request, index 1): "min >= 0.5"
+    passed on that one, while the nine with their token times fail it."""
+    import copy
+
+    from pipeline.audit import audit, parse_slo
+
+    slo = parse_slo({"fluidity": {"ttft_deadline_ms": 100, "tbt_deadline_ms": 10, "min_index_min": 0.5}}, "t.toml")
+    r3 = next(r for r in REQUESTS if r["req_id"] == "R3")  # index 3/13
+    reqs = []
+    for k in range(8):
+        r = copy.deepcopy(r3)
+        r["req_id"] = f"S{k}"
+        reqs.append(r)
+    one = {**next(r for r in REQUESTS if r["req_id"] == "R4"), "req_id": "ONE"}
+    with_times = audit(make_store("all", [*reqs, one]), "all", slo)
+    assert with_times.checks[0].status == "fail" and with_times.checks[0].observed == pytest.approx(3 / 13)
+    for r in reqs:
+        del r["token_times"]
+    (check,) = audit(make_store("few", [*reqs, one]), "few", slo).checks
+    assert check.status == "error" and check.observed is None
+    assert "only 1 of the run's 9 ok requests have token times" in check.message
+    assert "says nothing of the other 8" in check.message
+    # half or more evaluated: judged, and the message says how many were left out
+    for r in reqs[:4]:
+        r["token_times"] = r3["token_times"]
+    (check,) = audit(make_store("half", [*reqs, one]), "half", slo).checks
+    assert check.status == "fail" and check.observed == pytest.approx(3 / 13)
+    assert check.message.endswith("(over 5 of 9 ok requests: 4 have no token times)")
