@@ -74,8 +74,10 @@ class BlockRule:
         return m, why
 
     def tail_too_thin(self, n: int, pct: float) -> bool:
-        """Whether a percentile of ``n`` values has too few beyond it for an interval."""
-        return n * (1 - pct / 100) < self.min_tail
+        """Whether a percentile of ``n`` values has too few beyond it for an interval. Rounded:
+        ``100 * (1 - 0.9)`` is 9.999999999999998 in floating point, which left p90 of exactly 100
+        values (10 beyond it) without a verdict."""
+        return round(n * (100 - pct) / 100, 9) < self.min_tail
 
 
 BLOCKS = BlockRule()

@@ -93,6 +93,9 @@ def test_block_rule():
     assert "4 x the mean residence time 2 s" in r.blocks(200.0, 2.0)[1]
     # p99 of 1000 values has 10 beyond it; of 999, 9.99
     assert not r.tail_too_thin(1000, 99) and r.tail_too_thin(999, 99) and r.tail_too_thin(9999, 99.9)
+    # exactly min_tail beyond: judged, whatever floating point makes of 1 - p/100 (100 * 0.1 was 9.99...)
+    assert not r.tail_too_thin(100, 90) and not r.tail_too_thin(10_000, 99.9) and not r.tail_too_thin(1000, 99)
+    assert r.tail_too_thin(99, 90) and r.tail_too_thin(1999, 99.5)
 
 
 def test_intervals_widen_for_few_blocks():
