@@ -256,7 +256,9 @@ class SteadyRule:
     no steady state and no peak.
 
     **Level and band.** ``s_k = median(rate_{k-1}, rate_k, rate_{k+1})`` smooths one-window
-    bursts and dips out. ``beta = max(band, noise_z * noise)``: a window is in band at level
+    bursts and dips out. ``beta = max(band, noise_z * noise)``, for a steps-only run also at least
+    ``noise_z`` times the windows' own robust scatter of rates (steps are no independent units:
+    queries/summary/steady_state.sql ``scatter``): a window is in band at level
     ``L`` when ``L / (1 + beta) <= s_k <= L * (1 + beta)``. The level is the plateau's, not the
     run's median: ``L`` = the median of the ``s_k`` in band of the mode, the busy window's
     ``s_j`` whose band holds the most tokens (ramps spread their windows over many levels, a

@@ -467,3 +467,35 @@ def test_text_and_report_show_the_steady_interval(runs, summaries):
     assert "  no interval: the steady window has 8 windows, fewer than 10" in steady.format_lines(
         {"steady_state": short}
     )
+
+
+def test_a_poisson_load_from_its_steps_alone_reaches_the_steady_state_its_requests_do(tmp_path):
+    """A server log has steps only. Counting steps as independent units put a Poisson load's
+    window noise at 0.045 (its requests say 0.22), its band at the 20% floor while its windows
+    scatter by about 20%: no steady state, for any run loaded from a server log alone. The band
+    now takes the windows' own scatter too."""
+    from pipeline.sim import WorkloadSpec, run_simulation
+
+    full = tmp_path / "full.jsonl"
+    run_simulation(full, truth=False, run_id="full", seed=1, spec=WorkloadSpec(requests=600, rate_rps=8.0))
+    lines = full.read_text().splitlines()
+    steps = tmp_path / "steps.jsonl"
+    steps.write_text(
+        "\n".join(
+            x.replace('"run_id":"full"', '"run_id":"steps"').replace('"run_id": "full"', '"run_id": "steps"')
+            for x in lines
+            if '"request"' not in x
+        )
+        + "\n"
+    )
+    con = store.connect(tmp_path / "s.duckdb")
+    ingest.ingest_paths(con, [full, steps])
+    store.build_derived(con)
+    by_requests, by_steps = (steady.section(con, r)["steady_state"] for r in ("full", "steps"))
+    con.close()
+    assert by_steps["source"] == "iterations" and by_requests["source"] != "iterations"
+    assert by_steps["counting_noise"] < 0.1 < by_requests["counting_noise"]  # steps look quieter than they are
+    assert by_requests["reached"] and by_steps["reached"], by_steps["reason"]
+    assert by_steps["band"] > 0.21  # above the 20% floor: the windows scatter more than steps count
+    rate = by_steps["steady_output_tokens_per_s"] / by_requests["steady_output_tokens_per_s"]
+    assert abs(rate - 1) < 0.05

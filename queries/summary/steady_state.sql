@@ -18,7 +18,9 @@
 --   x_ik = tokens of unit i (an ok request; a step) in window k; rate_k = sum_i x_ik / w
 --   noise  = sqrt(busy_windows * sum_ik x_ik^2) / tokens: a busy window's relative counting
 --            noise (compound Poisson; 1 / sqrt(units' worth of tokens per window))
---   beta   = max($band, $noise_z * noise): the band's half-width; in band at level L:
+--   scatter = a steps-only run's (source 'iterations') scatter of window rates: 1.4826 * median
+--            |d_k - median(d)| / sqrt(2) / median(rate) over the busy span, d_k = rate_k - rate_{k-1}
+--   beta   = max($band, $noise_z * noise, $noise_z * scatter if steps only): the band's half-width; in band at level L:
 --            L / (1 + beta) <= s_k <= L * (1 + beta)
 --   s_k    = median(rate_{k-1}, rate_k, rate_{k+1}) (a one-window burst or dip is smoothed out)
 --   level  = the busy windows' s_k near the mode: the s_j whose band holds the most tokens,
@@ -216,8 +218,29 @@ stretch as (
     from win, runlevel as r
 ),
 
+scatter as (
+    -- steps are no independent units: a request's tokens come over many steps, and requests arrive
+    -- at random. A steps-only run's band also takes the windows' own spread of rates, from
+    -- successive differences over the busy span (robust, and a ramp's constant difference is taken
+    -- out): 1.4826 * median |d_k - median(d)| / sqrt(2) / median(rate), d_k = rate_k - rate_{k-1}.
+    -- Counting steps as units put a Poisson load's noise at 0.045 where its requests say 0.225:
+    -- a band of 20% where the windows scatter by 20%, and no steady state
+    select 1.4826 * median(abs(d - md)) / sqrt(2) / nullif(median(rate), 0) as noise
+    from (
+        select d, rate, median(d) over () as md
+        from (
+            select win.rate - lag(win.rate) over (order by win.k) as d, win.rate
+            from win, runlevel as r
+            where win.k between r.kb0 and r.kb1
+        )
+        where d is not null
+    )
+),
+
 bw as (
-    select greatest($band, $noise_z * noise) as beta from runlevel
+    select greatest($band, $noise_z * r.noise,
+                    case when (select source from g) = 'iterations' then $noise_z * coalesce(sp.noise, 0) else 0 end) as beta
+    from runlevel as r, scatter as sp
 ),
 
 dens as (
