@@ -80,7 +80,8 @@ def _linear(fit: dict, ev: dict) -> dict:
             f"; binned by context ({ev['context_bins']} bins), decode-only steps sit within {dev:.1%} of the line "
             f"(linear if within {LINEAR_MAX_DEV:.0%})"
         )
-    holds = bool(ci[0] > 0 and (dev is None or dev <= LINEAR_MAX_DEV))
+    shown = ci[0] > 0  # growth shown; else it holds only if the CI's upper end rises too little to matter
+    holds = bool(shown and (dev is None or dev <= LINEAR_MAX_DEV))
     # over decode-only steps, or over all steps when none is (a prefill in every step)
     pre = "decode_" if ev.get("decode_context_p5_tokens") is not None else ""
     lo, hi, med_ctx = (ev.get(f"{pre}context_{k}_tokens") for k in ("p5", "p95", "median"))
@@ -98,7 +99,17 @@ def _linear(fit: dict, ev: dict) -> dict:
             f"; from {lo:.0f} to {hi:.0f} context tokens (p5 .. p95 of {steps}) the line rises "
             f"{growth:.1%} of the median {step} (grows if >= {LINEAR_MIN_GROWTH:.0%})"
         )
+        if not shown:
+            # no growth shown: "does not hold" only when the data rule out a growth that would
+            # matter; a CI from below 0 to a visible rise says nothing either way
+            upper = ci[1] * (hi - lo) / med_ms
+            if upper >= LINEAR_MIN_GROWTH:
+                txt += f"; the slope's CI reaches from {ci[0] * 1000:.4g} to a rise of {upper:.1%}: these steps cannot tell"
+                return {"claim": claim, "holds": None, "evidence": txt}
         holds = holds and growth >= LINEAR_MIN_GROWTH
+    elif not shown:
+        txt += "; the slope's CI includes 0, and without the spread of contexts a rise cannot be sized"
+        return {"claim": claim, "holds": None, "evidence": txt}
     return {"claim": claim, "holds": holds, "evidence": txt}
 
 

@@ -41,8 +41,11 @@ def test_a_prefill_step_within_the_usual_spread_is_no_spike():
     assert _prefill_spikes(_fit(-0.01, 0.01), EV, {"prefill": 3})["holds"] is False
 
 
-def _steps_run(tmp_path, slope_ms_per_token: float, ctx_lo: int = 1000, ctx_hi: int = 20000, every: int = 10):
-    """Steps of 10 ms plus ``slope`` per context token, no noise, every ``every``-th with a prefill."""
+def _steps_run(
+    tmp_path, slope_ms_per_token: float, ctx_lo: int = 1000, ctx_hi: int = 20000, every: int = 10, noise: float = 0.0
+):
+    """Steps of 10 ms plus ``slope`` per context token, every ``every``-th with a prefill, times
+    log-normal noise of sigma ``noise`` (none by default)."""
     import json
 
     import numpy as np
@@ -50,7 +53,7 @@ def _steps_run(tmp_path, slope_ms_per_token: float, ctx_lo: int = 1000, ctx_hi: 
     rng = np.random.default_rng(0)
     ctx = rng.integers(ctx_lo, ctx_hi, 400)
     prefill = np.where(np.arange(400) % every == 0, rng.integers(100, 600, 400), 0)
-    dur_s = (10.0 + slope_ms_per_token * ctx + 0.01 * prefill) / 1000.0
+    dur_s = (10.0 + slope_ms_per_token * ctx + 0.01 * prefill) / 1000.0 * np.exp(noise * rng.standard_normal(400))
     t_end = np.cumsum(dur_s)
     lines = [json.dumps({"kind": "run", "run_id": "flat", "engine": "hand", "model": "toy", "clock": "monotonic"})]
     for i in range(400):
@@ -105,3 +108,16 @@ def test_a_slope_too_small_to_see_is_no_growth_when_every_step_has_a_prefill(tmp
     assert "(p5 .. p95 of all steps) the line rises 0.0% of the median step" in claim["evidence"]
     assert "R² of all steps without stalls" in claim["evidence"]
     assert _steps_run(tmp_path, 2e-5, every=1)["holds"] is True
+
+
+def test_a_slope_whose_interval_holds_0_and_a_visible_rise_cannot_be_checked(tmp_path):
+    """Noisy steps of a flat run: the slope's CI runs from below 0 to a rise of several percent of
+    a step. The claim said DOES NOT HOLD, which the data do not show either."""
+    claim = _steps_run(tmp_path, 0.0, noise=0.3)
+    assert claim["holds"] is None, claim
+    assert "these steps cannot tell" in claim["evidence"]
+    lo, hi = (float(x) for x in claim["evidence"].split("95% CI ")[1].split(")")[0].split(" .. "))
+    assert lo < 0 < hi
+    # noise-free and flat: the interval rules a visible rise out, and the claim does not hold
+    flat = _steps_run(tmp_path, 0.0)
+    assert flat["holds"] is False and "cannot tell" not in flat["evidence"], flat
