@@ -246,6 +246,14 @@ def replicates(v: Blocked, w: np.ndarray, stats: tuple[str, ...] = STATS) -> dic
     return out
 
 
+def _too_few(nb: int, nc: int) -> str:
+    """Why a metric with fewer than 2 values in a run is not compared, naming the run that lacks them."""
+    if nb >= 2 or nc >= 2:
+        short, n, other, m = ("baseline", nb, "candidate", nc) if nb < 2 else ("candidate", nc, "baseline", nb)
+        return f"the {short} has {n} value{'' if n == 1 else 's'} of it (the {other} {m}): fewer than 2 to compare"
+    return f"fewer than 2 values in either run (baseline {nb}, candidate {nc})"
+
+
 def _point(xs: np.ndarray, stat: str) -> float:
     return float(xs.mean()) if stat == "mean" else float(np.percentile(xs, _pct(stat)))
 
@@ -466,7 +474,7 @@ def compare(
         )
         base, cand = vb.xs, vc.xs
         if len(base) < 2 or len(cand) < 2:
-            out.skipped[metric] = f"fewer than 2 values (baseline {len(base)}, candidate {len(cand)})"
+            out.skipped[metric] = _too_few(len(base), len(cand))
             if max(len(base), len(cand)) >= 2:
                 out.one_sided.append(metric)
             continue
@@ -504,6 +512,7 @@ def compare(
         out.skipped["failed_share"] = f"only the {'baseline' if fb is not None else 'candidate'} has requests"
     _check_overlap(out)
     out.warnings.extend(setup_differences(base_con, base_run, cand_con, cand_run))
+    out.warnings.extend(side_difference(base_con, base_run, cand_con, cand_run))
     return out
 
 
@@ -581,6 +590,40 @@ def setup_differences(
     return [
         f"the runs are of different setups ({shown}): every change below is that of the whole setup, "
         "not of one of these alone"
+    ]
+
+
+def _request_side(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str, list[str]] | None:
+    """Where the run's request records were timed (``formats.REQUEST_SIDE``) and by which formats;
+    None when a format of them is not judged or they were timed at both places."""
+    from .formats import REQUEST_SIDE
+
+    try:
+        rows = con.execute(
+            "select distinct g.format from requests r join ingests g using (ingest_id) where r.run_id = $r order by 1",
+            {"r": run_id},
+        ).fetchall()
+    except duckdb.CatalogException:  # a source without the ingests table (a lake read without it)
+        return None
+    fmts = [f for (f,) in rows]
+    sides = {REQUEST_SIDE.get(f) for f in fmts}
+    if len(sides) != 1 or None in sides:
+        return None
+    return sides.pop(), fmts
+
+
+def side_difference(
+    base_con: duckdb.DuckDBPyConnection, base_run: str, cand_con: duckdb.DuckDBPyConnection, cand_run: str
+) -> list[str]:
+    """A warning when one run's requests were timed by the client and the other's by the server."""
+    b, c = _request_side(base_con, base_run), _request_side(cand_con, cand_run)
+    if b is None or c is None or b[0] == c[0]:
+        return []
+    return [
+        f"the runs' requests were timed at different places: the baseline's by the {b[0]} "
+        f"({', '.join(b[1])}), the candidate's by the {c[0]} ({', '.join(c[1])}); a client's TTFT and E2E "
+        "hold the network and the HTTP server, a server's do not: latency changes below include that "
+        "difference; compare runs timed alike"
     ]
 
 

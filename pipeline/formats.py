@@ -33,3 +33,19 @@ FORMATS: tuple[tuple[str, str], ...] = (
     ("prometheus-text", "Prometheus text exposition snapshots with '# Timestamp:' headers"),
     ("prometheus-range", "Prometheus query_range JSON (matrix of series)"),
 )
+
+
+# Where a format's request records were timed: by the load generator ("client": its TTFT and E2E
+# hold the network and the HTTP server) or inside the engine ("server"). Two runs timed at
+# different places differ by that alone (`tracelat compare` says so). Formats not listed (the
+# canonical ones, whose writer may be either) are not judged.
+REQUEST_SIDE: dict[str, str] = {
+    "vllm-bench": "client",
+    "aiperf": "client",
+    "genai-perf": "client",
+    "guidellm": "client",
+    "inference-perf": "client",
+    "vllm-requests": "server",
+    "sglang-metrics": "server",
+    "otel": "server",
+}

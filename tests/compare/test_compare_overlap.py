@@ -41,7 +41,7 @@ def test_runs_sharing_nothing_or_little(tmp_path):
 
     code, out, err = cli("compare", "full", "steps", "--db", db, "--out", out_dir, "--resamples", "100")
     assert code in (0, 1), err
-    assert "warning: ttft_ms not compared: fewer than 2 values (baseline 60, candidate 0)" in err
+    assert "warning: ttft_ms not compared: the candidate has 0 values of it (the baseline 60): fewer than 2" in err
     assert "warning: only 1 of " in err and "(iteration_ms): a pass says nothing about the others" in err
 
 
@@ -98,3 +98,25 @@ def test_runs_of_different_setups_are_named(tmp_path):
     for cand in ("same", "unsaid"):
         code, out, err = cli("compare", "base", cand, "--out", tmp_path / cand, *args)
         assert code in (0, 1) and not any("different setups" in w for w in json.loads(out)["warnings"]), err
+
+
+def test_runs_timed_by_a_client_and_by_the_server_are_named(tmp_path):
+    """One vLLM run's requests as the benchmark client saw them (bench.json) and as the server
+    recorded them (requests.jsonl): their TTFT differ by the network and the HTTP server, and the
+    comparison said nothing of it."""
+    from pathlib import Path
+
+    vllm = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
+    db = tmp_path / "t.duckdb"
+    again = tmp_path / "bench.json"  # the same client's records again, from another file
+    again.write_bytes((vllm / "bench.json").read_bytes())
+    for name, f in (("client", vllm / "bench.json"), ("server", vllm / "requests.jsonl"), ("client2", again)):
+        assert cli("ingest", f, "--run-id", name, "--db", db)[0] == 0
+    code, _, err = cli("compare", "client", "server", "--db", db, "--out", tmp_path / "c", "--resamples", "100")
+    assert code in (0, 1), err
+    assert (
+        "warning: the runs' requests were timed at different places: the baseline's by the client (vllm-bench), "
+        "the candidate's by the server (vllm-requests)"
+    ) in err
+    code, _, err = cli("compare", "client", "client2", "--db", db, "--out", tmp_path / "c2", "--resamples", "100")
+    assert code == 0 and "timed at different places" not in err, err
