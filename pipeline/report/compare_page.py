@@ -146,7 +146,12 @@ def write_comparison(
 
 
 def _md_row(d: Delta) -> str:
-    ci = "-" if d.rel_low is None else f"{_pct(d.rel_low)} .. {_pct(d.rel_high)}"
+    if d.rel_low is not None:
+        ci = f"{_pct(d.rel_low)} .. {_pct(d.rel_high)}"
+    elif d.ci_low is not None:  # from a baseline of 0 (no failures, no queueing): no relative size
+        ci = f"{d.ci_low:+,.4g} .. {d.ci_high:+,.4g} (absolute)"
+    else:
+        ci = "-"
     num = lambda v: "-" if v is None else f"{v:,.3f}"  # noqa: E731
     return (
         f"| {d.metric} | {d.stat} | {num(d.base)} | {num(d.cand)} | {_pct(d.rel) or '-'} | {ci} | "

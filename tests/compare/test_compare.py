@@ -259,6 +259,11 @@ def test_failed_requests_are_compared(runs_db, run_file, tmp_path):
     res = compare(base_con, "base", con, "failing")
     row = next(d for d in res.deltas if (d.metric, d.stat) == ("requests", "failed_share"))
     assert row.base == 0 and row.cand == pytest.approx(failed / 300) and row.verdict == "regression"
+    # from 0 failures the change has no relative size: the text shows the interval of the difference
+    from pipeline.report.compare_page import comparison_markdown
+
+    line = next(x for x in comparison_markdown(res).splitlines() if "failed_share" in x)
+    assert f"| {row.ci_low:+,.4g} .. {row.ci_high:+,.4g} (absolute) |" in line and row.ci_low > 0
     assert res.exit_code == 1
     same = next(d for d in compare(base_con, "base", base_con, "noise").deltas if d.stat == "failed_share")
     assert same.delta == 0 and same.verdict == "no significant change"
