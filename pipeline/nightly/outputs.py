@@ -34,14 +34,25 @@ def _changes(hist: History, series: Any, nights: list[Night], settings: Any) -> 
     return found
 
 
+# A change point found as of any of the last this many nights is not new when found again: a
+# regression's change point can drop out of a search as the nights after it come in (its level
+# scatters back towards the old one) and return, and it failed the gate each time it returned.
+REPORTED_NIGHTS = 7
+
+
 def _as_of(hist: History, night: Night, opts: Any) -> tuple[list[Night], list[Night], Any, list, list]:
-    """Nights up to ``night``, all nights, the series, and the changes as of ``night`` and the night before."""
+    """Nights up to ``night``, all nights, the series, the changes as of ``night``, and those found
+    as of each of the ``REPORTED_NIGHTS`` nights before it (searches cached when those nights ran)."""
     nights = hist.nights()
     pos = [n.run_id for n in nights].index(night.run_id)
     upto = nights[: pos + 1]
     series = hist.series()
     found = _changes(hist, series, upto, opts.detector)
-    before = _changes(hist, series, upto[:-1], opts.detector) if pos else []
+    before = [
+        c
+        for back in range(1, min(pos, REPORTED_NIGHTS) + 1)
+        for c in _changes(hist, series, upto[:-back], opts.detector)
+    ]
     return upto, nights, series, found, before
 
 

@@ -132,3 +132,27 @@ def test_directions():
     assert direction("tpot_ms.p99") == 1 and direction("fit.t0_ms") == 1 and direction("stalls.rate") == 1
     assert direction("throughput.requests_per_s") == -1 and direction("fit.effective_bandwidth_gbps") == -1
     assert direction("goodput.attainment") == -1 and direction("tail.ttft.waiting_hol") == 0
+
+
+def test_a_change_point_that_drops_out_and_returns_is_not_new_again(monkeypatch):
+    """Found as of night 15, gone from the searches of nights 16 and 17 (the level scattered back
+    towards the old one), found again as of night 18: it failed the gate on 15 and again on 18."""
+    from types import SimpleNamespace
+
+    from pipeline.nightly import outputs
+    from pipeline.nightly.analysis import Change, new_changes
+
+    nights = [SimpleNamespace(run_id=f"n{i:02d}") for i in range(1, 21)]
+    hist = SimpleNamespace(nights=lambda: nights, series=lambda: None)
+    tpot = Change("tpot_ms.p99", "n12", "2026-11-12", 11, 8.4, 11.0, 0.31, 0.001, True)
+    e2e = Change("e2e_ms.p50", "n13", "2026-11-13", 12, 900.0, 1170.0, 0.3, 0.001, True)
+    found_as_of = {15: [tpot], 16: [], 17: [], 18: [tpot, e2e]}
+    monkeypatch.setattr(outputs, "_changes", lambda h, s, upto, settings: found_as_of.get(len(upto), []))
+    opts = SimpleNamespace(detector=None)
+    _, _, _, found, before = outputs._as_of(hist, nights[17], opts)
+    assert found == [tpot, e2e]
+    assert new_changes(found, before) == [e2e]  # the statistic that crossed tonight is new; tpot is not
+    # a change found last more than REPORTED_NIGHTS nights ago is new again
+    found_as_of = {15 - outputs.REPORTED_NIGHTS: [tpot], 18: [tpot]}
+    _, _, _, found, before = outputs._as_of(hist, nights[17], opts)
+    assert new_changes(found, before) == [tpot]
