@@ -136,10 +136,13 @@ def format_fit(f: FitResult) -> str:
         if fd:
             nm = fd["null"]
             law = "Gaussian" if nm["df"] is None else f"Student-t, df {nm['df']:.3g}"
+            flagged = st.get("count", 0)
+            # Benjamini-Hochberg bounds the false ones among those flagged: with none flagged there is none
+            bound = f" (at most {fd['q'] * flagged:.3g} = q x flagged)" if flagged else "; no step flagged"
             lines.append(
                 f"  stall rule: false-discovery rate {fd['q']:g} (Benjamini-Hochberg) under the noise of "
                 f"ordinary steps ({law}, scale {nm['scale']:.3g}): expected false stalls "
-                f"{fd['expected_false']:.3g} (at most {fd['q'] * st.get('count', 0):.3g} = q x flagged)"
+                f"{fd['expected_false']:.3g}{bound}"
             )
     else:
         lines += ["", "spikes: not detected (they are steps far above the fitted model)"]

@@ -152,3 +152,22 @@ def test_cauchy_like_noise_gives_no_stalls_and_no_finite_limit():
     # the detection limit of a cut beyond float range is infinite, not an overflow
     assert limit_factor(0.0, 5000.0, 0.2) == np.inf
     assert limit_factor(0.01, 3.0, 0.1) == pytest.approx(np.exp(0.01) * np.expm1(0.3), rel=1e-12)
+
+
+def test_the_stall_rule_line_with_no_step_flagged(tmp_path):
+    """With nothing flagged the line said "expected false stalls 0.05 (at most 0 = q x flagged)":
+    Benjamini-Hochberg bounds the false ones among those flagged, and there are none."""
+    from pipeline import ingest, store
+    from pipeline.fit import fit_run
+    from pipeline.fit.text import format_fit
+    from pipeline.sim import WorkloadSpec, run_simulation
+
+    run_simulation(tmp_path / "q.jsonl", truth=False, run_id="q", seed=1, spec=WorkloadSpec(requests=150, rate_rps=8))
+    con = store.connect(":memory:")
+    ingest.ingest_paths(con, [tmp_path / "q.jsonl"])
+    store.build_derived(con)
+    f = fit_run(con, "q", n_boot=20)
+    assert f.stall_fdr["flagged"] == 0
+    (line,) = [x for x in format_fit(f).splitlines() if "stall rule" in x]
+    assert line.endswith(f"expected false stalls {f.stall_fdr['expected_false']:.3g}; no step flagged"), line
+    assert "q x flagged" not in line
