@@ -55,19 +55,24 @@ def replay_once(
     return result, stats
 
 
-def unbound_max_num_seqs(cal: Calibration, most_running: int) -> str | None:
+def unbound_max_num_seqs(cal: Calibration, most_running: int, waited_share: float | None = None) -> str | None:
     """A note when a --max-num-seqs what-if changed nothing: no step of the replays ran as many
-    requests as the smaller of the recorded and the new limit, so neither ever bound (the KV
-    cache or the token budget held the batch smaller) and the what-if is the recorded policy's
-    replay."""
+    requests as the smaller of the recorded and the new limit, so neither ever bound and the
+    what-if is the recorded policy's replay. What held the batch: the load itself when no request
+    ever waited (``waited_share``, the replays' share of steps with a request waiting, is 0),
+    else the KV cache or the token budget."""
     new = cal.policy_changes().get("max_num_seqs")
     old = cal.baseline_policy.get("max_num_seqs")
     if new is None or old is None or not most_running or most_running >= min(new, old):
         return None
+    if waited_share == 0:
+        held = "no request ever waited for a place, so the load itself (its arrivals) held the batch"
+    else:
+        waited = "" if waited_share is None else f" (requests waited in {waited_share:.1%} of the steps)"
+        held = f"the KV cache or the token budget held the batch{waited}"
     return (
         f"max_num_seqs never bound: at most {most_running} requests ran in a step, below both the "
-        f"recorded {old} and the what-if {new}; the KV cache or the token budget held the batch, "
-        "so this setting alone changes nothing here"
+        f"recorded {old} and the what-if {new}; {held}, so this setting alone changes nothing here"
     )
 
 
@@ -367,11 +372,14 @@ def compare(
     own_requests = goodput_spec is not None and not cal.is_what_if
 
     most_running = []  # per seed: the most requests a step ran (decodes and prefill chunks)
+    waited = [0, 0]  # over the seeds: steps with a request waiting, steps
 
     def hook(seed: int, result: SimResult, stats: dict[str, Any]) -> None:
         it = result.iterations
         if len(it["decode_reqs"]):
             most_running.append(int((it["decode_reqs"] + it["prefill_reqs"]).max()))
+            waited[0] += int((it["waiting_reqs"] > 0).sum())
+            waited[1] += len(it["waiting_reqs"])
         if obs_req is not None:
             stats["per_request"] = per_request_errors(result, cal, obs_req)
         if own_requests:
@@ -383,7 +391,7 @@ def compare(
 
     observed = observed_stats(con, cal.run_id)
     out = Comparison(cal, list(seeds), observed, replay_seeds(cal, seeds, hook))
-    note = unbound_max_num_seqs(cal, max(most_running, default=0))
+    note = unbound_max_num_seqs(cal, max(most_running, default=0), waited[0] / waited[1] if waited[1] else None)
     if note:
         cal.notes.append(note)
     if own_requests:

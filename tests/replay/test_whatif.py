@@ -307,8 +307,28 @@ def test_a_max_num_seqs_what_if_that_never_binds_says_so(kv_bound):
     note = next(n for n in wide.notes if n.startswith("max_num_seqs never bound"))
     most = int(note.split("at most ")[1].split()[0])
     assert most < 64 and "recorded 64 and the what-if 128" in note
+    # requests waited for KV: the note names what held the batch, and how often
+    waited = float(note.split("requests waited in ")[1].split("%")[0])
+    assert "the KV cache or the token budget held the batch" in note and waited > 0
     recorded = compare(con, calibrate(con, "kvb", noise="none"), [0])
     assert cmp.replays[0]["ttft_ms"]["p99"] == recorded.replays[0]["ttft_ms"]["p99"]  # nothing changed
     narrow = calibrate(con, "kvb", {"max_num_seqs": 8}, noise="none")
     compare(con, narrow, [0])
     assert not any(n.startswith("max_num_seqs never bound") for n in narrow.notes)
+
+
+def test_a_max_num_seqs_what_if_on_a_light_load_names_the_load(tmp_path):
+    """3 requests a second never fill 64 places, and none waits: the note blamed the KV cache or
+    the token budget, which held nothing."""
+    from pipeline.replay import compare
+
+    db = simulated_store(tmp_path, "light", WorkloadSpec(requests=60, rate_rps=3.0, prompt_mean=200, output_mean=40))
+    con = store.connect(db)
+    try:
+        cal = calibrate(con, "light", {"max_num_seqs": 32}, noise="none")
+        compare(con, cal, [0])
+    finally:
+        con.close()
+    note = next(n for n in cal.notes if n.startswith("max_num_seqs never bound"))
+    assert "no request ever waited for a place, so the load itself (its arrivals) held the batch" in note
+    assert "KV cache" not in note
