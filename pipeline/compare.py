@@ -634,11 +634,12 @@ def _failures(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[int, int] | 
 
 
 def wilson(k: int, n: int, z: float) -> tuple[float, float]:
-    """Wilson's score interval of the share k / n at normal quantile z."""
+    """Wilson's score interval of the share k / n at normal quantile z. Its ends are exactly 0 for
+    k = 0 and 1 for k = n; computed, they came out as 5.4e-20 and 0.9999999999999998."""
     p = k / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return centre - half, centre + half
+    return (0.0 if k == 0 else centre - half), (1.0 if k == n else centre + half)
 
 
 def failed_share_delta(b: tuple[int, int], c: tuple[int, int], threshold: float, confidence: float) -> Delta:

@@ -52,7 +52,9 @@ def test_proportion_interval():
     )
     (full,) = _proportion("goodput.attainment", 100, 100, 1.96)
     assert full.value == 1.0 and full.ci_low == pytest.approx(100 / (100 + 1.96**2))
-    assert full.ci_high == pytest.approx(1.0)
+    assert full.ci_high == 1.0  # exactly: computed, it read 0.9999999999999998
+    (none,) = _proportion("stalls.rate", 0, 5000, 1.96)
+    assert none.ci_low == 0.0 and none.ci_high == pytest.approx(1.96**2 / (5000 + 1.96**2))  # not 5.4e-20
 
 
 def test_night_statistics_on_a_simulated_run(tmp_path):
