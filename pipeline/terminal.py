@@ -75,3 +75,9 @@ def echo(message: Any = None, err: bool = False, nl: bool = True) -> None:
         click.echo(None if message is None else clean(str(message)), err=err, nl=nl)
     except BrokenPipeError as exc:  # not an OSError for click to turn into exit code 1
         raise OutputClosed() from exc
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 check``, ``2 checks``: a count with its noun in the right number (``plural`` when the
+    noun does not take an s)."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"

@@ -6,6 +6,7 @@ from typing import Any
 
 from ..escape import md_text
 from .check import AuditResult
+from ..terminal import counted
 
 BADGE = {"pass": "PASS", "fail": "FAIL", "error": "ERROR"}
 ICON = {"pass": "\u2705", "fail": "\u274c", "error": "\u26a0\ufe0f"}
@@ -35,7 +36,7 @@ def _goodput_line(g: dict[str, Any]) -> str:
 def _fluidity_line(f: dict[str, Any]) -> str:
     head = (
         f"fluidity (TTFT deadline {f['ttft_deadline_ms']:g} ms, TBT deadline {f['tbt_deadline_ms']:g} ms): "
-        f"{f['requests_evaluated']} requests evaluated"
+        f"{counted(f['requests_evaluated'], 'request')} evaluated"
     )
     if not f["requests_evaluated"]:
         return head + " (no token times)"
@@ -47,7 +48,7 @@ def text_report(result: AuditResult) -> str:
     """Plain-text verdict for the terminal."""
     lines = [
         f"audit of run {result.run_id} against {result.slo_path}: {BADGE[result.verdict]} "
-        f"({len(result.checks)} checks, {result.failures} failed, {result.errors} not evaluable)"
+        f"({counted(len(result.checks), 'check')}, {result.failures} failed, {result.errors} not evaluable)"
     ]
     for c in result.checks:
         lines.append(f"  [{BADGE[c.status]:>5}] {c.message}")
@@ -63,7 +64,7 @@ def markdown_report(result: AuditResult) -> str:
     lines = [
         f"## {ICON[result.verdict]} SLO audit {BADGE[result.verdict]}: run {md_text(result.run_id)}",
         "",
-        f"{len(result.checks)} checks from {md_text(result.slo_path)}: {result.failures} failed, "
+        f"{counted(len(result.checks), 'check')} from {md_text(result.slo_path)}: {result.failures} failed, "
         f"{result.errors} could not be evaluated.",
         "",
         "| SLO | observed | limit | result |",

@@ -14,6 +14,7 @@ from ..escape import md_text
 from . import analysis
 from .history import Night
 from .stats import label
+from ..terminal import counted
 
 # Labels and ids come from logs and command lines; the summary goes to a terminal and to chat
 # messages, where control characters (an escape sequence retitling the window) have no place.
@@ -80,7 +81,7 @@ def markdown(o: Any, series: pl.DataFrame, nights: list[Night]) -> str:
     worse = o.failing_changes
     lines.append(
         f"- Change points: {len(o.new_change_points)} new tonight ({len(worse)} for the worse by "
-        f">= {o.min_change:.0%}), {len(o.change_points)} in the history of {len(nights)} nights; "
+        f">= {o.min_change:.0%}), {len(o.change_points)} in the history of {counted(len(nights), 'night')}; "
         f"open regressions: {len(o.open_regressions)}."
     )
     if o.warnings:

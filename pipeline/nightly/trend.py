@@ -22,6 +22,7 @@ from ..report.page import Section, card, missing, page, table
 from . import analysis
 from .history import Night
 from .stats import direction, label
+from ..terminal import counted
 
 GROUPS = (
     ("latency", "Latency percentiles", tuple(f"{m}." for m in LATENCY)),
@@ -236,7 +237,7 @@ def write_trend(
     last = nights[-1] if nights else None
     header = (
         "<h1>tracelat nightly trend</h1>"
-        f'<p class="sub">{len(nights)} nights'
+        f'<p class="sub">{counted(len(nights), "night")}'
         + (f", latest {html_text(last.run_id, limit=80)} ({html_text(last.night)})" if last else "")
         + "</p>"
         '<div class="cards">'

@@ -23,6 +23,7 @@ from . import charts, frames
 from ..escape import html_text
 from .markdown import summary_markdown
 from .page import Section, card, fmt, generated_stamp, kv_table, missing, page, table
+from ..terminal import counted
 
 FIT_HINT = "not available (run `tracelat fit`)"
 NO_STEPS_HINT = "not available: the run has no steps (iteration records)"
@@ -101,7 +102,7 @@ def _audit_section(audit: Any) -> Section:
         ]
     )
     sec.intro = (
-        f'<p class="sub">{html_text(audit.slo_path)}: {len(audit.checks)} checks, {audit.failures} '
+        f'<p class="sub">{html_text(audit.slo_path)}: {counted(len(audit.checks), "check")}, {audit.failures} '
         f"failed, {audit.errors} could not be evaluated</p>"
     )
     sec.body = table(rows, left=("SLO", "result"))

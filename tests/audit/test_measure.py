@@ -149,3 +149,16 @@ def test_fluidity_judged_on_under_half_of_the_requests_cannot_be_evaluated(make_
     (check,) = audit(make_store("half", [*reqs, one]), "half", slo).checks
     assert check.status == "fail" and check.observed == pytest.approx(3 / 13)
     assert check.message.endswith("(over 5 of 9 ok requests: 4 have no token times)")
+
+
+def test_one_check_and_one_request_are_said_in_the_singular(make_store):
+    """The verdict read "1 checks" and "1 requests evaluated"."""
+    from pipeline.audit import audit, markdown_report, parse_slo
+    from pipeline.audit.verdict import text_report
+
+    r4 = {**next(r for r in REQUESTS if r["req_id"] == "R4")}
+    slo = parse_slo({"fluidity": {"ttft_deadline_ms": 100, "tbt_deadline_ms": 10, "min_index_min": 0.5}}, "t.toml")
+    result = audit(make_store("one", [r4]), "one", slo)
+    text, md = text_report(result), markdown_report(result)
+    assert "(1 check, 0 failed" in text and "1 request evaluated" in text and "1 checks" not in text
+    assert "1 check from t.toml" in md and "1 requests" not in md
