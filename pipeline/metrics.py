@@ -257,8 +257,8 @@ class SteadyRule:
 
     **Level and band.** ``s_k = median(rate_{k-1}, rate_k, rate_{k+1})`` smooths one-window
     bursts and dips out. ``beta = max(band, noise_z * noise)``, for a steps-only run also at least
-    ``noise_z`` times the windows' own robust scatter of rates (steps are no independent units:
-    queries/summary/steady_state.sql ``scatter``): a window is in band at level
+    ``noise_z`` times the windows' own robust scatter of rates, taken up to ``max_scatter`` (steps
+    are no independent units: queries/summary/steady_state.sql ``scatter``): a window is in band at level
     ``L`` when ``L / (1 + beta) <= s_k <= L * (1 + beta)``. The level is the plateau's, not the
     run's median: ``L`` = the median of the ``s_k`` in band of the mode, the busy window's
     ``s_j`` whose band holds the most tokens (ramps spread their windows over many levels, a
@@ -288,6 +288,9 @@ class SteadyRule:
     edge_share: float = 0.5
     noise_z: float = 2.0
     max_noise: float = 0.5
+    # a steps-only run's band takes its windows' scatter up to this (about 25 requests' worth of
+    # tokens a window): beyond it the scatter is the load swinging, not counting noise
+    max_scatter: float = 0.2
     min_span_share: float = 0.25
     ramp_guard: float = 1.5
     min_in_band_share: float = 0.8

@@ -469,30 +469,51 @@ def test_text_and_report_show_the_steady_interval(runs, summaries):
     )
 
 
+def _steps_only_twin(tmp_path, workload=None, spec=None, seed: int = 1) -> tuple[dict, dict]:
+    """The steady-state sections of a simulated run read from its requests and from its steps alone."""
+    from pipeline.sim import run_simulation
+
+    full = tmp_path / "full.jsonl"
+    run_simulation(full, truth=False, run_id="full", seed=seed, workload=workload, **({"spec": spec} if spec else {}))
+    lines = [x for x in full.read_text().splitlines() if '"request"' not in x]
+    steps = tmp_path / "steps.jsonl"
+    steps.write_text("\n".join(x.replace('"run_id":"full"', '"run_id":"steps"') for x in lines) + "\n")
+    con = store.connect(tmp_path / "s.duckdb")
+    ingest.ingest_paths(con, [full, steps])
+    store.build_derived(con)
+    try:
+        return tuple(steady.section(con, r)["steady_state"] for r in ("full", "steps"))
+    finally:
+        con.close()
+
+
+def test_a_load_swinging_every_few_windows_is_not_steady_from_its_steps_either(tmp_path):
+    """The steps' scatter of window rates also holds a load's swings: taken whole into the band
+    (±103%), a load swinging between 0.2 and 1 of its peak five times in 200 s was steady from its
+    server log, and not from its requests."""
+    from pipeline.sim import WorkloadSpec, build_workload
+
+    rng = np.random.default_rng(3)
+    t, ts = 0.0, []
+    while t < 200.0:
+        t += rng.exponential(1 / (12.0 * (0.6 + 0.4 * np.sin(2 * np.pi * t / 40.0))))
+        ts.append(t)
+    w = build_workload(WorkloadSpec(requests=len(ts), rate_rps=5), 1)
+    by_requests, by_steps = _steps_only_twin(
+        tmp_path, workload=type(w)(np.array(ts), w.prompt_tokens, w.output_tokens, w.req_id)
+    )
+    assert not by_requests["reached"] and not by_steps["reached"], by_steps
+    assert by_steps["band"] == pytest.approx(2 * steady.STEADY.max_scatter)
+
+
 def test_a_poisson_load_from_its_steps_alone_reaches_the_steady_state_its_requests_do(tmp_path):
     """A server log has steps only. Counting steps as independent units put a Poisson load's
     window noise at 0.045 (its requests say 0.22), its band at the 20% floor while its windows
     scatter by about 20%: no steady state, for any run loaded from a server log alone. The band
     now takes the windows' own scatter too."""
-    from pipeline.sim import WorkloadSpec, run_simulation
+    from pipeline.sim import WorkloadSpec
 
-    full = tmp_path / "full.jsonl"
-    run_simulation(full, truth=False, run_id="full", seed=1, spec=WorkloadSpec(requests=600, rate_rps=8.0))
-    lines = full.read_text().splitlines()
-    steps = tmp_path / "steps.jsonl"
-    steps.write_text(
-        "\n".join(
-            x.replace('"run_id":"full"', '"run_id":"steps"').replace('"run_id": "full"', '"run_id": "steps"')
-            for x in lines
-            if '"request"' not in x
-        )
-        + "\n"
-    )
-    con = store.connect(tmp_path / "s.duckdb")
-    ingest.ingest_paths(con, [full, steps])
-    store.build_derived(con)
-    by_requests, by_steps = (steady.section(con, r)["steady_state"] for r in ("full", "steps"))
-    con.close()
+    by_requests, by_steps = _steps_only_twin(tmp_path, spec=WorkloadSpec(requests=600, rate_rps=8.0))
     assert by_steps["source"] == "iterations" and by_requests["source"] != "iterations"
     assert by_steps["counting_noise"] < 0.1 < by_requests["counting_noise"]  # steps look quieter than they are
     assert by_requests["reached"] and by_steps["reached"], by_steps["reason"]

@@ -2,7 +2,8 @@
 -- grain:   one row per run (none when the run has no span: no run_summary row, or duration_s = 0)
 -- inputs:  run_summary, runs, requests, token_lists, iterations
 -- params:  $run_id, $t0, $t1 (the span to window: null = run_summary's [t_first, t_last]),
---          $max_window_s, $min_windows, $max_windows, $band, $edge_share, $noise_z, $max_noise, $min_span_share,
+--          $max_window_s, $min_windows, $max_windows, $band, $edge_share, $noise_z, $max_noise, $max_scatter,
+--          $min_span_share,
 --          $ramp_guard, $min_in_band_share, $stretch_tail, $min_interval_windows, $max_lag1
 -- purpose: steady-state and peak throughput; the rule and its constants are
 --   pipeline/metrics.py STEADY (docs/metrics.md, "Steady state and peak").
@@ -20,7 +21,8 @@
 --            noise (compound Poisson; 1 / sqrt(units' worth of tokens per window))
 --   scatter = a steps-only run's (source 'iterations') scatter of window rates: 1.4826 * median
 --            |d_k - median(d)| / sqrt(2) / median(rate) over the busy span, d_k = rate_k - rate_{k-1}
---   beta   = max($band, $noise_z * noise, $noise_z * scatter if steps only): the band's half-width; in band at level L:
+--   beta   = max($band, $noise_z * noise, $noise_z * min(scatter, $max_scatter) if steps only): the band's
+--            half-width; in band at level L:
 --            L / (1 + beta) <= s_k <= L * (1 + beta)
 --   s_k    = median(rate_{k-1}, rate_k, rate_{k+1}) (a one-window burst or dip is smoothed out)
 --   level  = the busy windows' s_k near the mode: the s_j whose band holds the most tokens,
@@ -224,7 +226,10 @@ scatter as (
     -- successive differences over the busy span (robust, and a ramp's constant difference is taken
     -- out): 1.4826 * median |d_k - median(d)| / sqrt(2) / median(rate), d_k = rate_k - rate_{k-1}.
     -- Counting steps as units put a Poisson load's noise at 0.045 where its requests say 0.225:
-    -- a band of 20% where the windows scatter by 20%, and no steady state
+    -- a band of 20% where the windows scatter by 20%, and no steady state. The scatter also holds
+    -- any swing of the load from one window to the next, which no band should take in: it counts
+    -- up to $max_scatter (a load of about 25 requests' worth of tokens a window), so a load
+    -- swinging between 0.2 and 1 of its peak every few windows stays unsteady
     select 1.4826 * median(abs(d - md)) / sqrt(2) / nullif(median(rate), 0) as noise
     from (
         select d, rate, median(d) over () as md
@@ -239,7 +244,8 @@ scatter as (
 
 bw as (
     select greatest($band, $noise_z * r.noise,
-                    case when (select source from g) = 'iterations' then $noise_z * coalesce(sp.noise, 0) else 0 end) as beta
+                    case when (select source from g) = 'iterations'
+                         then $noise_z * least(coalesce(sp.noise, 0), $max_scatter) else 0 end) as beta
     from runlevel as r, scatter as sp
 ),
 
