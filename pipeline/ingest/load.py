@@ -174,18 +174,17 @@ _KEYS = {"iteration": ("iter", "v_iter"), "request": ("req_id", "v_req_id")}
 _TARGET = {"iteration": "iterations", "request": "requests"}
 
 
+# What to do about a record another file of its run holds. Whether the file names its run
+# itself (a run record, run_id fields: --run-id names only records that name none) or a
+# converter named it (appended bench results, a log's engines) is not known here, so both ways
+# out are given.
 _ANOTHER = {
-    "iteration": "a run holds one step log; give this file another --run-id, or leave one of the two out; "
-    "parts of one log whose steps straddle them (rotated ForwardPassMetrics files) go in joined: cat A B > AB",
-    "request": "give this file another --run-id if it is another run, or leave it out if it is a copy",
-}
-# The same, for records whose run the file names itself (a run record, run_id fields): --run-id
-# names only records that name none, so it cannot make them another run.
-_NAMED = {
-    "iteration": "a run holds one step log; the file names run {run} itself, which --run-id does not change: "
-    "edit the run id in the file to make it another run, or leave one of the two out",
-    "request": "the file names run {run} itself, which --run-id does not change: edit the run id in the "
-    "file if it is another run, or leave it out if it is a copy",
+    "iteration": "a run holds one step log; to load it as another run give it another --run-id (for records "
+    "that name no run) or edit the run id in the file (a run record or run_id fields, which --run-id does not "
+    "change), or leave one of the two out; parts of one log whose steps straddle them (rotated "
+    "ForwardPassMetrics files) go in joined: cat A B > AB",
+    "request": "if it is another run, give it another --run-id (for records that name no run) or edit the run "
+    "id in the file (a run record or run_id fields, which --run-id does not change); if it is a copy, leave it out",
 }
 
 
@@ -210,9 +209,7 @@ select t.line_no, t.raw,
        when e.line_no is not null then
          -- another file of the run holds it: --replace of this one would meet it again
          'duplicate {col} ' || t.{val} || ' in run ' || t.run_id || ' (already stored from line '
-         || e.line_no || ' of ' || e.path || ', another file: '
-         || case when t.run_id = $default_run then '{_ANOTHER[kind]}'
-                 else replace('{_NAMED[kind]}', '{{run}}', t.run_id) end || ')'
+         || e.line_no || ' of ' || e.path || ', another file: {_ANOTHER[kind]})'
   end as final_reason
 from (select line_no, run_id, {val}, raw from staged where kind = '{kind}' and reason is null) t
 left join (
@@ -498,7 +495,7 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, st: _State) -> None
         _scope_positional_ids(q, st)
     for kind, present, check in zip(("iteration", "request"), (has_iters, has_reqs), checks):
         if present:
-            _load_kind(q, kind, ids, check, st.default_run)
+            _load_kind(q, kind, ids, check)
     if batch.metrics is not None and batch.metrics.num_rows:
         _load_metrics(con, batch, st)
 
@@ -556,14 +553,13 @@ def _checks(q: _Scope, st: _State, present: tuple, repeats: list, runs: list[str
     return tuple(bool(r) or s for r, s in zip(repeats, stored))
 
 
-def _load_kind(q: _Scope, kind: str, ids: dict, check: bool = True, default_run: str = "") -> None:
+def _load_kind(q: _Scope, kind: str, ids: dict, check: bool = True) -> None:
     """Insert the accepted records of one kind and reject the duplicates among them
-    (``check`` false: none can be, see LINE_COUNTS_SQL; ``default_run``: the run of records that
-    name none, which decides what a duplicate's reason advises)."""
+    (``check`` false: none can be, see LINE_COUNTS_SQL)."""
     res = q.result
     dups = _duplicates_sql(kind)
     # counted first: most batches have none, and then no Arrow table (nor pyarrow) is needed
-    where = {"ingest_id": ids["ingest_id"], "path": str(ids["path"]), "default_run": default_run}
+    where = {"ingest_id": ids["ingest_id"], "path": str(ids["path"])}
     n_losers = q.count(f"select count(*) from ({dups})", where) if check else 0
     if n_losers:
         q.table("losers", dups, where)

@@ -250,11 +250,25 @@ def _refuse_empty_files(con: Any, results: list[Any]) -> None:
 
 
 def _refuse_mostly_rejected(con: Any, results: list[Any]) -> None:
-    """Raise when a file of tonight's rejected more lines than it loaded records
+    """Raise when tonight's files repeat each other's records (yesterday's trace left beside
+    tonight's, two copies of one: which of them loses its records depends on their order, so any
+    such duplicate fails the night), or a file rejected more lines than it loaded records
     (:func:`.warnings.mostly_rejected`), naming each."""
     from ..terminal import clean
-    from .warnings import mostly_rejected
+    from .warnings import CROSS_FILE_DUPLICATES, mostly_rejected
 
+    dups = con.execute(CROSS_FILE_DUPLICATES).fetchall()
+    if dups:
+        shown = "; ".join(
+            f"{clean(path)}: {n} records (the first, line {line}: {clean(reason)})"
+            for path, n, line, reason in dups[:3]
+        )
+        raise InputError(
+            f"tonight's files repeat each other's records: {shown}"
+            + (" ..." if len(dups) > 3 else "")
+            + "; the night is not recorded: a file left from another night, or two copies of one file; "
+            "remove the one that is not tonight's, or give only tonight's files"
+        )
     bad = mostly_rejected(results)
     if not bad:
         return

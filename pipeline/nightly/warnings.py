@@ -39,6 +39,14 @@ def night_warnings(con: Any, run_id: str, store_path: str) -> list[str]:
     return out
 
 
+# per file of tonight: its records rejected because another file of the night holds the same
+# step number or request id of the run (load._duplicates_sql's "another file" reason)
+CROSS_FILE_DUPLICATES = """
+select path, count(*), min(line_no), arg_min(reason, line_no)
+from rejects where reason like 'duplicate % another file: %' group by path order by path
+"""
+
+
 def mostly_rejected(results: list[Any]) -> list[Any]:
     """Files that rejected more lines than they loaded records: a stale copy of another night's
     file (every record a duplicate), a file of another format, a garbled log. A night recorded
