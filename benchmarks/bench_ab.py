@@ -9,6 +9,7 @@ Usage:
   python benchmarks/bench_ab.py --before /tmp/before                     # 1M iterations, 5 rounds
   python benchmarks/bench_ab.py --before /tmp/before --iterations 100000 --rounds 3 --workdir DIR
   python benchmarks/bench_ab.py --before /tmp/before --parquet   # the same records as canonical Parquet
+  python benchmarks/bench_ab.py --before /tmp/before --recording # the headline's tiled vLLM recording
 
 Each step runs in its own process with this Python, the checkout first on PYTHONPATH (so its
 ``pipeline`` and ``queries/`` are the ones used).  Every round prints each side's seconds; the
@@ -72,12 +73,19 @@ def main() -> None:
         action="store_true",
         help="ingest the trace's records as canonical Parquet; the floor is read_parquet into a table",
     )
+    ap.add_argument(
+        "--recording",
+        action="store_true",
+        help="the real vLLM CPU recording tiled to the size (bench_ingest.py --recording), not the simulator's",
+    )
     args = ap.parse_args()
     if not (args.before / "pipeline" / "__init__.py").exists():
         sys.exit(f"{args.before} is no tracelat checkout (no pipeline/__init__.py)")
     work = args.workdir or Path(tempfile.mkdtemp(prefix="tracelat-ab-"))
     work.mkdir(parents=True, exist_ok=True)
-    trace = B.trace_for(work, args.iterations)
+    trace = B.trace_for(work, args.iterations, args.recording)
+    for checkout in (args.before, REPO):  # each side's bytecode compiled once, as an install has it
+        subprocess.run([sys.executable, "-m", "compileall", "-q", "pipeline"], check=True, cwd=checkout)
     cols = B.canonical_columns()
     floor = [B.FLOOR, str(trace), cols]
     if args.parquet:

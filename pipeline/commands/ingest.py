@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import sys
 from pathlib import Path
 
 import click
@@ -73,6 +74,10 @@ def ingest(
     and match rate are printed), and scheduling times the client cannot see are
     inferred from the steps. See docs/incidents.md.
     """
+    from ..filehash import prefetch
+
+    # the first big file's hash runs while the imports below take a core (DuckDB, the ingestors)
+    prefetch(paths)
     from .. import ingest as ing
     from .. import store
 
@@ -87,9 +92,7 @@ def ingest(
         if as_json or size < BIG_FILE:
             yield None
             return
-        with click.progressbar(
-            length=size, label=clean(f"ingest {path.name}"), file=click.get_text_stream("stderr")
-        ) as bar:
+        with click.progressbar(length=size, label=clean(f"ingest {path.name}"), file=sys.stderr) as bar:
             yield bar.update
 
     kwargs = dict(
