@@ -99,9 +99,9 @@ def _linear(fit: dict, ev: dict) -> dict:
             f"; from {lo:.0f} to {hi:.0f} context tokens (p5 .. p95 of {steps}) the line rises "
             f"{growth:.1%} of the median {step} (grows if >= {LINEAR_MIN_GROWTH:.0%})"
         )
-        if not shown:
-            # no growth shown: "does not hold" only when the data rule out a growth that would
-            # matter; a CI from below 0 to a visible rise says nothing either way
+        if not shown or growth < LINEAR_MIN_GROWTH:
+            # no visible growth shown: "does not hold" only when the data rule a visible one out;
+            # a CI that reaches a visible rise says nothing either way
             upper = ci[1] * (hi - lo) / med_ms
             if upper >= LINEAR_MIN_GROWTH:
                 txt += f"; the slope's CI reaches from {ci[0] * 1000:.4g} to a rise of {upper:.1%}: these steps cannot tell"

@@ -121,3 +121,14 @@ def test_a_slope_whose_interval_holds_0_and_a_visible_rise_cannot_be_checked(tmp
     # noise-free and flat: the interval rules a visible rise out, and the claim does not hold
     flat = _steps_run(tmp_path, 0.0)
     assert flat["holds"] is False and "cannot tell" not in flat["evidence"], flat
+
+
+def test_a_slope_above_0_with_a_small_rise_and_a_visible_upper_end_cannot_be_checked(tmp_path):
+    """The slope's CI is above 0 and its line rises under 2% of a step, but the CI's upper end is a
+    visible rise: the same "cannot tell" as a CI that reaches 0 (it said DOES NOT HOLD)."""
+    claim = _steps_run(tmp_path, 1e-5, noise=0.02)
+    assert claim["holds"] is None and "these steps cannot tell" in claim["evidence"], claim
+    ci = claim["evidence"].split("95% CI ")[1].split(")")[0].split(" .. ")
+    assert float(ci[0]) > 0
+    rise = float(claim["evidence"].split("the line rises ")[1].split("%")[0])
+    assert rise < 2.0
