@@ -74,10 +74,6 @@ def ingest(
     and match rate are printed), and scheduling times the client cannot see are
     inferred from the steps. See docs/incidents.md.
     """
-    from ..filehash import prefetch
-
-    # the first big file's hash runs while the imports below take a core (DuckDB, the ingestors)
-    prefetch(paths)
     from .. import ingest as ing
     from .. import store
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import duckdb
 
 from ..errors import InputError, TracelatError
-from .. import filehash, store
+from .. import store
 from ..store import arrow, scalar
 from ..terminal import UNSAFE_IN_ID, shown_id
 from . import reader
@@ -629,8 +629,7 @@ def ingest_file(
         min_bytes = getattr(stage, "quote_count_min_bytes", None)
         count_quotes = min_bytes is not None and path.stat().st_size >= min_bytes and reader.compression(path) == "none"
         with ThreadPoolExecutor(1) as pool:
-            # started before the command's imports (filehash.prefetch) when it is the first big file
-            hashing = filehash.take(path, count_quotes) or pool.submit(reader.sha256_and_quotes, path, count_quotes)
+            hashing = pool.submit(reader.sha256_and_quotes, path, count_quotes)
             stage_kw = {"quotes": lambda: hashing.result()[1]} if count_quotes else {}
             # A file no earlier ingest could equal (no ingest of this size under this run name) is
             # staged while its hash is computed: hashlib leaves the GIL to DuckDB's threads.

@@ -268,9 +268,7 @@ def test_nulls_and_objects_in_the_head_do_not_stop_the_file_wide_count(tmp_path,
 
 @pytest.mark.parametrize("numpy_from", [0, 1 << 40])
 def test_quotes_are_counted_as_the_file_is_hashed(tmp_path, monkeypatch, numpy_from):
-    from pipeline import filehash
-
-    monkeypatch.setattr(filehash, "NUMPY_COUNT_BYTES", numpy_from)  # NumPy's count, then bytes.count
+    monkeypatch.setattr(reader, "NUMPY_COUNT_BYTES", numpy_from)  # NumPy's count, then bytes.count
     f = tmp_path / "q.jsonl"
     body = '{"kind":"iteration","iter":1,"t_start":1.0,"t_end":2.0,"x":"\\""}\n' * 40000  # several 1 MiB blocks
     f.write_text(body)
