@@ -618,6 +618,19 @@ def scalar(con: duckdb.DuckDBPyConnection, sql: str, params=None):
     return rows[0][0] if rows else None
 
 
+def run_meta(con: duckdb.DuckDBPyConnection, run_id: str) -> dict:
+    """The run's ``meta`` object ({} when it has none, or when it is not a readable JSON object:
+    a run record's meta nested beyond reason gives no facts rather than an internal error)."""
+    import json
+
+    raw = scalar(con, "select meta from runs where run_id = $r", {"r": run_id})
+    try:
+        meta = json.loads(raw) if raw else {}
+    except (ValueError, RecursionError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
 # --- the query runner: queries/<area>/<name>.sql, run with their $parameters bound ---------
 #
 # The derived tables (queries/*.sql) are built by build_derived; every other query file is

@@ -206,16 +206,9 @@ def _coverage(con, run_id: str, t_from: float, t_to: float) -> list[str]:
 def _join_doubts(con, run_id: str) -> list[str]:
     """What the ingest said against the join of this run's files (a given offset the steps do not
     bear out, a client whose requests the steps do not follow): the shares below rest on it."""
-    import json
-
     from ..ingest.align import source_lines
 
-    meta = store.scalar(con, "select meta from runs where run_id = $r", {"r": run_id})
-    try:
-        meta = json.loads(meta) if meta else {}
-    except (ValueError, RecursionError):
-        return []
-    return [text for _, text in source_lines(run_id, meta, doubts_only=True)]
+    return [text for _, text in source_lines(run_id, store.run_meta(con, run_id), doubts_only=True)]
 
 
 def _without_steps(con, params: dict) -> list[str]:

@@ -249,7 +249,7 @@ def _refuse_empty_files(con: Any, results: list[Any]) -> None:
     )
 
 
-def _refuse_mostly_rejected(con: Any, results: list[Any]) -> None:
+def _refuse_repeated_or_rejected(con: Any, results: list[Any]) -> None:
     """Raise when tonight's files repeat each other's records (yesterday's trace left beside
     tonight's, two copies of one: which of them loses its records depends on their order, so any
     such duplicate fails the night), or a file rejected more lines than it loaded records
@@ -316,9 +316,9 @@ def _stage(opts: Options, hist: History, digest: str, spec: Any, slo_text: str |
         _refuse_empty_files(con, results)
         # files that name no run take the night's id: two runs' files must not become one run
         refuse_merged_runs(con, run_id, results)
-        # a file that lost most of its lines (a copy of another night's, every record a duplicate)
-        # fails it too: recorded from the rest, the night passes on part of its data
-        _refuse_mostly_rejected(con, results)
+        # files repeating each other's records (yesterday's beside tonight's), or a file that lost
+        # most of its lines, fail it too: recorded from the rest, the night passes on part of its data
+        _refuse_repeated_or_rejected(con, results)
         store.build_derived(con)
         runs = store.known_runs(con)
         if len(runs) != 1:

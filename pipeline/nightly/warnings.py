@@ -8,8 +8,9 @@ same. Plain text: the terminal shows it through ``terminal.clean``, nightly.md t
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from .. import store
 
 # per file: lines read and rejected, and the first reject (the store keeps them all)
 _REJECTS = """
@@ -30,12 +31,7 @@ def night_warnings(con: Any, run_id: str, store_path: str) -> list[str]:
         f"recorded without them: `tracelat rejects --db {store_path}` lists them"
         for path, read, rejected, line, reason in con.execute(_REJECTS).fetchall()
     ]
-    row = con.execute("select meta from runs where run_id = ?", [run_id]).fetchone()
-    try:
-        meta = json.loads(row[0]) if row and row[0] else {}
-    except (ValueError, RecursionError):
-        meta = {}
-    out += [text for bad, text in source_lines(run_id, meta) if bad]
+    out += [text for bad, text in source_lines(run_id, store.run_meta(con, run_id)) if bad]
     return out
 
 

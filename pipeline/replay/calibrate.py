@@ -60,7 +60,6 @@ Decisions (docs/replay.md explains them to users):
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -244,12 +243,7 @@ class Calibration:
 
 
 def _meta(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
-    raw = store.scalar(con, "select meta from runs where run_id = $run_id", {"run_id": run_id})
-    try:
-        meta = json.loads(raw) if raw else {}
-    except ValueError:
-        meta = {}
-    return meta if isinstance(meta, dict) else {}
+    return store.run_meta(con, run_id)
 
 
 def _as_bool(v: Any) -> bool | None:
