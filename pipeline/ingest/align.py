@@ -146,22 +146,26 @@ def _transform(con, run_id: str, ingest_id: int, offset: float, drift: float, pi
 
 
 def _undo(con, run_id: str) -> None:
+    """Put every source of the run back on the times its file gave.
+
+    A client's row outlives the client itself when its file was replaced or moved to another run
+    (``--replace``): its requests are gone, but the steps it re-timed are still the run's and go
+    back on their stamps' timeline all the same, else the next alignment starts from them."""
     rows = con.execute(
-        "select a.ingest_id, a.offset_s, a.drift, a.pivot_s, a.applied, a.inferred from clock_alignments a "
-        "where a.run_id = $run and a.ingest_id in (select ingest_id from ingests)",
+        "select a.ingest_id, a.offset_s, a.drift, a.pivot_s, a.applied, a.inferred, a.info, "
+        "a.ingest_id in (select ingest_id from ingests) from clock_alignments a where a.run_id = $run",
         {"run": run_id},
     ).fetchall()
     import json
 
-    for ing, off, drift, pivot, applied, inferred in rows:
-        info = json.loads(
-            scalar(con, "select info from clock_alignments where run_id = ? and ingest_id = ?", [run_id, ing]) or "{}"
-        )
-        ref = (info.get("retime") or {}).get("ingest_id")
+    for ing, off, drift, pivot, applied, inferred, info, present in rows:
+        ref = (json.loads(info or "{}").get("retime") or {}).get("ingest_id")
         if ref is not None:
             from . import retime
 
-            retime.undo(con, run_id, ref)
+            retime.undo(con, run_id, ref)  # nothing to do when the log too is gone
+        if not present:
+            continue
         for col in inferred or []:  # inferred values go before the times move back
             con.execute(f"update requests set {_col(col)} = null where run_id = ? and ingest_id = ?", [run_id, ing])
         if applied:

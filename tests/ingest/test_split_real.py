@@ -254,6 +254,29 @@ def test_override_and_order_of_ingest(tmp_path):
     assert first == pytest.approx(1796014047.5, abs=1e-6)  # the bench's first start is its origin, 0
 
 
+def _steps(con, run: str) -> np.ndarray:
+    return np.array(con.execute("select t_start, t_end from iterations where run_id = ? order by iter", [run]).fetchall())
+
+
+def test_a_client_replaced_or_moved_away_leaves_the_steps_on_their_stamps(tmp_path):
+    """The steps the client re-timed go back on the log's own timeline when the client leaves the
+    run, and a client loaded again is aligned from the log's times, not from re-timed ones."""
+    rec = PAIRS["vllm"]
+    alone = store.connect(tmp_path / "alone.duckdb")
+    ingest_paths(alone, [rec / "server.log"], run_id="joint")
+    con = _joint(tmp_path, rec)
+    first = _alignment(con)["sources"][0]
+    assert first["retime"]["retimed"]
+    assert np.abs(_steps(con, "joint") - _steps(alone, "joint")).max() > 0.01  # re-timed: else this shows nothing
+    ingest_paths(con, [rec / "bench.json"], run_id="joint", replace=True)  # the same client again
+    again = _alignment(con)["sources"][0]
+    assert again["offset_before_retime_s"] == first["offset_before_retime_s"]
+    assert again["offset_s"] == first["offset_s"]
+    ingest_paths(con, [rec / "bench.json"], run_id="other", replace=True)  # the client moves to another run
+    np.testing.assert_array_equal(_steps(con, "joint"), _steps(alone, "joint"))
+    assert con.execute("select count(*) from clock_alignments where run_id = 'joint'").fetchone()[0] == 0
+
+
 def test_time_zone_of_local_stamps(tmp_path):
     rec = PAIRS["vllm"]
     utc = _joint(tmp_path, rec, tz="UTC")
