@@ -132,9 +132,14 @@ def _bad(path: str, where: str, what: str) -> InputError:
 def _number(path: str, where: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _bad(path, where, f"expected a number, got {value!r}")
-    if value != value or value in (float("inf"), float("-inf")):
+    try:
+        x = float(value)
+    except OverflowError:  # a TOML integer has no bound; a limit beyond a double's range is no limit
+        text = str(value)
+        raise _bad(path, where, f"expected a finite number, got an integer of {len(text)} digits ({text[:12]}...)") from None
+    if x != x or x in (float("inf"), float("-inf")):
         raise _bad(path, where, f"expected a finite number, got {value!r}")
-    return float(value)
+    return x
 
 
 def _toml_key(parts: tuple[str, ...]) -> str:
@@ -320,7 +325,8 @@ def load_slo(path: str | Path) -> SloSpec:
     if not p.is_file():
         raise InputError(f"SLO file {p} does not exist or is not a file; {EXAMPLE}")
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
+        # utf-8-sig: editors on Windows save a byte order mark, which TOML itself does not allow
+        data = tomllib.loads(p.read_text(encoding="utf-8-sig"))
     except UnicodeDecodeError as exc:
         raise InputError(f"{p}: not UTF-8 text ({exc}); save the SLO file as UTF-8") from exc
     except tomllib.TOMLDecodeError as exc:

@@ -81,6 +81,10 @@ def test_the_same_metric_with_other_statistics_is_not_a_duplicate(tmp_path):
         ("[fluidity]\nttft_deadline_ms = -100\ntbt_deadline_ms = 10\n", "[fluidity] ttft_deadline_ms", "> 0"),
         (FLUIDITY + "min_index_p01 = 1.5\n", "[fluidity] min_index_p01", "between 0 and 1"),
         (FLUIDITY + "min_index_mean = -0.1\n", "[fluidity] min_index_mean", "between 0 and 1"),
+        # TOML integers have no bound: one beyond a double's range was an internal error (exit 3)
+        ("[slo]\nttft_ms.p99 = 1" + "0" * 400 + "\n", "[slo] ttft_ms.p99", "an integer of 401 digits"),
+        ("[goodput]\nttft_ms = -1" + "0" * 400 + "\nmin_attainment = 0.5\n", "[goodput] ttft_ms", "finite number"),
+        (FLUIDITY + "min_index_p1 = 9" + "0" * 400 + "\n", "[fluidity] min_index_p1", "finite number"),
     ],
 )
 def test_a_limit_out_of_range_is_a_file_error(tiny_run, tmp_path, capsys, text, key, fragment):
@@ -145,3 +149,10 @@ def test_fleet_slo_that_checks_nothing_is_refused(tmp_path, capsys):
         main(["fleet", str(tmp_path / "lake"), "--slo", str(f)])
     assert exc.value.code == 2
     assert_file_error(2, capsys.readouterr().err, str(f), "sets no limit to check")
+
+
+def test_a_byte_order_mark_is_not_a_toml_error(tmp_path):
+    """Editors on Windows save UTF-8 with a byte order mark; TOML's parser calls it an invalid statement."""
+    f = tmp_path / "s.toml"
+    f.write_bytes("\ufeff[slo]\nttft_ms.p99 = 100\n".encode())
+    assert [lim.name for lim in load_slo(f).limits] == ["ttft_ms.p99"]
