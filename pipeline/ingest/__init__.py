@@ -323,12 +323,14 @@ def _companion(path: Path) -> companions.Companion | None:
 def loaded_nothing(results: list[IngestResult]) -> list[IngestResult]:
     """The files that loaded nothing: skipped (no known format, in a directory), every line
     rejected, or no records in them.  A file whose content was ingested before (``unchanged``)
-    loaded it then.  ``tracelat ingest`` and ``tracelat nightly`` both fail on these (exit 2):
+    loaded it then, unless that ingest too loaded nothing (it holds no run): an empty file is as
+    empty the second time.  ``tracelat ingest`` and ``tracelat nightly`` both fail on these (exit 2):
     a file that looks like a trace and holds nothing usable must not pass unnoticed."""
     return [
         r
         for r in results
-        if not r.companion and (r.status == "skipped" or (r.status != "unchanged" and not r.accepted))
+        if not r.companion
+        and (r.status == "skipped" or (not r.held_runs if r.status == "unchanged" else not r.accepted))
     ]
 
 
@@ -337,6 +339,8 @@ def why_nothing(r: IngestResult, rejects: str = "") -> str:
     rejected records (where to see them, or the first one's reason)."""
     if r.status == "skipped":
         return f"skipped: {r.note}; {r.hint or 'name its format with --format NAME'}"
+    if r.status == "unchanged":
+        return f"it loaded nothing when this content was ingested before{r.note} (no records, or all rejected)"
     if r.rejected:
         return f"all {r.rejected} records rejected{rejects}"
     return "no records in it" if not r.lines_read else f"no {r.format} records in it"

@@ -257,6 +257,15 @@ def _refuse_repeated_or_rejected(con: Any, results: list[Any]) -> None:
     from ..terminal import clean
     from .warnings import CROSS_FILE_DUPLICATES, mostly_rejected
 
+    # tonight's store is new: a file it holds already is a byte-for-byte copy of another of tonight's
+    copies = [r for r in results if r.status == "unchanged"]
+    if copies:
+        shown = "; ".join(f"{clean(r.path)} is a copy of {clean(r.stored_as)}" for r in copies[:3])
+        raise InputError(
+            f"tonight's files repeat each other: {shown}"
+            + (" ..." if len(copies) > 3 else "")
+            + "; the night is not recorded: remove the copies, or give only tonight's files"
+        )
     dups = con.execute(CROSS_FILE_DUPLICATES).fetchall()
     if dups:
         shown = "; ".join(

@@ -24,6 +24,23 @@ def test_empty_file_exits_2(tmp_path):
     assert code == 2 and "no records in it" in out.strip().splitlines()[-1], out
 
 
+def test_a_file_that_loaded_nothing_exits_2_again_when_unchanged(tmp_path):
+    """An empty file, or one of rejects only, loaded again: it was 'unchanged' and exited 0."""
+    db = tmp_path / "t.duckdb"
+    (tmp_path / "empty.log").write_text("")
+    (tmp_path / "bad.jsonl").write_text('{"kind": "iteration"}\n')
+    for name in ("empty.log", "bad.jsonl"):
+        for _ in range(2):
+            code, out = cli("ingest", tmp_path / name, "--db", db)
+            assert code == 2 and "loaded nothing" in out.strip().splitlines()[-1], out
+        assert "it loaded nothing when this content was ingested before" in out
+    tiny = FIX / "canonical" / "tiny.jsonl"
+    for _ in range(2):  # a file that loaded records is still fine unchanged
+        code, out = cli("ingest", tiny, "--db", db)
+        assert code == 0, out
+    assert "unchanged" in out
+
+
 def test_directory_with_a_skipped_file_says_so_last_and_exits_2(tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()

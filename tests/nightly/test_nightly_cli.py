@@ -494,6 +494,21 @@ def test_a_file_left_from_another_night_fails_the_night_not_passes_on_the_rest(n
     assert not hist.exists()  # a failed first night leaves no history
 
 
+def test_two_copies_of_one_file_fail_the_night(nights, tmp_path, capsys):
+    """Byte-for-byte copies: the second was skipped as already ingested and the night passed on
+    the first, with nothing said, where docs/nightly.md says any duplicate fails it."""
+    import shutil
+
+    hist, folder = tmp_path / "hist", tmp_path / "tonight"
+    folder.mkdir()
+    for name in ("x.jsonl", "y.jsonl"):
+        shutil.copy(nights[0] / "trace.jsonl", folder / name)
+    code, _, err = cli(capsys, "nightly", str(folder), "--history", str(hist), "--label", "date=2026-11-01")
+    assert code == 2 and err.startswith("Error: tonight's files repeat each other: "), err
+    assert f"{folder / 'y.jsonl'} is a copy of {folder / 'x.jsonl'}" in err, err
+    assert not hist.exists()
+
+
 def test_rejected_lines_and_an_unaligned_source_are_warned_in_the_night(nights, tmp_path, capsys):
     """A night whose file lost a few lines (cut short, a garbled line) is recorded, and says so on
     stderr, in nightly.md and in --json; a re-run says the same."""
