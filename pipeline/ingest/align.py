@@ -29,6 +29,7 @@ Rules:
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -102,6 +103,14 @@ def set_overrides(
     return sorted(changed), applied
 
 
+def _same_file(a: str, b: str) -> bool:
+    """Whether two spellings name one file (``./x``, ``dir/../x``, an absolute path, a link)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # either does not exist (or cannot be looked at): no match by this rule
+        return False
+
+
 def parse_offsets(items: tuple[str, ...], paths: list[str]) -> dict[str, float]:
     """``SOURCE=SECONDS`` options to ``{path: seconds}``; SOURCE is a path or a file name among ``paths``."""
     out: dict[str, float] = {}
@@ -118,7 +127,7 @@ def parse_offsets(items: tuple[str, ...], paths: list[str]) -> dict[str, float]:
                 f"--clock-offset {item!r}: the offset must be finite seconds, at most {MAX_ABS_TIME_S:.0e} "
                 "(a Unix time is about 1.8e9)"
             )
-        hits = [p for p in paths if p == src or p.endswith("/" + src) or p.split("/")[-1] == src]
+        hits = [p for p in paths if p == src or p.endswith("/" + src) or p.split("/")[-1] == src or _same_file(p, src)]
         if len(hits) != 1:
             raise InputError(
                 f"--clock-offset {item!r}: {src!r} matches {len(hits)} of the files ingested "

@@ -101,6 +101,20 @@ def test_clock_offset_must_name_one_file(split, tmp_path):
         _align(tmp_path, [d / "server.jsonl", d / "client.jsonl"], clock_offsets=("client.jsonl=1e30",))
 
 
+def test_clock_offset_names_its_file_by_any_path(split, tmp_path, monkeypatch):
+    """./client.jsonl, an absolute path or one through '..' name the file ingested as client.jsonl
+    (they matched 0 files: only the spelling given to ingest or the bare name matched)."""
+    from pipeline.ingest import align
+
+    d, _, _ = split
+    monkeypatch.chdir(d)
+    paths = ["server.jsonl", "client.jsonl"]
+    for spelling in ("./client.jsonl", str(d / "client.jsonl"), f"../{d.name}/client.jsonl"):
+        assert align.parse_offsets((f"{spelling}=3.5",), paths) == {"client.jsonl": 3.5}
+    with pytest.raises(InputError, match="matches 0 of the files"):
+        align.parse_offsets(("./nope.jsonl=3",), paths)
+
+
 def _source(con, run: str) -> dict:
     info = con.execute("select json_extract(meta, '$.clock_alignment') from runs where run_id = ?", [run]).fetchone()
     return json.loads(info[0])["sources"][0]
