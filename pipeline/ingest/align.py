@@ -200,11 +200,15 @@ def _steps(con, run_id: str, ref_ids: list[int]) -> clocks.Steps:
     ).fetchnumpy()
     flags = con.execute(
         "select bool_or(coalesce(try_cast(json_extract(meta, '$.decode_lines_sampled') as boolean), false)), "
-        "bool_or(coalesce(try_cast(json_extract(meta, '$.timestamps_reconstructed') as boolean), false)) "
+        "bool_or(coalesce(try_cast(json_extract(meta, '$.timestamps_reconstructed') as boolean), false)), "
+        "bool_or(coalesce(try_cast(json_extract(meta, '$.timestamp_resolution_s') as double), 0) >= 0.5) "
         "from run_records where run_id = ? and ingest_id = any(?)",
         [run_id, ref_ids],
     ).fetchone()
-    return clocks.Steps(a["t_start"], a["t_end"], _f(a["d"]), _f(a["p"]), bool(flags[0]), _f(a["dt"]), bool(flags[1]))
+    rebuilt = bool(flags[1])
+    return clocks.Steps(
+        a["t_start"], a["t_end"], _f(a["d"]), _f(a["p"]), bool(flags[0]), _f(a["dt"]), rebuilt, rebuilt or bool(flags[2])
+    )
 
 
 def _f(x) -> np.ndarray:
@@ -339,8 +343,8 @@ def _align_sources(con, run_id, refs, others, ref_clock, steps, retime_cand, sol
         if entry["status"] != "failed" and len(steps.t_end):
             group = entry.get("joint_ingests") or [ing]
             coarse = None
-            if steps.reconstructed and not retimed:
-                coarse = (entry.get("retime") or {}).get("why") or _why_not_retimed(refs, others)
+            if steps.coarse and not retimed:
+                coarse = (entry.get("retime") or {}).get("why") or _why_not_retimed(refs, others, steps)
                 # said of the source, not only of the scheduling inferred for it: a client that brings its
                 # own t_scheduled is as far off the steps, and explain would price the wrong steps
                 entry["steps_not_retimed"] = coarse
@@ -368,8 +372,21 @@ def _align_sources(con, run_id, refs, others, ref_clock, steps, retime_cand, sol
     return report, inferred_all
 
 
-def _why_not_retimed(refs, others) -> str:
+ONLY_VLLM_RETIMED = "only a vLLM log's steps are re-timed from a client's tokens"
+
+
+def _remedy(why: str) -> str:
+    """What would place steps stamped to the second, given why they were not re-timed."""
+    if why.startswith(ONLY_VLLM_RETIMED):
+        return "give the log with sub-second stamps"
+    return "give the log with sub-second stamps, or a client file with per-token times"
+
+
+def _why_not_retimed(refs, others, steps: clocks.Steps) -> str:
     """Why no client re-timed whole-second steps, when no re-timing was tried."""
+    if not steps.reconstructed:  # stamped to the second, and no vLLM step log (SGLang's)
+        sampled = "; the log shows one decode step in several" if steps.sampled else ""
+        return f"{ONLY_VLLM_RETIMED}{sampled}"
     if len(refs) > 1:
         return (
             f"the steps come from {len(refs)} files whose stamps interleave: only one log, or the pieces "
@@ -454,7 +471,7 @@ def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, ret
             # no step inside the client's span at this offset: none matched (a warning), not "unknown"
             share = 0.0 if q.steps_matched_share is None else q.steps_matched_share
             entry.update(steps_matched_share=share, requests_matched_share=q.requests_matched_share)
-            if not steps.reconstructed:
+            if not steps.coarse:
                 # an offset a few steps wrong still matches nearly all steps' decode counts, but no
                 # longer puts first tokens on step ends: the estimate says where they land
                 # (the estimate also holds the client's read lag, a ms or two after a step's end, which
@@ -549,7 +566,7 @@ def _align_source(con, run_id, ing, path, clock, ref_clock, steps, override, ret
             entry.update({k: v for k, v in al.to_dict().items() if k not in ("ok",)})
             # the stamps bound the offset to an interval: half its width is the uncertainty
             entry.update(offset_before_retime_s=before, uncertainty_ms=round(how["offset_interval_ms"] / 2, 3))
-    if steps.reconstructed and not (entry.get("retime") or {}).get("retimed"):
+    if steps.coarse and not (entry.get("retime") or {}).get("retimed"):
         # steps rebuilt from whole-second stamps may sit up to a second off where they ran, so the fine
         # stage's few ms of residual against them say nothing about the offset; and an offset seconds
         # away that fits the decode counts about as well means even that is not pinned
@@ -799,8 +816,7 @@ def coarse_steps_problem(con: duckdb.DuckDBPyConnection, run_id: str) -> str | N
     return (
         f"the log's steps, stamped to the second, were NOT re-timed ({why}){pin}: they may sit {_off_by(far)} "
         "off the requests, so the queue / prefill split inferred on them and which steps delayed whom "
-        "can be wrong by that much (give the log with sub-second stamps, or a client file with per-token "
-        "times: docs/incidents.md)"
+        f"can be wrong by that much ({_remedy(why)}: docs/incidents.md)"
     )
 
 
@@ -974,8 +990,8 @@ def source_lines(run_id: str, meta: dict, doubts_only: bool = False) -> list[tup
                 poor = True
                 text += (
                     f"; the log's steps, stamped to the second, were NOT re-timed ({not_retimed}): they may sit "
-                    f"{_off_by(src['uncertainty_ms'] if src.get('offset_rival') else None)} off, and so may the inferred queue and prefill times (give the log with "
-                    "sub-second stamps, or a client file with per-token times)"
+                    f"{_off_by(src['uncertainty_ms'] if src.get('offset_rival') else None)} off, and so may the inferred queue and "
+                    f"prefill times ({_remedy(not_retimed)})"
                 )
             outside = inf["t_scheduled"].get("requests_outside_steps") or 0
             if outside:
@@ -988,8 +1004,7 @@ def source_lines(run_id: str, meta: dict, doubts_only: bool = False) -> list[tup
             text += (
                 f"; the log's steps, stamped to the second, were NOT re-timed ({src['steps_not_retimed']}): they "
                 f"may sit {_off_by(src['uncertainty_ms'] if src.get('offset_rival') else None)} off this file's "
-                "requests, and so may which steps delayed whom in explain (give the log with sub-second stamps, "
-                "or a client file with per-token times)"
+                f"requests, and so may which steps delayed whom in explain ({_remedy(src['steps_not_retimed'])})"
             )
         if inf.get("t_scheduled_not_inferred"):
             text += (

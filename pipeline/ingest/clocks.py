@@ -51,9 +51,11 @@ class Steps:
     t_end: np.ndarray
     decode_reqs: np.ndarray
     prefill_tokens: np.ndarray
-    sampled: bool = False
+    sampled: bool = False  # the log shows only some steps (SGLang's decode_log_interval)
     decode_tokens: np.ndarray | None = None
-    reconstructed: bool = False  # step times rebuilt from whole-second stamps (errors of up to a second)  # the log shows only some steps (SGLang's decode_log_interval)
+    reconstructed: bool = False  # step times rebuilt from whole-second stamps (errors of up to a second)
+    # stamped to the second, rebuilt or not (SGLang's steps end on their stamps): up to a second off
+    coarse: bool = False
 
 
 @dataclass(frozen=True)

@@ -194,3 +194,62 @@ def write_engine_pair(
     )
     df.write_ndjson(aiperf_path)
     return client_clock_error_s
+
+
+def write_sglang_log(result: SimResult, log_path, server_origin_s: float = 1.79e9, decode_interval: int = 40) -> None:
+    """The server side of the split as an SGLang scheduler log: a ``Prefill batch`` line for every
+    step with prefill, a ``Decode batch`` line for every ``decode_interval``-th step with decode
+    (SGLang's ``decode_log_interval``), stamped to the second in UTC as SGLang stamps them.  Pairs
+    with :func:`write_engine_pair`'s AIPerf export (same ``server_origin_s``)."""
+    import polars as pl
+
+    it = result.iterations
+    end = pl.Series(it["t_end"] + server_origin_s)
+    df = pl.DataFrame(
+        {
+            "s": pl.from_epoch((end * 1e6).cast(pl.Int64), time_unit="us").dt.strftime("%Y-%m-%d %H:%M:%S"),
+            "pr": it["prefill_reqs"],
+            "pt": it["prefill_tokens"],
+            "dr": it["decode_reqs"],
+            "dt": it["decode_tokens"],
+            "ctx": it["context_tokens"],
+            "run": it["running_reqs"],
+            "wait": it["waiting_reqs"],
+            "sec": it["t_end"] - it["t_start"],
+        }
+    ).with_row_index("i")
+    prefill = df.filter(pl.col("pr") > 0).select(
+        "i",
+        k=pl.lit(0),
+        line=pl.format(
+            "[{}] Prefill batch. #new-seq: {}, #new-token: {}, #cached-token: 0, token usage: 0.01, "
+            "#running-req: {}, #queue-req: {}, ",
+            "s",
+            "pr",
+            "pt",
+            "run",
+            "wait",
+        ),
+    )
+    decode = (
+        df.filter(pl.col("dr") > 0)
+        .filter(pl.int_range(pl.len()) % decode_interval == decode_interval - 1)
+        .select(
+            "i",
+            k=pl.lit(1),
+            line=pl.format(
+                "[{}] Decode batch. #running-req: {}, #token: {}, token usage: 0.01, cuda graph: True, "
+                "gen throughput (token/s): {}, #queue-req: {}, ",
+                "s",
+                "dr",
+                "ctx",
+                (pl.col("dt") / pl.col("sec")).round(2),
+                "wait",
+            ),
+        )
+    )
+    lines = pl.concat([prefill, decode]).sort("i", "k").get_column("line")
+    first = pl.from_epoch(pl.Series([int((server_origin_s + float(np.nanmin(it["t_start"]))) * 1e6)]), time_unit="us")
+    with open(log_path, "w") as fh:
+        fh.write(f"[{first.dt.strftime('%Y-%m-%d %H:%M:%S')[0]}] INFO:     Started server process [1]\n")
+        fh.write("\n".join(lines.to_list()) + "\n")

@@ -166,3 +166,31 @@ def test_engine_formats_vllm_log_and_aiperf(tmp_path, kind):
         assert abs(qb[i] - qa[i]) <= max(0.10 * qa[i], 0.1 * med * 1e3), (qa, qb)
     for metric in ("ttft", "tpot"):
         assert _explain(con, "single", metric)[0] == _explain(con, "split", metric)[0]
+
+
+def test_sglang_log_and_aiperf_carry_the_uncertainty_of_second_stamps(tmp_path):
+    """SGLang stamps its batch lines to the second and logs one decode step in 40: no client re-times
+    such steps, so the offset is good to a second (it said +-3.6 ms, 0.57 s from the truth, and no
+    warning), and the alignment says why the steps were not re-timed."""
+    import json
+
+    from pipeline.sim.split import write_engine_pair, write_sglang_log
+
+    result, *_ = _simulate("light", 3)
+    truth = write_engine_pair(result, tmp_path / "vllm.log", tmp_path / "profile_export.jsonl")
+    write_sglang_log(result, tmp_path / "sgl.log")
+    con = store.connect(tmp_path / "g.duckdb")
+    res = ingest_paths(con, [tmp_path / "sgl.log", tmp_path / "profile_export.jsonl"], run_id="g", tz="UTC")
+    assert [r.format for r in res] == ["sglang-log", "aiperf"]
+    (src,) = json.loads(
+        con.execute("select json_extract(meta, '$.clock_alignment.sources') from runs where run_id = 'g'").fetchone()[0]
+    )
+    assert src["status"] == "aligned" and not (src.get("retime") or {}).get("retimed"), src
+    assert src["uncertainty_ms"] >= 1000.0
+    assert abs(src["offset_s"] - truth) * 1e3 <= src["uncertainty_ms"], src
+    assert src["steps_not_retimed"].startswith("only a vLLM log's steps are re-timed"), src
+    assert "one decode step in several" in src["steps_not_retimed"]
+    from pipeline.ingest import align
+
+    (line,) = [t for _, t in align.describe(con, ["g"])]
+    assert "were NOT re-timed" in line and "give the log with sub-second stamps)" in line, line
