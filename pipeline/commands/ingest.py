@@ -104,7 +104,11 @@ def ingest(
             try:
                 results = ing.ingest_paths(con, paths, **kwargs)
                 store.build_derived(con)
-            except BaseException:
+            except BaseException as exc:
+                if not as_json and getattr(exc, "results", None):
+                    # a file that stops the command: the files loaded before it were kept, and what
+                    # they loaded (and how their clocks were put together) is said before the error
+                    _print_lines(con, exc.results, where)
                 # an error's traceback keeps this frame, and with it the store open, alive: a
                 # caller in the same process (tests, the fuzzer) could not open the store again
                 con.close()
@@ -118,7 +122,8 @@ def ingest(
     touched = sorted({r for res in results for r in res.run_ids})
     aligned = describe(con, touched)
     if as_json:
-        echo(dumps([r.__dict__ for r in results]))
+        placed = _alignments(con, touched)
+        echo(dumps([r.__dict__ | {"clock_alignment": placed.get(r.stored_as or r.path, [])} for r in results]))
         for problem, text in aligned:
             if problem:
                 echo(f"warning: {text}", err=True)
@@ -127,6 +132,16 @@ def ingest(
                 echo(f"warning: {clean(r.path)}: {text}", err=True)
         _fail_if_nothing_loaded(results, where)
         return
+    _print_lines(con, results, where, aligned)
+    _fail_if_nothing_loaded(results, where)
+
+
+def _print_lines(con, results, where: str, aligned: list | None = None) -> None:
+    """Each file's line, notes and conflicts, then each aligned source's line, then the rejects."""
+    if aligned is None:
+        from ..ingest.align import describe
+
+        aligned = describe(con, sorted({r for res in results for r in res.run_ids}))
     for r in results:
         echo(r.line())
         for text in r.notes:
@@ -138,7 +153,26 @@ def ingest(
     rejected = sum(r.rejected for r in results)
     if rejected:
         echo(f"{rejected} lines rejected; see them with: tracelat rejects [FILE] {where}", err=True)
-    _fail_if_nothing_loaded(results, where)
+
+
+def _alignments(con, run_ids: list[str]) -> dict[str, list[dict]]:
+    """Per file path, how each run put it on its steps' clock (the run's meta.clock_alignment source
+    entries: status, offset_s, uncertainty_ms, match shares, re-timing, the reason of a failure), with
+    the run and its reference files: what the text lines say, for scripts that gate on it."""
+    import json
+
+    rows = con.execute(
+        "select run_id, json_extract(meta, '$.clock_alignment') from runs where run_id = any($r) "
+        "and json_extract(meta, '$.clock_alignment') is not null order by run_id",
+        {"r": run_ids},
+    ).fetchall()
+    out: dict[str, list[dict]] = {}
+    for run_id, text in rows:
+        info = json.loads(text)
+        for src in info.get("sources") or []:
+            entry = {"run_id": run_id, "reference": info.get("reference"), **src}
+            out.setdefault(src.get("path"), []).append(entry)
+    return out
 
 
 def _fail_if_nothing_loaded(results, where: str) -> None:

@@ -273,8 +273,9 @@ def ingest_paths(
     this_command = {f.resolve() for f, _ in files}
     # names from the files that will be read: a skipped meta.yaml must not make meta.json's run longer
     run_names = _distinct_run_names([f for f in found if found[f][0] is not None]) if run_id is None else {}
+    at = 0
     try:
-        for path, in_dir in files:
+        for at, (path, in_dir) in enumerate(files):
             if path in beside:  # written by the benchmark beside the records that are read
                 results.append(IngestResult(str(path), "?", status="skipped", note=companions.note(beside[path])))
                 results[-1].companion = True
@@ -297,13 +298,23 @@ def ingest_paths(
     except InputError as exc:
         done = [r for r in results if r.status not in ("unchanged", "skipped")]
         _post_ingest(con, done, {p: o for p, o in overrides.items() if p in {r.path for r in results}})
+        said = []
         if done:
             kept = ", ".join(r.path for r in done[:5]) + (" ..." if len(done) > 5 else "")
-            after = f"the {len(done)} file(s) before it were ingested and kept: {kept}"
-            if isinstance(exc, UnknownFormat):  # what the file is can still be said (commands.ingest)
-                raise UnknownFormat(str(exc), exc.path, after) from exc
-            raise InputError(f"{exc} ({after})") from exc
-        raise
+            said.append(f"the {len(done)} file(s) before it were ingested and kept: {kept}")
+        unread = [str(f) for f, _ in files[at + 1 :]]
+        if unread:
+            rest = ", ".join(unread[:5]) + (" ..." if len(unread) > 5 else "")
+            said.append(f"the {len(unread)} file(s) after it were not read: {rest}")
+        if not said:
+            raise
+        after = "; ".join(said)
+        if isinstance(exc, UnknownFormat):  # what the file is can still be said (commands.ingest)
+            err: InputError = UnknownFormat(str(exc), exc.path, after)
+        else:
+            err = InputError(f"{exc} ({after})")
+        err.results = results  # what loaded before it: the command still prints their lines
+        raise err from exc
     _post_ingest(con, results, overrides)
     if results and all(r.companion for r in results):
         raise InputError("nothing to ingest: " + "; ".join(f"{r.path}: {r.note}" for r in results))

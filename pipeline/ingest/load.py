@@ -919,7 +919,9 @@ def remerge_runs(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
     """Rebuild the ``runs`` rows of ``run_ids`` from their stored run records.
 
     Used after every batch with run records and after ingests are removed, so a run
-    always says what its remaining files said (not only the file that created it).
+    always says what its remaining files said (not only the file that created it); where they
+    disagree, a later file wins over an earlier one, except that a client's records (requests,
+    no steps) never win over the run's other files.
     Runs left without records get a bare row at the end of the ingest if they still
     have steps or requests.
     """
@@ -933,10 +935,15 @@ def remerge_runs(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
         "union all select run_id from requests)",
         {"r": run_ids},
     )
-    # records of post-ingest steps (ingest_id NULL, see derive_run_meta) come after every file's
+    # records of post-ingest steps (ingest_id NULL, see derive_run_meta) come after every file's,
+    # and those of a run's clients (files with its requests and none of its steps) before its other
+    # files': a server log and a client's records of one run name two engines (and source
+    # formats), and the run is the server's whichever file was loaded last
     source = (
-        "select *, coalesce(ingest_id * 4294967296 + line_no, 9223372036854000000 + line_no) as k "
-        "from run_records where run_id = any($r)"
+        "select *, coalesce(case when ingest_id in (select ingest_id from requests where run_id = any($r)) "
+        "and ingest_id not in (select ingest_id from iterations where run_id = any($r)) then 0 "
+        "else 4611686018427387904 end + ingest_id * 4294967296 + line_no, 9223372036854000000 + line_no) "
+        "as k from run_records where run_id = any($r)"
     )
     cols = ", ".join(RUN_FIELDS)
     con.execute(

@@ -81,3 +81,37 @@ def test_closed_output_pipe_exits_141_quietly(tmp_path):
             os.close(w)
         assert p.returncode == 141, p.stderr
         assert p.stderr == "", p.stderr  # no traceback, no "Exception ignored"
+
+
+def test_a_file_that_stops_the_ingest_leaves_the_lines_of_those_kept(tmp_path):
+    """A later file no ingestor reads stops the command (exit 2); the files before it are kept, and
+    their lines and the clock alignment are printed before the error, which names the files after
+    it as not read (it printed only the error)."""
+    from ..clirun import run_cli
+
+    (tmp_path / "notes.json").write_text('{"hello": 1}\n')
+    rec = FIX / "vllm"
+    db = tmp_path / "t.duckdb"
+    r = run_cli(
+        "ingest",
+        rec / "server.log",
+        rec / "bench.json",
+        tmp_path / "notes.json",
+        FIX / "canonical" / "tiny.jsonl",
+        "--run-id",
+        "z",
+        "--db",
+        db,
+    )
+    assert r.returncode == 2, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith(f"{rec / 'server.log'} [vllm-log]: ") and lines[1].startswith(
+        f"{rec / 'bench.json'} [vllm-bench]: "
+    )
+    assert lines[2].startswith("run z: bench.json aligned with server.log: offset +"), r.stdout
+    err = r.stderr.strip().splitlines()[-1]
+    assert err.startswith(f"Error: {tmp_path / 'notes.json'}: unknown format"), r.stderr
+    assert "the 2 file(s) before it were ingested and kept" in err
+    assert f"the 1 file(s) after it were not read: {FIX / 'canonical' / 'tiny.jsonl'}" in err
+    r = run_cli("runs", "--db", db)
+    assert [line.split()[0] for line in r.stdout.splitlines()[1:]] == ["z"]  # tiny.jsonl was not read

@@ -254,8 +254,24 @@ def test_override_and_order_of_ingest(tmp_path):
     assert first == pytest.approx(1796014047.5, abs=1e-6)  # the bench's first start is its origin, 0
 
 
+def test_the_run_is_the_servers_in_any_order_of_its_files(tmp_path):
+    """The log's engine and source format, whichever file came last (the bench's did when last)."""
+    rec = PAIRS["vllm"]
+    con = store.connect(tmp_path / "o.duckdb")
+    ingest_paths(con, [rec / "server.log", rec / "bench.json"], run_id="a")
+    ingest_paths(con, [rec / "bench.json", rec / "server.log"], run_id="b")
+    ingest_paths(con, [rec / "server.log"], run_id="log")
+    rows = con.execute(
+        "select run_id, engine, engine_version, model, clock, json_extract_string(meta, '$.source_format') "
+        "from runs order by run_id"
+    ).fetchall()
+    assert [r[1:] for r in rows] == [rows[-1][1:]] * 3, rows
+
+
 def _steps(con, run: str) -> np.ndarray:
-    return np.array(con.execute("select t_start, t_end from iterations where run_id = ? order by iter", [run]).fetchall())
+    return np.array(
+        con.execute("select t_start, t_end from iterations where run_id = ? order by iter", [run]).fetchall()
+    )
 
 
 def test_a_client_replaced_or_moved_away_leaves_the_steps_on_their_stamps(tmp_path):
@@ -680,3 +696,21 @@ def test_given_offset_a_few_steps_off_warns(tmp_path, wrong_by_s):
     src = _alignment(right)["sources"][0]
     assert "estimate_fits_better" not in src
     assert not align.source_lines("joint", {"clock_alignment": _alignment(right)})[0][0]
+
+
+def test_ingest_json_carries_each_files_alignment(tmp_path):
+    """--json said which files loaded, not how the client was put on the log's clock: the offset,
+    its uncertainty and a failure's reason were only in the text (or on stderr)."""
+    from ..clirun import run_cli
+
+    rec = PAIRS["vllm"]
+    db = tmp_path / "j.duckdb"
+    r = run_cli("ingest", rec / "server.log", rec / "bench.json", "--run-id", "joint", "--db", db, "--json")
+    assert r.returncode == 0, r.stderr
+    log, bench = json.loads(r.stdout)
+    assert log["clock_alignment"] == []  # the steps' file is the clock, not placed on one
+    (placed,) = bench["clock_alignment"]
+    con = store.connect(db, read_only=True)
+    (src,) = _alignment(con)["sources"]
+    assert placed == {"run_id": "joint", "reference": [str(rec / "server.log")], **src}
+    assert placed["status"] == "aligned" and placed["uncertainty_ms"] > 0
