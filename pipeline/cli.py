@@ -121,10 +121,47 @@ def cli(debug: bool) -> None:
     """
 
 
+class _Termination:
+    """SIGTERM (a CI job's timeout or cancel, ``kill``) raised as an interrupt while a command runs, so
+    that what a command undoes on an interrupt (a night's staged store and history rows, an ingest's
+    open transaction) is undone on it too; Python's default would end the process where it stands."""
+
+    received = False
+
+    @classmethod
+    def handler(cls, signum, frame) -> None:
+        cls.received = True
+        raise KeyboardInterrupt
+
+    @classmethod
+    @contextlib.contextmanager
+    def raised(cls):
+        import signal
+        import threading
+
+        cls.received = False
+        if (
+            threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL
+        ):
+            yield  # a host that handles SIGTERM itself keeps its handler
+            return
+        signal.signal(signal.SIGTERM, cls.handler)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI with the single error handler."""
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
+    with _Termination.raised():
+        _main(args, debug)
+
+
+def _main(args: list[str], debug: bool) -> None:
     try:
         cli.main(args=args, prog_name="tracelat", standalone_mode=False)
         sys.stdout.flush()  # here, where a closed pipe can still be told apart from a failure
@@ -143,6 +180,9 @@ def main(argv: list[str] | None = None) -> None:
                 err=True,
             )
             sys.exit(2)
+        if _Termination.received:
+            echo("Terminated.", err=True)
+            sys.exit(143)  # 128 + SIGTERM, as a shell reports a process it ended
         echo("Aborted.", err=True)
         sys.exit(130)
     except click.ClickException as exc:
@@ -151,6 +191,9 @@ def main(argv: list[str] | None = None) -> None:
         echo(shown.getvalue(), err=True, nl=False)
         sys.exit(2 if exc.exit_code in (1, 2) else exc.exit_code)
     except TracelatError as exc:
+        if _Termination.received and not debug:  # an interrupted query that a step wrapped in its own error
+            echo("Terminated.", err=True)
+            sys.exit(143)
         if debug:
             raise
         echo(f"Error: {one_line(exc)}", err=True)
@@ -166,9 +209,17 @@ def main(argv: list[str] | None = None) -> None:
         )
         sys.exit(2)
     except Exception as exc:  # an unexpected failure: say so plainly, keep the exit code distinct
+        if _Termination.received and not debug:
+            # the interrupt surfaced through DuckDB ("Query interrupted"), which checks for signals itself
+            echo("Terminated.", err=True)
+            sys.exit(143)
         if debug:
             raise
         import duckdb
+
+        if isinstance(exc, duckdb.InterruptException) or one_line(exc) == "Query interrupted":
+            echo("Aborted.", err=True)  # Ctrl-C inside a query: an interrupt, not a failure of ours
+            sys.exit(130)
 
         if isinstance(exc, duckdb.Error):
             echo(f"Error: database error: {one_line(exc)} (run with --debug for the traceback)", err=True)

@@ -136,7 +136,9 @@ def _number(path: str, where: str, value: object) -> float:
         x = float(value)
     except OverflowError:  # a TOML integer has no bound; a limit beyond a double's range is no limit
         text = str(value)
-        raise _bad(path, where, f"expected a finite number, got an integer of {len(text)} digits ({text[:12]}...)") from None
+        raise _bad(
+            path, where, f"expected a finite number, got an integer of {len(text)} digits ({text[:12]}...)"
+        ) from None
     if x != x or x in (float("inf"), float("-inf")):
         raise _bad(path, where, f"expected a finite number, got {value!r}")
     return x

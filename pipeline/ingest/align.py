@@ -207,7 +207,14 @@ def _steps(con, run_id: str, ref_ids: list[int]) -> clocks.Steps:
     ).fetchone()
     rebuilt = bool(flags[1])
     return clocks.Steps(
-        a["t_start"], a["t_end"], _f(a["d"]), _f(a["p"]), bool(flags[0]), _f(a["dt"]), rebuilt, rebuilt or bool(flags[2])
+        a["t_start"],
+        a["t_end"],
+        _f(a["d"]),
+        _f(a["p"]),
+        bool(flags[0]),
+        _f(a["dt"]),
+        rebuilt,
+        rebuilt or bool(flags[2]),
     )
 
 

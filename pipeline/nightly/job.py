@@ -171,6 +171,21 @@ def _remove_store(path: Path) -> None:
             p.unlink()
 
 
+def _sweep_staging(runs: Path) -> None:
+    """Remove the staged stores of nights whose process is gone (killed outright: SIGKILL, a
+    machine that went down), which nothing else would ever remove; a live one's is left alone."""
+    for p in runs.glob(".staging-*.duckdb"):
+        pid = p.name[len(".staging-") : -len(".duckdb")]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            _remove_store(p)
+        except OSError:  # alive, another user's: not ours to remove
+            pass
+
+
 def recorded_options(opts: Options, slo_text: str | None) -> dict[str, Any]:
     """What a night keeps of its options, so that a re-run reports it as it was recorded."""
     slo = None
@@ -316,6 +331,8 @@ def _stage(opts: Options, hist: History, digest: str, spec: Any, slo_text: str |
     staging = hist.dir / "runs" / f".staging-{os.getpid()}.duckdb"
     final = hist.dir / "runs" / f"{folder_name(run_id, digest)}.duckdb"
     _remove_store(staging)
+    if staging.parent.is_dir():
+        _sweep_staging(staging.parent)
     con = store.connect(staging)
     try:
         results = ingest_paths(con, opts.paths, fmt=opts.fmt, run_id=run_id)

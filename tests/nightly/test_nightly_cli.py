@@ -538,3 +538,41 @@ def test_rejected_lines_and_an_unaligned_source_are_warned_in_the_night(nights, 
     shutil.copy(nights[1] / "trace.jsonl", folder / "trace.jsonl")
     code, stdout, err = cli(capsys, *args[:-1], "date=2026-11-02", "--json")
     assert code == 0 and json.loads(stdout)["warnings"] == [] and "warning:" not in err, err
+
+
+def test_a_night_ended_by_sigterm_changes_nothing(tmp_path):
+    """A CI timeout or cancel sends SIGTERM: Python's default ended the process where it stood,
+    leaving the staged store behind and, late in the night, a night recorded without its report.
+    Now it is undone as an error is (exit 143), here a first night: no history is left; and a
+    staged store of a process that is gone (SIGKILL) is swept by the next night."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    hist, out = tmp_path / "hist", tmp_path / "out"
+    (hist / "runs").mkdir(parents=True)
+    stale = hist / "runs" / ".staging-999999999.duckdb"  # no such process
+    stale.write_bytes(b"left by a night killed outright")
+    big = simulate_night(tmp_path / "big", seed=9, requests=1500)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "nightly", "--history", str(hist), "--out", str(out), str(big)],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    staged = hist / "runs" / f".staging-{proc.pid}.duckdb"
+    deadline = time.monotonic() + 60
+    while not staged.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    if proc.poll() is not None:
+        pytest.fail(f"the night ended before it could be signalled: {proc.stderr.read()}")
+    time.sleep(0.3)  # well into the night's ingest
+    os.kill(proc.pid, signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 143, stderr
+    assert stderr.strip().splitlines()[-1] == "Terminated.", stderr
+    assert not staged.exists() and not stale.exists()
+    assert sorted(p.name for p in hist.iterdir()) == []  # the history and its runs/ are gone
+    assert not out.exists() or not any(out.iterdir())
