@@ -22,7 +22,7 @@ class Companion:
     names: tuple[str, ...]  # exact file names the tool writes
     head: re.Pattern[str]  # what the file's head holds
     what: str  # what the file is, for the user
-    instead: str  # the file of the run that tracelat reads
+    instead: str  # the file of the run that tracelat reads ("" for tracelat's own outputs)
 
 
 # a metric of an aggregate export: "time_to_first_token": {"unit": "ms", ...}
@@ -67,6 +67,18 @@ COMPANIONS = (
         "AIPerf's descriptions of the server's metrics; the samples themselves are read",
         "server_metrics_export.jsonl",
     ),
+    # tracelat's own report of a run, written into the logs' folder (`tracelat report --out logs/r`):
+    # a folder ingest read its summary.json as a vLLM bench result and stopped there
+    Companion(
+        ("summary.json",),
+        re.compile(r'\A\{\s*"run_id"\s*:[^\n]*\n\s*"requests"\s*:'),
+        "tracelat's own summary of a run (tracelat report)",
+        "",
+    ),
+    Companion(
+        ("summary.md",), re.compile(r"\A### tracelat: run "), "tracelat's own summary of a run (tracelat report)", ""
+    ),
+    Companion(("index.html",), re.compile(r"<title>tracelat "), "a page tracelat wrote", ""),
 )
 
 
@@ -80,4 +92,6 @@ def companion(path: Path, head: str) -> Companion | None:
 
 def note(c: Companion) -> str:
     """What a skipped companion is, and where the run's records are."""
+    if not c.instead:  # no benchmark's: an output of tracelat's own
+        return f"not read: {c.what}"
     return f"not read: {c.what} (the run's records are in {c.instead} beside it)"

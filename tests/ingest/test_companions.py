@@ -111,3 +111,31 @@ def test_real_aiperf_folders(realdata, tmp_path):
     read = [ln for ln in lines if "[aiperf]" in ln]
     assert len(read) == 3 and all(" 0 rejected" in ln for ln in read)
     assert sum(": not read: " in ln for ln in lines) == 6  # an aggregate and a telemetry file per run
+
+
+def test_a_report_written_into_the_logs_folder_is_not_read(tmp_path):
+    """`tracelat report --out logs/rep` then `tracelat ingest logs`: the report's summary.json was
+    read as a vLLM bench result and stopped the ingest (exit 2, the server log after it unread)."""
+    fix = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for name in ("server.log", "bench.json"):
+        shutil.copy(fix / name, logs / name)
+    db = tmp_path / "r.duckdb"
+    code, out = cli("ingest", logs, "--run-id", "r", "--db", db)
+    assert code == 0, out
+    code, out = cli("report", "r", "--db", db, "--out", logs / "rep")
+    assert code == 0, out
+    assert sorted(p.name for p in (logs / "rep").iterdir()) == ["index.html", "summary.json", "summary.md"]
+    code, out = cli("ingest", logs, "--run-id", "again", "--db", db)
+    assert code == 0, out
+    for name in ("index.html", "summary.json", "summary.md"):
+        assert f"{logs / 'rep' / name}: not read: " in out, out
+    con = store.connect(db, read_only=True)
+    counts = con.execute("select run_id, count(*) from iterations group by run_id order by 1").fetchall()
+    assert counts == [("again", 532), ("r", 532)]
+    # a summary.json of another shape is no report of ours: still read (and refused) as what it looks like
+    (logs / "rep" / "summary.json").write_text('{"date": "x", "duration": 1.0}\n')
+    con.close()
+    code, out = cli("ingest", logs / "rep" / "summary.json", "--db", db)
+    assert code == 2 and "not read" not in out, out
