@@ -104,7 +104,11 @@ def compare(
         echo(dumps({**comp.to_dict(), "html": str(html)}))
     else:
         echo(comparison_markdown(comp, only_changes=True).rstrip())
-        echo(f"\n{len(comp.deltas)} statistics compared; full table and overlaid CDFs: {html}")
+        judged = sum(d.verdict != "no verdict" for d in comp.deltas)
+        unjudged = len(comp.deltas) - judged
+        # a statistic without an interval was looked at, not judged: "33 compared" said more than was checked
+        open_ = f" ({judged} judged; {unjudged} without a verdict: too few values to judge)" if unjudged else ""
+        echo(f"\n{len(comp.deltas)} statistics compared{open_}; full table and overlaid CDFs: {html}")
     if comp.exit_code:
         raise CheckFailed(
             f"{cand_run} regressed against {base_run} in {len(comp.regressions)} statistic(s): "

@@ -187,10 +187,18 @@ def comparison_markdown(comp: Comparison, only_changes: bool = False) -> str:
         ] + [_md_row(d) for d in rows]
     else:
         below = sum(d.verdict == "below threshold" for d in comp.deltas)
+        unjudged = sum(d.verdict == "no verdict" for d in comp.deltas)
         lines += [
             "",
-            f"No statistic changed beyond the threshold; {below} changed by less (verdict 'below threshold')."
-            if below
-            else "No statistic changed significantly.",
+            (
+                f"No statistic changed beyond the threshold; {below} changed by less (verdict 'below threshold')."
+                if below
+                else "No statistic changed significantly."
+            )
+            + (
+                f" {unjudged} of {len(comp.deltas)} had too few values to judge (verdict 'no verdict')."
+                if unjudged
+                else ""
+            ),
         ]
     return "\n".join(lines) + "\n"

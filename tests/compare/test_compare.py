@@ -105,7 +105,14 @@ def test_cli_exit_codes_and_page(runs_db, tmp_path, capsys):
             return int(exc.code or 0)
 
     assert cli("compare", "base", "base", "--db", str(db), "--out", str(tmp_path / "same")) == 0
-    assert "No statistic changed significantly" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "No statistic changed significantly" in text
+    # the footer says how many were judged: a statistic without an interval was not checked
+    doc = json.loads((tmp_path / "same" / "comparison.json").read_text())
+    n = len(doc["deltas"])
+    unjudged = sum(d["verdict"] == "no verdict" for d in doc["deltas"])
+    assert unjudged and f"{n} statistics compared ({n - unjudged} judged; {unjudged} without a verdict" in text, text
+    assert f"{unjudged} of {n} had too few values to judge" in text
     assert cli("compare", "base", "slow", "--db", str(db), "--out", str(tmp_path / "slow"), "--json") == 1
     out = json.loads(capsys.readouterr().out)
     assert out["regressed"] and out["exit_code"] == 1
