@@ -211,6 +211,8 @@ def _stat_limits(path: str, table: object) -> tuple[StatLimit, ...]:
         if metric not in SLO_METRICS:
             raise _bad(path, where, f"unknown metric {metric!r}; known metrics: {', '.join(SLO_METRICS)}")
         if stat not in PLAIN_STATS and percentile_of(stat) is None:
+            if stat.startswith("p100") and stat[1:].isdigit():  # p100 reads as p10.0: refused, but meant as the max
+                raise _bad(path, where, f"{stat}: the 100th percentile is the largest value; write {metric}.max")
             raise _bad(
                 path,
                 where,

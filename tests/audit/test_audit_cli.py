@@ -128,7 +128,11 @@ def test_usage_errors_exit_2(tiny_run, tmp_path, capsys):
     [
         ("[slo]\nttft_ms.p99 = \n", "invalid TOML"),
         ("[slo]\nttfx_ms.p99 = 5\n", "[slo] ttfx_ms.p99: unknown metric 'ttfx_ms'"),
-        ("[slo]\nttft_ms.p100 = 5\n", "unknown statistic 'p100'"),
+        # p100 reads as p10.0, so no percentile; meant as the largest value, as p9999999999999999999 is
+        (
+            "[slo]\nttft_ms.p100 = 5\n",
+            "[slo] ttft_ms.p100: p100: the 100th percentile is the largest value; write ttft_ms.max",
+        ),
         # 99.99999999999999999 is the float 100.0, the largest value; 99.99999 rounds to it in a name
         (
             "[slo]\nttft_ms.p9999999999999999999 = 5\n",
