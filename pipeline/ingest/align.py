@@ -279,6 +279,11 @@ def align_clocks(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
             _undo(con, run_id)
             steps = _steps(con, run_id, [src[0] for src in refs])
             report, inferred_all = _align_sources(con, run_id, refs, others, ref_clock, steps, retime_cand, placed[0])
+        zone = _stamps_zone(con, [s[0] for s in refs])
+        for e in report:
+            hours = _whole_hours(e, ref_clock) if zone else None
+            if hours is not None:
+                e["time_zone_suspect"] = {"hours": hours, "stamps_read_in": zone}
         failed = [e for e in report if e["status"] == "failed"]
         status = "failed" if failed else "aligned" if any(e["applied"] for e in report) else "same clock"
         meta = {
@@ -297,6 +302,35 @@ def align_clocks(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> None:
         if twins:
             meta["clock_alignment"]["same_requests"] = twins
         derive_run_meta(con, run_id, meta, step=DERIVED_CLOCKS, clock=ref_clock)
+
+
+# Time zones are whole quarter hours from UTC; two Unix clocks of one run agree within seconds (NTP),
+# so an offset this close to a multiple of 15 minutes, an hour or more, is a log read in another zone.
+ZONE_STEP_S = 900.0
+ZONE_SLACK_S = 120.0
+
+
+def _stamps_zone(con, ref_ids: list[int]) -> str | None:
+    """The zone the steps' wall-clock stamps were read in (``--tz`` or this machine's), or None when
+    their stamps named their own zone or were epoch seconds: only then can a wrong ``--tz`` move them."""
+    return scalar(
+        con,
+        "select any_value(json_extract_string(meta, '$.timestamps_time_zone')) from run_records "
+        "where ingest_id = any(?) and json_extract_string(meta, '$.timestamps_time_zone') is not null",
+        [ref_ids],
+    )
+
+
+def _whole_hours(entry: dict, ref_clock: str) -> float | None:
+    """The hours of a Unix client's offset from steps read in a time zone, when it looks like a zone's
+    (a multiple of 15 minutes, within ZONE_SLACK_S, at least an hour), else None."""
+    off = entry.get("offset_s")
+    if entry.get("status") != "aligned" or entry.get("clock") != "unix" or ref_clock != "unix":
+        return None
+    if not isinstance(off, (int, float)) or abs(off) < 3600.0 - ZONE_SLACK_S:
+        return None
+    whole = round(off / ZONE_STEP_S) * ZONE_STEP_S
+    return whole / 3600.0 if abs(off - whole) <= ZONE_SLACK_S else None
 
 
 def _retime_candidate(con, run_id: str, refs) -> int | list[int] | None:
@@ -954,6 +988,14 @@ def source_lines(run_id: str, meta: dict, doubts_only: bool = False) -> list[tup
                     "nearly as well (the batch size barely moves in this stretch), so the offset is not pinned: "
                     "pass --clock-offset SOURCE=SECONDS if you know it"
                 )
+        zone = src.get("time_zone_suspect")
+        if zone:
+            poor = True
+            text += (
+                f"; an offset of {zone['hours']:+g} h and a few seconds between two Unix clocks is a time zone: "
+                f"the log's stamps were read in {zone['stamps_read_in']}; if that is not where it was written, "
+                "ingest it again with --tz ZONE --replace"
+            )
         joined_badly = poor  # so far only what puts the join itself in doubt
         rt = src.get("retime") or {}
         if rt.get("retimed"):

@@ -194,3 +194,34 @@ def test_sglang_log_and_aiperf_carry_the_uncertainty_of_second_stamps(tmp_path):
 
     (line,) = [t for _, t in align.describe(con, ["g"])]
     assert "were NOT re-timed" in line and "give the log with sub-second stamps)" in line, line
+
+
+def test_a_log_read_in_the_wrong_time_zone_is_named_as_such(tmp_path):
+    """A vLLM log written in UTC read with --tz America/New_York, joined with an NTP-synced Unix
+    client: the offset came out as +14403.7 s with no hint; now the line says a whole-hours offset
+    between two Unix clocks is a time zone, and which zone the stamps were read in."""
+    import json
+
+    from pipeline.ingest import align
+    from pipeline.sim.split import write_engine_pair
+
+    result, *_ = _simulate("light", 3)
+    truth = write_engine_pair(result, tmp_path / "server.log", tmp_path / "profile_export.jsonl")
+    con = store.connect(tmp_path / "z.duckdb")
+    files = [tmp_path / "server.log", tmp_path / "profile_export.jsonl"]
+    ingest_paths(con, files, run_id="ny", tz="America/New_York")  # 2026-09: EDT, 4 h behind UTC
+    ingest_paths(con, files, run_id="utc", tz="UTC")
+
+    def source(run):
+        q = "select json_extract(meta, '$.clock_alignment.sources[0]') from runs where run_id = ?"
+        return json.loads(con.execute(q, [run]).fetchone()[0])
+
+    ny, utc = source("ny"), source("utc")
+    assert ny["offset_s"] == pytest.approx(4 * 3600 + truth, abs=0.01)
+    assert ny["time_zone_suspect"] == {"hours": 4.0, "stamps_read_in": "America/New_York"}
+    assert "time_zone_suspect" not in utc and utc["offset_s"] == pytest.approx(truth, abs=0.01)
+    lines = dict((t.split(":", 1)[0], (p, t)) for p, t in align.describe(con, ["ny", "utc"]))
+    problem, text = lines["run ny"]
+    assert problem and "an offset of +4 h and a few seconds between two Unix clocks is a time zone" in text
+    assert "read in America/New_York" in text and "--tz ZONE --replace" in text
+    assert lines["run utc"][0] is False
