@@ -292,9 +292,10 @@ def ingest_paths(
                 _refuse_implicit_join(con, path, name or default_run_id(path), this_command)
             if progress_for is None:
                 results.append(ingest_file(con, path, ing.name, ing.convert, name, replace, tz=tz))
-                continue
-            with progress_for(path) as progress:
-                results.append(ingest_file(con, path, ing.name, ing.convert, name, replace, progress, tz=tz))
+            else:
+                with progress_for(path) as progress:
+                    results.append(ingest_file(con, path, ing.name, ing.convert, name, replace, progress, tz=tz))
+            _note_unused_options(results[-1], run_id, tz)
     except InputError as exc:
         done = [r for r in results if r.status not in ("unchanged", "skipped")]
         _post_ingest(con, done, {p: o for p, o in overrides.items() if p in {r.path for r in results}})
@@ -329,6 +330,21 @@ def _companion(path: Path) -> companions.Companion | None:
         return companions.companion(path, reader.head_text(path))
     except InputError:  # unreadable: detection says what is wrong with it
         return None
+
+
+def _note_unused_options(r: IngestResult, run_id: str | None, tz: str | None) -> None:
+    """Say when --tz or --run-id did nothing for a file, which the user would otherwise take for done."""
+    if r.status == "unchanged" and tz:
+        r.notes.append(
+            "--tz not applied: this content was ingested before, its stamps read then; add --replace to read "
+            "them again in this zone"
+        )
+    if run_id and r.status != "unchanged" and r.run_ids and run_id not in r.run_ids:
+        named = ", ".join(r.run_ids[:3]) + (" ..." if len(r.run_ids) > 3 else "")
+        r.notes.append(
+            f"--run-id {run_id} not used: the file's records name their own run ({named}); --run-id names "
+            "only records that name none"
+        )
 
 
 def loaded_nothing(results: list[IngestResult]) -> list[IngestResult]:
