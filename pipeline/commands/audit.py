@@ -78,9 +78,12 @@ def audit(
     else:
         echo(md if nightly else aud.text_report(result))
     if result.exit_code == 2:
+        # exit 2 wins (the verdict is incomplete), but the violations found are said with it
+        violated = [c.name for c in result.checks if c.status == "fail"]
         raise InputError(
             f"run {run_id}: the run's data cannot evaluate {result.errors} SLO(s): "
             + ", ".join(c.name for c in result.checks if c.status == "error")
+            + (f"; and {len(violated)} SLO(s) violated: {', '.join(violated)}" if violated else "")
         )
     if result.exit_code:
         raise CheckFailed(

@@ -111,6 +111,14 @@ def test_unevaluable_slo_is_exit_2(make_store, db_path, tmp_path, capsys):
     assert code == 2 and "no token times" in out
     assert err == "Error: run notokens: the run's data cannot evaluate 1 SLO(s): itl_ms.p99 <= 50\n"
     assert junit_counts(tmp_path / "j.xml")[:3] == (2, 0, 1)
+    # with a violation beside it: still exit 2 (the verdict is incomplete), and the violation is named
+    f.write_text("[slo]\nitl_ms.p99 = 50\nttft_ms.p50 = 1\n")
+    code, out, err = cli(capsys, "audit", "notokens", "--slo", str(f), "--db", str(db_path))
+    assert code == 2
+    assert err == (
+        "Error: run notokens: the run's data cannot evaluate 1 SLO(s): itl_ms.p99 <= 50; "
+        "and 1 SLO(s) violated: ttft_ms.p50 <= 1\n"
+    ), err
 
 
 def test_usage_errors_exit_2(tiny_run, tmp_path, capsys):
