@@ -500,9 +500,12 @@ def calibrate(
         sources["prefix_caching"] = "requests' cached_tokens" if cached_total else "no request reports cached_tokens"
     policy, baseline, sources, notes = resolve_policy(run_id, rec, sources, overrides or {})
     # the replay's workload and its comparison rest on the join of the run's files, as explain's shares do
-    from ..ingest.align import source_lines
+    from ..ingest.align import coarse_steps_problem, source_lines
 
     notes += [f"ingest warned: {text}" for _, text in source_lines(run_id, meta, doubts_only=True)]
+    coarse = coarse_steps_problem(con, run_id)  # steps a second off their requests: the observed TTFT split too
+    if coarse:
+        notes.append(f"ingest warned: {coarse}")
     if cached_total:
         share = cached_total / max(int(w.prompt_tokens.sum()), 1)
         notes.append(

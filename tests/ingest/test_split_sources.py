@@ -194,6 +194,14 @@ def test_sglang_log_and_aiperf_carry_the_uncertainty_of_second_stamps(tmp_path):
 
     (line,) = [t for _, t in align.describe(con, ["g"])]
     assert "were NOT re-timed" in line and "give the log with sub-second stamps)" in line, line
+    con.close()
+    # replay compares its TTFT split with the observed one, which rests on those steps: it repeats the warning
+    from ..clirun import run_cli
+
+    limits = ("--max-num-seqs", "64", "--max-num-batched-tokens", "4096", "--kv-capacity-tokens", "200000")
+    r = run_cli("replay", "g", "--db", tmp_path / "g.duckdb", *limits)
+    assert r.returncode == 0, r.stderr
+    assert "ingest warned: the log's steps, stamped to the second, were NOT re-timed (only a vLLM log" in r.stdout
 
 
 def test_a_log_read_in_the_wrong_time_zone_is_named_as_such(tmp_path):
