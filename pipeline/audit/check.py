@@ -17,7 +17,7 @@ import duckdb
 from .. import store
 from . import measure
 from ..metrics import percentile_name, percentile_of
-from ..slo import SloSpec, within_limit
+from ..slo import TIE_MS, SloSpec, within_limit
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,8 @@ def _fmt(v: float | None, unit: str) -> str:
         return "n/a"
     if unit in ("fraction", "index"):
         return f"{v:.4f}"
+    if abs(v) >= 1e9:  # a limit of 1e300 printed its 300 digits
+        return f"{v:.4g} {unit}".rstrip()
     return f"{v:.3f} {unit}".rstrip()
 
 
@@ -105,6 +107,9 @@ def _check(
     else:
         ok = observed >= limit
     verb = "within" if ok else ("exceeds" if op == "<=" else "is below")
+    tie = ""
+    if ok and op == "<=" and observed > limit:  # met by TIE_MS only: shown to 3 decimals it reads as over
+        tie = f" (over by {(observed - limit) * 1e3:.3g} us, within the {TIE_MS * 1e3:g} us rounding of times)"
     return Check(
         section,
         name,
@@ -113,7 +118,7 @@ def _check(
         limit,
         unit,
         "pass" if ok else "fail",
-        f"{name} = {_fmt(observed, unit)} {verb} limit {op} {_fmt(limit, unit)}",
+        f"{name} = {_fmt(observed, unit)} {verb} limit {op} {_fmt(limit, unit)}{tie}",
     )
 
 

@@ -162,3 +162,19 @@ def test_one_check_and_one_request_are_said_in_the_singular(make_store):
     text, md = text_report(result), markdown_report(result)
     assert "(1 check, 0 failed" in text and "1 request evaluated" in text and "1 checks" not in text
     assert "1 check from t.toml" in md and "1 requests" not in md
+
+
+def test_a_limit_met_by_the_rounding_of_times_says_so_and_huge_limits_stay_short():
+    """ttft_ms.max = 73.4430 against 73.4435 ms printed "= 73.444 ms within limit <= 73.443 ms"; a
+    limit of 1e300 printed 300 digits."""
+    from pipeline.audit.check import _check
+
+    c = _check("slo", "ttft_ms.max", 73.4435, "<=", 73.443, "ms")
+    assert c.status == "pass"
+    assert c.message == (
+        "ttft_ms.max = 73.444 ms within limit <= 73.443 ms (over by 0.5 us, within the 1 us rounding of times)"
+    ), c.message
+    assert _check("slo", "ttft_ms.max", 73.442, "<=", 73.443, "ms").message.endswith("<= 73.443 ms")
+    assert _check("slo", "ttft_ms.max", 73.4445, "<=", 73.443, "ms").status == "fail"
+    big = _check("slo", "ttft_ms.p99", 12.5, "<=", 1e300, "ms")
+    assert big.message == "ttft_ms.p99 = 12.500 ms within limit <= 1e+300 ms", big.message
