@@ -380,7 +380,9 @@ def load_into(
     """Insert the lake's rows of ``run_ids`` (None: all runs) into a store's tables.
 
     ``only_known_ingests``: skip rows of ingests the store does not hold for that run (lake
-    ingest: the ones a --replace removed); rows no ingest made (derived run records) are kept.
+    ingest: the ones a --replace removed); rows no ingest made (derived run records) are kept, and
+    so are clock alignments: a removed client's row is what puts the steps it re-timed back
+    (``ingest.align._undo``, which then deletes it).
     """
     lake = Path(lake)
     for table in tables or tuple(TABLES):
@@ -390,7 +392,7 @@ def load_into(
         cols = [r[0] for r in con.execute(f"describe main.{table}").fetchall()]
         sel = ", ".join(f'"{c}"' for c in cols)
         where = ["true" if run_ids is None else "run_id = any($r)"]
-        if only_known_ingests and "ingest_id" in cols and table != "ingests":
+        if only_known_ingests and "ingest_id" in cols and table not in ("ingests", "clock_alignments"):
             # by run too: a lake written before ids were made unique may give two files one id
             where.append(f"(ingest_id is null or (ingest_id, run_id) in (select ingest_id, run_id from {INGEST_RUNS}))")
         src = f"select * from {READ} where {' and '.join(where)}"

@@ -418,6 +418,12 @@ def _steps_retimed(meta: dict[str, Any]) -> bool:
     return any(isinstance(x, dict) and (x.get("retime") or {}).get("retimed") for x in sources or [])
 
 
+def _coarse_or_sampled(meta: dict[str, Any]) -> bool:
+    """Whether the steps' stamps are whole seconds or the log samples its steps (run meta)."""
+    res = meta.get("timestamp_resolution_s")
+    return (isinstance(res, (int, float)) and res >= 0.5) or meta.get("decode_lines_sampled") is True
+
+
 def corrections(con: duckdb.DuckDBPyConnection, run_id: str, meta: dict[str, Any]) -> tuple[float, float, list[str]]:
     """``mean_scale`` and ``host_gap_ms`` (see the module docstring), with notes."""
     rows = store.rows(con, "replay/corrections", {"run_id": run_id})
@@ -426,10 +432,14 @@ def corrections(con: duckdb.DuckDBPyConnection, run_id: str, meta: dict[str, Any
     if scale is None or not math.isfinite(scale) or scale <= 0:
         scale = 1.0
     retimed = _steps_retimed(meta)
-    if meta.get("timestamps_reconstructed") and not retimed:
+    # steps stamped to the second (rebuilt from such stamps, or ending on them as SGLang's do) or only
+    # some of them logged (SGLang's one decode line in 40): the gaps between them are no host time
+    coarse = bool(meta.get("timestamps_reconstructed")) or _coarse_or_sampled(meta)
+    if coarse and not retimed:
         gap = 0.0
         notes.append(
-            "step times were rebuilt from coarse log stamps: host time between steps is not known and not added"
+            "step times come from coarse log stamps (or the log shows only some steps): host time between "
+            "steps is not known and not added"
         )
     elif gap is None or busy < 10:
         gap = 0.0

@@ -714,3 +714,28 @@ def test_ingest_json_carries_each_files_alignment(tmp_path):
     (src,) = _alignment(con)["sources"]
     assert placed == {"run_id": "joint", "reference": [str(rec / "server.log")], **src}
     assert placed["status"] == "aligned" and placed["uncertainty_ms"] > 0
+
+
+def test_a_client_moved_away_in_a_lake_leaves_the_steps_on_their_stamps(tmp_path):
+    """The same as in a store (above), through a lake: its merge left out the removed client's clock
+    alignment row, the one that says which steps it re-timed, so they stayed re-timed."""
+    import polars as pl
+
+    from ..clirun import run_cli
+
+    rec = PAIRS["vllm"]
+    lake = tmp_path / "lake"
+    alone = store.connect(tmp_path / "alone.duckdb")
+    ingest_paths(alone, [rec / "server.log"], run_id="joint")
+    want = _steps(alone, "joint")
+
+    def steps() -> np.ndarray:
+        df = pl.read_parquet(lake / "iterations" / "run_id=joint" / "*.parquet").sort("iter")
+        return df.select("t_start", "t_end").to_numpy()
+
+    r = run_cli("ingest", rec / "server.log", rec / "bench.json", "--run-id", "joint", "--lake", lake)
+    assert r.returncode == 0, r.stderr
+    assert np.abs(steps() - want).max() > 0.01  # re-timed
+    r = run_cli("ingest", rec / "bench.json", "--run-id", "other", "--replace", "--lake", lake)
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_array_equal(steps(), want)

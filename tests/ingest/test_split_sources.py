@@ -202,6 +202,8 @@ def test_sglang_log_and_aiperf_carry_the_uncertainty_of_second_stamps(tmp_path):
     r = run_cli("replay", "g", "--db", tmp_path / "g.duckdb", *limits)
     assert r.returncode == 0, r.stderr
     assert "ingest warned: the log's steps, stamped to the second, were NOT re-timed (only a vLLM log" in r.stdout
+    # and the gaps between such steps are no host time (it added 135 ms a step to every simulated one)
+    assert "host gap 0 ms)" in r.stdout and "host time between steps is not known and not added" in r.stdout
 
 
 def test_a_log_read_in_the_wrong_time_zone_is_named_as_such(tmp_path):
