@@ -295,7 +295,7 @@ def ingest_paths(
             else:
                 with progress_for(path) as progress:
                     results.append(ingest_file(con, path, ing.name, ing.convert, name, replace, progress, tz=tz))
-            _note_unused_options(results[-1], run_id, tz)
+            _note_unused_options(con, results[-1], run_id, tz)
     except InputError as exc:
         done = [r for r in results if r.status not in ("unchanged", "skipped")]
         _post_ingest(con, done, {p: o for p, o in overrides.items() if p in {r.path for r in results}})
@@ -332,13 +332,21 @@ def _companion(path: Path) -> companions.Companion | None:
         return None
 
 
-def _note_unused_options(r: IngestResult, run_id: str | None, tz: str | None) -> None:
+def _note_unused_options(con, r: IngestResult, run_id: str | None, tz: str | None) -> None:
     """Say when --tz or --run-id did nothing for a file, which the user would otherwise take for done."""
     if r.status == "unchanged" and tz:
-        r.notes.append(
-            "--tz not applied: this content was ingested before, its stamps read then; add --replace to read "
-            "them again in this zone"
+        # the zone the stored ingest read the file's wall-clock stamps in (none: the file has no such stamps)
+        read_in = store.scalar(
+            con,
+            "select any_value(json_extract_string(r.meta, '$.timestamps_time_zone')) from run_records r "
+            "join ingests i using (ingest_id) where i.path = ? and r.meta is not null",
+            [r.stored_as or r.path],
         )
+        if read_in is not None and read_in.split(" ", 1)[0] != tz:
+            r.notes.append(
+                f"--tz {tz} not applied: this content was ingested before, its stamps read in {read_in}; add "
+                "--replace to read them again in this zone"
+            )
     if run_id and r.status != "unchanged" and r.run_ids and run_id not in r.run_ids:
         named = ", ".join(r.run_ids[:3]) + (" ..." if len(r.run_ids) > 3 else "")
         r.notes.append(

@@ -79,6 +79,30 @@ COMPANIONS = (
         ("summary.md",), re.compile(r"\A### tracelat: run "), "tracelat's own summary of a run (tracelat report)", ""
     ),
     Companion(("index.html",), re.compile(r"<title>tracelat "), "a page tracelat wrote", ""),
+    Companion(
+        ("comparison.json",),
+        re.compile(r'\A\{\s*"base_run"\s*:[^\n]*\n\s*"cand_run"\s*:'),
+        "tracelat's own comparison of two runs (tracelat compare)",
+        "",
+    ),
+    Companion(
+        ("comparison.md",),
+        re.compile(r"\A## \S+ tracelat compare: "),
+        "tracelat's own comparison of two runs (tracelat compare)",
+        "",
+    ),
+    Companion(
+        ("nightly.json",),
+        re.compile(r'\A\{\s*"run_id"\s*:[^\n]*\n\s*"night"\s*:'),
+        "tracelat's own record of a night (tracelat nightly)",
+        "",
+    ),
+    Companion(
+        ("nightly.md",),
+        re.compile(r"\A## \w+: tracelat nightly, night "),
+        "tracelat's own record of a night (tracelat nightly)",
+        "",
+    ),
 )
 
 

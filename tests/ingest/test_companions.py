@@ -127,10 +127,14 @@ def test_a_report_written_into_the_logs_folder_is_not_read(tmp_path):
     code, out = cli("report", "r", "--db", db, "--out", logs / "rep")
     assert code == 0, out
     assert sorted(p.name for p in (logs / "rep").iterdir()) == ["index.html", "summary.json", "summary.md"]
+    code, out = cli("compare", "r", "r", "--db", db, "--out", logs / "cmp")
+    assert code == 0, out
     code, out = cli("ingest", logs, "--run-id", "again", "--db", db)
     assert code == 0, out
     for name in ("index.html", "summary.json", "summary.md"):
         assert f"{logs / 'rep' / name}: not read: " in out, out
+    for name in ("index.html", "comparison.json", "comparison.md"):
+        assert f"{logs / 'cmp' / name}: not read: " in out, out
     con = store.connect(db, read_only=True)
     counts = con.execute("select run_id, count(*) from iterations group by run_id order by 1").fetchall()
     assert counts == [("again", 532), ("r", 532)]
@@ -139,3 +143,20 @@ def test_a_report_written_into_the_logs_folder_is_not_read(tmp_path):
     con.close()
     code, out = cli("ingest", logs / "rep" / "summary.json", "--db", db)
     assert code == 2 and "not read" not in out, out
+
+
+@pytest.mark.parametrize(
+    "name, head",
+    [
+        ("nightly.json", '{\n  "run_id": "2026-12-07",\n  "night": "2026-12-07",\n'),
+        ("nightly.md", "## FAIL: tracelat nightly, night 2026-12-07 (2026-12-07)\n"),
+        ("index.html", "<!DOCTYPE html>\n<html><head><title>tracelat nightly trend</title>"),
+    ],
+)
+def test_a_nights_outputs_are_known_as_tracelat_s_own(name, head):
+    """nightly --out inside the logs' folder (outputs/nightly.py writes these heads)."""
+    from pipeline.ingest.companions import companion
+
+    c = companion(Path(name), head)
+    assert c is not None and c.instead == "" and "tracelat" in c.what
+    assert companion(Path(name), head.replace("tracelat", "another tool").replace('"night"', '"nights"')) is None

@@ -15,11 +15,18 @@ def test_tz_on_an_unchanged_file_and_run_id_on_records_naming_their_run(tmp_path
     log = FIX / "vllm" / "server.log"
     (first,) = ingest_paths(con, [log])
     assert not any("--tz" in n for n in first.notes)
-    (again,) = ingest_paths(con, [log], tz="UTC")
+    (again,) = ingest_paths(con, [log], tz="America/New_York")
     assert again.status == "unchanged"
-    assert any(n.startswith("--tz not applied: this content was ingested before") for n in again.notes), again.notes
-    (replaced,) = ingest_paths(con, [log], tz="UTC", replace=True)  # the way out it names
+    read_in = con.execute("select json_extract_string(meta, '$.timestamps_time_zone') from runs").fetchone()[0]
+    want = f"--tz America/New_York not applied: this content was ingested before, its stamps read in {read_in}"
+    assert any(n.startswith(want) for n in again.notes), again.notes
+    (replaced,) = ingest_paths(con, [log], tz="America/New_York", replace=True)  # the way out it names
     assert replaced.status == "replaced" and not replaced.notes
+    (same,) = ingest_paths(con, [log], tz="America/New_York")  # the zone it was read in: nothing to say
+    assert same.status == "unchanged" and not same.notes
+    (tiny,) = ingest_paths(con, [FIX / "canonical" / "tiny.jsonl"])
+    (tiny,) = ingest_paths(con, [FIX / "canonical" / "tiny.jsonl"], tz="UTC")  # no wall-clock stamps at all
+    assert tiny.status == "unchanged" and not tiny.notes
 
     (named,) = ingest_paths(con, [FIX / "canonical" / "tiny.jsonl"], run_id="X")
     assert named.run_ids == ["tiny"]
