@@ -130,6 +130,8 @@ class _Termination:
 
     @classmethod
     def handler(cls, signum, frame) -> None:
+        if cls.received:  # a second SIGTERM (a CI runner may repeat it) must not break into the undoing
+            return
         cls.received = True
         raise KeyboardInterrupt
 
@@ -139,13 +141,13 @@ class _Termination:
         import signal
         import threading
 
-        cls.received = False
         if (
             threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL
         ):
-            yield  # a host that handles SIGTERM itself keeps its handler
+            yield  # a host that handles SIGTERM itself keeps its handler (a nested call too: ours)
             return
+        cls.received = False
         signal.signal(signal.SIGTERM, cls.handler)
         try:
             yield
@@ -217,7 +219,9 @@ def _main(args: list[str], debug: bool) -> None:
             raise
         import duckdb
 
-        if isinstance(exc, duckdb.InterruptException) or one_line(exc) == "Query interrupted":
+        from . import store
+
+        if store.interrupted(exc):
             echo("Aborted.", err=True)  # Ctrl-C inside a query: an interrupt, not a failure of ours
             sys.exit(130)
 

@@ -42,6 +42,8 @@ def ingest_to_lake(lake: Path, paths, **kwargs) -> tuple[list, list[str], object
         try:
             done = ing.ingest_paths(con, paths, **kwargs)
         except Exception as exc:  # what was ingested before the failing file is kept, as in the store
+            if store.interrupted(exc):  # Ctrl-C or SIGTERM inside a query: stop, write nothing more
+                raise
             error = exc
         new = [
             r[0]
@@ -57,6 +59,7 @@ def ingest_to_lake(lake: Path, paths, **kwargs) -> tuple[list, list[str], object
             _merge_lake_rows(con, lake, touched)
             lk.export_locked(con, touched, lake)
         if error is not None:
+            error.lake_store = con  # what the files before it loaded, for the command to say
             raise error
     store.build_derived(con)
     return done, touched, con

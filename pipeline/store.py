@@ -759,6 +759,14 @@ def derived_current(con: duckdb.DuckDBPyConnection) -> bool:
     return _current(con, _state(con), query_files())
 
 
+def interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` is DuckDB's report of an interrupt (Ctrl-C, or SIGTERM as the CLI raises it)
+    inside a query: ``InterruptException``, or the RuntimeError "Query interrupted" it gives elsewhere."""
+    return isinstance(exc, duckdb.InterruptException) or (
+        isinstance(exc, RuntimeError) and str(exc).strip() == "Query interrupted"
+    )
+
+
 def build_derived(con: duckdb.DuckDBPyConnection, force: bool = False) -> bool:
     """Materialise every ``queries/*.sql`` as a table unless already current.
 

@@ -98,20 +98,32 @@ def ingest(
         if lake is not None:
             from ..lake_ingest import ingest_to_lake
 
-            results, _, con = ingest_to_lake(lake, paths, **kwargs)
+            try:
+                results, _, con = ingest_to_lake(lake, paths, **kwargs)
+            except Exception as exc:
+                kept = getattr(exc, "lake_store", None)
+                try:
+                    if kept is not None and not as_json and getattr(exc, "results", None):
+                        _print_lines(kept, exc.results, where)
+                finally:
+                    if kept is not None:
+                        kept.close()
+                raise
         else:
             con = store.connect(db)
             try:
                 results = ing.ingest_paths(con, paths, **kwargs)
                 store.build_derived(con)
             except BaseException as exc:
-                if not as_json and getattr(exc, "results", None):
-                    # a file that stops the command: the files loaded before it were kept, and what
-                    # they loaded (and how their clocks were put together) is said before the error
-                    _print_lines(con, exc.results, where)
-                # an error's traceback keeps this frame, and with it the store open, alive: a
-                # caller in the same process (tests, the fuzzer) could not open the store again
-                con.close()
+                try:
+                    if not as_json and getattr(exc, "results", None):
+                        # a file that stops the command: the files loaded before it were kept, and what
+                        # they loaded (and how their clocks were put together) is said before the error
+                        _print_lines(con, exc.results, where)
+                finally:
+                    # an error's traceback keeps this frame, and with it the store open, alive: a
+                    # caller in the same process (tests, the fuzzer) could not open the store again
+                    con.close()
                 raise
     except UnknownFormat as exc:
         _workload_instead(exc)

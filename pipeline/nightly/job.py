@@ -172,18 +172,13 @@ def _remove_store(path: Path) -> None:
 
 
 def _sweep_staging(runs: Path) -> None:
-    """Remove the staged stores of nights whose process is gone (killed outright: SIGKILL, a
-    machine that went down), which nothing else would ever remove; a live one's is left alone."""
+    """Remove the staged stores of nights killed outright (SIGKILL, a machine that went down), which
+    nothing else would ever remove. Every one but this process's is such a night's: a night holds the
+    history's DuckDB file, which one process at a time can open, from before it stages to the end
+    (a PID check would keep, forever, a file whose PID a container or a restored cache reuses)."""
     for p in runs.glob(".staging-*.duckdb"):
-        pid = p.name[len(".staging-") : -len(".duckdb")]
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
+        if p.name != f".staging-{os.getpid()}.duckdb":
             _remove_store(p)
-        except OSError:  # alive, another user's: not ours to remove
-            pass
 
 
 def recorded_options(opts: Options, slo_text: str | None) -> dict[str, Any]:

@@ -115,3 +115,18 @@ def test_a_file_that_stops_the_ingest_leaves_the_lines_of_those_kept(tmp_path):
     assert f"the 1 file(s) after it were not read: {FIX / 'canonical' / 'tiny.jsonl'}" in err
     r = run_cli("runs", "--db", db)
     assert [line.split()[0] for line in r.stdout.splitlines()[1:]] == ["z"]  # tiny.jsonl was not read
+
+
+def test_a_file_that_stops_a_lake_ingest_leaves_the_lines_of_those_kept(tmp_path):
+    """The same through --lake: the files before the one that stops it are written to the lake, and said."""
+    from ..clirun import run_cli
+
+    (tmp_path / "notes.json").write_text('{"hello": 1}\n')
+    tiny = FIX / "canonical" / "tiny.jsonl"
+    lake = tmp_path / "lake"
+    r = run_cli("ingest", tiny, tmp_path / "notes.json", "--lake", lake)
+    assert r.returncode == 2, r.stderr
+    assert r.stdout.splitlines() == [f"{tiny} [jsonl]: 8 read, 8 accepted, 0 rejected; runs: tiny"], r.stdout
+    assert "the 1 file(s) before it were ingested and kept" in r.stderr
+    r = run_cli("runs", "--lake", lake)
+    assert [line.split()[0] for line in r.stdout.splitlines()[1:]] == ["tiny"], r.stdout

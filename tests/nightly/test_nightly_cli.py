@@ -553,7 +553,9 @@ def test_a_night_ended_by_sigterm_changes_nothing(tmp_path):
 
     hist, out = tmp_path / "hist", tmp_path / "out"
     (hist / "runs").mkdir(parents=True)
-    stale = hist / "runs" / ".staging-999999999.duckdb"  # no such process
+    # left by a night killed outright, its PID now another process's (this one): the history's lock
+    # says no other night is staging, so it goes whoever holds the PID
+    stale = hist / "runs" / f".staging-{os.getpid()}.duckdb"
     stale.write_bytes(b"left by a night killed outright")
     big = simulate_night(tmp_path / "big", seed=9, requests=1500)
     proc = subprocess.Popen(
