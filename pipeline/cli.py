@@ -155,6 +155,13 @@ class _Termination:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def _exit_if_terminated() -> None:
+    """Exit 143 (128 + SIGTERM, as a shell reports a process it ended) once SIGTERM was received."""
+    if _Termination.received:
+        echo("Terminated.", err=True)
+        sys.exit(143)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI with the single error handler."""
     args = sys.argv[1:] if argv is None else argv
@@ -182,9 +189,7 @@ def _main(args: list[str], debug: bool) -> None:
                 err=True,
             )
             sys.exit(2)
-        if _Termination.received:
-            echo("Terminated.", err=True)
-            sys.exit(143)  # 128 + SIGTERM, as a shell reports a process it ended
+        _exit_if_terminated()
         echo("Aborted.", err=True)
         sys.exit(130)
     except click.ClickException as exc:
@@ -193,9 +198,8 @@ def _main(args: list[str], debug: bool) -> None:
         echo(shown.getvalue(), err=True, nl=False)
         sys.exit(2 if exc.exit_code in (1, 2) else exc.exit_code)
     except TracelatError as exc:
-        if _Termination.received and not debug:  # an interrupted query that a step wrapped in its own error
-            echo("Terminated.", err=True)
-            sys.exit(143)
+        if not debug:  # an interrupted query that a step wrapped in its own error
+            _exit_if_terminated()
         if debug:
             raise
         echo(f"Error: {one_line(exc)}", err=True)
@@ -211,10 +215,8 @@ def _main(args: list[str], debug: bool) -> None:
         )
         sys.exit(2)
     except Exception as exc:  # an unexpected failure: say so plainly, keep the exit code distinct
-        if _Termination.received and not debug:
-            # the interrupt surfaced through DuckDB ("Query interrupted"), which checks for signals itself
-            echo("Terminated.", err=True)
-            sys.exit(143)
+        if not debug:  # the interrupt surfaced through DuckDB ("Query interrupted"), which checks for signals itself
+            _exit_if_terminated()
         if debug:
             raise
         import duckdb

@@ -101,13 +101,8 @@ def ingest(
             try:
                 results, _, con = ingest_to_lake(lake, paths, **kwargs)
             except Exception as exc:
-                kept = getattr(exc, "lake_store", None)
-                try:
-                    if kept is not None and not as_json and getattr(exc, "results", None):
-                        _print_lines(kept, exc.results, where)
-                finally:
-                    if kept is not None:
-                        kept.close()
+                if getattr(exc, "lake_store", None) is not None:
+                    _say_kept_and_close(exc.lake_store, exc, as_json, where)
                 raise
         else:
             con = store.connect(db)
@@ -115,15 +110,7 @@ def ingest(
                 results = ing.ingest_paths(con, paths, **kwargs)
                 store.build_derived(con)
             except BaseException as exc:
-                try:
-                    if not as_json and getattr(exc, "results", None):
-                        # a file that stops the command: the files loaded before it were kept, and what
-                        # they loaded (and how their clocks were put together) is said before the error
-                        _print_lines(con, exc.results, where)
-                finally:
-                    # an error's traceback keeps this frame, and with it the store open, alive: a
-                    # caller in the same process (tests, the fuzzer) could not open the store again
-                    con.close()
+                _say_kept_and_close(con, exc, as_json, where)
                 raise
     except UnknownFormat as exc:
         _workload_instead(exc)
@@ -146,6 +133,18 @@ def ingest(
         return
     _print_lines(con, results, where, aligned)
     _fail_if_nothing_loaded(results, where)
+
+
+def _say_kept_and_close(con, exc: BaseException, as_json: bool, where: str) -> None:
+    """A file that stops the command: the files loaded before it were kept, and what they loaded (and
+    how their clocks were put together) is said before the error. The store is closed whatever
+    happens: an error's traceback keeps the caller's frame, and with it the store open, alive, and a
+    caller in the same process (tests, the fuzzer) could not open the store again."""
+    try:
+        if not as_json and getattr(exc, "results", None):
+            _print_lines(con, exc.results, where)
+    finally:
+        con.close()
 
 
 def _print_lines(con, results, where: str, aligned: list | None = None) -> None:

@@ -67,41 +67,39 @@ COMPANIONS = (
         "AIPerf's descriptions of the server's metrics; the samples themselves are read",
         "server_metrics_export.jsonl",
     ),
-    # tracelat's own report of a run, written into the logs' folder (`tracelat report --out logs/r`):
-    # a folder ingest read its summary.json as a vLLM bench result and stopped there
-    Companion(
-        ("summary.json",),
-        re.compile(r'\A\{\s*"run_id"\s*:[^\n]*\n\s*"requests"\s*:'),
-        "tracelat's own summary of a run (tracelat report)",
-        "",
-    ),
-    Companion(
-        ("summary.md",), re.compile(r"\A### tracelat: run "), "tracelat's own summary of a run (tracelat report)", ""
-    ),
-    Companion(("index.html",), re.compile(r"<title>tracelat "), "a page tracelat wrote", ""),
-    Companion(
-        ("comparison.json",),
-        re.compile(r'\A\{\s*"base_run"\s*:[^\n]*\n\s*"cand_run"\s*:'),
-        "tracelat's own comparison of two runs (tracelat compare)",
-        "",
-    ),
-    Companion(
-        ("comparison.md",),
-        re.compile(r"\A## \S+ tracelat compare: "),
-        "tracelat's own comparison of two runs (tracelat compare)",
-        "",
-    ),
-    Companion(
-        ("nightly.json",),
-        re.compile(r'\A\{\s*"run_id"\s*:[^\n]*\n\s*"night"\s*:'),
-        "tracelat's own record of a night (tracelat nightly)",
-        "",
-    ),
-    Companion(
-        ("nightly.md",),
-        re.compile(r"\A## \w+: tracelat nightly, night "),
-        "tracelat's own record of a night (tracelat nightly)",
-        "",
+    # tracelat's own outputs, written into the logs' folder (`tracelat report --out logs/r`): a folder
+    # ingest read a report's summary.json as a vLLM bench result and stopped there
+    *(
+        Companion((name,), re.compile(head), what, "")
+        for name, head, what in (
+            (
+                "summary.json",
+                r'\A\{\s*"run_id"\s*:[^\n]*\n\s*"requests"\s*:',
+                "tracelat's own summary of a run (tracelat report)",
+            ),
+            ("summary.md", r"\A### tracelat: run ", "tracelat's own summary of a run (tracelat report)"),
+            ("index.html", r"<title>tracelat ", "a page tracelat wrote"),
+            (
+                "comparison.json",
+                r'\A\{\s*"base_run"\s*:[^\n]*\n\s*"cand_run"\s*:',
+                "tracelat's own comparison of two runs (tracelat compare)",
+            ),
+            (
+                "comparison.md",
+                r"\A## \S+ tracelat compare: ",
+                "tracelat's own comparison of two runs (tracelat compare)",
+            ),
+            (
+                "nightly.json",
+                r'\A\{\s*"run_id"\s*:[^\n]*\n\s*"night"\s*:',
+                "tracelat's own record of a night (tracelat nightly)",
+            ),
+            (
+                "nightly.md",
+                r"\A## \w+: tracelat nightly, night ",
+                "tracelat's own record of a night (tracelat nightly)",
+            ),
+        )
     ),
 )
 
