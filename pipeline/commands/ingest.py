@@ -101,8 +101,7 @@ def ingest(
             try:
                 results, _, con = ingest_to_lake(lake, paths, **kwargs)
             except Exception as exc:
-                if getattr(exc, "lake_store", None) is not None:
-                    _say_kept_and_close(exc.lake_store, exc, as_json, where)
+                _say_kept_and_close(getattr(exc, "lake_store", None), exc, as_json, where)
                 raise
         else:
             con = store.connect(db)
@@ -141,10 +140,32 @@ def _say_kept_and_close(con, exc: BaseException, as_json: bool, where: str) -> N
     happens: an error's traceback keeps the caller's frame, and with it the store open, alive, and a
     caller in the same process (tests, the fuzzer) could not open the store again."""
     try:
-        if not as_json and getattr(exc, "results", None):
+        if as_json:
+            _json_of_stopped(con, exc)
+        elif con is not None and getattr(exc, "results", None):
             _print_lines(con, exc.results, where)
     finally:
-        con.close()
+        if con is not None:
+            con.close()
+
+
+def _json_of_stopped(con, exc: BaseException) -> None:
+    """``--json`` when a file stops the command (exit 2): the same list as after a whole ingest, each
+    file read before it, then the failing file (``status: error`` with the message) and the files
+    not read (``status: not read``), so a script sees what is in the store without parsing stderr."""
+    from ..errors import InputError
+
+    failed = getattr(exc, "failed_path", None)
+    if not isinstance(exc, InputError) or failed is None:
+        return  # not a file's error (an option, an interrupt, a bug): stderr says it
+    results = getattr(exc, "results", None) or []
+    placed = {}
+    if con is not None and results:
+        placed = _alignments(con, sorted({r for res in results for r in res.run_ids}))
+    entries = [r.__dict__ | {"clock_alignment": placed.get(r.stored_as or r.path, [])} for r in results]
+    entries.append({"path": failed, "status": "error", "error": str(exc)})
+    entries += [{"path": p, "status": "not read"} for p in getattr(exc, "unread", [])]
+    echo(dumps(entries))
 
 
 def _print_lines(con, results, where: str, aligned: list | None = None) -> None:

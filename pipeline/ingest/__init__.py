@@ -304,6 +304,8 @@ def ingest_paths(
             kept = ", ".join(r.path for r in done[:5]) + (" ..." if len(done) > 5 else "")
             said.append(f"the {len(done)} file(s) before it were ingested and kept: {kept}")
         unread = [str(f) for f, _ in files[at + 1 :]]
+        # for `ingest --json`: the file that stopped the command and those it left unread
+        exc.failed_path, exc.unread, exc.results = str(files[at][0]), unread, results
         if unread:
             rest = ", ".join(unread[:5]) + (" ..." if len(unread) > 5 else "")
             said.append(f"the {len(unread)} file(s) after it were not read: {rest}")
@@ -315,6 +317,7 @@ def ingest_paths(
         else:
             err = InputError(f"{exc} ({after})")
         err.results = results  # what loaded before it: the command still prints their lines
+        err.failed_path, err.unread = exc.failed_path, unread
         raise err from exc
     _post_ingest(con, results, overrides)
     if results and all(r.companion for r in results):

@@ -130,3 +130,38 @@ def test_a_file_that_stops_a_lake_ingest_leaves_the_lines_of_those_kept(tmp_path
     assert "the 1 file(s) before it were ingested and kept" in r.stderr
     r = run_cli("runs", "--lake", lake)
     assert [line.split()[0] for line in r.stdout.splitlines()[1:]] == ["tiny"], r.stdout
+
+
+def test_ingest_json_says_what_was_kept_when_a_file_stops_it(tmp_path):
+    """`ingest --json` with a file that stops the command (exit 2) wrote nothing on stdout, so a
+    script could not tell what was in the store. It writes the same list as after a whole ingest,
+    the failing file (status error, with the message) and the unread ones (status not read)."""
+    import json
+
+    from ..clirun import run_cli
+
+    (tmp_path / "notes.json").write_text('{"hello": 1}\n')
+    rec = FIX / "vllm"
+    tiny = FIX / "canonical" / "tiny.jsonl"
+    db = tmp_path / "t.duckdb"
+    args = (rec / "server.log", rec / "bench.json", tmp_path / "notes.json", tiny, "--run-id", "z", "--json")
+    r = run_cli("ingest", *args, "--db", db)
+    assert r.returncode == 2, r.stderr
+    out = json.loads(r.stdout)
+    assert [(e["path"], e["status"]) for e in out] == [
+        (str(rec / "server.log"), "ingested"),
+        (str(rec / "bench.json"), "ingested"),
+        (str(tmp_path / "notes.json"), "error"),
+        (str(tiny), "not read"),
+    ]
+    assert out[1]["clock_alignment"][0]["status"] == "aligned" and out[1]["run_ids"] == ["z"]
+    assert out[2]["error"] in r.stderr and "unknown format" in out[2]["error"]
+    # the first file stopping it: a list of that file alone; through --lake the same shape
+    r = run_cli("ingest", tmp_path / "notes.json", "--json", "--db", tmp_path / "u.duckdb")
+    assert r.returncode == 2 and [e["status"] for e in json.loads(r.stdout)] == ["error"], r.stdout
+    r = run_cli("ingest", tiny, tmp_path / "notes.json", "--json", "--lake", tmp_path / "lake")
+    assert r.returncode == 2, r.stderr
+    assert [(e["status"], e.get("accepted")) for e in json.loads(r.stdout)] == [("ingested", 8), ("error", None)]
+    # an option's error is not a file's: nothing on stdout
+    r = run_cli("ingest", tiny, "--json", "--tz", "Mars/Olympus", "--db", tmp_path / "v.duckdb")
+    assert r.returncode == 2 and r.stdout == "", r.stdout
