@@ -292,7 +292,9 @@ def replay(
                 "does (it only names the run id)"
             )
         if sweep_spec:
-            _sweep(cal, sweep_spec, seed_list, slo, chart, as_json)
+            from ..replay.validate import observed_stats
+
+            _sweep(cal, sweep_spec, seed_list, slo, chart, as_json, observed_stats(con, run_id))
             return
         tmp = replay_temp_dir() if do_ingest and out is None else None
         target = out if out is not None else (Path(tmp.name) / "replay.jsonl" if tmp else None)
@@ -376,7 +378,9 @@ def remove_stale_temp_dirs(root: Path | None = None) -> list[Path]:
     return removed
 
 
-def _sweep(cal, spec: str, seeds: list[int], slo_path: str | None, chart: str | None, as_json: bool) -> None:
+def _sweep(
+    cal, spec: str, seeds: list[int], slo_path: str | None, chart: str | None, as_json: bool, observed: dict
+) -> None:
     from ..slo import load_slo
     from ..replay import parse_sweep, run_sweep
     from ..report.sweep_chart import save_chart
@@ -384,6 +388,7 @@ def _sweep(cal, spec: str, seeds: list[int], slo_path: str | None, chart: str | 
     param, values = parse_sweep(spec)
     slo = load_slo(slo_path) if slo_path else None
     sw = run_sweep(cal, param, values, seeds, slo)
+    sw.observed = observed
     from ..report.render import default_out_dir
 
     chart_path = chart or default_out_dir(cal.run_id) / f"replay-sweep-{param}.html"

@@ -165,6 +165,13 @@ class Sweep:
     rows: list[SweepRow]
     slo_path: str | None = None
     notes: list[str] = field(default_factory=list)
+    # the recorded run's own statistics (validate.observed_stats), shown above the replayed rows:
+    # the row replayed at the recorded setting differs from them by the replay's own error
+    observed: dict[str, Any] | None = None
+
+    def observed_value(self, section: str, stat: str) -> float | None:
+        v = ((self.observed or {}).get(section) or {}).get(stat)
+        return float(v) if v is not None else None
 
     @property
     def recorded_value(self) -> Any:
@@ -205,6 +212,12 @@ class Sweep:
             "model": cal.model.to_dict(),
             "noise": cal.noise.to_dict(),
             "calibration": cal.details,
+            "observed": None
+            if self.observed is None
+            else {
+                **{f"{m}_{s}": self.observed_value(m, s) for m, s in TABLE_STATS},
+                "output_tokens_per_s": self.observed_value("throughput", "output_tokens_per_s"),
+            },
             "rows": [
                 {
                     "value": r.value,
@@ -234,9 +247,13 @@ class Sweep:
             "",
             f"{self.param:>24}" + "".join(f"{c:>11}" for c in cols) + ("   SLO" if self.slo_path else ""),
         ]
+        if self.observed is not None:
+            vals = [self.observed_value(m, s) for m, s in TABLE_STATS]
+            vals.append(self.observed_value("throughput", "output_tokens_per_s"))
+            lines.append(f"{'observed':>24}" + "".join(f"{_fmt(v):>11}" for v in vals))
         for r in self.rows:
             vals = [r.mean(m, s) for m, s in TABLE_STATS] + [r.mean("throughput", "output_tokens_per_s")]
-            mark = " (recorded)" if self.is_recorded(r.value) else ""
+            mark = " (as recorded)" if self.is_recorded(r.value) else ""
             line = f"{str(r.value) + mark:>24}" + "".join(f"{_fmt(v):>11}" for v in vals)
             if self.slo_path:
                 failed = [c["slo"] for c in r.slo if not c["meets"]]
@@ -247,6 +264,16 @@ class Sweep:
             "latencies in ms, mean over seeds"
             + ("; an SLO is met when it holds in every seed" if self.slo_path else "")
         )
+        if self.observed is not None:
+            lines.append(
+                "observed: the recorded run itself"
+                + (
+                    "; the row marked (as recorded) is the replay at the recorded setting: "
+                    "their difference is the replay's own error"
+                    if any(self.is_recorded(r.value) for r in self.rows)
+                    else " (for scale: no row replays the recording unchanged)"
+                )
+            )
         notes = cal.notes + self.notes
         if notes:
             lines += ["", "notes:"] + [f"  - {n}" for n in notes]

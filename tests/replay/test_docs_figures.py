@@ -15,7 +15,7 @@ DOC = (REPO / "docs" / "replay.md").read_text()
 NUM = r"-?\d+(?:\.\d+)?(?:e[+-]\d+)?"
 # "ttft_ms p90      74.78      71.77    -4.0% ..." and "     512      24.73       4202 ..."
 VALIDATION_ROW = re.compile(rf"^((?:\w+_ms p\d+)|output_tokens_per_s|requests_per_s)\s+({NUM})\s+({NUM})\s", re.M)
-SWEEP_ROW = re.compile(rf"^\s+(\S+(?: \(recorded\))?)((?:\s+{NUM}){{7}})\s*$", re.M)
+SWEEP_ROW = re.compile(rf"^\s+(\S+(?: \(as recorded\))?)((?:\s+{NUM}){{7}})\s*$", re.M)
 
 
 @pytest.fixture(scope="module")

@@ -124,9 +124,9 @@ def test_recorded_row_equals_the_validation_replay(incident):
 def test_table_and_json(incident):
     _, _, sweep, _ = incident
     text = sweep.format()
-    lines = {m.group(1): line for line in text.splitlines() if (m := re.match(r"\s*(\d+)( \(recorded\))?\s", line))}
+    lines = {m.group(1): line for line in text.splitlines() if (m := re.match(r"\s*(\d+)( \(as recorded\))?\s", line))}
     assert set(lines) == {str(v) for v in VALUES}
-    assert "(recorded)" in lines["2048"] and "(recorded)" not in lines["512"]
+    assert "(as recorded)" in lines["2048"] and "(as recorded)" not in lines["512"]
     assert lines["512"].rstrip().endswith("meets")
     assert "fails: ttft_ms.p99" in lines["256"] and "fails: tpot_ms.p99" in lines["2048"]
     header = text.splitlines()[2]
@@ -239,7 +239,7 @@ def test_no_row_is_the_recording_when_another_setting_changed(incident):
     assert sweep.recorded_value == 2048 and not sweep.is_recorded(2048)
     assert sweep.fixed_changes() == ["max_num_seqs=16"]
     text = sweep.format()
-    assert "(recorded)" not in text and "every row with max_num_seqs=16;" in text.splitlines()[0]
+    assert "(as recorded)" not in text and "every row with max_num_seqs=16;" in text.splitlines()[0]
     assert [r["recorded"] for r in sweep.to_dict()["rows"]] == [False, False]
     assert sweep.to_dict()["fixed_changes"] == ["max_num_seqs=16"]
     # the sweep of the recording as it was still marks its recorded value
@@ -267,3 +267,32 @@ def test_slo_words_only_with_an_slo_file(incident, tmp_path):
     text = run_sweep(cal, "max_num_batched_tokens", [2048], [0], load_slo(odd)).format()
     assert "fake line.toml" in text.splitlines()[0]
     assert not any(line.startswith("fake line") for line in text.splitlines())
+
+
+def test_sweep_shows_the_observed_run_beside_the_row_replayed_as_recorded(incident):
+    """The sweep's "(recorded)" row showed the replay at the recorded setting and nothing showed the
+    recorded run, so a reader took replayed TTFT for observed. An "observed" row now carries the run's
+    own statistics (checked here against numpy on the stored requests), in the text and the JSON."""
+    db = incident[0]
+    con = store.open_for_reading(db)
+    ttft = con.execute(
+        "select (t_first_token - t_arrival) * 1000 from requests where run_id = 'incident' and status = 'ok' "
+        "and t_first_token is not null"
+    ).fetchnumpy()
+    con.close()
+    ttft = np.sort(next(iter(ttft.values())))
+    p50, p99 = np.percentile(ttft, 50), np.percentile(ttft, 99)
+    args = ["replay", "incident", "--db", str(db), "--seeds", "1", "--sweep", "max_num_batched_tokens=512,2048"]
+    r = run_cli(*args, "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["observed"]["ttft_ms_p50"] == pytest.approx(p50, rel=1e-9)
+    assert doc["observed"]["ttft_ms_p99"] == pytest.approx(p99, rel=1e-9)
+    assert doc["observed"]["output_tokens_per_s"] > 0
+    recorded = next(row for row in doc["rows"] if row["recorded"])
+    assert recorded["ttft_ms_p50"] != doc["observed"]["ttft_ms_p50"]  # a replay, not the recording
+    text = run_cli(*args).stdout.splitlines()
+    observed = next(line for line in text if line.split()[:1] == ["observed"])
+    assert float(observed.split()[1]) == pytest.approx(p50, rel=1e-3)
+    assert any(line.lstrip().startswith("2048 (as recorded)") for line in text), text
+    assert any("their difference is the replay's own error" in line for line in text), text
