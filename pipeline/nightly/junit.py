@@ -19,7 +19,8 @@ def _el(parent: ET.Element, tag: str, **attrs: object) -> ET.Element:
 def nightly_junit(audit_xml: bytes | None, outcome: Any, metrics: list[str]) -> bytes:
     """``audit_xml`` (``pipeline.audit.junit_xml``) with the change-point suite added;
     ``metrics``: the statistics tested tonight."""
-    root = ET.fromstring(audit_xml) if audit_xml else ET.Element("testsuites", name="tracelat nightly")
+    root = ET.fromstring(audit_xml) if audit_xml else ET.Element("testsuites")
+    root.set("name", "tracelat nightly")  # with or without an SLO file: CI keys its history on the name
     for audit in root.iter("testsuite"):
         # every night audits the engine's run id (often the same each night): the night names it in CI
         audit.set("name", f"tracelat audit night {outcome.night.run_id} (run {outcome.night.source_run})")

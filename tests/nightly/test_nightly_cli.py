@@ -112,6 +112,8 @@ def test_nights_history_json_rerun_and_failures(nights, tmp_path, capsys):
     root = ET.parse(junit).getroot()
     audit_suite, cp_suite = root.findall("testsuite")
     assert int(audit_suite.get("failures")) == 1 and int(root.get("failures")) == 1
+    # the root is the night's whether an SLO file gave the audit suite or not (it was "tracelat audit")
+    assert root.get("name") == "tracelat nightly"
     # the suites name the night (the engine's run id is the same every night)
     assert audit_suite.get("name") == f"tracelat audit night {res['run_id']} (run bench)"
     assert cp_suite.get("name") == f"tracelat nightly change points {res['run_id']}"
@@ -446,6 +448,7 @@ def test_a_folder_file_that_loads_nothing_fails_the_night(nights, tmp_path, caps
     (folder / name).unlink()
     code, stdout, err = cli(capsys, *args, str(folder), "--json")
     assert code == 0 and json.loads(stdout)["recorded"] is True, err
+    assert ET.parse(junit).getroot().get("name") == "tracelat nightly"  # no SLO file: the same root name
 
 
 def test_hidden_files_of_a_folder_are_skipped_and_not_in_the_digest(nights, tmp_path, capsys):
