@@ -18,7 +18,7 @@ from ..errors import InputError
 from . import analysis
 from .history import History, Night, folder_name, set_report
 from .undo import out_dir
-from .warnings import night_warnings
+from .warnings import label_overrides, night_warnings
 
 
 def _changes(hist: History, series: Any, nights: list[Night], settings: Any) -> list[analysis.Change]:
@@ -130,6 +130,7 @@ def finish(opts: Any, hist: History, night: Night, recorded: bool, spec: Any, ig
         html = write_report(con, night.source_run, night_dir, slo=spec)
         comparison = _compare(base, night, hist, con, night_dir / "compare") if base is not None else None
         warnings = night_warnings(con, night.source_run, str(hist.store_path(night)))
+        warnings += label_overrides(con, night.source_run, night.labels)
     finally:
         con.close()
     if comparison:

@@ -48,3 +48,19 @@ def mostly_rejected(results: list[Any]) -> list[Any]:
     file (every record a duplicate), a file of another format, a garbled log. A night recorded
     from the rest would pass on part of its data."""
     return [r for r in results if r.status not in ("unchanged", "skipped") and r.rejected > r.accepted]
+
+
+def label_overrides(con: Any, run_id: str, labels: dict[str, str]) -> list[str]:
+    """The night's labels that a ``--label`` set to something other than the run's own records say
+    (engine, engine_version, model, gpu, config): the trend page and the history show the label, so
+    a typo or a stale CI variable would silently re-label the night."""
+    from ..metrics import run_metadata
+    from .history import labels_of
+
+    own = labels_of({"run": run_metadata(con, run_id)}, "", {})
+    return [
+        f"--label {key}={labels[key]} replaces the {key} the run's records give ({own[key]}); the history "
+        "and the trend page show the label"
+        for key in ("engine", "engine_version", "model", "gpu", "config")
+        if key in own and key in labels and labels[key] != own[key]
+    ]

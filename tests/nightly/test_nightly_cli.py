@@ -581,3 +581,25 @@ def test_a_night_ended_by_sigterm_changes_nothing(tmp_path):
     assert not staged.exists() and not stale.exists()
     assert sorted(p.name for p in hist.iterdir()) == []  # the history and its runs/ are gone
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_label_that_replaces_the_runs_own_value_is_warned(nights, tmp_path, capsys):
+    """`--label engine=...` silently replaced the engine the run's records give, on the trend page and
+    in the history. It still wins (a label is the user's word), but the night warns, on stderr and in
+    the JSON, also when re-run; a label equal to the run's own value, or a new key, says nothing."""
+    hist = tmp_path / "hist"
+    args = ["nightly", str(nights[0]), "--history", str(hist), "--json", "--label", "date=2026-11-01"]
+    code, stdout, err = cli(capsys, *args, "--label", "engine=vllm", "--label", "team=infra")
+    res = json.loads(stdout)
+    assert code == 0 and res["labels"]["engine"] == "vllm", err
+    said = [w for w in res["warnings"] if w.startswith("--label")]
+    assert said == [
+        "--label engine=vllm replaces the engine the run's records give (tracelat-sim); the history "
+        "and the trend page show the label"
+    ], res["warnings"]
+    assert f"warning: {said[0]}" in err
+    code, stdout, err = cli(capsys, *args, "--label", "engine=vllm", "--label", "team=infra")  # a re-run
+    assert code == 0 and "warning: --label engine=vllm replaces" in err, err
+    nxt = ["nightly", str(nights[1]), "--history", str(hist), "--json", "--label", "date=2026-11-02"]
+    code, stdout, err = cli(capsys, *nxt, "--label", "engine=tracelat-sim", "--label", "team=infra")
+    assert code == 0 and not [w for w in json.loads(stdout)["warnings"] if w.startswith("--label")], stdout
