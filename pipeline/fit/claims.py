@@ -71,9 +71,11 @@ def _linear(fit: dict, ev: dict) -> dict:
     r2 = dec.get("r2_inliers", fit["r2_inliers"])
     which = "decode-only steps" if "r2_inliers" in dec else "all steps"
     dev = ev.get("context_bin_max_rel_dev")
-    txt = (
-        f"slope a = {a * 1000:.4g} ms per 1k context tokens (95% CI {ci[0] * 1000:.4g} .. {ci[1] * 1000:.4g}); "
+    txt = f"slope a = {a * 1000:.4g} ms per 1k context tokens (95% CI {ci[0] * 1000:.4g} .. {ci[1] * 1000:.4g}); " + (
         f"R² of {which} without stalls {r2:.3f}"
+        if r2 is not None and np.isfinite(r2)
+        # every step without stalls took the same time: nothing left for R² to explain
+        else f"R² of {which} without stalls undefined (they all take the same time)"
     )
     if dev is not None:
         txt += (

@@ -132,3 +132,44 @@ def test_a_slope_above_0_with_a_small_rise_and_a_visible_upper_end_cannot_be_che
     assert float(ci[0]) > 0
     rise = float(claim["evidence"].split("the line rises ")[1].split("%")[0])
     assert rise < 2.0
+
+
+def test_steps_that_all_take_the_same_time_leave_r2_undefined_not_a_crash(tmp_path):
+    """Every decode step without a stall took exactly 21 ms: R² without stalls is 0/0, stored as
+    null, and `tracelat report` (which words the claims from the stored fit) stopped with an
+    internal error formatting None."""
+    import json
+
+    from pipeline.cli import run_captured
+
+    lines = [
+        json.dumps(
+            {
+                "kind": "iteration",
+                "iter": i,
+                "dur_ms": 21 + (50 if i % 17 == 0 else 0),
+                "prefill_tokens": 10 if i % 5 == 0 else 0,
+                "decode_tokens": 3,
+                "context_tokens": 100 + i,
+            }
+        )
+        for i in range(60)
+    ]
+    (tmp_path / "same.jsonl").write_text("\n".join(lines) + "\n")
+    db = tmp_path / "s.duckdb"
+    assert run_captured("ingest", tmp_path / "same.jsonl", "--db", db)[0] == 0
+    code, out = run_captured("report", "same", "--db", db, "--out", tmp_path / "rep")
+    assert code == 0, out
+    doc = json.loads((tmp_path / "rep" / "summary.json").read_text())
+    assert doc["fit"]["r2_without_stalls"] is None
+    assert next(c for c in doc["fit"]["claims"] if "linearly" in c["claim"])["holds"] is False
+    from pipeline.fit.claims import _linear
+
+    fit = {
+        "coef": {"t0_ms": 21.0, "a_ms_per_ctx": 1e-6},
+        "ci": {"a_ms_per_ctx": [5e-7, 2e-6]},
+        "r2_inliers": None,
+        "phases": {"decode_only": {"r2_inliers": None}},
+    }
+    evidence = _linear(fit, {})["evidence"]
+    assert "R² of decode-only steps without stalls undefined (they all take the same time)" in evidence
