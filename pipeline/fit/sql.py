@@ -18,6 +18,7 @@ from .. import store
 
 
 STEP_PARTS = ("span", "base", "pf", "ux", "ua", "hol", "cap")  # columns <part>_ms of step_parts.sql
+GAP_PARTS = ("gux", "gua")  # the host gap at a span's start, in ux or ua: only the next step's is read
 
 
 @contextmanager
@@ -35,15 +36,16 @@ def step_sums(con: duckdb.DuckDBPyConnection, run_id: str) -> Iterator[None]:
         pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("k"),
         *[c.cum_sum().alias(f"c_{p}") for p, c in ms.items()],
         *[c.shift(-1).alias(f"n_{p}") for p, c in ms.items()],
+        *[pl.col(f"{p}_ms").cast(pl.Float64).shift(-1).alias(f"n_{p}") for p in GAP_PARTS],
         start.shift(-1).alias("n_start"),
     )
-    first = steps.select(*ms.values(), start.alias("start")).head(1)
+    first = steps.select(*ms.values(), *[f"{p}_ms" for p in GAP_PARTS], start.alias("start")).head(1)
     row0 = pl.DataFrame(
         {
             "t_end": [float("-inf")],
             "k": [0],
             **{f"c_{p}": [0.0] for p in STEP_PARTS},
-            **{f"n_{p}": [first[f"{p}_ms"][0] if first.height else None] for p in STEP_PARTS},
+            **{f"n_{p}": [first[f"{p}_ms"][0] if first.height else None] for p in (*STEP_PARTS, *GAP_PARTS)},
             "n_start": [first["start"][0] if first.height else None],
         },
         schema=cum.schema,

@@ -57,41 +57,47 @@ phases as (
     select req_id, 'decode', t_first_token, t_finish from req
 ),
 
--- the phase's edges: the share of the step in progress at its start that lies before it (w_head,
--- priced out), and of the step in progress at its end that lies before the end (w_tail, priced in),
--- each at that step's own proportions: a phase ending inside a long gap between steps is mostly
--- that gap (unexplained), not the steps that ended before it. y.n_* is NULL after the last step.
+-- the phase's edges: the part of the step in progress at its start that lies before the start
+-- (priced out), and of the step in progress at its end that lies before the end (priced in). A
+-- step's span is the host gap since the step before ended (unexplained; unattributed when the step has
+-- no prediction), then the step itself at its own proportions: a phase inside the step is priced at
+-- the step's parts, one inside the gap as the gap (an idle engine before a request's prefill
+-- step is not its prefill, and its prefill is not the gap). u = ms of the span before the edge, q =
+-- the share of the step proper before it. y.n_* is NULL after the last step.
 priced as (
     select
         p.req_id,
         p.phase,
         (p.tb - p.ta) * 1000 as len_ms,
+        least(greatest((p.ta - x.n_start) * 1000, 0), x.n_span) as u_h,
+        least(greatest((p.tb - y.n_start) * 1000, 0), y.n_span) as u_t,
+        case when x.n_span > x.n_gux + x.n_gua
+            then greatest(u_h - x.n_gux - x.n_gua, 0) / (x.n_span - x.n_gux - x.n_gua) else 0 end as q_h,
+        case when y.n_span > y.n_gux + y.n_gua
+            then greatest(u_t - y.n_gux - y.n_gua, 0) / (y.n_span - y.n_gux - y.n_gua) else 0 end as q_t,
         y.k - x.k as n_steps,
         y.c_span - x.c_span as d_span,
-        case when y.k > x.k and x.n_span > 0
-            then least(greatest((p.ta - x.n_start) * 1000, 0), x.n_span) / x.n_span else 0 end as w_head,
-        case when y.k > x.k and y.n_span > 0
-            then least(greatest((p.tb - y.n_start) * 1000, 0), y.n_span) / y.n_span else 0 end as w_tail,
-        -- the phase's time: the steps that ended in it less the head, plus the tail
-        d_span - w_head * x.n_span + w_tail * coalesce(y.n_span, 0) as e_span,
-        -- fractions of the phase: from the steps that overlap it, else the step in progress
-        case when y.k > x.k and e_span > 0
-                then (y.c_base - x.c_base - w_head * x.n_base + w_tail * coalesce(y.n_base, 0)) / e_span
+        -- the phase's time: the steps that ended in it less the head, plus the tail (u: the span
+        -- before an edge); within one step's span, the time between its edges
+        d_span - coalesce(u_h, 0) + coalesce(u_t, 0) as e_span,
+        -- fractions of the phase: from the span it overlaps, else the step in progress
+        case when e_span > 0
+                then (y.c_base - x.c_base - coalesce((x.n_base * q_h), 0) + coalesce((y.n_base * q_t), 0)) / e_span
              when x.n_span > 0 then x.n_base / x.n_span end as f_base,
-        case when y.k > x.k and e_span > 0
-                then (y.c_pf - x.c_pf - w_head * x.n_pf + w_tail * coalesce(y.n_pf, 0)) / e_span
+        case when e_span > 0
+                then (y.c_pf - x.c_pf - coalesce((x.n_pf * q_h), 0) + coalesce((y.n_pf * q_t), 0)) / e_span
              when x.n_span > 0 then x.n_pf / x.n_span end as f_pf,
-        case when y.k > x.k and e_span > 0
-                then (y.c_ux - x.c_ux - w_head * x.n_ux + w_tail * coalesce(y.n_ux, 0)) / e_span
+        case when e_span > 0
+                then (y.c_ux - x.c_ux - coalesce((least(u_h, x.n_gux) + (x.n_ux - x.n_gux) * q_h), 0) + coalesce((least(u_t, y.n_gux) + (y.n_ux - y.n_gux) * q_t), 0)) / e_span
              when x.n_span > 0 then x.n_ux / x.n_span end as f_ux,
-        case when y.k > x.k and e_span > 0
-                then (y.c_ua - x.c_ua - w_head * x.n_ua + w_tail * coalesce(y.n_ua, 0)) / e_span
+        case when e_span > 0
+                then (y.c_ua - x.c_ua - coalesce((least(u_h, x.n_gua) + (x.n_ua - x.n_gua) * q_h), 0) + coalesce((least(u_t, y.n_gua) + (y.n_ua - y.n_gua) * q_t), 0)) / e_span
              when x.n_span > 0 then x.n_ua / x.n_span end as f_ua,
-        case when y.k > x.k and e_span > 0
-                then (y.c_hol - x.c_hol - w_head * x.n_hol + w_tail * coalesce(y.n_hol, 0)) / e_span
+        case when e_span > 0
+                then (y.c_hol - x.c_hol - coalesce((x.n_hol * q_h), 0) + coalesce((y.n_hol * q_t), 0)) / e_span
              when x.n_span > 0 then x.n_hol / x.n_span end as f_hol,
-        case when y.k > x.k and e_span > 0
-                then (y.c_cap - x.c_cap - w_head * x.n_cap + w_tail * coalesce(y.n_cap, 0)) / e_span
+        case when e_span > 0
+                then (y.c_cap - x.c_cap - coalesce((x.n_cap * q_h), 0) + coalesce((y.n_cap * q_t), 0)) / e_span
              when x.n_span > 0 then x.n_cap / x.n_span end as f_cap,
         y.c_base - x.c_base as d_base,
         y.c_pf - x.c_pf as d_pf,

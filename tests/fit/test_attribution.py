@@ -350,8 +350,10 @@ def test_a_wait_that_ends_inside_a_long_gap_is_that_gap(tmp_path):
     """Noise-free steps with a 300 ms host gap before step 12; a request waits from the end of step 8
     to 100 ms into that gap, then prefills until step 13 ends.  The 100 ms of gap in its wait were
     priced at the proportions of steps 9-11 (all capacity, no gap): waiting_capacity took them.  Each
-    edge of a phase is now priced at its own step's proportions: the whole gap is unexplained, and the
-    wait is steps 9-11 plus step 12's share of those 100 ms."""
+    edge of a phase is now priced where it falls in its step's span (the gap first, then the step):
+    the whole gap is unexplained, the wait is steps 9-11, and the prefill phase steps 12 and 13
+    (pricing the edge at step 12's span's proportions gave the wait part of step 12 and the prefill
+    part of the gap)."""
     n = 20
     ctx = np.arange(n) * 100 + 500
     dur = T0 + A * ctx  # ms: decode only, exact model
@@ -375,10 +377,9 @@ def test_a_wait_that_ends_inside_a_long_gap_is_that_gap(tmp_path):
     fit_run(con, "gap", n_boot=20)
     r = con.sql("select * from request_attribution where run_id = 'gap'").pl().to_dicts()[0]
     base = T0 + A * ctx
-    span12 = 300.0 + dur[12]
     assert r["unexplained_ttft_ms"] == pytest.approx(300.0, abs=1e-6)
-    assert r["waiting_capacity_ms"] == pytest.approx(base[9:12].sum() + 100.0 * base[12] / span12, abs=1e-6)
-    assert r["own_prefill_ms"] == pytest.approx(base[12] * (span12 - 100.0) / span12 + base[13], abs=1e-6)
+    assert r["waiting_capacity_ms"] == pytest.approx(base[9:12].sum(), abs=1e-6)
+    assert r["own_prefill_ms"] == pytest.approx(base[12] + base[13], abs=1e-6)
     assert r["waiting_hol_ms"] == 0
     total = r["waiting_capacity_ms"] + r["own_prefill_ms"] + r["unexplained_ttft_ms"] + r["unattributed_ttft_ms"]
     assert total == pytest.approx(r["ttft_ms"], abs=1e-6)
@@ -527,3 +528,40 @@ def test_one_bursty_request_or_a_short_one_does_not_decide_for_the_source(tmp_pa
     # three bursty requests against one clean one: the source is bursty, the clean one too
     got = _cadence_run(tmp_path, "most", {"a": sat_out, "b1": [12] * 5, "b2": [14] * 5, "b3": [16] * 5})
     assert {r: got[r]["preemption_method"] for r in got} == dict.fromkeys(("a", "b1", "b2", "b3"), "bursty")
+
+
+def test_a_prefill_after_an_idle_engine_is_its_own_prefill(tmp_path):
+    """Noise-free steps; the engine idles 500 ms before step 10; a request arrives 200 ms into that
+    idle time, is scheduled when step 10 starts and gets its first token when it ends. Its wait is
+    the idle time (unexplained), its prefill the whole of step 10. Both edges fall inside step 10's
+    span (gap, then step), which was priced at the span's overall proportions: the prefill came out
+    mostly "unexplained" (a capacity planner's run at 1 request/s showed own_prefill 1.07 of
+    15.24 ms), the wait partly capacity."""
+    n = 16
+    ctx = np.arange(n) * 100 + 500
+    dur = T0 + A * ctx
+    gap = np.zeros(n)
+    gap[10] = 500.0
+    t_end = np.cumsum(dur + gap) / 1000 + 10.0
+    e = t_end.tolist()
+    steps = [
+        {"kind": "iteration", "iter": k, "t_start": e[k] - dur[k] / 1000, "t_end": e[k], "context_tokens": int(ctx[k]),
+         "prefill_tokens": 0, "decode_tokens": 4, "preempted_reqs": 0, "kv_usage": 0.4}
+        for k in range(n)
+    ]  # fmt: skip
+    req = dict(req_id="idle", t_arrival=e[9] + 0.2, t_scheduled=e[10] - dur[10] / 1000, t_first_token=e[10],
+               t_finish=e[13], prompt_tokens=50, output_tokens=4, preemptions=0)  # fmt: skip
+    path = tmp_path / "idle.jsonl"
+    lines = [{"kind": "run", "run_id": "idle", "clock": "monotonic"}, *steps, {"kind": "request", "status": "ok", **req}]
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    con = store.connect(tmp_path / "idle.duckdb")
+    ingest_paths(con, [path])
+    store.build_derived(con)
+    fit_run(con, "idle", n_boot=20)
+    r = con.sql("select * from request_attribution where run_id = 'idle'").pl().to_dicts()[0]
+    base = T0 + A * ctx
+    assert r["ttft_ms"] == pytest.approx(300.0 + dur[10], abs=1e-6)
+    assert r["unexplained_ttft_ms"] == pytest.approx(300.0, abs=1e-6)
+    assert r["own_prefill_ms"] == pytest.approx(base[10], abs=1e-6)
+    assert r["waiting_capacity_ms"] == pytest.approx(0.0, abs=1e-6) and r["waiting_hol_ms"] == 0
+    assert r["decode_baseline_ms"] == pytest.approx(base[11:14].sum(), abs=1e-6)
