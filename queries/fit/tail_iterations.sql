@@ -6,8 +6,11 @@
 --   arriving in [$t_from, $t_to]. A step counts for a request when it ends inside the part
 --   of its life the metric measures (ttft: arrival..first token; tpot: first token..finish;
 --   e2e: arrival..finish).
---   excess_ms = prefill_ms_part + max(residual_ms, 0) + max(host_gap_ms, 0): the step's time
---   beyond the decode baseline; score_ms = excess_ms * tail requests it delayed.
+--   per tail request the step delayed: prefill_ms_part + max(residual_ms, 0) + the part of its host
+--   gap (the idle time before it, max(host_gap_ms, 0)) inside the request's measured interval: the
+--   step's time beyond the decode baseline that the request waited through (an engine idle for
+--   seconds before the request arrived delayed nothing).
+--   score_ms = its sum over the tail requests; excess_ms = score_ms / tail_requests.
 with r as (
     select
         req_id,
@@ -39,17 +42,21 @@ hits as (
         any_value(i.context_tokens) as context_tokens,
         any_value(i.preempted_reqs) as preempted_reqs,
         any_value(i.spike_cause) as spike_cause,
-        any_value(
+        sum(
             coalesce(i.prefill_ms_part, 0) + greatest(coalesce(i.residual_ms, 0), 0)
-            + greatest(coalesce(i.host_gap_ms, 0), 0)
-        ) as excess_ms
+            + greatest(
+                least(i.t_end - coalesce(i.iteration_ms, 0) / 1000, t.tb)
+                - greatest(i.t_end - (coalesce(i.iteration_ms, 0) + greatest(coalesce(i.host_gap_ms, 0), 0)) / 1000, t.ta),
+                0
+            ) * 1000
+        ) as score_ms
     from tail as t
     join iteration_fit as i
         on i.run_id = $run_id and i.t_end > t.ta and i.t_end <= t.tb
     group by i.iter
 )
 
-select *, excess_ms * tail_requests as score_ms
+select *, score_ms / tail_requests as excess_ms
 from hits
 order by score_ms desc, iter
 limit $limit

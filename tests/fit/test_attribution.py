@@ -565,3 +565,8 @@ def test_a_prefill_after_an_idle_engine_is_its_own_prefill(tmp_path):
     assert r["own_prefill_ms"] == pytest.approx(base[10], abs=1e-6)
     assert r["waiting_capacity_ms"] == pytest.approx(0.0, abs=1e-6) and r["waiting_hol_ms"] == 0
     assert r["decode_baseline_ms"] == pytest.approx(base[11:14].sum(), abs=1e-6)
+    # the step that ended the wait is charged only the idle time inside the request's TTFT (300 of
+    # its 500 ms host gap: the engine idled 200 ms before the request arrived), not all of it
+    top = explain(con, "idle", "ttft")["top_iterations"]
+    assert [t["iter"] for t in top] == [10] and top[0]["tail_requests"] == 1
+    assert top[0]["excess_ms"] == pytest.approx(300.0, abs=1e-6) and top[0]["score_ms"] == top[0]["excess_ms"]
