@@ -317,7 +317,8 @@ def replay(
 
         if slo_unused:
             cal.notes.append(slo_unused)
-        cmp = compare(con, cal, seed_list, write, goodput_spec=goodput_spec)
+        base = _as_recorded(con, cal, run_id, overrides, noise, ok_only, recorded_kv_dtype, iteration_model)
+        cmp = compare(con, cal, seed_list, write, goodput_spec=goodput_spec, as_recorded=base)
         if goodput_spec is not None and cmp.goodput_observed is None:
             cal.notes.append(
                 "--slo: goodput is compared in a validation replay of the run's own requests "
@@ -376,6 +377,30 @@ def remove_stale_temp_dirs(root: Path | None = None) -> list[Path]:
         shutil.rmtree(d, ignore_errors=True)
         removed.append(d)
     return removed
+
+
+def _as_recorded(con, cal, run_id, overrides, noise, ok_only, recorded_kv_dtype, iteration_model):
+    """For a what-if: the same replay at the recorded policy, without hardware what-ifs, on the run's
+    own requests (the options that fill what the run does not record are kept). None for a
+    validation replay, or (with a note) when the recorded policy cannot be replayed."""
+    from ..replay import calibrate
+
+    if not cal.is_what_if:
+        return None
+    try:
+        base = calibrate(
+            con,
+            run_id,
+            overrides,
+            noise=noise,
+            ok_only=ok_only,
+            recorded_kv_dtype=recorded_kv_dtype,
+            iteration_model=iteration_model,
+        )
+        return base.with_policy(**{f: base.baseline_policy[f] for f in base.policy_changes()})
+    except InputError as exc:
+        cal.notes.append(f"the change is against the run itself: the recorded policy cannot be replayed ({exc})")
+        return None
 
 
 def _sweep(

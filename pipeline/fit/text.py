@@ -205,7 +205,9 @@ def format_explain(e: dict[str, Any]) -> str:
         top = e["parts"][0]
         lines.append(f"  largest: {e['largest']}: {top['meaning']}")
     if e["top_iterations"]:
-        lines.append("  steps that delayed the tail most (excess over decode baseline each tail request waited through):")
+        lines.append(
+            "  steps that delayed the tail most (excess over decode baseline each tail request waited through):"
+        )
         for s in e["top_iterations"]:  # as many as --limit asked for
             lines.append(
                 f"    iter {s['iter']} ending {when(s['t_end'])}: {s['iteration_ms']:.4g} ms, prefill "

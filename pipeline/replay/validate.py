@@ -121,6 +121,10 @@ class Comparison:
     # with an SLO file's [goodput]: the recorded run's goodput over the same population as
     # the replays' (requests recorded ok), and each replay's under "goodput"
     goodput_observed: dict[str, Any] | None = None
+    # a what-if's replays at the recorded policy and workload (same seeds): the change is counted
+    # against them, so the model's own error (the validation's) cancels out of it
+    as_recorded: list[dict[str, Any]] | None = None
+    as_recorded_verdict: str | None = None
 
     @property
     def mode(self) -> str:
@@ -134,6 +138,18 @@ class Comparison:
         fin = vals[np.isfinite(vals)]
         mean = float(fin.mean()) if len(fin) else None
         errs = [e for e in (_rel(float(v), obs) for v in fin) if e is not None]
+        extra: dict[str, Any] = {}
+        if self.as_recorded is not None and section != "goodput":
+            base = np.array([r[section][stat] for r in self.as_recorded], dtype=float)
+            fb = base[np.isfinite(base)]
+            ref = float(fb.mean()) if len(fb) else None
+            paired = [e for e in (_rel(float(v), float(b)) for v, b in zip(vals, base)) if e is not None]
+            extra = {
+                "as_recorded": ref,
+                "rel_change": _rel(mean, ref),
+                "rel_change_min": min(paired) if paired else None,
+                "rel_change_max": max(paired) if paired else None,
+            }
         return {
             "metric": section,
             "stat": stat,
@@ -144,6 +160,7 @@ class Comparison:
             "rel_error": _rel(mean, obs),
             "rel_error_min": min(errs) if errs else None,
             "rel_error_max": max(errs) if errs else None,
+            **extra,
         }
 
     def rows(self) -> list[dict[str, Any]]:
@@ -232,6 +249,7 @@ class Comparison:
             "prefix_cache": [r.get("prefix_cache") for r in self.replays] if cal.policy.prefix_caching else None,
             "rows": self.rows(),
             "calibration_report": self.calibration_report() if self.mode == "validation" else None,
+            "as_recorded_verdict": self.as_recorded_verdict,
             "notes": cal.notes,
         }
 
@@ -285,12 +303,29 @@ class Comparison:
             # a space always between columns: a what-if far from the run (+402942.5%) stays readable
             f"{'metric':<24}{'observed':>11} {head:>10} {diff:>8}{'seed range':>22}",
         ]
+        based = self.as_recorded is not None
+        if based:  # the what-if beside the replay at the recorded policy; the change is between the two
+            lines[-1] = f"{'metric':<24}{'observed':>11} {'as recorded':>11} {head:>10} {diff:>8}{'seed range':>22}"
         for r in self.rows():
             name = f"{r['metric']} {r['stat']}" if r["metric"] != "throughput" else r["stat"]
             rng = f"{_num(r['replay_min'])} .. {_num(r['replay_max'])}" if len(self.seeds) > 1 else ""
+            if based:
+                lines.append(
+                    f"{name:<24}{_num(r['observed']):>11} {_num(r['as_recorded']):>11} {_num(r['replay']):>10} "
+                    f"{_pct(r['rel_change']):>8}{rng:>22}"
+                )
+                continue
             lines.append(
                 f"{name:<24}{_num(r['observed']):>11} {_num(r['replay']):>10} {_pct(r['rel_error']):>8}{rng:>22}"
             )
+        if based:
+            lines += [
+                "",
+                "change: the what-if against the replay at the recorded policy (as recorded, same seeds), so "
+                "the model's own error cancels; observed is the run itself",
+            ]
+            if self.as_recorded_verdict:
+                lines.append(f"the replay as recorded against the run: {self.as_recorded_verdict}")
         if self.mode == "validation":
             rep = self.calibration_report()
             lines += [
@@ -358,6 +393,7 @@ def compare(
     seeds: list[int],
     on_result: OnResult | None = None,
     goodput_spec: Any = None,
+    as_recorded: Calibration | None = None,
 ) -> Comparison:
     """Replay ``cal`` once per seed and set the results beside the observed run.
 
@@ -365,6 +401,8 @@ def compare(
     With ``goodput_spec`` (an SLO file's ``[goodput]``) a validation replay also sets the
     recorded run's goodput beside each replay's, both by :func:`pipeline.slo.goodput` over
     the requests recorded ok (the replays' comparison population), each over its own duration.
+    ``as_recorded``: for a what-if, the calibration at the recorded policy and workload; it is
+    replayed with the same seeds and the change is counted against it (:attr:`Comparison.as_recorded`).
     """
     from .per_request import observed_per_request, per_request_errors
 
@@ -394,6 +432,11 @@ def compare(
     note = unbound_max_num_seqs(cal, max(most_running, default=0), waited[0] / waited[1] if waited[1] else None)
     if note:
         cal.notes.append(note)
+    if as_recorded is not None and cal.is_what_if:
+        out.as_recorded = replay_seeds(as_recorded, seeds)
+        out.as_recorded_verdict = Comparison(as_recorded, list(seeds), observed, out.as_recorded).calibration_report()[
+            "verdict"
+        ]
     if own_requests:
         out.goodput_observed = observed_goodput(con, cal.run_id, goodput_spec, observed["throughput"]["duration_s"])
     return out

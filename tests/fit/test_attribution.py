@@ -552,7 +552,11 @@ def test_a_prefill_after_an_idle_engine_is_its_own_prefill(tmp_path):
     req = dict(req_id="idle", t_arrival=e[9] + 0.2, t_scheduled=e[10] - dur[10] / 1000, t_first_token=e[10],
                t_finish=e[13], prompt_tokens=50, output_tokens=4, preemptions=0)  # fmt: skip
     path = tmp_path / "idle.jsonl"
-    lines = [{"kind": "run", "run_id": "idle", "clock": "monotonic"}, *steps, {"kind": "request", "status": "ok", **req}]
+    lines = [
+        {"kind": "run", "run_id": "idle", "clock": "monotonic"},
+        *steps,
+        {"kind": "request", "status": "ok", **req},
+    ]
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     con = store.connect(tmp_path / "idle.duckdb")
     ingest_paths(con, [path])

@@ -84,14 +84,14 @@ def test_text_table_keeps_columns_apart_far_from_the_run(db, tmp_path):
     res = CliRunner().invoke(cli, ["replay", "cpu", "--db", str(path), "--seeds", "1", "--workload", str(fast)])
     assert res.exit_code == 0, res.output
     _, stats = _replay(path, "--workload", str(fast))
-    # a what-if is no model error: its column says "change"
-    assert "observed    what-if   change" in res.output and "   error" not in res.output, res.output
+    # a what-if is no model error: its column says "change" (against the replay as recorded)
+    assert "observed as recorded    what-if   change" in res.output and "   error" not in res.output, res.output
     table = res.output.split("seed range\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert len(table) == len(stats)
     errors = []
-    for line in table:  # metric [stat], observed, what-if, error: each its own field
+    for line in table:  # metric [stat], observed, as recorded, what-if, change: each its own field
         fields = line.split()
-        assert len(fields) == (4 if fields[0].endswith("_per_s") else 5), line
+        assert len(fields) == (5 if fields[0].endswith("_per_s") else 6), line
         assert float(fields[-2]) > 0 and (fields[-1] == "-" or fields[-1].endswith("%")), line
         errors.append(fields[-1])
     assert max(map(len, errors)) > 8  # some error is wider than its column
