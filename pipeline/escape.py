@@ -34,6 +34,9 @@ _GLOB_SPECIAL = re.compile(r"([\[\]*?])")
 # characters that can start markup inside a line (links need "[", images "![", so "(" and "!" are
 # inert); "<" starts raw HTML and autolinks, "&" an entity
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]|~<>&])")
+# what opens a block at the start of a line: a heading's #, a list's - or + and a space, a rule or
+# setext underline (--- ===), an ordered list's 1. or 1) and a space
+_MD_BLOCK_START = re.compile(r"^(\d*)(#|[-+=](?=\s|[-=]*$)|(?<=\d)[.)](?=\s|$))")
 
 
 def html_text(value: Any, limit: int | None = None) -> str:
@@ -66,7 +69,9 @@ def md_text(value: Any, limit: int | None = 120) -> str:
     s = "" if value is None else " ".join(_CONTROLS.sub(" ", str(value)).split())
     if limit is not None and len(s) > limit:
         s = s[: limit - 1] + "\u2026"
-    return _MD_SPECIAL.sub(r"\\\1", s)
+    s = _MD_SPECIAL.sub(r"\\\1", s)
+    # a value that starts a line (after "- " too) must not open a block: a heading, a list, a rule
+    return _MD_BLOCK_START.sub(r"\1\\\2", s, count=1)
 
 
 def xml_clean(value: Any) -> str:

@@ -9,6 +9,8 @@ writes go through :func:`transaction`.
 
 from __future__ import annotations
 
+import shlex
+
 import contextlib
 import functools
 import hashlib
@@ -386,7 +388,9 @@ def connect(
     """
     path = db_path(db)
     if must_exist and not Path(path).exists():
-        raise StoreError(f"database {path} does not exist; ingest a trace first (tracelat ingest FILE --db {path})")
+        raise StoreError(
+            f"database {path} does not exist; ingest a trace first (tracelat ingest FILE --db {shlex.quote(str(path))})"
+        )
     if Path(path).is_dir():
         raise StoreError(f"database path {path} is a directory; pass a file path with --db")
     check_is_duckdb(path)

@@ -62,6 +62,12 @@ def inline(value: Any) -> str:
     return shown_id(text) if UNSAFE_IN_ID.search(text) else text
 
 
+def one_line(text: Any) -> str:
+    """A message of one line that carries text from a log or a file name (a warning, a reject's
+    reason): its line breaks written as ``\\n`` so no part of it can pass for a line of ours."""
+    return re.sub(r"[\n\r\x0b\x0c\x85\u2028\u2029]", lambda m: repr(m.group())[1:-1], str(text))
+
+
 class OutputClosed(Exception):
     """The reader of our output went away (``tracelat ... | head``): the CLI stops quietly with
     the status a shell gives a process killed by SIGPIPE, 141, not 1 ("a check failed")."""

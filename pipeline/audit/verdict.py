@@ -6,7 +6,7 @@ from typing import Any
 
 from ..escape import md_text
 from .check import AuditResult
-from ..terminal import counted
+from ..terminal import counted, inline
 
 BADGE = {"pass": "PASS", "fail": "FAIL", "error": "ERROR"}
 ICON = {"pass": "\u2705", "fail": "\u274c", "error": "\u26a0\ufe0f"}
@@ -47,7 +47,7 @@ def _fluidity_line(f: dict[str, Any]) -> str:
 def text_report(result: AuditResult) -> str:
     """Plain-text verdict for the terminal."""
     lines = [
-        f"audit of run {result.run_id} against {result.slo_path}: {BADGE[result.verdict]} "
+        f"audit of run {result.run_id} against {inline(str(result.slo_path))}: {BADGE[result.verdict]} "
         f"({counted(len(result.checks), 'check')}, {result.failures} failed, {result.errors} not evaluable)"
     ]
     for c in result.checks:

@@ -8,7 +8,7 @@ import click
 
 from ..errors import CheckFailed, writing
 from ..settings import finite_float
-from ..terminal import echo
+from ..terminal import echo, inline
 from .options import db_option, lake_option, open_source, dumps, json_option, seed_option
 
 
@@ -108,7 +108,7 @@ def compare(
         unjudged = len(comp.deltas) - judged
         # a statistic without an interval was looked at, not judged: "33 compared" said more than was checked
         open_ = f" ({judged} judged; {unjudged} without a verdict: too few values to judge)" if unjudged else ""
-        echo(f"\n{len(comp.deltas)} statistics compared{open_}; full table and overlaid CDFs: {html}")
+        echo(f"\n{len(comp.deltas)} statistics compared{open_}; full table and overlaid CDFs: {inline(html)}")
     if comp.exit_code:
         raise CheckFailed(
             f"{cand_run} regressed against {base_run} in {len(comp.regressions)} statistic(s): "

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..terminal import echo, shown_id
+from ..terminal import echo, inline, shown_id
 from .options import db_option, dumps, json_option
 
 
@@ -135,7 +135,7 @@ def export(
     ]
     notes = "; ".join(x for x in drawn if x)
     echo(
-        f"{info['path']}: {info['steps']} steps ({info['step_sampling']}{'; ' + notes if notes else ''}), "
+        f"{inline(info['path'])}: {info['steps']} steps ({info['step_sampling']}{'; ' + notes if notes else ''}), "
         f"{info['requests']} requests, "
         f"{info['stalls']} stalls, {info['bytes'] / 2**20:.1f} MiB; open it at https://ui.perfetto.dev"
     )

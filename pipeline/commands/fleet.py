@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..errors import writing
-from ..terminal import echo
+from ..terminal import echo, inline
 from .junit_error import JunitOnUsageError, junit_on_error
 from .options import dumps, json_option
 
@@ -142,4 +142,4 @@ def _text(out: dict) -> None:
         for note in slo["fleet"]["not_fleet_wide"]:
             echo(f"  not fleet-wide: {note}")
     if out.get("html"):
-        echo(f"\nfleet page: {out['html']}")
+        echo(f"\nfleet page: {inline(out['html'])}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 import contextlib
 import inspect
 import sys
@@ -10,7 +12,7 @@ from pathlib import Path
 import click
 
 from ..errors import UnknownFormat
-from ..terminal import clean, echo
+from ..terminal import clean, echo, inline, one_line
 from .options import db_option, dumps, json_option
 
 BIG_FILE = 8 << 20
@@ -80,7 +82,9 @@ def ingest(
     from .options import reject_both
 
     reject_both(lake)
-    where = f"--lake {lake}" if lake is not None else f"--db {db}"
+    # `where` ends commands to paste into a shell: quoted
+
+    where = f"--lake {shlex.quote(str(lake))}" if lake is not None else f"--db {shlex.quote(str(db))}"
 
     @contextlib.contextmanager
     def progress_for(path: Path):
@@ -124,10 +128,10 @@ def ingest(
         echo(dumps([r.__dict__ | {"clock_alignment": placed.get(r.stored_as or r.path, [])} for r in results]))
         for problem, text in aligned:
             if problem:
-                echo(f"warning: {text}", err=True)
+                echo(f"warning: {one_line(text)}", err=True)
         for r in results:
             for text in r.conflicts:
-                echo(f"warning: {clean(r.path)}: {text}", err=True)
+                echo(f"warning: {inline(r.path)}: {one_line(text)}", err=True)
         _fail_if_nothing_loaded(results, where)
         return
     _print_lines(con, results, where, aligned)
@@ -177,11 +181,11 @@ def _print_lines(con, results, where: str, aligned: list | None = None) -> None:
     for r in results:
         echo(r.line())
         for text in r.notes:
-            echo(f"  {text}")
+            echo(f"  {one_line(text)}")
         for text in r.conflicts:
-            echo(f"warning: {clean(r.path)}: {text}", err=True)
+            echo(f"warning: {inline(r.path)}: {one_line(text)}", err=True)
     for problem, text in aligned:
-        echo(f"warning: {text}" if problem else text, err=problem)
+        echo(f"warning: {one_line(text)}" if problem else one_line(text), err=problem)
     rejected = sum(r.rejected for r in results)
     if rejected:
         echo(f"{rejected} lines rejected; see them with: tracelat rejects [FILE] {where}", err=True)
@@ -219,7 +223,7 @@ def _fail_if_nothing_loaded(results, where: str) -> None:
         return
 
     def why(r) -> str:
-        return why_nothing(r, f"; see them with: tracelat rejects {r.path} {where}")
+        return why_nothing(r, f"; see them with: tracelat rejects {shlex.quote(r.path)} {where}")
 
     shown = "; ".join(f"{clean(r.path)} ({why(r)})" for r in empty[:5]) + (" ..." if len(empty) > 5 else "")
     loaded = len(results) - len(empty)

@@ -8,7 +8,7 @@ import click
 
 from ..errors import CheckFailed
 from ..settings import finite_float
-from ..terminal import echo
+from ..terminal import echo, inline
 
 from .junit_error import JunitOnUsageError, junit_on_error
 from .options import dumps, json_option
@@ -131,7 +131,7 @@ def nightly(
         echo(dumps(outcome.to_dict()))
     else:
         echo(outcome.markdown.rstrip())
-        echo(f"\ntrend: {outcome.files['trend']}\nreport: {outcome.files['report']}")
+        echo(f"\ntrend: {inline(outcome.files['trend'])}\nreport: {inline(outcome.files['report'])}")
     if outcome.exit_code:
         failed = ", ".join(outcome.night.slo_failed)
         why = (

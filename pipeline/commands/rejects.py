@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import InputError
-from ..terminal import echo
+from ..terminal import echo, inline, one_line
 from .options import db_option, lake_option, open_source, dumps, json_option
 
 
@@ -38,14 +38,14 @@ def rejects(path: str | None, db: str, lake: Path | None, limit: int, as_json: b
         echo(dumps({"total": total, "rejects": [dict(zip(("path", "line_no", "reason", "raw"), r)) for r in rows]}))
         return
     if not rows:
-        echo("no rejected lines" + (f" for {path}" if path else ""))
+        echo("no rejected lines" + (f" for {inline(path)}" if path else ""))
         return
     for p, line_no, reason, raw in rows:
         if raw is None:  # valid lines keep no text (a duplicate is rejected after validation)
-            echo(f"{p}:{line_no}: {reason}")
+            echo(f"{inline(p)}:{line_no}: {one_line(reason)}")
             continue
         shown = raw[:100] + ("..." if len(raw) > 100 else "")
-        echo(f"{p}:{line_no}: {reason}\n    {shown}")
+        echo(f"{inline(p)}:{line_no}: {one_line(reason)}\n    {one_line(shown)}")
     if total > len(rows):
         echo(f"... {total - len(rows)} more (use --limit)")
 

@@ -11,7 +11,7 @@ import click
 from ..errors import InputError, writing
 from ..settings import finite_float, given, options
 from ..sim.config import Policy
-from ..terminal import echo
+from ..terminal import echo, inline
 from .options import db_option, lake_option, open_source, dumps, json_option
 
 
@@ -423,4 +423,4 @@ def _sweep(
         echo(dumps(sw.to_dict() | {"chart": str(path)}))
         return
     echo(sw.format())
-    echo(f"\nchart: {path}")
+    echo(f"\nchart: {inline(path)}")

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import writing
-from ..terminal import echo
+from ..terminal import echo, inline
 from .options import db_option, lake_option, open_source, dumps, json_option
 
 
@@ -72,7 +72,7 @@ def report(
     if as_json:
         echo(dumps(files))
     else:
-        echo(f"report: {html} ({files['html_bytes'] / 1e6:.2f} MB), summary.json and summary.md next to it")
+        echo(f"report: {inline(html)} ({files['html_bytes'] / 1e6:.2f} MB), summary.json and summary.md next to it")
     if calibrate_seeds:  # asked for: say when it could not be done, not only inside the page
         import json
 

@@ -879,7 +879,7 @@ def describe(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> list[tuple[b
         {"r": sorted(set(run_ids))},
     ).fetchall()
     for (path,) in refs:
-        name = str(path).rsplit("/", 1)[-1]
+        name = _file_name(path)
         lines.append(
             (
                 True,
@@ -888,6 +888,14 @@ def describe(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> list[tuple[b
             )
         )
     return lines
+
+
+def _file_name(path) -> str:
+    """A file's name inside a line of ours: quoted and escaped when it holds a line break or a
+    control character (a file named "x\\nrun r: ... aligned" must not print a line of its own)."""
+    from ..terminal import inline
+
+    return inline(str(path).rsplit("/", 1)[-1])
 
 
 def source_lines(run_id: str, meta: dict, doubts_only: bool = False) -> list[tuple[bool, str]]:
@@ -901,9 +909,9 @@ def source_lines(run_id: str, meta: dict, doubts_only: bool = False) -> list[tup
     if not isinstance(info, dict):
         return []
     out: list[tuple[bool, str]] = []
-    ref = ", ".join(str(p).rsplit("/", 1)[-1] for p in info.get("reference", []))
+    ref = ", ".join(_file_name(p) for p in info.get("reference", []))
     for twin in info.get("same_requests", []):
-        a, b = (str(p).rsplit("/", 1)[-1] for p in twin["paths"])
+        a, b = (_file_name(p) for p in twin["paths"])
         out.append(
             (
                 True,
@@ -914,7 +922,7 @@ def source_lines(run_id: str, meta: dict, doubts_only: bool = False) -> list[tup
             )
         )
     for src in info.get("sources", []):
-        name = str(src.get("path", "?")).rsplit("/", 1)[-1]
+        name = _file_name(src.get("path", "?"))
         if src.get("status") == "failed":
             out.append(
                 (

@@ -7,6 +7,8 @@ in DuckDB: Python never touches individual records.
 
 from __future__ import annotations
 
+import shlex
+
 import contextlib
 import contextvars
 import gzip
@@ -194,7 +196,10 @@ def salvage(path: Path) -> str:
     plain = path.name[: -len(path.suffix)] if path.suffix in (".gz", ".zst", ".zstd") else path.name
     stem, dot, ext = plain.rpartition(".")
     part = f"{stem}.part.{ext}" if dot and stem else f"{plain}.part"
-    return f"{'zstdcat' if compression(path) == 'zstd' else 'zcat'} {path} > {path.with_name(part)}"
+    # a command to paste into a shell: a name like a$(touch x).gz must stay a name
+    return f"{'zstdcat' if compression(path) == 'zstd' else 'zcat'} {shlex.quote(str(path))} > " + shlex.quote(
+        str(path.with_name(part))
+    )
 
 
 def damaged_message(path: Path, n_read: int, exc: Exception) -> str:
@@ -205,7 +210,7 @@ def damaged_message(path: Path, n_read: int, exc: Exception) -> str:
     return (
         f"{path}: damaged or truncated {kind} file: only {n_read} bytes could be decompressed "
         f"before the damage ({exc}), too few to tell its format. Re-copy the file, and check the "
-        f"copy with `{'zstd' if kind == 'zstd' else 'gzip'} -t {path}`"
+        f"copy with `{'zstd' if kind == 'zstd' else 'gzip'} -t {shlex.quote(str(path))}`"
     )
 
 

@@ -80,9 +80,9 @@ class Outcome:
     @property
     def notes(self) -> list[str]:
         """Lines for the terminal (stderr): the night's warnings, and about a re-run."""
-        from ..terminal import clean
+        from ..terminal import clean, one_line
 
-        warned = [f"warning: {clean(w)}" for w in self.warnings]
+        warned = [f"warning: {one_line(clean(w))}" for w in self.warnings]
         if self.recorded:
             return warned
         n = self.night

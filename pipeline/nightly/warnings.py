@@ -26,9 +26,13 @@ def night_warnings(con: Any, run_id: str, store_path: str) -> list[str]:
     ``tracelat rejects`` finds the rejects)."""
     from ..ingest.align import source_lines
 
+    import shlex
+
+    from ..terminal import inline
+
     out = [
-        f"{path}: {rejected} of {read} lines rejected (the first, line {line}: {reason}); the night is "
-        f"recorded without them: `tracelat rejects --db {store_path}` lists them"
+        f"{inline(path)}: {rejected} of {read} lines rejected (the first, line {line}: {reason}); the night is "
+        f"recorded without them: `tracelat rejects --db {shlex.quote(store_path)}` lists them"
         for path, read, rejected, line, reason in con.execute(_REJECTS).fetchall()
     ]
     out += [text for bad, text in source_lines(run_id, store.run_meta(con, run_id)) if bad]

@@ -239,3 +239,71 @@ def test_a_request_id_with_a_newline_prints_no_line_of_its_own(tmp_path):
     assert r.returncode == 0, r.stderr
     assert not any(line.startswith("Error: none") for line in r.stdout.splitlines()), r.stdout
     assert repr(forged)[:-1] in r.stdout  # the id is still there, escaped
+
+
+def test_rejects_prints_no_line_from_a_request_id_or_a_file_name(tmp_path):
+    """`tracelat rejects` printed the stored reason (which quotes a duplicate's request id) and the
+    file's name as they were: a newline in either printed a line of its own ("OK: 0 lines rejected")."""
+    dup = tmp_path / "r.jsonl"
+    dup.write_text(
+        '{"kind":"request","req_id":"a\\nOK: 0 lines rejected","t_arrival":1.0}\n'
+        '{"kind":"request","req_id":"a\\nOK: 0 lines rejected","t_arrival":2.0}\n'
+    )
+    named = tmp_path / "x\nOK: no rejected lines.jsonl"
+    named.write_text('{"kind":"request","req_id":"b","t_arrival":1.0}\ngarbage\n')
+    db = str(tmp_path / "t.duckdb")
+    run("ingest", str(dup), str(named), "--run-id", "f1", "--db", db)
+    r = run("rejects", "--db", db)
+    assert r.returncode == 0, r.stderr
+    assert not [x for x in r.stdout.splitlines() if x.startswith("OK:")], r.stdout
+    assert "duplicate" in r.stdout and repr(str(named))[:-1] in r.stdout  # both still shown, escaped
+
+
+def test_a_file_name_forges_no_clock_alignment_line(tmp_path):
+    """The clock alignment's lines named the client's file as it was: a newline in its name printed
+    a line "run al: clock alignment OK" of its own (ingest, summary, nightly warnings)."""
+    steps, reqs, t = [], [], 100.0
+    for i in range(200):
+        d = 0.02 + (i % 7) * 0.001
+        steps.append({"run_id": "al", "kind": "iteration", "iter": i, "t_start": t, "t_end": t + d,
+                      "decode_tokens": 5, "decode_reqs": 5})  # fmt: skip
+        t += d
+    for r in range(30):
+        a = 100.0 + r * 0.05
+        reqs.append({"run_id": "al", "kind": "request", "req_id": f"q{r}", "t_arrival": a + 5000,
+                     "t_first_token": a + 5000.04, "t_finish": a + 5000.3, "prompt_tokens": 20,
+                     "output_tokens": 10})  # fmt: skip
+    (tmp_path / "steps.jsonl").write_text("\n".join(map(json.dumps, steps)) + "\n")
+    client = tmp_path / "req\nrun al: clock alignment OK.jsonl"
+    client.write_text("\n".join(map(json.dumps, reqs)) + "\n")
+    db = str(tmp_path / "t.duckdb")
+    for args in (("ingest", str(tmp_path / "steps.jsonl"), str(client)), ("summary", "al")):
+        r = run(*args, "--db", db)
+        lines = (r.stdout + r.stderr).splitlines()
+        assert not [x for x in lines if x.startswith("run al: clock alignment OK")], (args, r.stdout, r.stderr)
+        assert any("req\\nrun al: clock alignment OK.jsonl" in x for x in lines), (args, r.stdout, r.stderr)
+
+
+def test_paths_in_messages_are_one_line_and_shell_quoted(tmp_path):
+    """An --slo path with a newline forged audit lines ("[ PASS] everything fine"); the command a
+    damaged .gz suggests ran `$(...)` from its name when pasted into a shell."""
+    import gzip
+
+    db = str(tmp_path / "t.duckdb")
+    assert run("ingest", str(TINY), "--db", db).returncode == 0
+    slo = tmp_path / "slo.toml: PASS (0 checks)\n  [ PASS] everything fine\n#.toml"
+    slo.write_text("[slo]\nttft_ms.p99 = 10\n")
+    r = run("audit", "tiny", "--slo", str(slo), "--db", db)
+    assert not [x for x in r.stdout.splitlines() if "everything fine" in x and "\\n" not in x], r.stdout
+    bad = tmp_path / "a$(touch PWNED)b.jsonl.gz"
+    bad.write_bytes(
+        gzip.compress(("\n".join(['{"kind":"iteration","iter":%d,"dur_ms":1.0}' % i for i in range(2000)])).encode())[
+            :5000
+        ]
+    )
+    r = run("ingest", str(bad), "--db", db, cwd=tmp_path)
+    assert r.returncode == 2 and "zcat" in r.stderr, r.stderr
+    cmd = r.stderr.split("`zcat ", 1)[1].split("`", 1)[0]
+    assert cmd.startswith("'") and "'$(touch PWNED)'" not in cmd, cmd  # the name is one quoted word
+    subprocess.run(["bash", "-c", f"zcat {cmd} 2>/dev/null; true"], cwd=tmp_path, check=True)
+    assert not (tmp_path / "PWNED").exists()
