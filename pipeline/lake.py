@@ -83,15 +83,23 @@ def part_name(run_id: str) -> str:
     return "run_id=" + enc
 
 
+DATA_FILE = "data_0.parquet"  # the one file a writer puts in a run's folder of a table
+
+
 def _globs(lake: Path, table: str, run_ids: list[str] | None) -> list[str]:
-    """The files of ``run_ids`` (None: all runs) in a table, as globs of existing folders."""
+    """The files of ``run_ids`` (None: all runs) in a table, each as a pattern that matches it alone.
+
+    Only the file a writer writes (:data:`DATA_FILE`) in a ``run_id=`` folder is read: a copy
+    beside it ("data_0 (1).parquet"), a macOS ``._`` file or a stray folder would otherwise be read
+    as more rows of the run, or as a run of its own."""
     d = Path(lake) / table
     if not d.is_dir():
         return []
     if run_ids is None:
-        return [glob_literal(d) + "/*/*.parquet"] if any(p.name.startswith("run_id=") for p in d.iterdir()) else []
-    # the folder names are ours (percent-encoded); the lake's own path may hold glob characters
-    return [glob_literal(d / n) + "/*.parquet" for n in sorted({part_name(r) for r in run_ids}) if (d / n).is_dir()]
+        folders = sorted(p.name for p in d.iterdir() if p.name.startswith("run_id="))
+    else:  # the folder names are ours (percent-encoded); the lake's own path may hold glob characters
+        folders = sorted({part_name(r) for r in run_ids})
+    return [glob_literal(d / n / DATA_FILE) for n in folders if (d / n / DATA_FILE).is_file()]
 
 
 def _has(lake: Path, table: str) -> bool:
@@ -355,19 +363,37 @@ def settle(lake: Path) -> None:
 
 
 def lake_runs(lake: Path) -> list[str]:
-    """Run ids in the lake (from its ``runs`` partitions)."""
+    """Run ids in the lake: those of its ``runs`` partitions, and of any run that has requests or
+    steps without one (a ``runs`` folder lost or not copied must not drop the run unseen)."""
     lake = Path(lake)
     settle(lake)
-    if not _has(lake, "runs"):
+    selects, params = [], {}
+    for table in ("runs", "requests", "iterations"):
+        files = _globs(lake, table, None)
+        if files:
+            selects.append(f"select run_id from read_parquet(${table}, hive_partitioning = false)")
+            params[table] = files
+    if not selects:
         return []
     con = store.scratch()
     try:
         rows = con.execute(
-            f"select distinct run_id from {READ} order by 1", {"g": _globs(lake, "runs", None)}
+            f"select distinct run_id from ({' union all '.join(selects)}) where run_id is not null order by 1", params
         ).fetchall()
         return [r[0] for r in rows]
+    except duckdb.Error as exc:
+        raise _unreadable(lake, exc) from None
     finally:
         con.close()
+
+
+def _unreadable(lake: Path, exc: Exception) -> Exception:
+    from .errors import StoreError
+
+    return StoreError(
+        f"lake {lake}: a file cannot be read ({str(exc).splitlines()[0]}); ingest or export that run into "
+        "the lake again (tracelat ingest FILE --lake DIR --replace), or remove the file's run_id= folder"
+    )
 
 
 def load_into(
@@ -403,7 +429,12 @@ def load_into(
                 same = " and ".join(f"m.{k} is not distinct from x.{k}" for k in keys)
                 src = f"select * from ({src}) x where not exists (select 1 from main.{table} m where {same})"
         params = {"g": globs} | ({} if run_ids is None else {"r": run_ids})
-        con.execute(f"insert into main.{table} select {sel} from ({src})", params)
+        try:
+            con.execute(f"insert into main.{table} select {sel} from ({src})", params)
+        except duckdb.Error as exc:
+            if store.interrupted(exc):
+                raise
+            raise _unreadable(lake, exc) from None
 
 
 def open_runs(
@@ -426,6 +457,17 @@ def open_runs(
     if threads:
         con.execute(f"set threads = {int(threads)}")
     load_into(con, lake, None if run_ids is None else sorted(set(run_ids)), tables)
+    if run_ids is not None and (tables is None or "runs" in tables):
+        known = {r[0] for r in con.execute("select run_id from runs").fetchall()}
+        lost = [r for r in sorted(set(run_ids)) if r not in known and r in lake_runs(lake)]
+        if lost:  # its rows are there, its run record is not: a folder lost or not copied
+            from .errors import StoreError
+
+            con.close()
+            raise StoreError(
+                f"lake {lake}: run {lost[0]!r} has requests or steps but no run record "
+                f"(runs/{part_name(lost[0])}/{DATA_FILE} is missing); ingest or export the run into the lake again"
+            )
     store.bump_generation(con, None)
     store.build_derived(con)
     return con

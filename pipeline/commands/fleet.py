@@ -124,15 +124,18 @@ def _text(out: dict) -> None:
         return "-" if v is None else f"{v:.{d}g}"
 
     slo = out.get("slo")
+    # as wide as the longest id (to 64): ids of one fleet often share a long prefix (model, region,
+    # replica) and differ at the end, which a cut at a fixed width dropped
+    width = min(max([3, *(len(r["run_id"]) for r in out["runs"])]), 64) + 1
     echo(
-        f"\n{'run':<32}{'p99 TTFT':>10}{'p99 TPOT':>10}{'t0 ms':>8}{'GB/s':>8}{'worst z':>9}"
+        f"\n{'run':<{width}}{'p99 TTFT':>10}{'p99 TPOT':>10}{'t0 ms':>8}{'GB/s':>8}{'worst z':>9}"
         + ("  SLO  " if slo else "  ")
         + "flagged"
     )
     for r in out["runs"]:
         verdict = f"  {(r.get('slo') or {}).get('verdict', '-'):<5}" if slo else ""
         echo(
-            f"{r['run_id'][:31]:<32}{n(r['ttft_ms']['p99']):>10}{n(r['tpot_ms']['p99']):>10}{n(r['t0_ms']):>8}"
+            f"{_short(r['run_id'], width - 1):<{width}}{n(r['ttft_ms']['p99']):>10}{n(r['tpot_ms']['p99']):>10}{n(r['t0_ms']):>8}"
             f"{n(r['effective_bandwidth_gbps']):>8}{n(r['worst_z'], 3):>9}{verdict}  {', '.join(r['outlier']) or '-'}"
         )
     if slo:
@@ -143,3 +146,11 @@ def _text(out: dict) -> None:
             echo(f"  not fleet-wide: {note}")
     if out.get("html"):
         echo(f"\nfleet page: {inline(out['html'])}")
+
+
+def _short(run_id: str, width: int) -> str:
+    """``run_id`` in ``width`` characters: its start and its end (where ids of a fleet differ)."""
+    if len(run_id) <= width:
+        return run_id
+    head = (width - 1) // 2
+    return run_id[:head] + "\u2026" + run_id[len(run_id) - (width - 1 - head) :]

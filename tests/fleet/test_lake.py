@@ -369,3 +369,71 @@ def test_the_export_line_counts_the_runs_once(tmp_path):
     # exported again, the run replaces what the lake held of it: said on stderr
     code, out = run_captured("export", "tiny", "--db", db, "--lake", tmp_path / "lake")
     assert code == 0 and f"replaced in {tmp_path / 'lake'}: 'tiny'" in out, out
+
+
+def _two_run_lake(tmp_path, ids=("a", "b")) -> Path:
+    lake = tmp_path / "lake"
+    first, rest = (REPO / "fixtures" / "canonical" / "tiny.jsonl").read_text().split("\n", 1)
+    for i, rid in enumerate(ids):
+        head = json.loads(first)
+        head["run_id"] = rid
+        (tmp_path / f"{i}.jsonl").write_text(json.dumps(head) + "\n" + rest)
+        _ok("ingest", tmp_path / f"{i}.jsonl", "--lake", lake)
+    return lake
+
+
+def test_fleet_table_tells_long_run_ids_apart(tmp_path):
+    """Ids were cut to 31 characters: hourly runs named as docs/scale.md suggests all read
+    "llama8b-prod-us-east-1/replica-"."""
+    ids = [f"llama8b-prod-us-east-1/replica-017/2026-12-01T{h}" for h in (13, 14)]
+    lake = _two_run_lake(tmp_path, ids)
+    out = _ok("fleet", lake)
+    rows = [line.split()[0] for line in out.splitlines() if line.startswith("llama8b")]
+    assert sorted(rows) == ids, out
+    from pipeline.commands.fleet import _short
+
+    assert _short("x" * 70 + "T13", 64) != _short("x" * 70 + "T14", 64) and len(_short("x" * 70 + "T13", 64)) == 64
+
+
+def test_files_a_writer_did_not_write_are_not_read(tmp_path):
+    """Every file under a table was read: a copy of a run's file beside it ("data_0 (1).parquet")
+    doubled the run (170 TTFT values for 85), a macOS "._" file or a file in a stray folder without a
+    run_id column stopped the fleet (an internal error) or listed a run "None"."""
+    lake = _two_run_lake(tmp_path)
+    before = json.loads(_ok("summary", "a", "--lake", lake, "--json"))
+    for table in ("iterations", "requests", "token_lists", "runs"):
+        d = lake / table / part_name("a")
+        if (d / "data_0.parquet").exists():
+            shutil.copy(d / "data_0.parquet", d / "data_0 (1).parquet")
+            (d / "._data_0.parquet").write_bytes(os.urandom(4096))
+    (lake / "runs" / "misc").mkdir()
+    con = store.scratch()
+    con.execute(
+        f"copy (select 1 as a) to {store.quote_literal(str(lake / 'runs' / 'misc' / 'x.parquet'))} (format parquet)"
+    )
+    con.close()
+    assert lake_runs(lake) == ["a", "b"]
+    after = json.loads(_ok("summary", "a", "--lake", lake, "--json"))
+    assert after["ttft_ms"]["count"] == before["ttft_ms"]["count"] and after["iterations"] == before["iterations"]
+    code, out = run_captured("fleet", lake, "--json")
+    assert code == 0, out
+    assert sorted(r["run_id"] for r in json.loads(out)["runs"]) == ["a", "b"]
+
+
+def test_a_run_without_its_runs_folder_is_still_listed(tmp_path):
+    lake = _two_run_lake(tmp_path)
+    shutil.rmtree(lake / "runs" / part_name("b"))
+    assert lake_runs(lake) == ["a", "b"]  # its requests and steps are in the lake: not dropped unseen
+    code, out = run_captured("fleet", lake)  # and the fleet says what is wrong with it
+    assert code == 2 and "run 'b' has requests or steps but no run record (runs/run_id=b/data_0.parquet" in out, out
+
+
+def test_an_unreadable_file_is_a_lake_error_with_the_way_out(tmp_path):
+    lake = _two_run_lake(tmp_path)
+    f = lake / "iterations" / part_name("b") / "data_0.parquet"
+    f.write_bytes(f.read_bytes()[:200])
+    code, out = run_captured("fleet", lake)
+    assert code == 2, out
+    last = out.strip().splitlines()[-1]
+    assert last.startswith(f"Error: lake {lake}: a file cannot be read (") and "--replace" in last, out
+    assert "internal error" not in out and "LINE 1" not in out
