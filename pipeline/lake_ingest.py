@@ -129,13 +129,24 @@ def _refuse_repeated_keys(con, runs: list[str]) -> None:
     together are checked as in a store: a second ``vllm bench`` client of a run, say, gets
     its ids named after it there.
     """
+    import shlex
+
     from .errors import InputError
+    from .terminal import inline
 
     hit = con.execute(_REPEATED, {"r": runs}).fetchone()
     if hit:
         run, key, a, b = hit
+        if a == b:  # one path, two ingests: the file changed since the lake took it
+            raise InputError(
+                f"run {run}: {inline(a)} changed since it was written into the lake (its earlier content holds "
+                f"{key} too); re-load it with --replace"
+            )
         raise InputError(
-            f"run {run}: {a} and {b} both hold {key}; the lake already holds one of "
-            "them, so they were not checked against each other: ingest the run's files together "
-            "(`tracelat ingest FILE... --lake DIR --replace`), or give this file its own --run-id"
+            f"run {run}: {inline(a)} and {inline(b)} both hold {key}; the lake already holds one of them, so "
+            "they were not checked against each other. If one is a newer recording that replaces the run, "
+            "write the run from it alone (an export replaces a run whole): `tracelat ingest NEWFILE --db "
+            f"new.duckdb && tracelat export {shlex.quote(run)} --db new.duckdb --lake DIR`; if they are two "
+            "files of one run (a server log and its client's records), ingest them together (`tracelat ingest "
+            "FILE... --lake DIR --replace`); if they are two runs, give this file its own --run-id"
         )

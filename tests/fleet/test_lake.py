@@ -437,3 +437,29 @@ def test_an_unreadable_file_is_a_lake_error_with_the_way_out(tmp_path):
     last = out.strip().splitlines()[-1]
     assert last.startswith(f"Error: lake {lake}: a file cannot be read (") and "--replace" in last, out
     assert "internal error" not in out and "LINE 1" not in out
+
+
+def test_a_newer_file_of_a_run_says_how_to_replace_the_run(tmp_path):
+    """A newer recording of run a at another path was refused with advice (ingest the files together
+    with --replace) that kept the old rows and added the new file's few non-duplicate ones; the same
+    path with new content was called two files. Each now gets advice that does what it says."""
+    lake = _two_run_lake(tmp_path)
+    lines = (tmp_path / "0.jsonl").read_text().splitlines(keepends=True)
+    newer = tmp_path / "v2" / "a.jsonl"
+    newer.parent.mkdir()
+    newer.write_text("".join(x for x in lines if '"req_id"' not in x or '"t_arrival"' not in x) + lines[-1])
+    code, out = run_captured("ingest", newer, "--lake", lake)
+    assert code == 2 and "If one is a newer recording that replaces the run" in out, out
+    cmd = out.split("`tracelat ingest NEWFILE --db new.duckdb && ", 1)[1].split("`", 1)[0]
+    assert cmd == "tracelat export a --db new.duckdb --lake DIR", cmd
+    db = tmp_path / "new.duckdb"
+    _ok("ingest", newer, "--db", db)
+    _ok("export", "a", "--db", db, "--lake", lake)
+    want = json.loads(_ok("summary", "a", "--db", db, "--json"))
+    got = json.loads(_ok("summary", "a", "--lake", lake, "--json"))
+    assert got["requests"] == want["requests"] < json.loads(_ok("summary", "b", "--lake", lake, "--json"))["requests"]
+    # the same path with other content: it changed, --replace re-loads it
+    changed = tmp_path / "1.jsonl"  # run b's file
+    changed.write_text("".join(changed.read_text().splitlines(keepends=True)[:-1]))
+    code, out = run_captured("ingest", changed, "--lake", lake)
+    assert code == 2 and f"{changed} changed since it was written into the lake" in out and "--replace" in out, out
