@@ -173,3 +173,35 @@ def test_steps_that_all_take_the_same_time_leave_r2_undefined_not_a_crash(tmp_pa
     }
     evidence = _linear(fit, {})["evidence"]
     assert "R² of decode-only steps without stalls undefined (they all take the same time)" in evidence
+
+
+def _hw(frac: float) -> dict:
+    return {
+        "bandwidth_fraction_of_peak": frac,
+        "effective_bandwidth_gbps": 3350 * frac,
+        "peak_bandwidth_gbps": 3350.0,
+        "weight_floor_ms": 4.794,
+        "kv_bytes_per_token": 131072,
+    }
+
+
+def test_memory_bound_verdict_follows_what_the_numbers_show():
+    """The verdict looked at the context slope's bandwidth alone: DOES NOT HOLD at "8% of peak"
+    although the slope's interval included 0 (the bandwidth was not pinned down), and at "20% of
+    peak" although reading the weights and KV cache at peak took 87% of the median decode step."""
+    from pipeline.fit.claims import _memory_bound
+
+    sized = {"ci": {"a_ms_per_ctx": [1e-5, 3e-5]}}
+    unsized = {"ci": {"a_ms_per_ctx": [-1e-5, 3e-5]}}
+    ev = {"decode_step_median_ms": 5.66, "decode_context_median_tokens": 1000}
+    floor = 4.794 + 131072 * 1000 / 3350e9 * 1e3
+    assert floor / 5.66 > 0.85
+    assert _memory_bound(sized, _hw(0.2), ev)["holds"] is True  # the weights' read dominates the step
+    assert _memory_bound(sized, _hw(0.2), {**ev, "decode_step_median_ms": 30.0})["holds"] is False
+    assert _memory_bound(sized, _hw(0.7), {})["holds"] is True  # the KV read near peak
+    assert _memory_bound(sized, _hw(0.2), {})["holds"] is False
+    out = _memory_bound(unsized, _hw(0.08), {})
+    assert out["holds"] is None and "CI includes 0" in out["evidence"]
+    assert _memory_bound(unsized, _hw(0.08), ev)["holds"] is True
+    out = _memory_bound(sized, _hw(0.7), {**ev, "decode_step_median_ms": 2.0})  # faster than its bytes
+    assert out["holds"] is None and "shorter than reading its bytes at peak" in out["evidence"]
