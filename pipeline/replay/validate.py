@@ -184,7 +184,9 @@ class Comparison:
             for st in CALIBRATION_STATS:
                 r = self._row(m, st)
                 lo, hi = r["rel_error_min"], r["rel_error_max"]
-                r["bias"] = None if lo is None else "over" if lo > 0 else "under" if hi < 0 else "mixed"
+                # one seed is "every seed" trivially: a bias needs two seeds at least to mean anything
+                one = len(self.seeds) < 2
+                r["bias"] = None if lo is None or one else "over" if lo > 0 else "under" if hi < 0 else "mixed"
                 r["within_tol"] = None if r["rel_error"] is None else abs(r["rel_error"]) <= TRUST_TOL
                 rows.append(r)
         trusted, not_trusted, missing = [], [], []
@@ -341,11 +343,14 @@ class Comparison:
                         continue
                     cell = (
                         f"{_pct(r['rel_error'])} [{_pct(r['rel_error_min'])}..{_pct(r['rel_error_max'])}]"
-                        f" {r['bias'][0]}"
+                        f" {(r['bias'] or '-')[0]}"
                     )
                     cells.append(f"{cell:>27}")
                 lines.append(f"{m.removesuffix('_ms'):<10}" + "".join(cells))
-            lines.append("  (bias: o = every seed over, u = every seed under, m = seeds straddle the observed)")
+            lines.append(
+                "  (bias: o = every seed over, u = every seed under, m = seeds straddle the observed"
+                + ("; one seed shows no bias: use --seeds 3 or more)" if len(self.seeds) < 2 else ")")
+            )
             from .per_request import format_line
 
             if (pr := format_line(rep["per_request"])) is not None:

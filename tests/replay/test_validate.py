@@ -237,3 +237,16 @@ def test_calibration_report(validation):
     for x in rep["not_trusted"]:
         assert abs(x["rel_error"]) > 0.10 and f"{x['metric'].removesuffix('_ms')} ({x['stat']}" in rep["verdict"]
     assert rep["verdict"].startswith("trustworthy for what-ifs") and rep["verdict"] in validation.format()
+
+
+def test_one_seed_shows_no_bias(validation):
+    """With --seeds 1 every statistic's one seed was "every seed under" (or over), and the verdict
+    said so: a bias needs two seeds to mean anything."""
+    from dataclasses import replace
+
+    one = replace(validation, seeds=validation.seeds[:1], replays=validation.replays[:1])
+    rep = one.calibration_report()
+    assert all(r["bias"] is None for r in rep["rows"]) and "every seed" not in rep["verdict"]
+    text = one.format()
+    assert "one seed shows no bias: use --seeds 3 or more" in text
+    assert any(r["bias"] in ("over", "under") for r in validation.calibration_report()["rows"])  # 3 seeds: shown
