@@ -52,6 +52,9 @@ def fit(run_id: str, fdr, k, bootstrap, db: str, lake: Path | None, as_json: boo
     from ..fit import fit_run
     from ..fit.text import format_fit
 
+    fdr_given = click.get_current_context().get_parameter_source("fdr") is click.core.ParameterSource.COMMANDLINE
+    if k is not None and fdr_given:
+        raise InputError(f"--k {k} and --fdr {fdr} are two stall rules; give one (--fdr is the current one)")
     if k is not None:
         click.echo(
             "Warning: --k is deprecated; it replaces the false-discovery-rate rule (--fdr) for this fit", err=True

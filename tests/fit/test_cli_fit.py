@@ -172,6 +172,9 @@ def test_fit_fdr_option_and_deprecated_k(small_db):
     assert r.returncode == 0 and "--k is deprecated" in r.stderr
     d = json.loads(r.stdout)
     assert d["k"] == 4 and d["stall_fdr"] is None
+    # both: two rules, and --fdr was dropped without a word
+    r = run("fit", "small", "--db", db, "--bootstrap", "20", "--k", "3.5", "--fdr", "0.01")
+    assert r.returncode == 2 and "--k 3.5 and --fdr 0.01 are two stall rules; give one" in r.stderr, r.stderr
 
 
 def test_given_figures_describe_a_gpu_the_catalogue_lacks(tmp_path):
