@@ -13,8 +13,9 @@ fleet are exact.
 Outliers: for each fleet-level signal (p99 TTFT, p99 TPOT, t0, effective bandwidth,
 stall rate, the share of the TTFT tail no known cause explains) a robust z-score
 ``(x - median) / (1.4826 MAD)`` over the runs, in the bad direction (higher latency, t0,
-stall rate, unexplained share; lower bandwidth); a run is flagged beyond ``Z_FLAG``; runs
-are ranked by their largest z.
+stall rate, unexplained share; lower bandwidth), the MAD floored per signal (:data:`FLOORS`) and
+small runs left out (:data:`MIN_REQUESTS`, :data:`MIN_STEPS`); a run is flagged beyond
+``Z_FLAG``; runs are ranked by their largest z.
 
 Tasks run on Ray when asked for and installed (``--ray local|auto|ADDRESS``), else in a
 local process pool; the result says which.
@@ -46,6 +47,30 @@ SIGNALS = {  # name -> (how to read it from a run record, +1 when higher is wors
     "stall_rate": (lambda r: r.get("stall_rate"), 1),
     "ttft_tail_unexplained": (lambda r: ((r.get("tail_shares") or {}).get("ttft") or {}).get("unexplained"), 1),
 }
+# The least spread a signal's z is measured against, (relative to |median|, absolute): runs that
+# agree closely (every t0 within 0.3%, every run but one without stalls: MAD 0) made any small
+# difference a "robust z" of 4 or more. Differences under these are no finding.
+FLOORS = {
+    "ttft_p99_ms": (0.05, 0.0),
+    "tpot_p99_ms": (0.05, 0.0),
+    "t0_ms": (0.02, 0.0),
+    "bandwidth_gbps": (0.05, 0.0),
+    "stall_rate": (0.0, 0.001),  # a tenth of a percent of steps
+    "ttft_tail_unexplained": (0.0, 0.05),  # five points of the tail's share
+}
+# Runs too small for a signal to mean anything are left out of it (their z is None)
+MIN_REQUESTS = 50  # p99s and tail shares
+MIN_STEPS = 100  # t0, bandwidth, stall rate
+_BY_REQUESTS = ("ttft_p99_ms", "tpot_p99_ms", "ttft_tail_unexplained")
+
+
+def _signal(name: str, rec: dict[str, Any]) -> float | None:
+    enough = (
+        (rec.get("requests") or 0) >= MIN_REQUESTS
+        if name in _BY_REQUESTS
+        else (rec.get("iterations") or 0) >= MIN_STEPS
+    )
+    return SIGNALS[name][0](rec) if enough else None
 
 
 def run_record(
@@ -132,7 +157,10 @@ def _top(parts: dict[str, float | None] | None) -> str | None:
     return max(known, key=known.get) if known else None
 
 
-def _robust_z(values: list[float | None], sign: int) -> list[float | None]:
+def _robust_z(values: list[float | None], sign: int, rel: float = 0.0, floor: float = 0.0) -> list[float | None]:
+    """``sign * (x - median) / scale`` per run, ``scale = max(1.4826 MAD, rel * |median|, floor)``
+    (the mean absolute deviation x 1.2533 standing in for a MAD of 0); None for a run without the
+    value, and for every run when fewer than 3 have it."""
     x = np.array([np.nan if v is None else v for v in values], dtype=float)
     ok = np.isfinite(x)
     if ok.sum() < 3:
@@ -141,6 +169,7 @@ def _robust_z(values: list[float | None], sign: int) -> list[float | None]:
     mad = 1.4826 * float(np.median(np.abs(x[ok] - med)))
     if mad <= 0:
         mad = float(np.mean(np.abs(x[ok] - med))) * 1.2533 or 0.0
+    mad = max(mad, rel * abs(med), floor)
     if mad <= 0:
         return [0.0 if o else None for o in ok]
     return [sign * (v - med) / mad if o else None for v, o in zip(x, ok)]
@@ -227,7 +256,9 @@ def fleet(
     sketches = [rec.pop("sketches") for rec in records]
     merged = {m: merge([s[m] for s in sketches]) for m in METRICS}
     fleet_stats = {m: stats(merged[m], alpha) for m in METRICS}
-    zs = {name: _robust_z([get(r) for r in records], sign) for name, (get, sign) in SIGNALS.items()}
+    zs = {
+        name: _robust_z([_signal(name, r) for r in records], sign, *FLOORS[name]) for name, (_, sign) in SIGNALS.items()
+    }
     for i, rec in enumerate(records):
         rz = {name: z[i] for name, z in zs.items() if z[i] is not None}
         rec["z"] = {k: round(float(v), 3) for k, v in rz.items()}
@@ -239,7 +270,9 @@ def fleet(
         "runs": ranked,
         "sketch_relative_error": alpha,
         "executor": how,
-        "outlier_rule": f"robust z > {Z_FLAG} in the bad direction (median, 1.4826 MAD over runs)",
+        "outlier_rule": f"robust z > {Z_FLAG} in the bad direction (median, 1.4826 MAD over runs, at least "
+        f"5% of the median for p99s and bandwidth, 2% for t0, 0.1% of steps for the stall rate, 5 points for the "
+        f"unexplained tail share; runs under {MIN_REQUESTS} requests or {MIN_STEPS} steps left out of those signals)",
         "cost": {
             "task_wall_s_sum": sum(r["cost"]["wall_s"] for r in records),
             "task_peak_rss_mib_max": max(r["cost"]["peak_rss_mib"] for r in records),

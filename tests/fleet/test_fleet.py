@@ -288,3 +288,22 @@ def test_fleet_exit_2_rewrites_a_stale_junit_file(tiny_lake, tmp_path, why):
     assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("1", "0", "1")
     (error,) = root.iter("error")
     assert error.get("message").startswith("tracelat fleet failed: ") and fragment in error.get("message")
+
+
+def test_outlier_scale_has_a_floor_and_small_runs_are_left_out():
+    """Runs that agree closely made any small difference an outlier: every t0 within 0.3% (MAD
+    0.002 ms) flagged a 0.27% difference at z 4.6, and with no stalls on five runs one stall in
+    2,000 steps on the sixth was z 4.8 (the MAD was 0)."""
+    from pipeline.fleet import FLOORS, _robust_z, _signal
+
+    t0 = [5.0005, 5.0138, 4.9985]
+    assert max(_robust_z(t0, 1)) > 3.5  # the bare rule
+    assert max(_robust_z(t0, 1, *FLOORS["t0_ms"])) < 1  # 0.27% against a 2% floor
+    stalls = [0, 0, 0, 0, 0, 1 / 2000]
+    assert _robust_z(stalls, 1)[-1] > 3.5
+    assert _robust_z(stalls, 1, *FLOORS["stall_rate"])[-1] == pytest.approx(0.5)
+    assert _robust_z([0, 0, 0, 0, 0, 0.01], 1, *FLOORS["stall_rate"])[-1] > 3.5  # 1% of steps: flagged
+    big = {"requests": 500, "iterations": 5000, "t0_ms": 5.0, "ttft_ms": {"p99": 100.0}}
+    small = {"requests": 8, "iterations": 6, "t0_ms": 9.0, "ttft_ms": {"p99": 900.0}}
+    assert _signal("t0_ms", big) == 5.0 and _signal("t0_ms", small) is None
+    assert _signal("ttft_p99_ms", big) == 100.0 and _signal("ttft_p99_ms", small) is None
