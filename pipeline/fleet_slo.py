@@ -57,8 +57,13 @@ def fleet_audit(
         total = sum(g.get("requests") or 0 for g in per)
         good = sum(g.get("good_requests") or 0 for g in per)
 
+        # runs without request records (a steps-only log) are left out of the rates, as of the
+        # attainment: they said "cannot be evaluated: the run has no requests" of the whole fleet
+        served = [g for g in per if g.get("requests")]
+        left_out = [r["run_id"] for r, g in zip(records, per) if not g.get("requests")]
+
         def total_rate(key: str) -> float | None:
-            vals = [g.get(key) for g in per]
+            vals = [g.get(key) for g in served]
             return None if any(v is None for v in vals) or not vals else float(sum(vals))
 
         result.goodput = {
@@ -69,6 +74,7 @@ def fleet_audit(
             "request_goodput_rps": total_rate("request_goodput_rps"),
             "token_goodput_tps": total_rate("token_goodput_tps"),
             "rates": "sums of the runs' rates (replicas serve side by side)",
+            "runs_without_requests": left_out,
         }
         result.checks.extend(_goodput_checks(result.goodput, spec.goodput))
     if spec.fluidity is not None:

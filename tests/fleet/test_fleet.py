@@ -307,3 +307,29 @@ def test_outlier_scale_has_a_floor_and_small_runs_are_left_out():
     small = {"requests": 8, "iterations": 6, "t0_ms": 9.0, "ttft_ms": {"p99": 900.0}}
     assert _signal("t0_ms", big) == 5.0 and _signal("t0_ms", small) is None
     assert _signal("ttft_p99_ms", big) == 100.0 and _signal("ttft_p99_ms", small) is None
+
+
+def test_fleet_goodput_rates_leave_out_runs_without_requests(tmp_path):
+    """A steps-only run (a TensorRT-LLM iteration log) in the fleet made the fleet's request goodput
+    "cannot be evaluated: the run has no requests", while the attainment left it out. The rates
+    are now the sums over the runs with requests, and the runs left out are named."""
+    from pipeline.fleet_slo import fleet_audit
+    from pipeline.slo import load_slo
+
+    slo = tmp_path / "slo.toml"
+    slo.write_text("[goodput]\nttft_ms = 2000\nmin_request_goodput_rps = 5.0\n")
+    spec = load_slo(slo)
+
+    def rec(run_id, goodput):
+        return {
+            "run_id": run_id,
+            "slo": {"verdict": "pass", "exit_code": 0, "goodput": goodput, "failures": 0, "errors": 0},
+        }
+
+    g = {"requests": 100, "good_requests": 90, "request_goodput_rps": 3.0, "token_goodput_tps": 300.0}
+    records = [rec("a", g), rec("b", {**g, "request_goodput_rps": 4.0}), rec("steps", {"requests": 0})]
+    out = fleet_audit(spec, {}, records, 0.01)  # no [slo] limits: no sketch is read
+    gp = out["fleet"]["goodput"]
+    assert gp["request_goodput_rps"] == 7.0 and gp["attainment"] == 0.9 and gp["runs_without_requests"] == ["steps"]
+    check = next(c for c in out["fleet"]["checks"] if "request goodput" in c["message"])
+    assert check["status"] == "pass", check
