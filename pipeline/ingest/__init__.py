@@ -285,7 +285,13 @@ def ingest_paths(
                 if not in_dir or fmt:
                     raise problem
                 # a README or config file next to the logs: say so, do not stop the directory
-                results.append(IngestResult(str(path), "?", status="skipped", note="no known format"))
+                if isinstance(problem, UnknownFormat):
+                    results.append(IngestResult(str(path), "?", status="skipped", note="no known format"))
+                else:  # damaged or unreadable (a cut-off .gz): what detection found, not "no known format"
+                    why = str(problem).removeprefix(f"{path}: ")
+                    results.append(
+                        IngestResult(str(path), "?", status="skipped", note=why, hint="or remove it from the folder")
+                    )
                 continue
             name = run_id or run_names.get(path)
             if run_id is None and ing.name not in CANONICAL:

@@ -158,3 +158,22 @@ def test_a_skipped_file_does_not_lengthen_the_run_names_of_the_others(con, tmp_p
     res = load(con, d)
     assert [r.run_ids for r in res if r.status != "skipped"] == [["requests"]], [r.line() for r in res]
     assert [r.status for r in res if r.path.endswith(".md")] == ["skipped"]
+
+
+def test_a_damaged_file_in_a_folder_says_it_is_damaged(tmp_path):
+    """In a folder ingest a cut-off .gz was "skipped (no known format); name it with --format NAME":
+    only naming the format showed that the file was damaged. The folder's line says so now."""
+    import gzip
+
+    from pipeline.cli import run_captured
+
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text((FIX / "canonical" / "tiny.jsonl").read_text())
+    body = "\n".join('{"kind":"iteration","iter":%d,"dur_ms":1.0}' % i for i in range(2000)).encode()
+    (folder / "bad.jsonl.gz").write_bytes(gzip.compress(body)[:20])
+    code, out = run_captured("ingest", folder, "--db", tmp_path / "t.duckdb")
+    assert code == 2, out
+    line = next(x for x in out.splitlines() if x.startswith(f"{folder / 'bad.jsonl.gz'}: skipped"))
+    assert "damaged or truncated gzip" in line and "no known format" not in line, line
+    assert line.endswith("; or remove it from the folder"), line
