@@ -108,6 +108,7 @@ def run_record(
             "tail_shares": tail,
             "tail_top": {m: _top(p) for m, p in tail.items()},
             "sketches": {m: sketch(con, run_id, m, alpha) for m in METRICS},
+            "warnings": _data_warnings(con, run_id),
         }
         if slo is not None:
             from .audit import audit
@@ -149,6 +150,22 @@ def run_record(
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
     return rec
+
+
+def _data_warnings(con, run_id: str) -> list[str]:
+    """What the run's ingest left in doubt, for the fleet to say: files with rejected lines, and
+    clock joins that failed or are in doubt (a run of rejects shows in the table only as "-")."""
+    from . import store
+    from .ingest.align import source_lines
+    from .terminal import inline
+
+    rows = con.execute(
+        "select path, lines_read, lines_rejected from ingests where list_contains(run_ids, $r) "
+        "and lines_rejected > 0 order by path",
+        {"r": run_id},
+    ).fetchall()
+    out = [f"{inline(p)}: {rej} of {read} lines rejected" for p, read, rej in rows]
+    return out + [text for bad, text in source_lines(run_id, store.run_meta(con, run_id)) if bad]
 
 
 def _top(parts: dict[str, float | None] | None) -> str | None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..errors import writing
-from ..terminal import echo, inline
+from ..terminal import echo, inline, one_line
 from .junit_error import JunitOnUsageError, junit_on_error
 from .options import dumps, json_option
 
@@ -138,6 +138,11 @@ def _text(out: dict) -> None:
             f"{_short(r['run_id'], width - 1):<{width}}{n(r['ttft_ms']['p99']):>10}{n(r['tpot_ms']['p99']):>10}{n(r['t0_ms']):>8}"
             f"{n(r['effective_bandwidth_gbps']):>8}{n(r['worst_z'], 3):>9}{verdict}  {', '.join(r['outlier']) or '-'}"
         )
+    warned = [(r["run_id"], w) for r in out["runs"] for w in r.get("warnings") or []]
+    if warned:  # what a run's ingest left in doubt: the table shows such a run only as numbers or "-"
+        echo("\nwarnings (see them with `tracelat rejects --lake LAKE`):")
+        for run_id, w in warned:
+            echo(f"  {inline(run_id)}: {one_line(w)}")
     if slo:
         echo(f"\nSLO over the whole fleet: {slo['fleet']['verdict']}; overall: {slo['verdict']}")
         for c in slo["fleet"]["checks"]:

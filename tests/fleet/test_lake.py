@@ -463,3 +463,19 @@ def test_a_newer_file_of_a_run_says_how_to_replace_the_run(tmp_path):
     changed.write_text("".join(changed.read_text().splitlines(keepends=True)[:-1]))
     code, out = run_captured("ingest", changed, "--lake", lake)
     assert code == 2 and f"{changed} changed since it was written into the lake" in out and "--replace" in out, out
+
+
+def test_fleet_says_which_runs_had_lines_rejected(tmp_path):
+    """A run with 200 of 201 lines rejected showed in the fleet as a row of "-" and nothing else."""
+    lake = _two_run_lake(tmp_path)
+    bad = tmp_path / "c.jsonl"
+    first, rest = (REPO / "fixtures" / "canonical" / "tiny.jsonl").read_text().split("\n", 1)
+    head = json.loads(first)
+    head["run_id"] = "c"
+    bad.write_text(json.dumps(head) + "\n" + rest + 'garbage\n{"kind": "request"}\n')
+    _ok("ingest", bad, "--lake", lake)
+    code, out = run_captured("fleet", lake, "--json")
+    runs = {r["run_id"]: r for r in json.loads(out)["runs"]}
+    assert runs["c"]["warnings"] == [f"{bad}: 2 of 10 lines rejected"] and runs["a"]["warnings"] == [], runs["c"]
+    text = _ok("fleet", lake)
+    assert f"  c: {bad}: 2 of 10 lines rejected" in text.splitlines(), text
