@@ -20,6 +20,7 @@ import polars as pl
 
 from .. import store
 from ..catalog import HardwareSpec
+from ..errors import InputError
 from . import claims, hardware, sql, stalls
 from .extended import fit_extended
 from .model import TERMS, LinearFit, fit_linear, log_ratio
@@ -197,6 +198,9 @@ def fit_run(
         k=k_eff,
         phases=_phase_fits(cols, y, k_eff) if fit else {},
         stall_fdr=fit.stall_fdr if fit else None,
+        # what `fit` was told the run ran on (--model, --gpu, ...): summary, report and explain
+        # assemble the stored fit with it, instead of dropping the hardware figures it gave
+        hardware_options={k: v for k, v in hw.to_dict().items() if v is not None},
     )
     lap("phase_fits_and_evidence")
     ext = None
@@ -300,6 +304,22 @@ def fit_ready(*run_ids: str):
     return ready
 
 
+def _given_to_fit(con: duckdb.DuckDBPyConnection, run_id: str) -> HardwareSpec:
+    """The hardware options the run's last `tracelat fit` was given (none: the run's own names), kept
+    in its stored fit's numbers (also a fit the run's data has outdated: a refit keeps them)."""
+    if not store.table_exists(con, "fits"):
+        return HardwareSpec()
+    row = con.execute(
+        "select numbers->'hardware_options' from fits where run_id = ? order by fitted_at desc limit 1", [run_id]
+    ).fetchone()
+    if not row or not row[0]:
+        return HardwareSpec()
+    try:
+        return HardwareSpec.from_dict(json.loads(row[0]))
+    except (InputError, TypeError, ValueError):  # written by another version: the run's own names
+        return HardwareSpec()
+
+
 def get_or_fit(
     con: duckdb.DuckDBPyConnection,
     run_id: str,
@@ -307,6 +327,12 @@ def get_or_fit(
 ) -> FitResult:
     """The run's fit: the stored one while the run's data is unchanged, else a new fit."""
     store.require_run(con, run_id)
+    if hw == HardwareSpec():
+        hw = _given_to_fit(con, run_id)
+        try:
+            hardware.resolve(con, run_id, hw)
+        except InputError:  # a --config file since moved, say: the run's own names, as before
+            hw = HardwareSpec()
     nums = stored_numbers(con, run_id)
     if nums is None:
         if store.is_read_only(con):

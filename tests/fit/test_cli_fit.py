@@ -239,3 +239,29 @@ def test_fit_text_of_steps_known_only_by_duration(tmp_path):
             f"(prefill {s['prefill_tokens']} tokens) -> {s['spike_cause']}"
         )
         assert line in text.splitlines(), line
+
+
+def test_summary_and_report_keep_the_hardware_fit_was_given(tmp_path):
+    """`fit RUN --model ... --gpu ...` gave a bandwidth and a weight floor, but summary and report
+    (which have no such options) re-assembled the stored fit from the run's own names and showed
+    null: for a run whose model or GPU the catalogue lacks, those fields were always empty."""
+    trace, db = tmp_path / "base.jsonl", str(tmp_path / "hw.duckdb")
+    assert run("simulate", "--requests", "200", "--rate", "8", "--seed", "1", "--out", str(trace)).returncode == 0
+    assert run("ingest", str(trace), "--db", db).returncode == 0
+
+    def figures():
+        r = run("summary", "base", "--db", db, "--json")
+        assert r.returncode == 0, r.stderr
+        f = json.loads(r.stdout)["fit"]
+        return f["effective_bandwidth_gbps"], f["weight_floor_ms"]
+
+    assert figures() == (None, None)
+    r = run("fit", "base", "--db", db, "--json", "--bootstrap", "20", "--model", "llama-3.1-8b", "--gpu", "h100")
+    assert r.returncode == 0, r.stderr
+    fitted = json.loads(r.stdout)["hardware"]
+    bw, floor = figures()
+    assert bw == pytest.approx(fitted["effective_bandwidth_gbps"], rel=1e-12) and bw > 0
+    assert floor == pytest.approx(fitted["weight_floor_ms"], rel=1e-12)
+    # a fit without options goes back to the run's own names
+    assert run("fit", "base", "--db", db, "--bootstrap", "20").returncode == 0
+    assert figures() == (None, None)
