@@ -142,7 +142,7 @@ def _memory_bound(fit: dict, hw: dict | None, ev: dict) -> dict:
     if frac > 1.2:
         txt += "; above 100%: a is too small for a KV read of this size (wrong model or KV dtype, or caching)"
     # either reading shows it: the context's KV read near peak, or the whole step about as long as
-    # reading the weights and KV at peak (the seed: decode is dominated by reading both)
+    # reading the weights and KV at peak (decode time is mostly the reading of both)
     if share is not None and share > 1.2:
         txt += "; the step is shorter than reading its bytes at peak: check --model, --gpu and the KV dtype"
         return {"claim": claim, "holds": None, "evidence": txt}
