@@ -23,6 +23,7 @@ METRICS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2e": "e2e_ms"}
 PART_TEXT = {
     "waiting_hol": "waiting behind other requests' prefill (head-of-line blocking)",
     "waiting_capacity": "waiting for room in the batch or KV cache (capacity)",
+    "waiting_step": "waiting for the step in progress to end (admission is at step boundaries)",
     "own_prefill": "computing its own prompt",
     "decode_baseline": "memory-bound decode at its batch's context",
     "prefill_interference": "other requests' prefill inside its decode steps",

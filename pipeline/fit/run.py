@@ -35,8 +35,10 @@ from .result import FitResult
 # are not fitted and get no prediction; v7: the coefficients are refitted without the flagged stalls,
 # whose one-sided pull put them high; v8: the p5 and p95 of contexts (decode-only steps, all steps), for the linear
 # claim's growth); v9: token gaps price preemption only where tokens come one per step (a bursty client's
-# gaps are not steps sat out).
-FIT_VERSION = 9
+# gaps are not steps sat out); v10: phase edges priced where they fall in a step's span (host gap first),
+# waiting_step (the step in progress at arrival, neither full nor prefilling: not capacity), the hardware
+# options fit was given kept with the numbers.
+FIT_VERSION = 10
 TOL_S = 1e-6  # request times match a step ending up to 1 us later (float rounding of the same clock)
 
 FITS_SCHEMA = """

@@ -18,7 +18,8 @@ from .. import store
 
 
 STEP_PARTS = ("span", "base", "pf", "ux", "ua", "hol", "cap")  # columns <part>_ms of step_parts.sql
-GAP_PARTS = ("gux", "gua")  # the host gap at a span's start, in ux or ua: only the next step's is read
+GAP_PARTS = ("gux", "gua", "bnd")  # only the next step's is read: the host gap at a span's start (in ux or
+# ua), and the boundary part of cap (step_parts.sql)
 
 
 @contextmanager

@@ -191,12 +191,13 @@ def format_explain(e: dict[str, Any]) -> str:
     if not e["parts"]:
         return "\n".join(lines + [f"  {s}" for s in e["statements"]])
     lines.append(
-        f"  {e['requests']} requests; p50 {e['p50']:.4g}, p99 {e['p99']:.4g} {e['unit']}; tail group "
-        f"(>= p99) {e['tail_requests']} requests vs median group (p40-p60) {e['median_requests']}"
+        f"  {_of(e['requests'], 'request')}; p50 {e['p50']:.4g}, p99 {e['p99']:.4g} {e['unit']}; tail group "
+        f"(>= p99) {_of(e['tail_requests'], 'request')} vs median group (p40-p60) {e['median_requests']}"
     )
     lines.append(f"  {'part':<22}{'tail mean':>12}{'median mean':>13}{'growth':>11}{'share':>8}")
     for p in e["parts"]:
-        share = "-" if p["share"] is None else f"{p['share']:.0%}"
+        # a share that rounds to 0 is 0%, not "-0%" (a part that shrank by a hair)
+        share = "-" if p["share"] is None else f"{p['share'] + 0.0:.0%}".replace("-0%", "0%")
         lines.append(
             f"  {p['part']:<22}{p['tail_mean_ms']:>12.4g}{p['median_mean_ms'] or 0:>13.4g}"
             f"{p['growth_ms'] or 0:>11.4g}{share:>8}"
@@ -211,7 +212,7 @@ def format_explain(e: dict[str, Any]) -> str:
         for s in e["top_iterations"]:  # as many as --limit asked for
             lines.append(
                 f"    iter {s['iter']} ending {when(s['t_end'])}: {s['iteration_ms']:.4g} ms, prefill "
-                f"{s['prefill_tokens']} tokens, excess {s['excess_ms']:.4g} ms, {s['tail_requests']} tail requests"
+                f"{s['prefill_tokens']} tokens, excess {s['excess_ms']:.4g} ms, {_of(s['tail_requests'], 'tail request')}"
                 + (f", {s['spike_cause']} spike" if s["spike_cause"] else "")
             )
     if e["top_requests"]:
@@ -224,3 +225,8 @@ def format_explain(e: dict[str, Any]) -> str:
             )
     lines += [f"  note: {s}" for s in e["statements"]]
     return "\n".join(lines)
+
+
+def _of(n: int, noun: str) -> str:
+    """``1 request``, ``2 requests`` (no thousands separator: scripts read these lines)."""
+    return f"{n} {noun if n == 1 else noun + 's'}"

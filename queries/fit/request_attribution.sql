@@ -19,7 +19,9 @@
 --   the step in progress at the end up to the end); the step in progress when none ended inside:
 --     per step: decode baseline | prefill part | unexplained (residual + host gap) | unattributed
 --     wait:    baseline + prefill part -> waiting_hol when the step computed others' prompts and was
---              not full, else -> waiting_capacity (step_parts.sql: hol_ms, cap_ms)
+--              not full, else -> waiting_capacity (step_parts.sql: hol_ms, cap_ms); of the step in
+--              progress at arrival, when it was neither full nor prefilling anyone -> waiting_step
+--              (admission waits for the step's end; no limit held the request)
 --     prefill: baseline + prefill part -> own_prefill
 --     decode:  baseline -> decode_baseline, prefill part -> prefill_interference
 --     all:     residual + host gap -> unexplained; steps without a prediction -> unattributed
@@ -99,6 +101,11 @@ priced as (
         case when e_span > 0
                 then (y.c_cap - x.c_cap - coalesce((x.n_cap * q_h), 0) + coalesce((y.n_cap * q_t), 0)) / e_span
              when x.n_span > 0 then x.n_cap / x.n_span end as f_cap,
+        -- the step in progress at the phase's start, when neither full nor prefilling anyone: the
+        -- wait for it to end (its share of the phase), a part of f_cap
+        case when e_span > 0
+                then (case when y.k > x.k then x.n_bnd * (1 - q_h) else x.n_bnd * (q_t - q_h) end) / e_span
+             when x.n_span > 0 then x.n_bnd / x.n_span end as f_bnd,
         y.c_base - x.c_base as d_base,
         y.c_pf - x.c_pf as d_pf,
         y.c_ux - x.c_ux as d_ux,
@@ -267,7 +274,8 @@ ttft_parts as (
     select
         req_id,
         sum(case when phase = 'wait' then len_ms * f_hol end) as waiting_hol_ms,
-        sum(case when phase = 'wait' then len_ms * f_cap end) as waiting_capacity_ms,
+        sum(case when phase = 'wait' then len_ms * (f_cap - coalesce(f_bnd, 0)) end) as waiting_capacity_ms,
+        sum(case when phase = 'wait' then len_ms * f_bnd end) as waiting_step_ms,
         sum(case when phase = 'prefill' then len_ms * (f_base + f_pf) end) as own_prefill_ms,
         sum(len_ms * f_ux) as unexplained_ttft_ms,
         sum(len_ms * coalesce(f_ua, 1)) as unattributed_ttft_ms
@@ -292,6 +300,7 @@ select
     r.e2e_ms,
     coalesce(t.waiting_hol_ms, 0) as waiting_hol_ms,
     coalesce(t.waiting_capacity_ms, 0) as waiting_capacity_ms,
+    coalesce(t.waiting_step_ms, 0) as waiting_step_ms,
     coalesce(t.own_prefill_ms, 0) as own_prefill_ms,
     coalesce(t.unexplained_ttft_ms, 0) as unexplained_ttft_ms,
     -- a TTFT without a scheduled time (or steps) cannot be split: all of it is unattributed

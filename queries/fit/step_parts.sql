@@ -9,6 +9,8 @@
 --   The span starts with the host gap (the engine idle since the step before ended): gux_ms is
 --   that gap (clamped to 0 .. span) when it is in ux, gua_ms when it is in ua (no prediction);
 --   request attribution prices an edge inside the gap as gap, one inside the step at its parts.
+--   bnd_ms = cap_ms of a step neither full nor carrying a prefill: for the step in progress when
+--   a request arrives it is waiting_step (the step must end first), for later steps capacity.
 --   For a request waiting through the step, its explained part (base + pf) is one cause:
 --   cap_ms = base + pf when the step was full (kv_usage >= 0.9, a preemption in it, or
 --   running_reqs at the run's max_num_seqs) or carried no prefill (no room was given);
@@ -42,6 +44,9 @@ select
     case when predicted_ms is null then span_ms else 0 end as ua_ms,
     case when not is_full and coalesce(prefill_tokens, 0) > 0 then explained_ms else 0 end as hol_ms,
     case when not is_full and coalesce(prefill_tokens, 0) > 0 then 0 else explained_ms end as cap_ms,
+    -- of cap: a step that was neither full nor gave anyone a prefill; a request that arrived while it
+    -- ran waited for it to end (admission is at step boundaries), not for room (waiting_step)
+    case when not is_full and coalesce(prefill_tokens, 0) = 0 then explained_ms else 0 end as bnd_ms,
     -- the host gap at the start of the span, in the part that holds it: ux (or ua without a prediction)
     case when predicted_ms is null then 0 else least(greatest(coalesce(host_gap_ms, 0), 0), span_ms) end as gux_ms,
     case when predicted_ms is null then least(greatest(coalesce(host_gap_ms, 0), 0), span_ms) else 0 end as gua_ms

@@ -5,7 +5,7 @@
 -- purpose: which parts grow in the tail (docs/model-and-attribution.md, section 6), over requests arriving in [$t_from, $t_to]:
 --   growth_ms = mean part in the >= p99 group - mean part in the p40..p60 group
 --   share     = growth_ms / sum(growth_ms)  (shares sum to 1; a part that shrinks is negative)
---   metric ttft: waiting_hol, waiting_capacity, own_prefill, unexplained, unattributed (ms)
+--   metric ttft: waiting_hol, waiting_capacity, waiting_step, own_prefill, unexplained, unattributed (ms)
 --   metric tpot: decode parts / (output_tokens - 1): decode_baseline, prefill_interference,
 --                preemption, unexplained, unattributed (ms per output token)
 --   metric e2e:  every part (ms)
@@ -25,6 +25,7 @@ vals as (
             when 'ttft' then [
                 {'part': 'waiting_hol', 'ms': waiting_hol_ms},
                 {'part': 'waiting_capacity', 'ms': waiting_capacity_ms},
+                {'part': 'waiting_step', 'ms': waiting_step_ms},
                 {'part': 'own_prefill', 'ms': own_prefill_ms},
                 {'part': 'unexplained', 'ms': unexplained_ttft_ms},
                 {'part': 'unattributed', 'ms': unattributed_ttft_ms}
@@ -39,6 +40,7 @@ vals as (
             else [
                 {'part': 'waiting_hol', 'ms': waiting_hol_ms},
                 {'part': 'waiting_capacity', 'ms': waiting_capacity_ms},
+                {'part': 'waiting_step', 'ms': waiting_step_ms},
                 {'part': 'own_prefill', 'ms': own_prefill_ms},
                 {'part': 'decode_baseline', 'ms': decode_baseline_ms},
                 {'part': 'prefill_interference', 'ms': prefill_interference_ms},

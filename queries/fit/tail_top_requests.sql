@@ -13,7 +13,7 @@ with r as (
 )
 select req_id, t_arrival, t_first_token, t_finish, prompt_tokens, output_tokens, preemptions,
        value, queue_ms, ttft_ms, tpot_ms, e2e_ms,
-       waiting_hol_ms, waiting_capacity_ms, own_prefill_ms, decode_baseline_ms,
+       waiting_hol_ms, waiting_capacity_ms, waiting_step_ms, own_prefill_ms, decode_baseline_ms,
        prefill_interference_ms, preemption_ms,
        unexplained_ttft_ms + unexplained_decode_ms as unexplained_ms
 from r

@@ -67,7 +67,8 @@ def test_attribution_parts_that_do_not_add_up_are_named(tmp_path):
     """attribution_sums: one part of one request moved by 1 ms breaks its TTFT sum (and so its E2E sum)."""
     _, con = _store(tmp_path)
     req, ttft, parts = con.execute(
-        "select req_id, ttft_ms, waiting_hol_ms + waiting_capacity_ms + own_prefill_ms + unexplained_ttft_ms "
+        "select req_id, ttft_ms, waiting_hol_ms + waiting_capacity_ms + waiting_step_ms + own_prefill_ms "
+        "+ unexplained_ttft_ms "
         "+ unattributed_ttft_ms from request_attribution where run_id = 'cpu' order by req_id limit 1"
     ).fetchall()[0]
     assert abs(parts - ttft) <= 1e-6 * max(abs(ttft), 1)  # holds before (independently summed here)

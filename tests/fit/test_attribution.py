@@ -131,9 +131,10 @@ def test_waiting_prefill_decode_and_preemption_by_hand(hand):
 def test_partial_step_and_host_gap(hand):
     r, base, pf, span = hand["parts"]["r2"], hand["base"], hand["pf"], hand["span"]
     wait = (hand["e"][14] - (hand["t_start"][14] + hand["e"][14]) / 2) * 1000  # half of step 14
-    # step 14 computed no prompt and had room: the wait for it to end is capacity (no room given)
-    assert pf[14] == 0 and r["waiting_hol_ms"] == 0
-    assert r["waiting_capacity_ms"] == pytest.approx(wait * base[14] / span[14], abs=1e-6)
+    # step 14 computed no prompt and had room, and was in progress when r2 arrived: the wait for it
+    # to end is waiting_step (it was capacity, "no room given", though no limit held r2)
+    assert pf[14] == 0 and r["waiting_hol_ms"] == 0 and r["waiting_capacity_ms"] == pytest.approx(0, abs=1e-9)
+    assert r["waiting_step_ms"] == pytest.approx(wait * base[14] / span[14], abs=1e-6)
     assert r["unexplained_decode_ms"] == pytest.approx(0.5, abs=1e-6)  # the host gap before step 18
     assert r["decode_baseline_ms"] == pytest.approx(base[17:21].sum(), abs=1e-6)
     assert r["preemption_ms"] == 0 and r["preemption_method"] == "none"
@@ -162,9 +163,10 @@ def _sums(con, run_id):
     return con.execute(
         """
         select
-            max(abs(waiting_hol_ms + waiting_capacity_ms + own_prefill_ms + unexplained_ttft_ms
+            max(abs(waiting_hol_ms + waiting_capacity_ms + waiting_step_ms + own_prefill_ms + unexplained_ttft_ms
                     + unattributed_ttft_ms - ttft_ms)),
-            max(abs(waiting_hol_ms + waiting_capacity_ms + own_prefill_ms + unexplained_ttft_ms + unattributed_ttft_ms
+            max(abs(waiting_hol_ms + waiting_capacity_ms + waiting_step_ms + own_prefill_ms + unexplained_ttft_ms
+                    + unattributed_ttft_ms
                     + decode_baseline_ms + prefill_interference_ms + preemption_ms + unexplained_decode_ms
                     + unattributed_decode_ms - e2e_ms)),
             max(abs((decode_baseline_ms + prefill_interference_ms + preemption_ms + unexplained_decode_ms
@@ -378,10 +380,13 @@ def test_a_wait_that_ends_inside_a_long_gap_is_that_gap(tmp_path):
     r = con.sql("select * from request_attribution where run_id = 'gap'").pl().to_dicts()[0]
     base = T0 + A * ctx
     assert r["unexplained_ttft_ms"] == pytest.approx(300.0, abs=1e-6)
-    assert r["waiting_capacity_ms"] == pytest.approx(base[9:12].sum(), abs=1e-6)
+    # step 9 began as the request arrived (neither full nor prefilling): the wait for it to end
+    assert r["waiting_step_ms"] == pytest.approx(base[9], abs=1e-6)
+    assert r["waiting_capacity_ms"] == pytest.approx(base[10:12].sum(), abs=1e-6)
     assert r["own_prefill_ms"] == pytest.approx(base[12] + base[13], abs=1e-6)
     assert r["waiting_hol_ms"] == 0
-    total = r["waiting_capacity_ms"] + r["own_prefill_ms"] + r["unexplained_ttft_ms"] + r["unattributed_ttft_ms"]
+    total = r["waiting_capacity_ms"] + r["waiting_step_ms"] + r["own_prefill_ms"] + r["unexplained_ttft_ms"]
+    total += r["unattributed_ttft_ms"]
     assert total == pytest.approx(r["ttft_ms"], abs=1e-6)
 
 
