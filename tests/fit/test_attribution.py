@@ -579,3 +579,8 @@ def test_a_prefill_after_an_idle_engine_is_its_own_prefill(tmp_path):
     top = explain(con, "idle", "ttft")["top_iterations"]
     assert [t["iter"] for t in top] == [10] and top[0]["tail_requests"] == 1
     assert top[0]["excess_ms"] == pytest.approx(300.0, abs=1e-6) and top[0]["score_ms"] == top[0]["excess_ms"]
+    from pipeline.fit.text import format_explain
+
+    text = format_explain(explain(con, "idle", "ttft"))
+    assert "1 request;" in text and "1 tail request" in text and "tail requests" not in text, text
+    assert "-0%" not in text, text
