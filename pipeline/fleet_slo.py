@@ -53,18 +53,21 @@ def fleet_audit(
         result.checks.append(Check(c.section, c.name, c.observed, c.op, c.limit, c.unit, c.status, c.message + approx))
     not_fleet_wide = []
     if spec.goodput is not None:
-        per = [(r.get("slo") or {}).get("goodput") or {} for r in records]
+        # None: the run's audit could not compute it (an error); {} or requests 0: no request records
+        raw = [(r.get("slo") or {}).get("goodput") for r in records]
+        per = [g or {} for g in raw]
         total = sum(g.get("requests") or 0 for g in per)
         good = sum(g.get("good_requests") or 0 for g in per)
 
         # runs without request records (a steps-only log) are left out of the rates, as of the
         # attainment: they said "cannot be evaluated: the run has no requests" of the whole fleet
         served = [g for g in per if g.get("requests")]
-        left_out = [r["run_id"] for r, g in zip(records, per) if not g.get("requests")]
+        left_out = [r["run_id"] for r, g in zip(records, raw) if g is not None and not g.get("requests")]
+        failed = any(g is None for g in raw)  # a run whose goodput is unknown: the fleet's sum is too
 
         def total_rate(key: str) -> float | None:
             vals = [g.get(key) for g in served]
-            return None if any(v is None for v in vals) or not vals else float(sum(vals))
+            return None if failed or any(v is None for v in vals) or not vals else float(sum(vals))
 
         result.goodput = {
             "limits_ms": dict(spec.goodput.limits),

@@ -466,7 +466,8 @@ def open_runs(
             con.close()
             raise StoreError(
                 f"lake {lake}: run {lost[0]!r} has requests or steps but no run record "
-                f"(runs/{part_name(lost[0])}/{DATA_FILE} is missing); ingest or export the run into the lake again"
+                f"(runs/{part_name(lost[0])}/{DATA_FILE} is missing); write the run again: ingest its files with "
+                "--replace (tracelat ingest FILE... --lake DIR --replace) or export it from a store"
             )
     store.bump_generation(con, None)
     store.build_derived(con)

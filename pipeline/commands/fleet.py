@@ -149,6 +149,9 @@ def _text(out: dict) -> None:
             echo(f"  {c['status']:<5} {c['message']}")
         for note in slo["fleet"]["not_fleet_wide"]:
             echo(f"  not fleet-wide: {note}")
+        gone = (slo["fleet"].get("goodput") or {}).get("runs_without_requests") or []
+        if gone:
+            echo(f"  goodput over the runs with requests; left out: {', '.join(inline(r) for r in gone)}")
     if out.get("html"):
         echo(f"\nfleet page: {inline(out['html'])}")
 

@@ -117,18 +117,23 @@ def _linear(fit: dict, ev: dict) -> dict:
 
 def _memory_bound(fit: dict, hw: dict | None, ev: dict) -> dict:
     claim = "decode is memory-bound (reading the weights and KV cache at close to the device's peak bandwidth)"
-    if not hw or hw.get("bandwidth_fraction_of_peak") is None:
-        why = "needs the model (--model/--config), a GPU with a peak bandwidth (--gpu) and a fitted context slope"
+    if not hw or hw.get("peak_bandwidth_gbps") is None or hw.get("kv_bytes_per_token") is None:
+        why = "needs the model (--model/--config) and a GPU with a peak bandwidth (--gpu)"
         return {"claim": claim, "holds": None, "evidence": why}
-    frac = hw["bandwidth_fraction_of_peak"]
+    frac = hw.get("bandwidth_fraction_of_peak")  # None: no positive context slope to size it
     ci = _interval(fit, "a_ms_per_ctx")
-    sized = ci is not None and ci[0] > 0  # a slope whose interval reaches 0 sizes no KV bandwidth
-    txt = (
-        f"effective KV bandwidth {hw['effective_bandwidth_gbps']:.0f} GB/s = {frac:.0%} of the "
-        f"{hw['peak_bandwidth_gbps']:.0f} GB/s peak (memory-bound if >= {MEMORY_BOUND_MIN:.0%})"
-    )
-    if not sized:
-        txt += " (the context slope's 95% CI includes 0: this bandwidth is not pinned down)"
+    sized = frac is not None and ci is not None and ci[0] > 0  # a slope reaching 0 sizes no KV bandwidth
+    if frac is None:
+        txt = "effective KV bandwidth: no positive context slope to size it"
+    else:
+        txt = (
+            f"effective KV bandwidth {hw['effective_bandwidth_gbps']:.0f} GB/s = {frac:.0%} of the "
+            f"{hw['peak_bandwidth_gbps']:.0f} GB/s peak (memory-bound if >= {MEMORY_BOUND_MIN:.0%})"
+        )
+        if ci is None:
+            txt += " (the context slope has no interval: this bandwidth is not pinned down)"
+        elif not sized:
+            txt += " (the context slope's 95% CI includes 0: this bandwidth is not pinned down)"
     share = None
     med, ctx = ev.get("decode_step_median_ms"), ev.get("decode_context_median_tokens")
     if med and ctx is not None and hw.get("weight_floor_ms") is not None:
@@ -139,7 +144,7 @@ def _memory_bound(fit: dict, hw: dict | None, ev: dict) -> dict:
             f"{floor:.3g} ms, {share:.0%} of that step's median {med:.3g} ms (memory-bound if >= "
             f"{MEMORY_BOUND_MIN:.0%})"
         )
-    if frac > 1.2:
+    if frac is not None and frac > 1.2:
         txt += "; above 100%: a is too small for a KV read of this size (wrong model or KV dtype, or caching)"
     # either reading shows it: the context's KV read near peak, or the whole step about as long as
     # reading the weights and KV at peak (decode time is mostly the reading of both)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -202,7 +203,9 @@ def fit_run(
         stall_fdr=fit.stall_fdr if fit else None,
         # what `fit` was told the run ran on (--model, --gpu, ...): summary, report and explain
         # assemble the stored fit with it, instead of dropping the hardware figures it gave
-        hardware_options={k: v for k, v in hw.to_dict().items() if v is not None},
+        hardware_options={
+            k: str(Path(v).resolve()) if k == "config" else v for k, v in hw.to_dict().items() if v is not None
+        },
     )
     lap("phase_fits_and_evidence")
     ext = None

@@ -438,10 +438,20 @@ def compare(
     if note:
         cal.notes.append(note)
     if as_recorded is not None and cal.is_what_if:
-        out.as_recorded = replay_seeds(as_recorded, seeds)
+        from ..errors import InputError
+
+        try:
+            out.as_recorded = replay_seeds(as_recorded, seeds)
+        except InputError as exc:  # the recorded policy cannot run these requests (a KV cache too small)
+            cal.notes.append(f"the change is against the run itself: the recorded policy cannot be replayed ({exc})")
+            return _finish(out, con, cal, observed, own_requests, goodput_spec)
         out.as_recorded_verdict = Comparison(as_recorded, list(seeds), observed, out.as_recorded).calibration_report()[
             "verdict"
         ]
+    return _finish(out, con, cal, observed, own_requests, goodput_spec)
+
+
+def _finish(out: Comparison, con, cal: Calibration, observed, own_requests: bool, goodput_spec) -> Comparison:
     if own_requests:
         out.goodput_observed = observed_goodput(con, cal.run_id, goodput_spec, observed["throughput"]["duration_s"])
     return out

@@ -205,3 +205,10 @@ def test_memory_bound_verdict_follows_what_the_numbers_show():
     assert _memory_bound(unsized, _hw(0.08), ev)["holds"] is True
     out = _memory_bound(sized, _hw(0.7), {**ev, "decode_step_median_ms": 2.0})  # faster than its bytes
     assert out["holds"] is None and "shorter than reading its bytes at peak" in out["evidence"]
+    # no positive context slope (a <= 0: no bandwidth to size): the weights' share still decides
+    no_slope = {**_hw(0.2), "bandwidth_fraction_of_peak": None, "effective_bandwidth_gbps": None}
+    out = _memory_bound({"ci": {}}, no_slope, ev)
+    assert out["holds"] is True and "no positive context slope" in out["evidence"], out
+    assert _memory_bound({"ci": {}}, no_slope, {})["holds"] is None
+    out = _memory_bound({"ci": {}}, _hw(0.7), {})  # a slope without an interval: not pinned down, not "includes 0"
+    assert out["holds"] is None and "has no interval" in out["evidence"] and "includes 0" not in out["evidence"]

@@ -265,3 +265,33 @@ def test_summary_and_report_keep_the_hardware_fit_was_given(tmp_path):
     # a fit without options goes back to the run's own names
     assert run("fit", "base", "--db", db, "--bootstrap", "20").returncode == 0
     assert figures() == (None, None)
+
+
+def test_a_relative_config_path_is_kept_as_the_file_it_named(tmp_path):
+    """`fit --config config.json` kept the path as typed: a summary run from another folder could not
+    find it and dropped every option fit was given (--gpu too), without a word."""
+    import os
+    import subprocess
+    import sys
+
+    from .test_catalog import _llama_config
+
+    trace, db = tmp_path / "base.jsonl", str(tmp_path / "hw.duckdb")
+    assert run("simulate", "--requests", "200", "--rate", "8", "--seed", "1", "--out", str(trace)).returncode == 0
+    assert run("ingest", str(trace), "--db", db).returncode == 0
+    cfg = tmp_path / "cfg"
+    cfg.mkdir()
+    (cfg / "config.json").write_text(json.dumps(_llama_config()))
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+
+    def cli(*args, cwd):
+        return subprocess.run(
+            [sys.executable, "-m", "pipeline", *args], cwd=cwd, env=env, capture_output=True, text=True
+        )
+
+    r = cli("fit", "base", "--db", db, "--bootstrap", "20", "--config", "config.json", "--gpu", "h100", cwd=cfg)
+    assert r.returncode == 0, r.stderr
+    r = cli("summary", "base", "--db", db, "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["fit"]["weight_floor_ms"] is not None

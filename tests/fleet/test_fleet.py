@@ -333,3 +333,7 @@ def test_fleet_goodput_rates_leave_out_runs_without_requests(tmp_path):
     assert gp["request_goodput_rps"] == 7.0 and gp["attainment"] == 0.9 and gp["runs_without_requests"] == ["steps"]
     check = next(c for c in out["fleet"]["checks"] if "request goodput" in c["message"])
     assert check["status"] == "pass", check
+    # a run whose audit could not compute its goodput (None) is no run without requests: the rate is unknown
+    out = fleet_audit(spec, {}, [*records, rec("broken", None)], 0.01)
+    gp = out["fleet"]["goodput"]
+    assert gp["request_goodput_rps"] is None and gp["runs_without_requests"] == ["steps"]

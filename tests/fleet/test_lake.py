@@ -426,6 +426,9 @@ def test_a_run_without_its_runs_folder_is_still_listed(tmp_path):
     assert lake_runs(lake) == ["a", "b"]  # its requests and steps are in the lake: not dropped unseen
     code, out = run_captured("fleet", lake)  # and the fleet says what is wrong with it
     assert code == 2 and "run 'b' has requests or steps but no run record (runs/run_id=b/data_0.parquet" in out, out
+    assert "--replace" in out
+    _ok("ingest", tmp_path / "1.jsonl", "--lake", lake, "--replace")  # what it says to do works
+    assert run_captured("fleet", lake)[0] == 0
 
 
 def test_an_unreadable_file_is_a_lake_error_with_the_way_out(tmp_path):

@@ -57,3 +57,27 @@ def test_a_validation_replay_has_no_baseline_column(db):
     doc = json.loads(r.stdout)
     assert doc["mode"] == "validation" and doc["as_recorded_verdict"] is None
     assert all("as_recorded" not in row for row in doc["rows"])
+
+
+def test_a_what_if_runs_when_the_recorded_policy_cannot(tmp_path):
+    """A run whose recorded KV capacity holds not its largest request: `replay` says to pass a larger
+    --kv-capacity-tokens, and the what-if with one failed (the baseline replay at the recorded
+    capacity raised). The what-if runs, its change against the run itself, with a note why."""
+    trace = tmp_path / "s.jsonl"
+    assert run_cli("simulate", "--requests", "120", "--rate", "2", "--seed", "3", "--out", trace).returncode == 0
+    text = trace.read_text()
+    cap = json.loads(text.splitlines()[0])["meta"]["kv_capacity_tokens"]
+    trace.write_text(text.replace(f'"kv_capacity_tokens":{cap}', '"kv_capacity_tokens":600', 1))
+    db = tmp_path / "s.duckdb"
+    assert run_cli("ingest", trace, "--db", db).returncode == 0
+    r = run_cli("replay", "s", "--db", db, "--seeds", "1")
+    assert r.returncode == 2 and "--kv-capacity-tokens" in r.stderr, r.stderr
+    r = run_cli("replay", "s", "--db", db, "--seeds", "1", "--kv-capacity-tokens", "1000000", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["mode"] == "what-if" and doc["as_recorded_verdict"] is None
+    assert any(
+        n.startswith("the change is against the run itself: the recorded policy cannot be replayed")
+        for n in doc["notes"]
+    )
+    assert all("as_recorded" not in row for row in doc["rows"])
