@@ -348,6 +348,39 @@ def test_tail_parts_order_is_total(incident_run):
         assert list(section[metric]) == df["part"].to_list()
 
 
+def _idle_steps(n: int, at: int, gap_ms: float):
+    """``n`` noise-free decode-only steps (the exact model), the engine idle ``gap_ms`` before step
+    ``at``: contexts, durations (ms), end times (s) and the step records."""
+    ctx = np.arange(n) * 100 + 500
+    dur = T0 + A * ctx
+    gap = np.zeros(n)
+    gap[at] = gap_ms
+    e = (np.cumsum(dur + gap) / 1000 + 10.0).tolist()
+    steps = [
+        {"kind": "iteration", "iter": k, "t_start": e[k] - dur[k] / 1000, "t_end": e[k], "context_tokens": int(ctx[k]),
+         "prefill_tokens": 0, "decode_tokens": 4, "preempted_reqs": 0, "kv_usage": 0.4}
+        for k in range(n)
+    ]  # fmt: skip
+    return ctx, dur, e, steps
+
+
+def _attributed(tmp_path, run_id: str, steps: list[dict], req: dict):
+    """The store of run ``run_id`` (``steps`` and the one ok request ``req``), fitted, and that
+    request's row of request_attribution."""
+    path = tmp_path / f"{run_id}.jsonl"
+    lines = [
+        {"kind": "run", "run_id": run_id, "clock": "monotonic"},
+        *steps,
+        {"kind": "request", "status": "ok", **req},
+    ]
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    con = store.connect(tmp_path / f"{run_id}.duckdb")
+    ingest_paths(con, [path])
+    store.build_derived(con)
+    fit_run(con, run_id, n_boot=20)
+    return con, con.sql("select * from request_attribution where run_id = ?", params=[run_id]).pl().to_dicts()[0]
+
+
 def test_a_wait_that_ends_inside_a_long_gap_is_that_gap(tmp_path):
     """Noise-free steps with a 300 ms host gap before step 12; a request waits from the end of step 8
     to 100 ms into that gap, then prefills until step 13 ends.  The 100 ms of gap in its wait were
@@ -356,28 +389,10 @@ def test_a_wait_that_ends_inside_a_long_gap_is_that_gap(tmp_path):
     the whole gap is unexplained, the wait is steps 9-11, and the prefill phase steps 12 and 13
     (pricing the edge at step 12's span's proportions gave the wait part of step 12 and the prefill
     part of the gap)."""
-    n = 20
-    ctx = np.arange(n) * 100 + 500
-    dur = T0 + A * ctx  # ms: decode only, exact model
-    gap = np.zeros(n)
-    gap[12] = 300.0
-    t_end = np.cumsum(dur + gap) / 1000 + 10.0
-    e = t_end.tolist()
-    steps = [
-        {"kind": "iteration", "iter": k, "t_start": e[k] - dur[k] / 1000, "t_end": e[k], "context_tokens": int(ctx[k]),
-         "prefill_tokens": 0, "decode_tokens": 4, "preempted_reqs": 0, "kv_usage": 0.4}
-        for k in range(n)
-    ]  # fmt: skip
+    ctx, dur, e, steps = _idle_steps(20, 12, 300.0)
     req = dict(req_id="w", t_arrival=e[8], t_scheduled=e[11] + 0.1, t_first_token=e[13], t_finish=e[16],
                prompt_tokens=50, output_tokens=4, preemptions=0)  # fmt: skip
-    path = tmp_path / "gap.jsonl"
-    lines = [{"kind": "run", "run_id": "gap", "clock": "monotonic"}, *steps, {"kind": "request", "status": "ok", **req}]
-    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
-    con = store.connect(tmp_path / "gap.duckdb")
-    ingest_paths(con, [path])
-    store.build_derived(con)
-    fit_run(con, "gap", n_boot=20)
-    r = con.sql("select * from request_attribution where run_id = 'gap'").pl().to_dicts()[0]
+    con, r = _attributed(tmp_path, "gap", steps, req)
     base = T0 + A * ctx
     assert r["unexplained_ttft_ms"] == pytest.approx(300.0, abs=1e-6)
     # step 9 began as the request arrived (neither full nor prefilling): the wait for it to end
@@ -542,32 +557,10 @@ def test_a_prefill_after_an_idle_engine_is_its_own_prefill(tmp_path):
     span (gap, then step), which was priced at the span's overall proportions: the prefill came out
     mostly "unexplained" (a capacity planner's run at 1 request/s showed own_prefill 1.07 of
     15.24 ms), the wait partly capacity."""
-    n = 16
-    ctx = np.arange(n) * 100 + 500
-    dur = T0 + A * ctx
-    gap = np.zeros(n)
-    gap[10] = 500.0
-    t_end = np.cumsum(dur + gap) / 1000 + 10.0
-    e = t_end.tolist()
-    steps = [
-        {"kind": "iteration", "iter": k, "t_start": e[k] - dur[k] / 1000, "t_end": e[k], "context_tokens": int(ctx[k]),
-         "prefill_tokens": 0, "decode_tokens": 4, "preempted_reqs": 0, "kv_usage": 0.4}
-        for k in range(n)
-    ]  # fmt: skip
+    ctx, dur, e, steps = _idle_steps(16, 10, 500.0)
     req = dict(req_id="idle", t_arrival=e[9] + 0.2, t_scheduled=e[10] - dur[10] / 1000, t_first_token=e[10],
                t_finish=e[13], prompt_tokens=50, output_tokens=4, preemptions=0)  # fmt: skip
-    path = tmp_path / "idle.jsonl"
-    lines = [
-        {"kind": "run", "run_id": "idle", "clock": "monotonic"},
-        *steps,
-        {"kind": "request", "status": "ok", **req},
-    ]
-    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
-    con = store.connect(tmp_path / "idle.duckdb")
-    ingest_paths(con, [path])
-    store.build_derived(con)
-    fit_run(con, "idle", n_boot=20)
-    r = con.sql("select * from request_attribution where run_id = 'idle'").pl().to_dicts()[0]
+    con, r = _attributed(tmp_path, "idle", steps, req)
     base = T0 + A * ctx
     assert r["ttft_ms"] == pytest.approx(300.0 + dur[10], abs=1e-6)
     assert r["unexplained_ttft_ms"] == pytest.approx(300.0, abs=1e-6)
