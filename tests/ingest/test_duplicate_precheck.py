@@ -152,3 +152,57 @@ def test_a_replaced_file_is_checked_against_another_file_of_its_run(tmp_path):
     (res,) = ingest(con, b, run_id="r", replace=True)
     assert (res.status, res.accepted, res.rejected) == ("replaced", 2, 2)
     assert [line for line, _ in _rejects(con)] == [2, 4]
+
+
+@pytest.fixture
+def big(monkeypatch):
+    """Every batch counts as big (over store.EXECUTE_ROWS_MAX rows): its steps' repeats are
+    asked of their numbers' bit string (load._step_repeats), not of hashes."""
+    monkeypatch.setattr(store, "EXECUTE_ROWS_MAX", 0)
+    bits = []
+    real = load._Scope._run
+
+    def spy(self, sql, params, fetch):
+        if sql == load._STEP_BITS_SQL:
+            bits.append(params)
+        return real(self, sql, params, fetch)
+
+    monkeypatch.setattr(load._Scope, "_run", spy)
+    return bits
+
+
+@pytest.mark.parametrize("first", [0, -5, 2**40])
+def test_a_big_batch_finds_a_repeated_step_by_its_bit_string(tmp_path, big, first):
+    f = tmp_path / "a.jsonl"
+    steps = [it(first + k, t_start=1.0 + k, t_end=1.5 + k) for k in (0, 3, 1, 3)]
+    write(f, [*steps, req("x")])
+    con = store.connect(tmp_path / "s.duckdb")
+    (res,) = ingest(con, f)
+    assert (res.accepted, res.rejected) == (4, 1)
+    assert _rejects(con) == [(4, f"duplicate iter {first + 3} in run a (first at line 2)")]
+    assert big == [{"lo": first, "hi": first + 3}]
+
+
+def test_a_big_batch_without_repeats_runs_no_check(tmp_path, big, checks):
+    f = tmp_path / "a.jsonl"
+    write(f, [it(2), it(0), it(1), req("x")])
+    con = store.connect(tmp_path / "s.duckdb")
+    (res,) = ingest(con, f)
+    assert (res.accepted, res.rejected) == (4, 0)
+    assert big == [{"lo": 0, "hi": 2}]
+    assert checks == ["stored"]
+
+
+def test_a_big_batch_of_two_runs_or_far_apart_steps_counts_hashes(tmp_path, big, checks):
+    # two runs that both count from 0: the numbers repeat, the keys do not
+    f = tmp_path / "a.jsonl"
+    write(f, [it(0, run_id="r1"), it(1, run_id="r1"), it(0, run_id="r2"), it(1, run_id="r2")])
+    con = store.connect(tmp_path / "s.duckdb")
+    (res,) = ingest(con, f)
+    assert (res.accepted, res.rejected, big, checks) == (4, 0, [], ["stored"])
+    # numbers further apart than the bit string may span: hashes again, the repeat still found
+    g = tmp_path / "b.jsonl"
+    write(g, [it(0), it(load.STEP_BITS_MAX), it(0)])
+    (res,) = ingest(con, g)
+    assert (res.accepted, res.rejected, big) == (2, 1, [])
+    assert _rejects(con) == [(3, "duplicate iter 0 in run b (first at line 1)")]
