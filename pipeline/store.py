@@ -393,6 +393,16 @@ def connect(
         )
     if Path(path).is_dir():
         raise StoreError(f"database path {path} is a directory; pass a file path with --db")
+    if not path.startswith(":memory:") and "?" in os.path.dirname(os.path.realpath(path)):
+        # DuckDB (2.0.1) names the write-ahead log by putting ".wal" before the path's first "?":
+        # in a folder's name, that is a folder that does not exist, and the first commit fails
+        # after the file was made
+        from .terminal import inline  # (click, which terminal needs, is no import of the store's)
+
+        raise StoreError(
+            f"database path {inline(path)}: DuckDB cannot keep a store in a folder whose path holds '?' "
+            "(its write-ahead log would go to another folder); pass --db a path without '?' in its folders"
+        )
     check_is_duckdb(path)
     try:
         con = _open(path, read_only)

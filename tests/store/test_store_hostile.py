@@ -100,3 +100,20 @@ def test_memory_limit_applies_to_every_connection(tmp_path, monkeypatch, own_scr
     monkeypatch.setenv("TRACELAT_MEMORY_LIMIT", "lots")
     with pytest.raises(StoreError, match="not a size"):
         store.scratch()
+
+
+def test_a_folder_with_a_question_mark_is_refused_before_a_file_is_made(tmp_path, monkeypatch):
+    """DuckDB puts ".wal" before a path's first "?": in a folder's name the log's folder does not
+    exist, and the ingest failed at its commit with a raw error, leaving an empty store behind."""
+    folder = tmp_path / "inc?1"
+    folder.mkdir()
+    code, out = cli("ingest", TINY, "--db", folder / "s.duckdb")
+    assert code == 2 and "a folder whose path holds '?'" in out and "Failed to commit" not in out, out
+    assert not list(folder.iterdir())
+    monkeypatch.chdir(folder)  # a relative path there is refused too
+    code, out = cli("ingest", TINY, "--db", "s.duckdb")
+    assert code == 2 and "holds '?'" in out and not list(folder.iterdir()), out
+    # a "?" in the file's own name is no folder of it: that works
+    code, out = cli("ingest", TINY, "--db", tmp_path / "s?x.duckdb")
+    assert code == 0, out
+    assert store.connect(tmp_path / "s?x.duckdb").execute("select count(*) from runs").fetchall() == [(1,)]
