@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 from .. import store
 from ..errors import InputError, UnknownFormat
+from ..terminal import inline
 from . import align, canonical, companions, context, reader
 from .load import Batch, IngestResult, check_run_id_option, check_zone, default_run_id, ingest_file
 
@@ -356,11 +357,33 @@ def _note_unused_options(con, r: IngestResult, run_id: str | None, tz: str | Non
                 f"--tz {tz} not applied: this content was ingested before, its stamps read in {read_in}; add "
                 "--replace to read them again in this zone"
             )
+    if r.status == "ingested" and r.run_ids:
+        _note_same_content(con, r)
     if run_id and r.status != "unchanged" and r.run_ids and run_id not in r.run_ids:
         named = ", ".join(r.run_ids[:3]) + (" ..." if len(r.run_ids) > 3 else "")
         r.notes.append(
             f"--run-id {run_id} not used: the file's records name their own run ({named}); --run-id names "
             "only records that name none"
+        )
+
+
+def _note_same_content(con, r: IngestResult) -> None:
+    """Say when the bytes just loaded were loaded before under another run name (a copy of a file
+    under another name, or another --run-id): they are now two runs of the same records, which
+    every fleet, compare or nightly figure would count twice."""
+    other = con.execute(
+        "select o.path, o.run_ids from ingests o join ingests i on o.sha256 = i.sha256 and o.ingest_id < i.ingest_id "
+        "where i.ingest_id = (select max(ingest_id) from ingests where path = ?) and o.run_ids <> i.run_ids "
+        "order by o.ingest_id limit 1",
+        [r.path],
+    ).fetchall()
+    if other:
+        path, runs = other[0]
+        named = ", ".join(inline(x) for x in (runs or [])[:3]) + (" ..." if len(runs or []) > 3 else "")
+        runs_now = ", ".join(inline(x) for x in r.run_ids[:3]) + (" ..." if len(r.run_ids) > 3 else "")
+        r.notes.append(
+            f"the same content was ingested before from {inline(path)} as run {named}: its records are now "
+            f"stored twice, also as run {runs_now} (a fleet of this store counts them twice)"
         )
 
 
