@@ -36,7 +36,21 @@ def night_warnings(con: Any, run_id: str, store_path: str) -> list[str]:
         for path, read, rejected, line, reason in con.execute(_REJECTS).fetchall()
     ]
     out += [text for bad, text in source_lines(run_id, store.run_meta(con, run_id)) if bad]
+    requests, steps = con.execute(_SIZES, [run_id]).fetchone()
+    if not requests and steps:
+        # the night passes on its step times alone: a client that died or a results file left out
+        # would otherwise look like a quiet night
+        out.append(
+            f"the night's run holds {steps} steps and no requests: no request latency (TTFT, TPOT, ITL, E2E) "
+            "or goodput was recorded for it, and no SLO or change on them could fail it; give the "
+            "benchmark's request records with the server's log"
+        )
     return out
+
+
+_SIZES = (
+    "select (select count(*) from requests where run_id = $1), (select count(*) from iterations where run_id = $1)"
+)
 
 
 # per file of tonight: its records rejected because another file of the night holds the same

@@ -603,3 +603,26 @@ def test_a_label_that_replaces_the_runs_own_value_is_warned(nights, tmp_path, ca
     nxt = ["nightly", str(nights[1]), "--history", str(hist), "--json", "--label", "date=2026-11-02"]
     code, stdout, err = cli(capsys, *nxt, "--label", "engine=tracelat-sim", "--label", "team=infra")
     assert code == 0 and not [w for w in json.loads(stdout)["warnings"] if w.startswith("--label")], stdout
+
+
+def test_a_night_of_steps_alone_is_warned(nights, tmp_path, capsys):
+    """The bench client died (or its file was left out): the server's steps alone pass the night,
+    whose request metrics are simply missing. It is recorded, and says so; a night with its
+    requests says nothing of the kind."""
+    hist, out = tmp_path / "hist", tmp_path / "out"
+    folder = tmp_path / "steps-only"
+    folder.mkdir()
+    lines = (nights[0] / "trace.jsonl").read_text().splitlines()
+    steps = [line for line in lines if '"kind":"request"' not in line.replace(" ", "")]
+    assert 0 < len(steps) < len(lines)
+    (folder / "trace.jsonl").write_text("\n".join(steps) + "\n")
+    args = ["nightly", "--history", str(hist), "--out", str(out), "--json"]
+    code, stdout, err = cli(capsys, *args, str(folder), "--label", "date=2026-11-01")
+    assert code == 0, err
+    n_steps = sum('"kind":"iteration"' in line.replace(" ", "") for line in steps)
+    (warning,) = json.loads(stdout)["warnings"]
+    assert warning.startswith(f"the night's run holds {n_steps} steps and no requests: no request latency")
+    assert f"warning: {warning}" in err
+    other = ["nightly", "--history", str(tmp_path / "h2"), "--out", str(tmp_path / "o2"), "--json"]
+    code, stdout, err = cli(capsys, *other, str(nights[1]), "--label", "date=2026-11-02")
+    assert code == 0 and json.loads(stdout)["warnings"] == [], err
