@@ -48,9 +48,7 @@ def night_warnings(con: Any, run_id: str, store_path: str) -> list[str]:
     return out
 
 
-_SIZES = (
-    "select (select count(*) from requests where run_id = $1), (select count(*) from iterations where run_id = $1)"
-)
+_SIZES = "select (select count(*) from requests where run_id = $1), (select count(*) from iterations where run_id = $1)"
 
 
 # per file of tonight: its records rejected because another file of the night holds the same
