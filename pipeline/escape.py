@@ -86,3 +86,15 @@ def glob_literal(path: Any) -> str:
     each of ``[ ] * ?`` in a bracket of its own, so it stands for itself.
     """
     return _GLOB_SPECIAL.sub(r"[\1]", os.path.abspath(os.fspath(path)))
+
+
+def not_utf8(path: Any) -> str | None:
+    """How ``path`` is shown when its name is not UTF-8 (its bytes, undecodable ones as ``\\xNN``),
+    else None. POSIX names are bytes: Python keeps a byte UTF-8 cannot decode as a lone surrogate,
+    which DuckDB, JSON and a UTF-8 terminal all refuse, so such a name is stopped at the door."""
+    text = os.fspath(path)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(text).decode("utf-8", "backslashreplace")
+    return None

@@ -27,6 +27,7 @@ from typing import Any
 import duckdb
 
 from .errors import StoreError
+from .escape import not_utf8
 from .resources import QUERIES_DIR
 
 DEFAULT_DB = "tracelat.duckdb"
@@ -387,6 +388,9 @@ def connect(
     the schema is then taken as it is.
     """
     path = db_path(db)
+    shown = not_utf8(path)
+    if shown is not None:
+        raise StoreError(f"database path {shown} is not valid UTF-8, which DuckDB cannot open; pass --db a UTF-8 path")
     if must_exist and not Path(path).exists():
         raise StoreError(
             f"database {path} does not exist; ingest a trace first (tracelat ingest FILE --db {shlex.quote(str(path))})"

@@ -9,6 +9,7 @@ applies the store rules to all.
 
 from __future__ import annotations
 
+import os
 import re
 
 from collections.abc import Callable, Iterable, Iterator
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
 from .. import store
 from ..errors import InputError, UnknownFormat
+from ..escape import not_utf8
 from ..terminal import inline
 from . import align, canonical, companions, context, reader
 from .load import Batch, IngestResult, check_run_id_option, check_zone, default_run_id, ingest_file
@@ -160,6 +162,26 @@ def _expand(paths: Iterable[Path]) -> list[tuple[Path, bool]]:
     return out
 
 
+def _without_the_store(con, files: list[tuple[Path, bool]]) -> list[tuple[Path, bool]]:
+    """``files`` less the store being written and its DuckDB companions (write-ahead log, spill
+    folder), when a folder being ingested holds them (``ingest logs/ --db logs/t.duckdb``): they
+    are no trace, and each was a "no known format" that failed the command. Named alone, a file
+    is still read (and refused) as the user asked."""
+    if not any(in_dir for _, in_dir in files):
+        return files
+    own = store.scalar(con, "select path from duckdb_databases() where database_name = current_database()")
+    if not own:  # an in-memory store
+        return files
+    real = os.path.realpath(own)
+    return [
+        (f, in_dir)
+        for f, in_dir in files
+        if not in_dir
+        or (r := os.path.realpath(f)) not in (real, real + ".wal")
+        and not r.startswith(real + ".tmp" + os.sep)
+    ]
+
+
 def _sim_truth(f: Path) -> bool:
     """Whether ``f`` is the ground-truth file `tracelat simulate` writes beside its trace (no trace:
     a folder of simulated runs is ingested without it, as the trace alone would be)."""
@@ -267,7 +289,7 @@ def ingest_paths(
     if tz is not None:
         check_zone(tz)
     results: list[IngestResult] = []
-    files = expand(Path(p) for p in paths)
+    files = _without_the_store(con, expand(Path(p) for p in paths))
     overrides = align.parse_offsets(tuple(clock_offsets), [str(f) for f, _ in files]) if clock_offsets else {}
     beside = {path: c for path, _ in files if (c := _companion(path)) is not None}
     found = {path: _detected(path, fmt) for path, _ in files if path not in beside}
@@ -289,9 +311,10 @@ def ingest_paths(
                 if isinstance(problem, UnknownFormat):
                     results.append(IngestResult(str(path), "?", status="skipped", note="no known format"))
                 else:  # damaged or unreadable (a cut-off .gz): what detection found, not "no known format"
-                    why = str(problem).removeprefix(f"{path}: ")
+                    shown = not_utf8(path) or str(path)  # a name that is not UTF-8: as its bytes
+                    why = str(problem).removeprefix(f"{shown}: ")
                     results.append(
-                        IngestResult(str(path), "?", status="skipped", note=why, hint="or remove it from the folder")
+                        IngestResult(shown, "?", status="skipped", note=why, hint="or remove it from the folder")
                     )
                 continue
             name = run_id or run_names.get(path)

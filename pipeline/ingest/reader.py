@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import InputError
-from ..escape import glob_literal
+from ..escape import glob_literal, not_utf8
 
 if TYPE_CHECKING:  # Arrow loads only for files read line by line here (not DuckDB's reader)
     import pyarrow as pa
@@ -51,6 +51,12 @@ Progress = Callable[[int], None]
 
 def check_file(path: Path) -> None:
     """Raise a clear error for paths that are not readable regular files."""
+    shown = not_utf8(path)
+    if shown is not None:
+        raise InputError(
+            f"{shown}: the file's name is not valid UTF-8, which the store cannot hold as its path; "
+            "rename the file (or link it under a UTF-8 name) and ingest that"
+        )
     if not path.exists():
         raise InputError(f"{path}: no such file; check the path (a directory ingests every file in it)")
     if path.is_dir():
