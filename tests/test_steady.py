@@ -169,6 +169,7 @@ def expected(times: np.ndarray, finish: np.ndarray) -> dict[str, float]:
     }
 
 
+@pytest.mark.slow
 def test_steady_throughput_is_the_hold_phase_rate(runs, summaries):
     times, _, finish = runs[1]["full"]
     exp = expected(times, finish)

@@ -39,6 +39,7 @@ def _runs(*where: str | Path) -> list[str]:
 
 
 @pytest.mark.parametrize("name", ["[ab].jsonl", "?.jsonl", "*.jsonl", "[ab].jsonl.gz", "x]y[.jsonl"])
+@pytest.mark.slow
 def test_ingest_reads_the_file_named_not_a_pattern(tmp_path, name):
     logs = tmp_path / "logs"
     logs.mkdir()

@@ -68,6 +68,7 @@ def test_mann_whitney_is_scipys():
     assert got["prob_cand_greater"] == pytest.approx(np.mean(c[:, None] > b[None, :]))
 
 
+@pytest.mark.slow
 def test_identical_and_noisy_runs_do_not_regress(runs_db):
     con, _ = runs_db
     same = compare(con, "base", con, "base")
@@ -94,6 +95,7 @@ def test_slower_run_is_flagged(runs_db):
     assert row.cand == pytest.approx(np.percentile(itl, 99))
 
 
+@pytest.mark.slow
 def test_cli_exit_codes_and_page(runs_db, tmp_path, capsys):
     _, db = runs_db
 

@@ -7,6 +7,8 @@ import contextlib
 import io
 import json
 
+import pytest
+
 from .conftest import run_lines
 
 
@@ -28,6 +30,7 @@ def write(path, lines):
     return path
 
 
+@pytest.mark.slow
 def test_runs_sharing_nothing_or_little(tmp_path):
     db = tmp_path / "t.duckdb"
     full = run_lines("full", 1.0, 1, n_req=60, n_iter=100)
@@ -65,6 +68,7 @@ def test_runs_columns_stay_apart(tmp_path):
     assert header.index("model") == row.index("meta-llama")  # aligned under its header
 
 
+@pytest.mark.slow
 def test_runs_of_different_setups_are_named(tmp_path):
     """A comparison across models, GPUs or batch limits measures all of them at once: say which
     differ (in the terminal, the JSON and the page), and nothing when the setups agree or a run

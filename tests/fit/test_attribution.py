@@ -180,6 +180,7 @@ def _sums(con, run_id):
 
 
 @pytest.mark.parametrize("which", ["incident_run", "kv_run", "kv_run_no_tokens"])
+@pytest.mark.slow
 def test_parts_sum_to_each_latency(which, request):
     run = request.getfixturevalue(which)
     ttft_err, e2e_err, tpot_err, n, n_ok, unattributed = _sums(run.con, run.run_id)

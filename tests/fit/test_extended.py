@@ -50,6 +50,7 @@ def extended_run(tmp_path_factory):
     return con, fit_run(con, "ext", n_boot=20), model, res
 
 
+@pytest.mark.slow
 def test_extended_terms_recovered(extended_run):
     _, f, model, res = extended_run
     ex = f.extended

@@ -152,6 +152,7 @@ def test_newton_solution_matches_scipy_least_squares():
     np.testing.assert_allclose(M._soft_l1_newton(A, t, 0.03, start), ref, rtol=1e-8)
 
 
+@pytest.mark.slow
 def test_stale_stored_fit_is_refitted(incident_run):
     con, run = incident_run.con, incident_run.run_id
     fresh = get_or_fit(con, run)

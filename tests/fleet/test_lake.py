@@ -55,6 +55,7 @@ def pair(tmp_path_factory):
         ("audit", "v", "--slo", REPO / "examples" / "slo.toml", "--json"),
     ],
 )
+@pytest.mark.slow
 def test_read_commands_same_from_lake_and_store(pair, args):
     db, lake, _ = pair
     code_db, out_db = run_captured(*args, "--db", db)
@@ -252,6 +253,7 @@ def test_runs_from_two_stores_keep_both_ingest_records(tmp_path):
     assert _counts(tmp_path / "lake") == before
 
 
+@pytest.mark.slow
 def test_replace_after_export_from_two_stores_keeps_one_copy(tmp_path):
     """A --replace in a lake whose runs came from two stores replaces the file's rows, not doubles them."""
     lake = tmp_path / "lake"
@@ -382,6 +384,7 @@ def _two_run_lake(tmp_path, ids=("a", "b")) -> Path:
     return lake
 
 
+@pytest.mark.slow
 def test_fleet_table_tells_long_run_ids_apart(tmp_path):
     """Ids were cut to 31 characters: hourly runs named as docs/scale.md suggests all read
     "llama8b-prod-us-east-1/replica-"."""
@@ -395,6 +398,7 @@ def test_fleet_table_tells_long_run_ids_apart(tmp_path):
     assert _short("x" * 70 + "T13", 64) != _short("x" * 70 + "T14", 64) and len(_short("x" * 70 + "T13", 64)) == 64
 
 
+@pytest.mark.slow
 def test_files_a_writer_did_not_write_are_not_read(tmp_path):
     """Every file under a table was read: a copy of a run's file beside it ("data_0 (1).parquet")
     doubled the run (170 TTFT values for 85), a macOS "._" file or a file in a stray folder without a
@@ -420,6 +424,7 @@ def test_files_a_writer_did_not_write_are_not_read(tmp_path):
     assert sorted(r["run_id"] for r in json.loads(out)["runs"]) == ["a", "b"]
 
 
+@pytest.mark.slow
 def test_a_run_without_its_runs_folder_is_still_listed(tmp_path):
     lake = _two_run_lake(tmp_path)
     shutil.rmtree(lake / "runs" / part_name("b"))
@@ -442,6 +447,7 @@ def test_an_unreadable_file_is_a_lake_error_with_the_way_out(tmp_path):
     assert "internal error" not in out and "LINE 1" not in out
 
 
+@pytest.mark.slow
 def test_a_newer_file_of_a_run_says_how_to_replace_the_run(tmp_path):
     """A newer recording of run a at another path was refused with advice (ingest the files together
     with --replace) that kept the old rows and added the new file's few non-duplicate ones; the same
@@ -468,6 +474,7 @@ def test_a_newer_file_of_a_run_says_how_to_replace_the_run(tmp_path):
     assert code == 2 and f"{changed} changed since it was written into the lake" in out and "--replace" in out, out
 
 
+@pytest.mark.slow
 def test_fleet_says_which_runs_had_lines_rejected(tmp_path):
     """A run with 200 of 201 lines rejected showed in the fleet as a row of "-" and nothing else."""
     lake = _two_run_lake(tmp_path)

@@ -20,6 +20,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("fmt", sorted(CASES))
+@pytest.mark.slow
 def test_every_line_rejected(con, tmp_path, fmt):
     path = tmp_path / "broken.txt"
     path.write_text(CASES[fmt] + "\n")  # and a blank line: skipped, not rejected
@@ -33,6 +34,7 @@ def test_every_line_rejected(con, tmp_path, fmt):
 
 
 @pytest.mark.parametrize("fmt", sorted(CASES))
+@pytest.mark.slow
 def test_only_blank_lines(con, tmp_path, fmt):
     path = tmp_path / "blank.txt"
     path.write_text("\n  \n\n")

@@ -51,6 +51,7 @@ def test_a_line_it_cannot_read_fails_the_scan(tmp_path):
         list(reader.duckdb_line_batches(p))
 
 
+@pytest.mark.slow
 def test_vllm_log_with_a_bad_byte_part_way_falls_back_to_the_line_reader(tmp_path, monkeypatch, con):
     """Invalid UTF-8 after the first batch: DuckDB fails part-way, the converter starts over with
     the Python reader, and every step and line number is as in the clean log."""
@@ -101,6 +102,7 @@ def test_vllm_log_is_read_by_duckdb(tmp_path, monkeypatch, con):
 @pytest.mark.parametrize(
     "rel", ["vllm/server.log", "vllm/server_epoch.log", "sglang/server.log", "sglang/server_2026.log"]
 )
+@pytest.mark.slow
 def test_whole_file_converters_store_the_same_with_either_reader(tmp_path, monkeypatch, rel):
     """Every stored column of the steps and rejects, DuckDB's reader against the Python one."""
     from pipeline import store

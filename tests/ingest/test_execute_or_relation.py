@@ -39,6 +39,7 @@ def _damaged_canonical(tmp_path: Path) -> Path:
     "source",
     ["canonical", "vllm/requests.jsonl", "trtllm/metrics.json", "aiperf/profile_export.jsonl", "sglang/server.log"],
 )
+@pytest.mark.slow
 def test_executed_and_relation_statements_store_the_same(tmp_path, monkeypatch, source):
     path = _damaged_canonical(tmp_path) if source == "canonical" else FIX / source
     stored = {}

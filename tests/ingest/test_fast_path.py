@@ -175,6 +175,7 @@ def test_reject_on_the_last_line_with_a_newline(con, tmp_path, used):
     ]
 
 
+@pytest.mark.slow
 def test_line_numbers_follow_the_file_in_a_parallel_scan(con, tmp_path, monkeypatch, used):
     """Read in 1 MiB buffers by several threads (DuckDB's default is 32 MiB): lines keep their numbers."""
     assert canonical._READ.endswith(")")
@@ -252,6 +253,7 @@ def test_without_insertion_order_the_batch_path_numbers_lines(con, tmp_path, use
 
 
 @pytest.mark.parametrize("n_runs", [3, 70])  # a CASE over the run lines; over 64, a window
+@pytest.mark.slow
 def test_each_line_in_the_run_of_the_last_run_record_before_it(tmp_path, monkeypatch, used, n_runs):
     from pipeline import store
 

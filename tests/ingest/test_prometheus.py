@@ -38,6 +38,7 @@ def _percentile_by_hand(les, cum, q):
 
 
 @pytest.mark.parametrize("fmt", list(FILES))
+@pytest.mark.slow
 def test_every_form_gives_the_same_ttft_percentiles(tmp_path, fmt):
     path = FILES[fmt]
     assert detect(path).name == fmt

@@ -267,6 +267,7 @@ def _two_engine_log(tmp_path: Path) -> tuple[Path, list[tuple], list[tuple]]:
 
 
 @pytest.mark.parametrize("run_id", [None, "prod"])
+@pytest.mark.slow
 def test_data_parallel_engines_become_runs(con, tmp_path, run_id):
     path, e0, e1 = _two_engine_log(tmp_path)
     (res,) = load(con, path, run_id=run_id)
@@ -302,6 +303,7 @@ def test_data_parallel_engines_become_runs(con, tmp_path, run_id):
 
 @pytest.mark.parametrize("batch_bytes", [None, 4096])  # 4 KiB: the step before the bad one is in another batch
 @pytest.mark.parametrize("name", ["server.log", "server_epoch.log"])
+@pytest.mark.slow
 def test_absurd_elapsed_time_is_rejected_and_moves_no_other_step(con, tmp_path, monkeypatch, name, batch_bytes):
     from pipeline.ingest import reader
 

@@ -57,6 +57,7 @@ def test_block_policy_comes_from_the_run(replays):
 
 @pytest.mark.parametrize("metric", ["ttft_ms", "tpot_ms"])
 @pytest.mark.parametrize("stat,tolerance", [("p50", 0.05), ("p99", 0.10)])
+@pytest.mark.slow
 def test_replay_with_the_paged_policy_reproduces_the_run(replays, metric, stat, tolerance):
     cmp = replays[1]["recorded"]
     r = row(cmp, metric, stat)

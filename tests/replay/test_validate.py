@@ -42,6 +42,7 @@ def validation(steady_db):
 
 @pytest.mark.parametrize("metric", ["ttft_ms", "tpot_ms"])
 @pytest.mark.parametrize("stat,tolerance", [("p50", 0.05), ("p99", 0.10)])
+@pytest.mark.slow
 def test_replay_with_true_policy_reproduces_the_run(validation, metric, stat, tolerance):
     """Replay acceptance (docs/replay.md, "How well it works"): p50 within 5 %, p99 within 10 %, in the mean and in every seed."""
     row = next(r for r in validation.rows() if r["metric"] == metric and r["stat"] == stat)

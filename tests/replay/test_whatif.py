@@ -270,6 +270,7 @@ def c_and_d(tmp_path_factory):
     con.close()
 
 
+@pytest.mark.slow
 def test_compute_speedup_says_when_d_took_the_decode_cost(c_and_d):
     """The extended model swaps c for d here (one decode token per request and step: the data cannot
     split them), so --compute-speedup leaves the decode matmul cost unscaled; the replay says so,

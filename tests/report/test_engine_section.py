@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from pipeline import store
 from pipeline.summary import summary
 from pipeline.ingest import ingest_paths
@@ -12,6 +14,7 @@ from pipeline.report.render import build_sections
 FIX = Path(__file__).resolve().parents[2] / "fixtures"
 
 
+@pytest.mark.slow
 def test_engine_section_draws_the_scraped_gauges(tmp_path):
     con = store.connect(tmp_path / "r.duckdb")
     ingest_paths(
