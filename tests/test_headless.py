@@ -102,7 +102,7 @@ def test_screenshot_not_written_is_a_failure(tmp_path):
 
 
 @pytest.mark.browser
-@pytest.mark.slow
+@pytest.mark.long
 def test_real_browser_reports_a_pages_script_error(chromium, tmp_path):
     p = tmp_path / "broken.html"
     p.write_text(

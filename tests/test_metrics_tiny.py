@@ -100,7 +100,7 @@ def _variant(tmp_path: Path, name: str, requests: list[str]) -> Path:
         ),
     ],
 )
-@pytest.mark.slow
+@pytest.mark.long
 def test_throughput_takes_tokens_and_span_from_one_source(con, tmp_path, requests, tokens_per_s, source):
     ingest.ingest_paths(con, [_variant(tmp_path, "tiny", requests)])
     store.build_derived(con)

@@ -169,7 +169,7 @@ def expected(times: np.ndarray, finish: np.ndarray) -> dict[str, float]:
     }
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_steady_throughput_is_the_hold_phase_rate(runs, summaries):
     times, _, finish = runs[1]["full"]
     exp = expected(times, finish)
@@ -331,6 +331,7 @@ def test_times_outside_a_given_span_are_left_out_not_clamped(runs, run_id):
 
 
 @pytest.mark.parametrize("variant", ["requests_only", "steps_only", "few"])
+@pytest.mark.long
 def test_the_section_does_not_depend_on_the_order_of_the_records(tmp_path, variant):
     """The same records in another order give the same bits: every sum of the noise (squared
     tokens too) is exact. A float sum of squares gave 1.4126016992744872 in file order and

@@ -73,7 +73,7 @@ def con(tmp_path_factory):
     c.close()
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_the_steady_interval_covers_the_true_rate(con):
     """95% intervals (t on the windows, plus the edge allowance) cover ``rate * 20`` in at least 21
     of 24 runs, and the SE is the runs' real scatter (within a factor 1.6 either way)."""
@@ -119,7 +119,7 @@ def test_re_runs_of_one_load_are_not_flagged(con):
             )
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_load_half_as_big_again_is_an_improvement(con):
     got = _verdicts(con, [(f"run{i}", f"run{SAME + i}") for i in range(LIFTED)])
     for stat in ("output_tokens_per_s", "requests_per_s", "steady_output_tokens_per_s"):

@@ -120,7 +120,7 @@ def test_run_stats_any_percentile(tiny_run):
     assert itl["count"] == 10 and itl["p50"] == pytest.approx(np.percentile(gaps, 50))
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_fluidity_judged_on_under_half_of_the_requests_cannot_be_evaluated(make_store):
     """Nine ok requests, one of them with token times (a one-token request, index 1): "min >= 0.5"
     passed on that one, while the nine with their token times fail it."""

@@ -34,7 +34,7 @@ def test_every_check_passes_on_a_real_run(tmp_path):
     assert all(r.violations == 0 and r.skipped is None for r in res.values()), res
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_broken_store_is_named_and_exits_1(tmp_path):
     db, con = _store(tmp_path)
     # a scheduled time after the first token: queueing + prefill no longer a split of TTFT;

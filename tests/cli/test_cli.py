@@ -167,7 +167,7 @@ def test_a_workload_trace_is_skipped_with_what_it_is_for(tmp_path):
     assert code == 2 and "notes.csv: unknown format; known formats:" in out, out
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_report_says_when_the_calibration_asked_for_cannot_be_done(tmp_path):
     """A run without steps cannot be replayed: `report --calibrate` still writes the page (exit
     0) and says why on stderr, not only inside the HTML."""

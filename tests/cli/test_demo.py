@@ -12,7 +12,7 @@ import pytest
 DEMO = Path(__file__).resolve().parents[2] / "fixtures" / "demo"
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_demo_ingests_summarises_and_writes_report(tmp_path):
     out = tmp_path / "rep"
     r = subprocess.run(

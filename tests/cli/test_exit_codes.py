@@ -27,7 +27,7 @@ def test_empty_file_exits_2(tmp_path):
     assert code == 2 and "no records in it" in out.strip().splitlines()[-1], out
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_file_that_loaded_nothing_exits_2_again_when_unchanged(tmp_path):
     """An empty file, or one of rejects only, loaded again: it was 'unchanged' and exited 0."""
     db = tmp_path / "t.duckdb"
@@ -66,7 +66,7 @@ def test_good_ingest_and_unchanged_reingest_exit_0(tmp_path):
         assert code == 0, out
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_closed_output_pipe_exits_141_quietly(tmp_path):
     # `tracelat ... | head`: the reader has gone; click would exit 1, which means "a check failed"
     import os
@@ -88,6 +88,7 @@ def test_closed_output_pipe_exits_141_quietly(tmp_path):
         assert p.stderr == "", p.stderr  # no traceback, no "Exception ignored"
 
 
+@pytest.mark.long
 def test_a_file_that_stops_the_ingest_leaves_the_lines_of_those_kept(tmp_path):
     """A later file no ingestor reads stops the command (exit 2); the files before it are kept, and
     their lines and the clock alignment are printed before the error, which names the files after
@@ -137,7 +138,7 @@ def test_a_file_that_stops_a_lake_ingest_leaves_the_lines_of_those_kept(tmp_path
     assert [line.split()[0] for line in r.stdout.splitlines()[1:]] == ["tiny"], r.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_ingest_json_says_what_was_kept_when_a_file_stops_it(tmp_path):
     """`ingest --json` with a file that stops the command (exit 2) wrote nothing on stdout, so a
     script could not tell what was in the store. It writes the same list as after a whole ingest,

@@ -28,7 +28,7 @@ def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("name", ['a"b.duckdb', 'range"(1); commit; drop table requests; begin; --.duckdb'])
-@pytest.mark.slow
+@pytest.mark.long
 def test_store_file_name_is_not_sql(tmp_path, name):
     # the second ingest rebuilds the derived tables per run, over views naming the database
     db = str(tmp_path / name)
@@ -59,7 +59,7 @@ def no_bad_chars(text: str) -> set[str]:
     return {c for c in text if (ord(c) < 32 and c not in "\t\n") or 0x7F <= ord(c) <= 0x9F or c in bidi}
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_terminal_output_holds_no_control_characters(tmp_path):
     lines = [json.loads(x) for x in TINY.read_text().splitlines()]
     lines[0] |= {"run_id": "run", "model": ESC_MODEL}
@@ -109,7 +109,7 @@ def stored_runs(db: str) -> list[str]:
     "run_id",
     [FORGED, "evil\u202eSSAP", "tab\there", "cr\rX", "del\x7f", "c1\x85", "ls\u2028x", "zw\u200bsp", "bom\ufeffid"],
 )
-@pytest.mark.slow
+@pytest.mark.long
 def test_run_id_with_control_or_bidi_characters_is_refused_at_ingest(tmp_path, run_id):
     # printed, a newline in a run id would forge a line ("fake: PASS") of `ingest`, `runs` or
     # `audit`; U+202E would reorder what is shown. The file is refused, nothing of it stored;
@@ -188,7 +188,7 @@ def test_clean_drops_bidi_formatting_characters():
     assert clean("a\u2028b\u2029c") == "abc"  # line separators: some terminals break the line there
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_run_ids_that_reduce_to_one_name_get_their_own_report_folders(tmp_path):
     db = str(tmp_path / "r.duckdb")
     for run_id in ("a/b", "a?b"):

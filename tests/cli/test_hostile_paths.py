@@ -39,7 +39,7 @@ def _runs(*where: str | Path) -> list[str]:
 
 
 @pytest.mark.parametrize("name", ["[ab].jsonl", "?.jsonl", "*.jsonl", "[ab].jsonl.gz", "x]y[.jsonl"])
-@pytest.mark.slow
+@pytest.mark.long
 def test_ingest_reads_the_file_named_not_a_pattern(tmp_path, name):
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -87,6 +87,7 @@ def test_relative_path_starting_with_tilde_is_not_the_home_folder(tmp_path, monk
     assert _runs("--db", "t.duckdb") == ["MINE"]
 
 
+@pytest.mark.long
 def test_lake_named_like_a_pattern_reads_only_itself(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     # "lake[1]?" as a pattern matches "lake1X": a decoy lake there must stay unread

@@ -24,6 +24,7 @@ def _compare(base, cand, stat, confidence, rng, m=100):
     return delta("x", stat, vb.xs, vc.xs, rb[stat], rc[stat], 0.05, confidence, m)
 
 
+@pytest.mark.long
 def test_ci_covers_and_verdicts():
     rng = np.random.default_rng(0)
     a = rng.gamma(2, 10, 2000)
@@ -68,7 +69,7 @@ def test_mann_whitney_is_scipys():
     assert got["prob_cand_greater"] == pytest.approx(np.mean(c[:, None] > b[None, :]))
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_identical_and_noisy_runs_do_not_regress(runs_db):
     con, _ = runs_db
     same = compare(con, "base", con, "base")
@@ -95,7 +96,7 @@ def test_slower_run_is_flagged(runs_db):
     assert row.cand == pytest.approx(np.percentile(itl, 99))
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_cli_exit_codes_and_page(runs_db, tmp_path, capsys):
     _, db = runs_db
 

@@ -30,7 +30,7 @@ def write(path, lines):
     return path
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_runs_sharing_nothing_or_little(tmp_path):
     db = tmp_path / "t.duckdb"
     full = run_lines("full", 1.0, 1, n_req=60, n_iter=100)
@@ -68,7 +68,7 @@ def test_runs_columns_stay_apart(tmp_path):
     assert header.index("model") == row.index("meta-llama")  # aligned under its header
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_runs_of_different_setups_are_named(tmp_path):
     """A comparison across models, GPUs or batch limits measures all of them at once: say which
     differ (in the terminal, the JSON and the page), and nothing when the setups agree or a run
@@ -104,6 +104,7 @@ def test_runs_of_different_setups_are_named(tmp_path):
         assert code in (0, 1) and not any("different setups" in w for w in json.loads(out)["warnings"]), err
 
 
+@pytest.mark.long
 def test_runs_timed_by_a_client_and_by_the_server_are_named(tmp_path):
     """One vLLM run's requests as the benchmark client saw them (bench.json) and as the server
     recorded them (requests.jsonl): their TTFT differ by the network and the HTTP server, and the

@@ -41,7 +41,7 @@ def _ttft(path, q):
     return np.percentile(v, q)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_burst_both_runs_served_no_longer_hides_a_regression(burst_db):
     """Resampled independently, whether a replicate draws the burst's block decided every TTFT
     replicate of each run: a TTFT several times longer was "no significant change"."""
@@ -63,7 +63,7 @@ def test_a_burst_both_runs_served_no_longer_hides_a_regression(burst_db):
     assert "regression" not in {x.verdict for x in unpaired.deltas if x.metric == "ttft_ms" and x.stat != "p50"}
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_runs_of_other_arrivals_are_not_paired(burst_db, tmp_path):
     con, d = burst_db
     assert compare(con, "w", con, "w2").paired is None  # another seed: other arrivals

@@ -41,6 +41,7 @@ def _valid(doc: dict) -> list[dict]:
     return ev
 
 
+@pytest.mark.long
 def test_joint_vllm_run_exports_its_steps_and_requests(tmp_path):
     from click.testing import CliRunner
 
@@ -78,7 +79,7 @@ def test_joint_vllm_run_exports_its_steps_and_requests(tmp_path):
         assert (q["e"] - q["b"]) / 1000 == pytest.approx(lat[req_of[i]], abs=0.01)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_long_runs_are_sampled_by_a_stated_rule(tmp_path):
     from pipeline.export.perfetto import export
     from pipeline.fit import get_or_fit
@@ -111,7 +112,7 @@ def test_long_runs_are_sampled_by_a_stated_rule(tmp_path):
     assert (tmp_path / "s.json").stat().st_size < 12_000 * 400  # bounded: far less than every step in full
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_million_step_run_exports_within_the_stated_bound(tmp_path):
     """1,000,000 steps, max_steps 20,000: every 50th step is kept (the stated rule, no spikes without a
     fit), the file is valid Trace Event Format, and its size is bounded by the kept steps, not the run."""
@@ -138,7 +139,7 @@ def test_a_million_step_run_exports_within_the_stated_bound(tmp_path):
     assert raw < 600 * 20_000 + 4096  # about 480 bytes per kept step (slice + three counters)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_run_on_two_clocks_is_refused(tmp_path):
     """A server log with another run's bench JSON cannot be aligned: its steps and requests lie
     decades apart, and a timeline of them used to be written without a word."""

@@ -180,7 +180,7 @@ def _sums(con, run_id):
 
 
 @pytest.mark.parametrize("which", ["incident_run", "kv_run", "kv_run_no_tokens"])
-@pytest.mark.slow
+@pytest.mark.long
 def test_parts_sum_to_each_latency(which, request):
     run = request.getfixturevalue(which)
     ttft_err, e2e_err, tpot_err, n, n_ok, unattributed = _sums(run.con, run.run_id)
@@ -208,6 +208,7 @@ def test_preemption_matches_simulator_truth(kv_run):
     np.testing.assert_allclose([got[i] for i in ids[ok]], truth[ok], atol=1e-6)
 
 
+@pytest.mark.long
 def test_step_count_estimate_close_to_token_truth(kv_run, kv_run_no_tokens):
     exact = kv_run.con.execute("select sum(preemption_ms) from request_attribution").fetchall()[0][0]
     est = kv_run_no_tokens.con.execute("select sum(preemption_ms) from request_attribution").fetchall()[0][0]
@@ -528,6 +529,7 @@ def _cadence_run(tmp_path, name: str, on: dict[str, list[int]], preempted: tuple
     return {r["req_id"]: dict(r, dur=dur) for r in rows}
 
 
+@pytest.mark.long
 def test_one_bursty_request_or_a_short_one_does_not_decide_for_the_source(tmp_path):
     """Review of the source vote: a clean request that sat out steps 14-18 beside one bursty request
     (half of two) was made 'bursty' and lost its preemption; a 2-token request (one gap, a jump)

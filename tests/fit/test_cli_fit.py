@@ -36,7 +36,7 @@ def small_db(tmp_path_factory) -> tuple[str, object]:
     return db, model
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_fit_json_and_text(small_db):
     db, model = small_db
     r = run("fit", "small", "--db", db, "--json", "--bootstrap", "50")
@@ -70,7 +70,7 @@ def test_fit_errors_exit_2(small_db):
     assert r.returncode == 2 and "known runs: small" in r.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_explain_and_summary(small_db):
     db, _ = small_db
     r = run("explain", "small", "--metric", "tpot", "--db", db, "--json")
@@ -155,7 +155,7 @@ def test_requests_without_steps_are_unattributed(tmp_path):
     assert any("not covered by fitted steps" in s for s in e["statements"])
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_fit_fdr_option_and_deprecated_k(small_db):
     db, _ = small_db
     r = run("fit", "small", "--db", db, "--json", "--bootstrap", "20", "--fdr", "0.01")
@@ -244,7 +244,7 @@ def test_fit_text_of_steps_known_only_by_duration(tmp_path):
         assert line in text.splitlines(), line
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_summary_and_report_keep_the_hardware_fit_was_given(tmp_path):
     """`fit RUN --model ... --gpu ...` gave a bandwidth and a weight floor, but summary and report
     (which have no such options) re-assembled the stored fit from the run's own names and showed
@@ -271,7 +271,7 @@ def test_summary_and_report_keep_the_hardware_fit_was_given(tmp_path):
     assert figures() == (None, None)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_relative_config_path_is_kept_as_the_file_it_named(tmp_path):
     """`fit --config config.json` kept the path as typed: a summary run from another folder could not
     find it and dropped every option fit was given (--gpu too), without a word."""

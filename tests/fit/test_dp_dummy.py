@@ -64,7 +64,7 @@ def fits(tmp_path_factory):
     }
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_dummy_steps_do_not_change_the_fit(fits):
     _, clean = fits["clean"]
     con, dummy = fits["dummy"]

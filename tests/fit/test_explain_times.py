@@ -88,7 +88,7 @@ def test_fit_hardware_line_has_no_none():
     assert "hardware: model ?, GPU H100 x?, weights ?, KV ?" in text and "None" not in text
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_times_of_day_are_read_in_the_zone_of_the_log(tmp_path):
     """A log read with --tz Europe/Berlin shows 04:47; --from 04:47:29 means that wall time, not
     04:47:29 UTC (an hour after the run: it used to say the window lies after the run's end)."""

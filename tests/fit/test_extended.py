@@ -50,7 +50,7 @@ def extended_run(tmp_path_factory):
     return con, fit_run(con, "ext", n_boot=20), model, res
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_extended_terms_recovered(extended_run):
     _, f, model, res = extended_run
     ex = f.extended
@@ -92,6 +92,7 @@ def test_replay_uses_the_extended_model_when_it_predicts_better(extended_run):
     assert any(n.startswith("iteration model: extended") for n in cal.notes)
 
 
+@pytest.mark.long
 def test_memory_bound_run_claims_no_gain(accuracy_run):
     f = get_or_fit(accuracy_run.con, accuracy_run.run_id)
     ex = f.extended

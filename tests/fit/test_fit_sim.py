@@ -22,7 +22,7 @@ def acc_fit(accuracy_run):
     return get_or_fit(accuracy_run.con, accuracy_run.run_id)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_parameters_within_3_percent(acc_fit, accuracy_run):
     m = accuracy_run.model
     assert acc_fit.t0_ms == pytest.approx(m.t0_ms, rel=0.03)
@@ -67,7 +67,7 @@ def _oracle(run) -> float:
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-@pytest.mark.slow
+@pytest.mark.long
 def test_stall_recall_and_false_positives_on_chat_load(tmp_path, seed):
     """The acceptance figure: >= 95% of ALL injected stalls found, <= 5% of the flagged steps false."""
     run = make_run(

@@ -63,6 +63,7 @@ def test_one_step_bootstrap_matches_monte_carlo_spread():
     assert np.all((ratio > 0.85) & (ratio < 1.3)), ratio
 
 
+@pytest.mark.long
 def test_bootstrap_and_sandwich_agree_at_the_switch():
     cols, y = _data(M.BOOTSTRAP_MAX_N + 1, 5, stalls=0.01)
     big = M.fit_linear(cols, y, n_boot=400)
@@ -152,7 +153,7 @@ def test_newton_solution_matches_scipy_least_squares():
     np.testing.assert_allclose(M._soft_l1_newton(A, t, 0.03, start), ref, rtol=1e-8)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_stale_stored_fit_is_refitted(incident_run):
     con, run = incident_run.con, incident_run.run_id
     fresh = get_or_fit(con, run)

@@ -85,7 +85,7 @@ def test_readme_example_with_catalogued_model_and_gpu(tmp_path):
 
 
 @pytest.mark.parametrize("n", [1, 2])
-@pytest.mark.slow
+@pytest.mark.long
 def test_report_on_a_run_of_one_or_two_steps(tmp_path, n):
     ingest(tmp_path, [{"kind": "run", "run_id": "few", "model": "toy", "gpu": "none"}, *steps(n)])
     cli(tmp_path, "report", "few", "--out", "rep")

@@ -71,7 +71,7 @@ HELD_OUT_MAPE = {"vllm": (22.34, 22.02), "vllm_queue": (55.64, 55.64)}
 
 
 @pytest.mark.parametrize("name", list(HELD_OUT_MAPE))
-@pytest.mark.slow
+@pytest.mark.long
 def test_extended_model_out_of_sample_on_real_runs(tmp_path, name):
     d = VLLM.parent / name
     if not (d / "server_epoch.log").exists():

@@ -132,7 +132,7 @@ def test_fleet_cli_json_and_glob(lake):
         assert code == 2 and f"no runs matching --runs {pattern!r}" in text, text
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_fleet_slo_junit_and_page(lake, tmp_path, string_channels):
     """--slo: each run's verdict is `audit`'s; the fleet-wide p99 is the merged sketch's, checked against the
     limit; exit 1 on a violation; --junit holds a testsuite per run and one for the fleet; --out links reports."""
@@ -257,7 +257,7 @@ def test_fleet_on_ray_equals_in_process(tiny_lake):
     assert _comparable(on_ray) == _comparable(here) and on_ray["fleet"] == here["fleet"]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_without_ray_local_falls_back_and_an_address_is_an_error(tiny_lake):
     import importlib.util
 

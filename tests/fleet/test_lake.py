@@ -55,7 +55,7 @@ def pair(tmp_path_factory):
         ("audit", "v", "--slo", REPO / "examples" / "slo.toml", "--json"),
     ],
 )
-@pytest.mark.slow
+@pytest.mark.long
 def test_read_commands_same_from_lake_and_store(pair, args):
     db, lake, _ = pair
     code_db, out_db = run_captured(*args, "--db", db)
@@ -113,6 +113,7 @@ def _counts(lake: Path) -> dict[str, int]:
     return {t: store.scalar(con, f"select count(*) from {t}") for t in ("ingests", "iterations", "requests", "tokens")}
 
 
+@pytest.mark.long
 def test_idempotent_and_replace(tmp_path):
     lake = tmp_path / "lake"
     src = tmp_path / "tiny.jsonl"
@@ -253,7 +254,7 @@ def test_runs_from_two_stores_keep_both_ingest_records(tmp_path):
     assert _counts(tmp_path / "lake") == before
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_replace_after_export_from_two_stores_keeps_one_copy(tmp_path):
     """A --replace in a lake whose runs came from two stores replaces the file's rows, not doubles them."""
     lake = tmp_path / "lake"
@@ -275,6 +276,7 @@ def test_replace_after_export_from_two_stores_keeps_one_copy(tmp_path):
     assert dict(con.execute("select run_id, count(*) from requests group by 1").fetchall()) == want
 
 
+@pytest.mark.long
 def test_replace_in_a_lake_written_with_clashing_ids(tmp_path, monkeypatch):
     """A lake written before export made ids unique (two files, one id): --replace still keeps one copy."""
     import pipeline.lake as lk
@@ -384,7 +386,7 @@ def _two_run_lake(tmp_path, ids=("a", "b")) -> Path:
     return lake
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_fleet_table_tells_long_run_ids_apart(tmp_path):
     """Ids were cut to 31 characters: hourly runs named as docs/scale.md suggests all read
     "llama8b-prod-us-east-1/replica-"."""
@@ -398,7 +400,7 @@ def test_fleet_table_tells_long_run_ids_apart(tmp_path):
     assert _short("x" * 70 + "T13", 64) != _short("x" * 70 + "T14", 64) and len(_short("x" * 70 + "T13", 64)) == 64
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_files_a_writer_did_not_write_are_not_read(tmp_path):
     """Every file under a table was read: a copy of a run's file beside it ("data_0 (1).parquet")
     doubled the run (170 TTFT values for 85), a macOS "._" file or a file in a stray folder without a
@@ -424,7 +426,7 @@ def test_files_a_writer_did_not_write_are_not_read(tmp_path):
     assert sorted(r["run_id"] for r in json.loads(out)["runs"]) == ["a", "b"]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_run_without_its_runs_folder_is_still_listed(tmp_path):
     lake = _two_run_lake(tmp_path)
     shutil.rmtree(lake / "runs" / part_name("b"))
@@ -447,7 +449,7 @@ def test_an_unreadable_file_is_a_lake_error_with_the_way_out(tmp_path):
     assert "internal error" not in out and "LINE 1" not in out
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_newer_file_of_a_run_says_how_to_replace_the_run(tmp_path):
     """A newer recording of run a at another path was refused with advice (ingest the files together
     with --replace) that kept the old rows and added the new file's few non-duplicate ones; the same
@@ -474,7 +476,7 @@ def test_a_newer_file_of_a_run_says_how_to_replace_the_run(tmp_path):
     assert code == 2 and f"{changed} changed since it was written into the lake" in out and "--replace" in out, out
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_fleet_says_which_runs_had_lines_rejected(tmp_path):
     """A run with 200 of 201 lines rejected showed in the fleet as a row of "-" and nothing else."""
     lake = _two_run_lake(tmp_path)

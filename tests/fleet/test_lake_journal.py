@@ -64,7 +64,7 @@ def _outside_untouched(lake: Path) -> None:
         {"parts": [["runs", "run_id=t/../../../outside/victimdir"]], "delete": []},
     ],
 )
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_journal_naming_paths_outside_the_lake_is_refused(lake, body, command):
     j = _journal(lake, body)
     code, out = run_captured(*command, "--lake", lake)

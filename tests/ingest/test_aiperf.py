@@ -144,7 +144,7 @@ def _requests(con, run):
         ("time_to_first_token", "MS", 1.0),  # AIPerf's unit enums ignore case
     ],
 )
-@pytest.mark.slow
+@pytest.mark.long
 def test_aiperf_metric_units_are_converted(con, tmp_path, metric, unit, scale):
     """A metric in seconds, microseconds or nanoseconds gives the times it gives in ms."""
     recs = [json.loads(x) for x in AIPERF_FIX.read_text().splitlines() if x.strip()]
@@ -196,6 +196,7 @@ def test_aiperf_unknown_unit_is_a_reject(con, tmp_path, metric, unit, reason):
     assert line == 4 and got.startswith(reason)
 
 
+@pytest.mark.long
 def test_two_genai_perf_exports_of_one_run(tmp_path):
     """GenAI-Perf numbers requests by position: a second client's export of the run gets ids named
     after its file; a copy of the same export is rejected as duplicates."""
@@ -221,7 +222,7 @@ def test_two_genai_perf_exports_of_one_run(tmp_path):
     assert ids == ["0", "1", "other.json#0", "other.json#1"]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_two_aiperf_exports_without_request_ids(tmp_path):
     """An AIPerf record without metadata.x_request_id is known by its session_num, which every AIPerf
     process counts from 0: a second client's export of the run keeps its requests under ids named
@@ -328,7 +329,7 @@ def test_realdata_warmup_records_are_not_measured(tmp_path, realdata):
     assert s["ttft_ms"]["max"] == pytest.approx(max(ttft), abs=1e-3)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_warmup_records_are_skipped_and_counted(tmp_path):
     """Without realdata: the in-repo fixture with three warmup records (one of them failed, one
     spelled in capitals) and a blank line; read = accepted + rejected + skipped still holds."""

@@ -20,7 +20,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("fmt", sorted(CASES))
-@pytest.mark.slow
+@pytest.mark.long
 def test_every_line_rejected(con, tmp_path, fmt):
     path = tmp_path / "broken.txt"
     path.write_text(CASES[fmt] + "\n")  # and a blank line: skipped, not rejected
@@ -34,7 +34,7 @@ def test_every_line_rejected(con, tmp_path, fmt):
 
 
 @pytest.mark.parametrize("fmt", sorted(CASES))
-@pytest.mark.slow
+@pytest.mark.long
 def test_only_blank_lines(con, tmp_path, fmt):
     path = tmp_path / "blank.txt"
     path.write_text("\n  \n\n")
@@ -45,6 +45,7 @@ def test_only_blank_lines(con, tmp_path, fmt):
 
 
 @pytest.mark.parametrize("fmt", sorted(CASES))
+@pytest.mark.long
 def test_lines_of_json_whitespace_are_blank(con, tmp_path, fmt):
     """Tab and carriage return are JSON whitespace too: such a line is skipped, as a line of spaces is."""
     path = tmp_path / "blank.txt"

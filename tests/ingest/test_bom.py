@@ -44,7 +44,7 @@ def _stored(tmp_path: Path, path: Path, name: str) -> dict:
 
 
 @pytest.mark.parametrize("name", FILES)
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_byte_order_mark_changes_nothing(tmp_path, name):
     src = FIX / name
     plain, marked = tmp_path / "plain", tmp_path / "marked"

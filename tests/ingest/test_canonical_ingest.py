@@ -334,7 +334,7 @@ def test_run_identity_rules(con, tmp_path):
 
 
 @pytest.mark.parametrize("bad", [[1], {"a": 1}, 1.5, True, "", "  "])
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_rejected_run_id_names_no_run(con, tmp_path, monkeypatch, bad):
     """A run record whose run_id is rejected does not carry the lines below it into a run named
     by that value's text ('[1]', '1.5', ''): they stay with the run before it, or the file's."""
@@ -531,7 +531,7 @@ def test_every_problem_of_a_record_is_named_in_field_order(con, tmp_path):
 
 
 @pytest.mark.parametrize("keep", [0.6, 0.9])
-@pytest.mark.slow
+@pytest.mark.long
 def test_cut_gzip_names_its_last_whole_line(con, tmp_path, keep):
     """A compressed file cut short: the error names the last whole line it holds, which zcat shows
     (it said "after line 0" for a file whose first batch broke, and "cannot read the start of the

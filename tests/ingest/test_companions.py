@@ -113,7 +113,7 @@ def test_real_aiperf_folders(realdata, tmp_path):
     assert sum(": not read: " in ln for ln in lines) == 6  # an aggregate and a telemetry file per run
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_report_written_into_the_logs_folder_is_not_read(tmp_path):
     """`tracelat report --out logs/rep` then `tracelat ingest logs`: the report's summary.json was
     read as a vLLM bench result and stopped the ingest (exit 2, the server log after it unread)."""

@@ -24,6 +24,7 @@ FIX = Path(__file__).resolve().parents[2] / "fixtures"
         ("trtllm/iteration_log.txt", "trtllm-iterlog"),
     ],
 )
+@pytest.mark.long
 def test_damaged_first_line_is_a_reject(con, tmp_path, fixture, fmt):
     lines = (FIX / fixture).read_text().splitlines()
     lines[0] = lines[0][: len(lines[0]) // 3]  # a truncated copy: the first line cut short

@@ -48,7 +48,7 @@ def _ingest(tmp_path: Path, name: str, text: str, written: float | None = None, 
 
 
 @pytest.mark.parametrize("batch_bytes", [None, 300])  # 300: about a line a batch, the change between two
-@pytest.mark.slow
+@pytest.mark.long
 def test_sglang_log_through_the_fall_back_keeps_every_line(tmp_path, monkeypatch, batch_bytes):
     if batch_bytes:
         monkeypatch.setattr(reader, "BATCH_BYTES", batch_bytes)

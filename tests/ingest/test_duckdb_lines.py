@@ -51,7 +51,7 @@ def test_a_line_it_cannot_read_fails_the_scan(tmp_path):
         list(reader.duckdb_line_batches(p))
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_vllm_log_with_a_bad_byte_part_way_falls_back_to_the_line_reader(tmp_path, monkeypatch, con):
     """Invalid UTF-8 after the first batch: DuckDB fails part-way, the converter starts over with
     the Python reader, and every step and line number is as in the clean log."""
@@ -102,7 +102,7 @@ def test_vllm_log_is_read_by_duckdb(tmp_path, monkeypatch, con):
 @pytest.mark.parametrize(
     "rel", ["vllm/server.log", "vllm/server_epoch.log", "sglang/server.log", "sglang/server_2026.log"]
 )
-@pytest.mark.slow
+@pytest.mark.long
 def test_whole_file_converters_store_the_same_with_either_reader(tmp_path, monkeypatch, rel):
     """Every stored column of the steps and rejects, DuckDB's reader against the Python one."""
     from pipeline import store
@@ -132,6 +132,7 @@ def test_both_readers_drop_a_byte_order_mark(tmp_path):
     assert _lines(fast) == _lines(reader.line_batches(p)) == [(1, "a"), (2, "b")]
 
 
+@pytest.mark.long
 def test_streaming_converter_is_ingested_again_when_duckdb_fails_part_way(tmp_path, monkeypatch, con):
     """vLLM request records (a converter that yields batch by batch): DuckDB fails on a bad byte
     after batches were loaded; the loader rolls the file back and reads it with the Python

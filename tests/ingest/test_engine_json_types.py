@@ -117,7 +117,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.slow
+@pytest.mark.long
 def test_number_in_quotes_is_a_reject_naming_the_field(con, tmp_path, case):
     fixture, edited, line, reason = CASES[case]
     ref_path = FIX / fixture

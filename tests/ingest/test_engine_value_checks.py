@@ -230,7 +230,7 @@ def test_vllm_log_bad_value_reason(con, tmp_path, pattern, repl, reason):
 
 
 @pytest.mark.parametrize("cut", ["Iteration(", "Iteration(3", "Iteration(3)"])
-@pytest.mark.slow
+@pytest.mark.long
 def test_vllm_log_line_cut_in_the_counter_is_a_reject(con, tmp_path, cut):
     last = STEP_IDX[-1]
     head = VLINES[last].split("Iteration(")[0]

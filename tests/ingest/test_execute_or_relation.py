@@ -39,7 +39,7 @@ def _damaged_canonical(tmp_path: Path) -> Path:
     "source",
     ["canonical", "vllm/requests.jsonl", "trtllm/metrics.json", "aiperf/profile_export.jsonl", "sglang/server.log"],
 )
-@pytest.mark.slow
+@pytest.mark.long
 def test_executed_and_relation_statements_store_the_same(tmp_path, monkeypatch, source):
     path = _damaged_canonical(tmp_path) if source == "canonical" else FIX / source
     stored = {}
@@ -60,6 +60,7 @@ def test_executed_and_relation_statements_store_the_same(tmp_path, monkeypatch, 
         assert counts["executed"][2] == 3 and len(stored["executed"]["rejects"]) == 3
 
 
+@pytest.mark.long
 def test_the_way_follows_the_rows_a_batch_holds_not_the_lines_it_covers(tmp_path, monkeypatch):
     """A vLLM log's steps come in slices of OUT_BATCH_ROWS typed records: the first covers every
     line of the file, the later ones none (lines_read 0). Each slice's way is chosen by its rows."""

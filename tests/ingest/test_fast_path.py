@@ -175,7 +175,7 @@ def test_reject_on_the_last_line_with_a_newline(con, tmp_path, used):
     ]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_line_numbers_follow_the_file_in_a_parallel_scan(con, tmp_path, monkeypatch, used):
     """Read in 1 MiB buffers by several threads (DuckDB's default is 32 MiB): lines keep their numbers."""
     assert canonical._READ.endswith(")")
@@ -221,6 +221,7 @@ def test_file_larger_than_a_batch_with_runs_in_the_middle(con, tmp_path, monkeyp
 
 
 @pytest.mark.parametrize("what", ["crlf", "latin1", "long_line", "zstd_frames"])
+@pytest.mark.long
 def test_what_duckdb_cannot_read_as_is_goes_the_batch_path(con, tmp_path, monkeypatch, used, what):
     body = text([it(0), it(1), "oops", it(2)])
     f = tmp_path / "x.jsonl"
@@ -253,7 +254,7 @@ def test_without_insertion_order_the_batch_path_numbers_lines(con, tmp_path, use
 
 
 @pytest.mark.parametrize("n_runs", [3, 70])  # a CASE over the run lines; over 64, a window
-@pytest.mark.slow
+@pytest.mark.long
 def test_each_line_in_the_run_of_the_last_run_record_before_it(tmp_path, monkeypatch, used, n_runs):
     from pipeline import store
 

@@ -32,7 +32,7 @@ for i, name in enumerate(sys.argv[2:]):
 """
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_plain_gzip_and_zstd_files_are_closed_by_the_ingest(tmp_path):
     files = []
     for src in (FIX / "trtllm" / "metrics.json", FIX / "canonical" / "tiny.jsonl"):

@@ -27,7 +27,6 @@ def _check(fmt: str, cases: int, seed: int, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("fmt", sorted(fuzz.FORMATS))
-@pytest.mark.slow
 def test_fuzz_few(fmt, tmp_path):
     _check(fmt, 6, 0, tmp_path)
 

@@ -10,7 +10,7 @@ from .test_fuzz import fuzz
 
 
 @pytest.mark.parametrize("fmt", fuzz.READER_FORMATS)
-@pytest.mark.slow
+@pytest.mark.long
 def test_duckdb_and_python_line_readers_agree_on_damaged_files(fmt, tmp_path):
     assert fuzz.readers_agree(fmt, 5, tmp_path, seed=0) == []
 

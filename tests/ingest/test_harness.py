@@ -111,7 +111,7 @@ def _strip_ids(doc):
 
 
 @pytest.mark.parametrize("fmt", ["inference-perf", "guidellm-no-ids"])
-@pytest.mark.slow
+@pytest.mark.long
 def test_two_clients_with_positional_ids(tmp_path, fmt):
     """inference-perf (and guidellm without request_id) number requests by position: a second
     client's file of the run keeps its requests under ids named after the file; a copy of the

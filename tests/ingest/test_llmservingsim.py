@@ -235,7 +235,7 @@ def test_cli_warns_when_files_of_one_run_disagree(tmp_path):
     assert "warning" not in res.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_bench_folder_is_one_run_named_after_it(con, tmp_path):
     """Without --run-id the folder's files made three runs, "meta", "requests" and "timeseries": the
     engine gauges sat apart from the run they describe. Folders of several experiments are told

@@ -115,7 +115,7 @@ def test_column_names_from_the_file_are_data_and_nested_nulls_stay(tmp_path, mon
 
 
 @pytest.mark.parametrize(("run_id", "stored"), [("1.5::double", "night"), ("''", "night"), ("7::bigint", "7")])
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_parquet_run_id_column_names_a_run_only_when_valid(tmp_path, monkeypatch, paths, run_id, stored):
     """A run id of a wrong type or empty is the run row's reject; the rows below it take the file's name."""
     f = tmp_path / "night.parquet"

@@ -134,7 +134,7 @@ def test_file_column_names_never_clash_with_the_statements_names(tmp_path, monke
         ("meta", pa.array(['{"a":1}', None])),
     ],
 )
-@pytest.mark.slow
+@pytest.mark.long
 def test_types_it_does_not_validate_go_the_json_stage(tmp_path, monkeypatch, column, array):
     cols = {"kind": ["iteration", "request"], "iter": [0, None], "t_start": [0.0, None], "t_end": [0.5, None]}
     cols |= {"req_id": [None, "r"], "t_arrival": [None, 1.0]}
@@ -235,7 +235,7 @@ def _null_column_is_integer(tmp) -> bool:
 
 
 @pytest.mark.parametrize("examples", budgets(8, 60))
-@pytest.mark.slow
+@pytest.mark.long
 def test_any_column_of_any_type_is_staged_as_its_json_text_is(tmp_path_factory, examples):
     @settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck))
     @given(data=st.data())
@@ -260,7 +260,7 @@ def test_any_column_of_any_type_is_staged_as_its_json_text_is(tmp_path_factory, 
 
 
 @pytest.mark.parametrize("name", ["kind", "iter", "t_start", "req_id", "meta", "zz"])
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_column_of_arrow_null_type(tmp_path, monkeypatch, name):
     """A column written with no value at all (Arrow's null type): every path stores the same, and
     the typed stage takes it as the type DuckDB reads it as (NULL in 2.0, INTEGER in 1.5)."""
@@ -301,7 +301,7 @@ NUMERIC_FIELDS = ["iter", "decode_tokens", "t_start", "t_end", "dur_ms", "kv_usa
 
 @pytest.mark.parametrize("bad", [(math.nan, math.nan), (math.inf, -math.inf)], ids=["nan", "inf"])
 @pytest.mark.parametrize("field", NUMERIC_FIELDS)
-@pytest.mark.slow
+@pytest.mark.long
 def test_nan_and_infinities_among_numbers_of_a_column(tmp_path, monkeypatch, field, bad):
     """A column's Parquet statistics leave NaN out: a check DuckDB decides from them must not
     let a NaN through to a cast (it failed the whole statement) or past a range check."""

@@ -38,7 +38,7 @@ def _percentile_by_hand(les, cum, q):
 
 
 @pytest.mark.parametrize("fmt", list(FILES))
-@pytest.mark.slow
+@pytest.mark.long
 def test_every_form_gives_the_same_ttft_percentiles(tmp_path, fmt):
     path = FILES[fmt]
     assert detect(path).name == fmt
@@ -58,6 +58,7 @@ def test_every_form_gives_the_same_ttft_percentiles(tmp_path, fmt):
     assert s["gauges"]["running_reqs"]["max"] == 5
 
 
+@pytest.mark.long
 def test_aiperf_counters_gauges_and_rejects(tmp_path):
     con = store.connect(tmp_path / "a.duckdb")
     res = ingest_paths(con, [FILES["aiperf-server-metrics"]], run_id="a")[0]

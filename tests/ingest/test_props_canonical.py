@@ -215,7 +215,6 @@ def summary_bytes(s: dict) -> str:
 
 @pytest.mark.parametrize("budget", BUDGETS)
 @pytest.mark.parametrize("form", ["jsonl", "parquet"])
-@pytest.mark.slow
 def test_valid_traces_load_whole_and_match_numpy(form, budget, tmp_path):
     """(b) and (d): every record accepted, statistics = numpy's, every stored number finite."""
     writer = write_jsonl if form == "jsonl" else write_parquet
@@ -246,7 +245,6 @@ def test_valid_traces_load_whole_and_match_numpy(form, budget, tmp_path):
 
 
 @pytest.mark.parametrize("budget", budgets(6, MANY // 2))  # each case is four ingests
-@pytest.mark.slow
 def test_ingest_is_idempotent_and_order_independent(budget, tmp_path):
     """(c): re-ingest (unchanged, then --replace) and a shuffled copy give the same summary bytes."""
 

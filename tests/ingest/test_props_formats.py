@@ -264,7 +264,6 @@ def _settings(n: int):
 
 @pytest.mark.parametrize("budget", BUDGETS)
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.slow
 def test_any_damage_is_a_reject_or_one_clear_error(fmt, budget, tmp_path):
     if fmt == "parquet":
         suffix = ".parquet"

@@ -182,7 +182,7 @@ def test_current_line_variants(tmp_path):
 
 
 @pytest.mark.parametrize("accept", ["inf", "1e300", "99999999999999999999"])
-@pytest.mark.slow
+@pytest.mark.long
 def test_absurd_accept_len_is_a_reject_not_a_crash(tmp_path, accept):
     """accept len times #running-req is the step's decode tokens: an infinite or huge one does not
     fit an integer and crashed the converter (InvalidOperationError); it is a rejected line."""
@@ -202,7 +202,7 @@ def test_absurd_accept_len_is_a_reject_not_a_crash(tmp_path, accept):
 
 
 @pytest.mark.parametrize("name", ["server.log", "server_2026.log", "server_tp.log"])
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_repeated_log_counts_each_step_once(con, tmp_path, name):
     """A log fetched twice (cat, copytruncate overlap) held every step twice: 100% more tokens and
     throughput, and steps going back in time, with nothing said."""

@@ -63,7 +63,7 @@ def _times(con, run: str) -> dict[str, dict[str, float]]:
 @pytest.mark.parametrize("name", list(PAIRS))
 @pytest.mark.parametrize("k, seed", [(2, 0), (3, 1)])
 @pytest.mark.parametrize("log", ["server.log", "server_epoch.log"])
-@pytest.mark.slow
+@pytest.mark.long
 def test_clients_of_one_run_align_as_the_whole_bench(tmp_path, name, k, seed, log):
     rec = PAIRS[name]
     files, picks = _deal(rec, tmp_path, k, seed)
@@ -112,7 +112,7 @@ def test_alone_no_client_aligns(tmp_path, monkeypatch):
     assert meta["status"] == "failed"
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_clients_ingested_one_by_one(tmp_path):
     """A client file added by a later ingest re-aligns the run with both (the store keeps the transforms)."""
     rec = PAIRS["vllm"]
@@ -140,7 +140,7 @@ def test_clients_of_two_runs_are_not_joined(tmp_path):
     assert by["other.json"]["status"] == "failed"
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_second_client_ids_are_named_after_its_file(tmp_path):
     rec = PAIRS["vllm"]
     files, picks = _deal(rec, tmp_path, 2, 0)
@@ -159,7 +159,7 @@ def test_second_client_ids_are_named_after_its_file(tmp_path):
     assert n == len(picks[1])
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_unix_clients_on_the_servers_clock_are_left_alone(tmp_path):
     """Two clients with Unix times that agree with the server's (simulated): aligned together, found
     on the same clock, and not moved: every time equals the single-file run's."""

@@ -71,7 +71,7 @@ def whole(tmp_path_factory):
 @pytest.mark.parametrize(
     "side, share", [("start", 0.1), ("start", 0.25), ("start", 0.5), ("end", 0.5), ("end", 0.75), ("end", 0.9)]
 )
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_piece_of_the_log_is_retimed_as_the_whole_log(tmp_path, whole, side, share):
     """Before: the client saw more tokens than the piece served, so the steps were not re-timed and
     sat up to a second off (queueing 130-390 ms wrong), or the run was refused outright."""
@@ -219,7 +219,7 @@ def _true_offset(rec: Path) -> float:
         ("vllm_queue", "start", 0.98),
     ],
 )
-@pytest.mark.slow
+@pytest.mark.long
 def test_the_offset_of_steps_not_retimed_claims_no_more_than_it_knows(tmp_path, name, side, share):
     """Steps stamped to the second and not re-timed were placed by the decode counts alone, yet the
     offset claimed ± 1-2 ms from the token residuals against them: 0.36 s off on a piece of the light
@@ -275,7 +275,7 @@ def _between(tmp: Path, first_iter: int, stop_iter: int | None) -> Path:
 @pytest.mark.parametrize(
     "first_iter, stop_iter", [(266, 529), (10, 372), (0, 521), (10, 450), (26, 372), (159, 505), (26, 478)]
 )
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_piece_that_also_lost_a_few_steps_at_its_other_end(tmp_path, whole, first_iter, stop_iter):
     """266-528: cut at the start and 3 steps short at the end, it was re-timed 5.9 ms off claiming
     ±0.87 ms; 10-371: 18.9 ms off claiming ±0.6 ms; 0-520 (27 tokens short, under 2%): taken for lost

@@ -71,7 +71,7 @@ def test_client_whose_requests_all_failed(split, tmp_path):
     assert info["status"] == "failed"
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_two_request_sources_are_aligned_each(split, tmp_path):
     """A bench file and a gateway's copy of the same requests on another clock: each gets its offset."""
     d, truth, med = split
@@ -133,7 +133,7 @@ def _unnamed(d, tmp_path) -> list:
     return out
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_clock_offset_holds_for_the_runs_it_was_given_for(split, tmp_path):
     """Given for a file already ingested, it re-aligns that file's run; another run loading the
     same path estimates its own; re-loading the file without the option forgets it."""
@@ -159,7 +159,7 @@ def test_a_clock_offset_holds_for_the_runs_it_was_given_for(split, tmp_path):
     assert con.execute("select count(*) from clock_overrides").fetchone()[0] == 0
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_clock_offset_given_for_a_new_run_leaves_the_other_runs_of_the_file_alone(split, tmp_path):
     """The same files loaded as run b with --clock-offset: run a, which holds the same paths, kept
     its estimated alignment no more; it was re-aligned on b's offset without a word."""

@@ -54,7 +54,7 @@ def _restarted(src: Path, out: Path, at_step: int) -> Path:
 
 
 @pytest.mark.parametrize("log", ["server.log", "server_epoch.log"])
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_log_with_an_engine_restart_keeps_the_steps_after_it(tmp_path, log):
     """The iteration counter starting again at a restart made every later step a 'duplicate iter'
     reject: half the steps were lost, the whole-second log was no longer re-timed, queue p50 read
@@ -145,7 +145,7 @@ def _client_jsonl(out: Path) -> Path:
     return out
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_explain_warns_when_the_steps_were_not_re_timed(tmp_path):
     """Two client files of the run (the bench JSON and a per-request JSONL) are aligned each on its
     own, so neither re-times the whole-second log: its steps sit up to a second off, and explain put
@@ -170,7 +170,7 @@ def test_explain_warns_when_the_steps_were_not_re_timed(tmp_path):
     assert text[1] == f"  warning: {warning}"
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_server_records_with_their_own_scheduling_warn_of_coarse_steps(tmp_path):
     """vLLM's per-request records bring their own scheduled times, so nothing is inferred on the
     whole-second log, and the warning lived only with inferred scheduling: explain put the TTFT

@@ -106,7 +106,7 @@ def test_queueing_on_second_resolution_log(tmp_path):
 
 
 @pytest.mark.parametrize("name", list(PAIRS))
-@pytest.mark.slow
+@pytest.mark.long
 def test_explain_and_replay_work_on_the_joint_run(tmp_path, name):
     from pipeline.fit import get_or_fit
     from pipeline.fit.attribution import explain
@@ -122,7 +122,7 @@ def test_explain_and_replay_work_on_the_joint_run(tmp_path, name):
     assert observed[("ttft_ms", "p50")] is not None
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_sources_of_different_runs_are_not_merged_silently(tmp_path):
     con = store.connect(tmp_path / "x.duckdb")
     ingest_paths(con, [PAIRS["vllm"] / "server_epoch.log", PAIRS["vllm_queue"] / "bench.json"], run_id="joint")
@@ -145,7 +145,7 @@ def test_sources_of_different_runs_are_not_merged_silently(tmp_path):
     assert dur < 60
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_client_file_of_another_run_leaves_the_right_pair_as_it_was(tmp_path):
     """server.log + its bench.json + another run's bench.json under one --run-id: the stray file is
     NOT aligned; the right pair is aligned and re-timed as when given alone (it lost the re-timing:
@@ -175,7 +175,7 @@ def test_a_client_file_of_another_run_leaves_the_right_pair_as_it_was(tmp_path):
     assert con.execute("select requests from run_summary where run_id = 'joint'").fetchone()[0] == 64 + 96
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_ingest_line_warns_with_the_match_rate(tmp_path):
     from click.testing import CliRunner
 
@@ -235,7 +235,7 @@ def test_unix_client_that_matches_gets_no_offset(tmp_path):
     assert after == pytest.approx(before, abs=1e-4)  # not moved (sums of unix times: summation order)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_override_and_order_of_ingest(tmp_path):
     rec = PAIRS["vllm"]
     a = _joint(tmp_path, rec)
@@ -347,7 +347,7 @@ def test_second_stamped_steps_are_retimed_from_the_client(tmp_path):
 
 
 @pytest.mark.parametrize("lost", [[-1], [-3, -2, -1], [100], [300]], ids=["last", "last3", "step100", "step300"])
-@pytest.mark.slow
+@pytest.mark.long
 def test_step_lines_lost_from_the_log_still_retime_right(tmp_path, lost):
     """A log copied while written loses its last step lines; a garbled line loses one in the middle.
     The client's token count, run back from the last step, then put every step (or every step before
@@ -377,7 +377,7 @@ def test_step_lines_lost_from_the_log_still_retime_right(tmp_path, lost):
     assert np.median(np.abs(q - _truth(rec)["queue_ms"])) < 10.0
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_given_offset_retimes_the_steps_too(tmp_path):
     """--clock-offset with the true offset (the server's own stats give it) must re-time the
     second-stamped steps as the estimate does: it used to leave them on the stamps' timeline, and
@@ -427,7 +427,7 @@ def test_given_offset_retimes_the_steps_too(tmp_path):
     assert t_ref == pytest.approx(est.execute("select min(t_start) from iterations").fetchone()[0], abs=1e-6)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_client_and_server_records_of_the_same_requests_are_named(tmp_path):
     """The bench's records and the server's own (requests.jsonl) of one run are the same 64
     requests: ingested together the run counted 128 requests and twice the throughput, silently."""
@@ -518,6 +518,7 @@ def _unix_client(tmp_path: Path, shift_s: float) -> Path:
 
 
 @pytest.mark.parametrize("shift_s, aligned", [(5 * 3600.0, True), (3 * 86400.0, False)])
+@pytest.mark.long
 def test_unix_clocks_days_apart_are_two_runs(tmp_path, shift_s, aligned):
     # a log read in the wrong time zone is hours off and is aligned; days apart is another run
     client = _unix_client(tmp_path, shift_s)
@@ -595,7 +596,7 @@ def test_steps_stamped_to_the_second_and_not_re_timed_are_named_with_their_error
 
 
 @pytest.mark.parametrize("skew_s", [0.002, 0.004, -0.002])
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_unix_client_a_few_ms_off_infers_the_preemptions_of_an_aligned_one(tmp_path, skew_s):
     """A client on a synchronised Unix clock a few ms off the log's is left on its clock; its
     token gaps are still matched to steps on the estimated offset: before, every token sat
@@ -686,7 +687,7 @@ def test_a_client_without_prompt_lengths_says_why_queueing_is_not_inferred(tmp_p
 
 
 @pytest.mark.parametrize("wrong_by_s", [0.01, 0.025, -0.02])
-@pytest.mark.slow
+@pytest.mark.long
 def test_given_offset_a_few_steps_off_warns(tmp_path, wrong_by_s):
     """An offset one to three steps wrong still matches 95-99% of the steps' decode counts, so it
     passed unremarked, while only 39-48% of first tokens landed on a step end (98% at the right one)
@@ -726,6 +727,7 @@ def test_ingest_json_carries_each_files_alignment(tmp_path):
     assert placed["status"] == "aligned" and placed["uncertainty_ms"] > 0
 
 
+@pytest.mark.long
 def test_a_client_moved_away_in_a_lake_leaves_the_steps_on_their_stamps(tmp_path):
     """The same as in a store (above), through a lake: its merge left out the removed client's clock
     alignment row, the one that says which steps it re-timed, so they stayed re-timed."""

@@ -87,7 +87,7 @@ def check_split(tmp, kind: str, seed: int, client_origin: float = 5000.0) -> dic
 
 
 @pytest.mark.parametrize("kind", SCENARIOS)
-@pytest.mark.slow
+@pytest.mark.long
 def test_split_run_equals_single_file_run(tmp_path, kind):
     check_split(tmp_path, kind, seed=1, client_origin=86_400.0 * 3 + 123.456)
 
@@ -131,7 +131,7 @@ def test_sampled_server_log_aligns_on_what_is_there(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["light", "incident"])
-@pytest.mark.slow
+@pytest.mark.long
 def test_engine_formats_vllm_log_and_aiperf(tmp_path, kind):
     """The split in engine formats: vLLM's default log (1-second stamps, durations to 10 us, no
     context tokens) and an AIPerf export from a client whose unix clock is 3.7 s behind.  The
@@ -170,7 +170,7 @@ def test_engine_formats_vllm_log_and_aiperf(tmp_path, kind):
         assert _explain(con, "single", metric)[0] == _explain(con, "split", metric)[0]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_sglang_log_and_aiperf_carry_the_uncertainty_of_second_stamps(tmp_path):
     """SGLang stamps its batch lines to the second and logs one decode step in 40: no client re-times
     such steps, so the offset is good to a second (it said +-3.6 ms, 0.57 s from the truth, and no
@@ -209,7 +209,7 @@ def test_sglang_log_and_aiperf_carry_the_uncertainty_of_second_stamps(tmp_path):
     assert "host gap 0 ms)" in r.stdout and "host time between steps is not known and not added" in r.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_log_read_in_the_wrong_time_zone_is_named_as_such(tmp_path):
     """A vLLM log written in UTC read with --tz America/New_York, joined with an NTP-synced Unix
     client: the offset came out as +14403.7 s with no hint; now the line says a whole-hours offset

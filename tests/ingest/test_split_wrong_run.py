@@ -93,6 +93,7 @@ def test_explain_repeats_the_doubt(runs, tmp_path):
     assert any("check that they are of one run" in w for w in warnings), warnings
 
 
+@pytest.mark.long
 def test_explain_repeats_a_given_offset_the_steps_do_not_bear_out(tmp_path):
     rec = Path(__file__).resolve().parents[2] / "fixtures" / "vllm"
     db = tmp_path / "ep.duckdb"

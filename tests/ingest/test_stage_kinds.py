@@ -124,7 +124,7 @@ def test_statement_for_other_kinds_agrees_on_their_lines(kinds):
             assert p["reason"].endswith(f"record is not expected here (only {', '.join(kinds)})")
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_small_engine_files_bind_the_small_statement():
     """Engine batches stage their run record with the run-only statement; the store is the same."""
     assert load.STAGE_RUN_LINES_SQL == stage_sql("batch_in", kinds=("run",))
@@ -180,7 +180,7 @@ _records = st.dictionaries(
 
 
 @pytest.mark.parametrize("examples", budgets(20, 60))
-@pytest.mark.slow
+@pytest.mark.long
 def test_any_run_records_stage_alike(examples):
     """Whatever a run record holds (any JSON in any field, unknown names, compact or spaced JSON),
     the statement for run records says of it what the whole one says."""
@@ -216,7 +216,7 @@ _any_records = st.builds(
 
 
 @pytest.mark.parametrize("examples", budgets(20, 60))
-@pytest.mark.slow
+@pytest.mark.long
 def test_clean_lines_read_as_the_slow_path_reads_them(examples):
     """A compact line that passes the clean test (no second look at its text) is staged exactly as
     the same record with one more unknown field, which always takes the slow path (json_type,

@@ -93,7 +93,7 @@ def _near_clean(draw) -> dict:
 
 
 @pytest.mark.parametrize("examples", budgets(20, 120))
-@pytest.mark.slow
+@pytest.mark.long
 def test_file_quotes_never_exceed_a_line_and_agree_where_they_match(examples):
     """Any records (own and other kinds' fields, unknown names, nulls, strings for numbers,
     escapes, any spacing; and records clean but for one thing): each line's ``quotes`` is at most the quotes it holds, and a line
@@ -119,7 +119,7 @@ def test_file_quotes_never_exceed_a_line_and_agree_where_they_match(examples):
     check()
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_file_quotes_match_on_clean_lines_and_not_on_unclean_ones():
     clean = [
         '{"kind":"run","run_id":"r","engine":"vllm"}',
@@ -163,7 +163,7 @@ _lists = st.one_of(
 
 @settings(max_examples=200, deadline=None, derandomize=True, database=None)
 @given(lists=st.lists(_lists, min_size=1, max_size=20))
-@pytest.mark.slow
+@pytest.mark.long
 def test_token_list_gate_is_true_exactly_when_a_check_is(lists):
     v = "v"
     checks = f"coalesce(({_list_not_finite(v)}) or ({_list_too_big(v)}) or ({_list_decreasing(v)}), false)"
@@ -235,7 +235,7 @@ def test_clean_file_is_checked_file_wide_and_stored_as_the_batch_path_stores_it(
         ('{"kind":"request","req_id":"z\\"q","t_arrival":9.0,"t_scheduled":null}', "file"),
     ],
 )
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_late_unclean_line_is_staged_as_the_batch_path_stages_it(tmp_path, monkeypatch, file_quotes, late, check):
     """The head looks clean, so the file-wide count is tried; a line further on is not clean, and
     either the statement sees it (null, escape) or the sums differ and the file is staged again
@@ -301,7 +301,7 @@ def test_a_compressed_file_is_checked_line_by_line(tmp_path, monkeypatch, file_q
 
 
 @pytest.mark.parametrize("examples", budgets(6, 60))
-@pytest.mark.slow
+@pytest.mark.long
 def test_any_file_staged_file_wide_stores_what_the_batch_path_stores(tmp_path_factory, examples):
     """Whole files of any records (fields of other kinds, unknown names, strings for numbers, nulls,
     any spacing) behind a clean head, staged with the file-wide count forced: whichever way the

@@ -93,7 +93,7 @@ def _steps(tmp_path: Path, path: Path, tz: str | None) -> tuple[list[tuple], dic
         ("spaced", _spaced, ["+01:00", "+09:00", "-05:30"]),
     ],
 )
-@pytest.mark.slow
+@pytest.mark.long
 def test_stamps_with_their_own_zone_give_the_epoch_log_times(
     tmp_path, monkeypatch, machine_tz, tz, name, stamp, offsets
 ):

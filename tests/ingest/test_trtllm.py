@@ -84,7 +84,7 @@ def test_json_lines_and_broken_lines(con, tmp_path):
     assert res.skipped == 1 and res.lines_read == res.accepted + res.rejected + res.skipped
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_local_stamps_are_read_in_the_given_zone(tmp_path):
     """The iteration log's stamps are the writer's local time: --tz moves them by the zone's
     offset on that date (zoneinfo, an independent computation), and the run says which zone."""
@@ -109,7 +109,7 @@ def test_local_stamps_are_read_in_the_given_zone(tmp_path):
 
 
 @pytest.mark.parametrize("batch_bytes", [None, 1500])
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_record_stamped_behind_an_earlier_one_is_rejected(con, tmp_path, monkeypatch, batch_bytes):
     """A spliced log (a later piece pasted in with new counters but older stamps) ran the
     timeline backwards and was accepted as written; vLLM and SGLang logs reject such lines.
@@ -142,7 +142,7 @@ def test_a_record_stamped_behind_an_earlier_one_is_rejected(con, tmp_path, monke
 
 @pytest.mark.parametrize("batch_bytes", [None, 1500])
 @pytest.mark.parametrize("ahead", [dt.timedelta(hours=1), dt.timedelta(days=366)])
-@pytest.mark.slow
+@pytest.mark.long
 def test_one_record_stamped_ahead_is_the_one_rejected(con, tmp_path, monkeypatch, ahead, batch_bytes):
     """A corrupted stamp an hour (or a year) ahead made every later record 'behind' it: 5 of 6
     rejected.  The record ahead of both neighbours, which are in order without it, is the one.
@@ -190,7 +190,7 @@ def _load_records(tmp_path, name: str, recs: list[dict]):
 
 
 @pytest.mark.parametrize("batch_bytes", [None, 1500, 3000])
-@pytest.mark.slow
+@pytest.mark.long
 def test_two_and_three_records_in_a_row_stamped_ahead_are_the_ones_rejected(tmp_path, monkeypatch, batch_bytes):
     """Two (then three) records in a row an hour ahead, at the start, the middle and near the end: the
     first was in order with the second, the second had no neighbour before it in order, so neither
@@ -210,7 +210,7 @@ def test_two_and_three_records_in_a_row_stamped_ahead_are_the_ones_rejected(tmp_
             assert lines == list(range(at + 1, at + 1 + n_ahead)), (n_ahead, at)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_records_after_one_stamped_ahead_are_judged_alike_in_any_batch_size(tmp_path, monkeypatch):
     """A record an hour ahead, then three good records and one 0.2 s behind them. The rule for runs
     ahead takes the record before a run from the file: within a batch of lines that was the record
@@ -231,7 +231,7 @@ def test_records_after_one_stamped_ahead_are_judged_alike_in_any_batch_size(tmp_
 
 @pytest.mark.parametrize("batch_bytes", [None, 1500])
 @pytest.mark.parametrize("at, back_s", [(2, 2400.0), (7, 0.2), (8, 0.17)])
-@pytest.mark.slow
+@pytest.mark.long
 def test_one_record_behind_good_ones_is_the_one_rejected(tmp_path, monkeypatch, batch_bytes, at, back_s):
     """One record slipped behind: 40 min as a file's 3rd record, or 0.2 s behind the three good
     records before it. The good records before it were taken for a run stamped ahead of it (the
@@ -250,6 +250,7 @@ def test_one_record_behind_good_ones_is_the_one_rejected(tmp_path, monkeypatch, 
 
 
 @pytest.mark.parametrize("batch_bytes", [None, 1500])
+@pytest.mark.long
 def test_run_limits_come_from_the_log_when_its_first_record_is_rejected(tmp_path, monkeypatch, batch_bytes):
     """The run's limits (max_num_seqs, max_num_batched_tokens, KV tokens; the replay reads them)
     came from the first batch's first good record: with a record a batch and the first record
@@ -299,7 +300,7 @@ def test_order_checks_do_not_depend_on_batch_size_random(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("batch_bytes", [None, 1500])
 @pytest.mark.parametrize("repeated", [2, 4, 5])
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_repeated_block_is_rejected_not_the_records_before_it(tmp_path, monkeypatch, batch_bytes, repeated):
     """A log fetched twice in part (copytruncate): the last records written again after themselves,
     with their own stamps.  The first rule for records ahead took the good records before the copy
@@ -319,7 +320,7 @@ def test_a_repeated_block_is_rejected_not_the_records_before_it(tmp_path, monkey
     "field, sub",
     [("kvCacheStats", "tokensPerBlock"), (None, "scheduledSumPrefillKvTokens"), (None, "queuedNumDecodeRequests")],
 )
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_huge_count_rejects_its_record_not_the_file(con, tmp_path, field, sub):
     """A count near 2^63 in a field that is multiplied or added (KV tokens = blocks x tokens per block,
     context = prefill + decode KV tokens) overflowed DuckDB's BIGINT: the whole file failed with

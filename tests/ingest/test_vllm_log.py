@@ -229,6 +229,7 @@ def test_two_step_lines_run_together_are_one_reject(con, tmp_path, keep):
     assert con.execute("select count(*) from iterations").fetchall()[0][0] == len(idx) - 2
 
 
+@pytest.mark.long
 def test_output_slices_give_the_same_store(con, tmp_path, monkeypatch):
     from pipeline.ingest.engines import vllm_log
 
@@ -267,7 +268,7 @@ def _two_engine_log(tmp_path: Path) -> tuple[Path, list[tuple], list[tuple]]:
 
 
 @pytest.mark.parametrize("run_id", [None, "prod"])
-@pytest.mark.slow
+@pytest.mark.long
 def test_data_parallel_engines_become_runs(con, tmp_path, run_id):
     path, e0, e1 = _two_engine_log(tmp_path)
     (res,) = load(con, path, run_id=run_id)
@@ -303,7 +304,7 @@ def test_data_parallel_engines_become_runs(con, tmp_path, run_id):
 
 @pytest.mark.parametrize("batch_bytes", [None, 4096])  # 4 KiB: the step before the bad one is in another batch
 @pytest.mark.parametrize("name", ["server.log", "server_epoch.log"])
-@pytest.mark.slow
+@pytest.mark.long
 def test_absurd_elapsed_time_is_rejected_and_moves_no_other_step(con, tmp_path, monkeypatch, name, batch_bytes):
     from pipeline.ingest import reader
 

@@ -71,6 +71,7 @@ def test_changes_before_after_and_direction(history):
     assert analysis.gating(tpot, 0.05) and not analysis.gating(tpot, 0.5)
 
 
+@pytest.mark.long
 def test_new_only_when_not_found_the_night_before(history):
     nights, series = history
     s = Settings()

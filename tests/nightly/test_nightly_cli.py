@@ -219,7 +219,7 @@ def test_labels_are_escaped_and_dates_checked(nights, tmp_path, capsys):
     assert _counts(hist) == before
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_label_given_twice_is_refused(nights, tmp_path, capsys):
     """Two values of one key took the last one with nothing said; now the night is refused,
     naming the key, a new night or a re-run alike."""
@@ -285,7 +285,7 @@ def test_a_night_whose_outputs_fail_is_not_recorded(nights, tmp_path, capsys):
     assert _counts(hist)[0] == 2
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_missing_baseline_store_is_named(nights, tmp_path, capsys):
     hist, out = tmp_path / "hist", tmp_path / "out"
     base = ["nightly", "--history", str(hist), "--out", str(out)]
@@ -361,6 +361,7 @@ def _reports(hist: Path) -> list[tuple[str, str]]:
         con.close()
 
 
+@pytest.mark.long
 def test_a_failed_first_night_leaves_no_report_folder(nights, tmp_path, capsys):
     """A first night that fails writing its outputs, in a history folder that was there: only
     what was there before is left (not HISTORY/reports)."""
@@ -453,7 +454,7 @@ def test_a_folder_file_that_loads_nothing_fails_the_night(nights, tmp_path, caps
     assert ET.parse(junit).getroot().get("name") == "tracelat nightly"  # no SLO file: the same root name
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_hidden_files_of_a_folder_are_skipped_and_not_in_the_digest(nights, tmp_path, capsys):
     """A folder walk skips hidden files (`.DS_Store`, an editor's swap file) as `tracelat ingest`
     does: they neither fail the night nor count in its input digest (a re-run without them is the
@@ -478,7 +479,7 @@ def test_hidden_files_of_a_folder_are_skipped_and_not_in_the_digest(nights, tmp_
 
 
 @pytest.mark.parametrize("names", [("a_today.jsonl", "b_yesterday.jsonl"), ("trace-1102.jsonl", "trace-1101.jsonl")])
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_file_left_from_another_night_fails_the_night_not_passes_on_the_rest(nights, tmp_path, capsys, names):
     """Yesterday's trace left in tonight's folder: both name run 'bench', so the records of the one
     loaded second that repeat the other's step numbers and request ids are rejected as
@@ -516,7 +517,7 @@ def test_two_copies_of_one_file_fail_the_night(nights, tmp_path, capsys):
     assert not hist.exists()
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_rejected_lines_and_an_unaligned_source_are_warned_in_the_night(nights, tmp_path, capsys):
     """A night whose file lost a few lines (cut short, a garbled line) is recorded, and says so on
     stderr, in nightly.md and in --json; a re-run says the same."""
@@ -548,6 +549,7 @@ def test_rejected_lines_and_an_unaligned_source_are_warned_in_the_night(nights, 
     assert code == 0 and json.loads(stdout)["warnings"] == [] and "warning:" not in err, err
 
 
+@pytest.mark.long
 def test_a_night_ended_by_sigterm_changes_nothing(tmp_path):
     """A CI timeout or cancel sends SIGTERM: Python's default ended the process where it stood,
     leaving the staged store behind and, late in the night, a night recorded without its report.
@@ -588,7 +590,7 @@ def test_a_night_ended_by_sigterm_changes_nothing(tmp_path):
     assert not out.exists() or not any(out.iterdir())
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_label_that_replaces_the_runs_own_value_is_warned(nights, tmp_path, capsys):
     """`--label engine=...` silently replaced the engine the run's records give, on the trend page and
     in the history. It still wins (a label is the user's word), but the night warns, on stderr and in

@@ -156,7 +156,7 @@ def test_a_rerun_refuses_a_bad_option_as_a_new_night_does(nights, tmp_path, caps
         assert _rows(hist) == rows and _digests(hist / "reports" / "2026-01-01") == report
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_broken_night_rewrites_the_junit_file(nights, tmp_path, capsys):
     hist, junit = tmp_path / "hist", tmp_path / "ci.xml"
     code, _, _ = cli(capsys, "nightly", str(nights[0]), "--history", str(hist), "--junit", str(junit))
@@ -184,7 +184,7 @@ def test_broken_night_rewrites_the_junit_file(nights, tmp_path, capsys):
         assert code == 2 and "--min-change" in message and "-1" in message and "--min-change" in err
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_config_label_digests_configuration_only(nights, tmp_path):
     from pipeline import store
     from pipeline.ingest import ingest_paths

@@ -150,7 +150,7 @@ def test_trend_page_escapes_and_links(tmp_path, string_channels):
 
 
 @pytest.mark.browser
-@pytest.mark.slow
+@pytest.mark.long
 def test_trend_page_draws_offline(chromium, tmp_path):
     path, _ = _trend(tmp_path)
     page = chromium.dump_dom(path)  # skipped only when the browser fails its own preflight

@@ -84,7 +84,7 @@ def test_invalid_policy_is_an_input_error():
         resolve_policy("r", values, sources, {"kv_block_size": 128})
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_calibration_recovers_the_simulated_truth(steady_db):
     con = store.open_for_reading(steady_db)
     cal = calibrate(con, "steady")
@@ -119,7 +119,7 @@ def edited_db(steady_db, tmp_path):
     return db
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_failed_requests_are_load_but_not_compared(edited_db):
     con = store.connect(edited_db)
     ids = [
@@ -160,7 +160,7 @@ def test_ok_only_on_a_run_whose_requests_are_all_ok_says_so(edited_db):
     assert not any("--ok-only" in s for s in calibrate(con, "steady").notes)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_host_time_between_steps_is_added_to_t0(edited_db):
     """Shift every step 1 ms later than the previous: 1 ms of host time per busy step."""
     con = store.connect(edited_db)
@@ -242,7 +242,7 @@ def test_prompts_over_the_step_budget_without_chunked_prefill_are_noted(steady_d
     assert not [n for n in calibrate(con, "steady", noise="none").notes if n.startswith("token budget: ")]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_failed_requests_are_replayed_with_the_tokens_they_received(edited_db):
     con = store.connect(edited_db)
     a, b, c = (
@@ -266,7 +266,7 @@ def test_failed_requests_are_replayed_with_the_tokens_they_received(edited_db):
     con.close()
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_stopped_run_replays_its_throughput(tmp_path):
     """A simulation stopped after 1500 steps leaves its last requests aborted mid-output (their
     output_tokens are the lengths asked for): replayed at full length they ran 3 s past the recording

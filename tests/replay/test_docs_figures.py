@@ -38,7 +38,7 @@ def _block(after: str) -> str:
     return DOC[i : DOC.index("```", i)]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_validation_figures_are_what_replay_prints(db):
     code, out = run_captured("replay", "demo-incident", "--db", db)
     assert code == 0, out

@@ -11,7 +11,7 @@ from pipeline import store
 from pipeline.cli import run_captured
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_per_request_errors_match_the_ingested_replay(steady_db, tmp_path):
     code, text = run_captured(
         "replay",

@@ -57,7 +57,7 @@ def test_block_policy_comes_from_the_run(replays):
 
 @pytest.mark.parametrize("metric", ["ttft_ms", "tpot_ms"])
 @pytest.mark.parametrize("stat,tolerance", [("p50", 0.05), ("p99", 0.10)])
-@pytest.mark.slow
+@pytest.mark.long
 def test_replay_with_the_paged_policy_reproduces_the_run(replays, metric, stat, tolerance):
     cmp = replays[1]["recorded"]
     r = row(cmp, metric, stat)
@@ -75,6 +75,7 @@ def test_token_counting_and_first_chunk_admission_get_the_queue_wrong(replays):
     assert first["rel_error"] > 0.3 and first["replay_min"] > truth["observed"]  # self-preemption, more queueing
 
 
+@pytest.mark.long
 def test_run_ids_and_cli_options_for_the_block_policy(replays, tmp_path_factory):
     import json
     import subprocess

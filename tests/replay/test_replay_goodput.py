@@ -27,7 +27,7 @@ def _good(rows: list[tuple], ttft_lim: float, tpot_lim: float) -> np.ndarray:
     )
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_goodput_observed_and_replayed_match_numpy(steady_db, tmp_path):
     con = store.connect(steady_db, read_only=True)
     ttft_lim, tpot_lim = con.execute(

@@ -86,7 +86,7 @@ def _ttft_errors(cmp) -> dict[str, float]:
     )
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_recorded_cached_tokens_replay_closer_to_the_observed_than_recomputing(prefix_db):
     db, _, sim = prefix_db
     con = store.connect(db)  # the first calibration stores the fit

@@ -85,6 +85,7 @@ def rows(comparison):
     return {(r["metric"], r["stat"]): r for r in comparison.rows()}
 
 
+@pytest.mark.long
 def test_policy_comes_from_the_server_log(replayed):
     cal = replayed[0].calibration
     assert cal.baseline_policy == {
@@ -137,7 +138,7 @@ def test_token_counting_and_first_chunk_admission_miss_the_queue(replayed):
     assert p90_first["rel_error"] > 0.3 and p90_first["replay_min"] > p90_first["observed"]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_steps_re_timed_from_the_client_give_the_host_gap(tmp_path):
     """The default log stamps steps to the second; re-timed from bench.json's token times, the
     gaps between steps are known again: the replay adds the same host time per step as with

@@ -23,6 +23,7 @@ def calibrated(steady_db, tmp_path_factory):
     return out
 
 
+@pytest.mark.long
 def test_report_shows_the_same_calibration_as_replay(steady_db, calibrated):
     summary = json.loads((calibrated / "summary.json").read_text())
     cal = summary["replay_calibration"]
@@ -75,6 +76,7 @@ def test_a_run_that_cannot_be_replayed_says_why(tmp_path):
     assert "**Replay calibration**: not available (" in md and cal["reason"][:40] in md
 
 
+@pytest.mark.long
 def test_report_calibration_with_slo_shows_goodput_as_replay(steady_db, tmp_path):
     slo = tmp_path / "slo.toml"
     slo.write_text("[goodput]\nttft_ms = 60\n[slo]\nttft_ms.p99 = 1000\n")

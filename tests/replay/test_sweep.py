@@ -66,6 +66,7 @@ def _means(sweep, metric, stat):
     return np.array([r.mean(metric, stat) for r in sweep.rows])
 
 
+@pytest.mark.long
 def test_smaller_chunks_lower_p99_tpot_and_raise_ttft(incident):
     _, _, sweep, _ = incident
     tpot99 = _means(sweep, "tpot_ms", "p99")

@@ -42,7 +42,7 @@ def validation(steady_db):
 
 @pytest.mark.parametrize("metric", ["ttft_ms", "tpot_ms"])
 @pytest.mark.parametrize("stat,tolerance", [("p50", 0.05), ("p99", 0.10)])
-@pytest.mark.slow
+@pytest.mark.long
 def test_replay_with_true_policy_reproduces_the_run(validation, metric, stat, tolerance):
     """Replay acceptance (docs/replay.md, "How well it works"): p50 within 5 %, p99 within 10 %, in the mean and in every seed."""
     row = next(r for r in validation.rows() if r["metric"] == metric and r["stat"] == stat)
@@ -166,6 +166,7 @@ def test_noise_line_gives_a_stall_size_only_with_stalls(validation):
     assert _noise_line(quiet) == "noise:  sigma=0.03, no stalls"
 
 
+@pytest.mark.long
 def test_no_token_times_needs_a_written_replay(steady_db):
     """--no-token-times shapes the traces --out writes or --ingest stores; alone it did nothing, silently."""
     db = str(steady_db)

@@ -270,7 +270,7 @@ def c_and_d(tmp_path_factory):
     con.close()
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_compute_speedup_says_when_d_took_the_decode_cost(c_and_d):
     """The extended model swaps c for d here (one decode token per request and step: the data cannot
     split them), so --compute-speedup leaves the decode matmul cost unscaled; the replay says so,
@@ -318,6 +318,7 @@ def test_a_max_num_seqs_what_if_that_never_binds_says_so(kv_bound):
     assert not any(n.startswith("max_num_seqs never bound") for n in narrow.notes)
 
 
+@pytest.mark.long
 def test_a_max_num_seqs_what_if_on_a_light_load_names_the_load(tmp_path):
     """3 requests a second never fill 64 places, and none waits: the note blamed the KV cache or
     the token budget, which held nothing."""

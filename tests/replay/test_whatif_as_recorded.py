@@ -28,6 +28,7 @@ def _rows(doc: dict) -> dict[tuple[str, str], dict]:
     return {(r["metric"], r["stat"]): r for r in doc["rows"]}
 
 
+@pytest.mark.long
 def test_a_change_that_does_nothing_shows_no_change(db):
     args = ("replay", "vq", "--db", db, "--seeds", "2", "--json")
     val = run_cli(*args)
@@ -59,6 +60,7 @@ def test_a_validation_replay_has_no_baseline_column(db):
     assert all("as_recorded" not in row for row in doc["rows"])
 
 
+@pytest.mark.long
 def test_a_what_if_runs_when_the_recorded_policy_cannot(tmp_path):
     """A run whose recorded KV capacity holds not its largest request: `replay` says to pass a larger
     --kv-capacity-tokens, and the what-if with one failed (the baseline replay at the recorded

@@ -58,6 +58,7 @@ def _replay(db, *args):
     return out, {(r["metric"], r["stat"]): r["replay"] for r in out["rows"]}
 
 
+@pytest.mark.long
 def test_own_workload_as_a_file_reproduces_the_validation(db, tmp_path):
     path, rows = db
     base, stats = _replay(path)
@@ -114,7 +115,7 @@ def test_ok_only_with_a_workload_file_is_refused(db, tmp_path):
     assert "Not with --workload: a workload file's requests have no recorded status." in help_text
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_replays_of_other_requests_get_their_own_run_ids(db, tmp_path):
     """--ok-only and --workload replay other requests: under the recorded replay's id, --ingest of one
     replaced the other in the store (each was RUN~replay~recorded-nonoise-seed0)."""

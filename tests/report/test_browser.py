@@ -39,14 +39,14 @@ def check_page(chromium, index, tmp_path, expected_charts: int) -> None:
     assert shot.stat().st_size > 10_000
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_report_renders_offline_in_chromium(chromium, synth_run, tmp_path):
     con, rid = synth_run
     index = write_report(con, rid, tmp_path / "rep")
     check_page(chromium, index, tmp_path, expected_charts=7)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_hostile_report_renders_without_injection(chromium, hostile_run, tmp_path):
     con, rid, _ = hostile_run
     index = write_report(con, rid, tmp_path / "rep")
@@ -70,7 +70,7 @@ def test_hostile_sweep_page_renders_without_injection(chromium, script_store, tm
     assert console == []
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_hostile_compare_page_renders_without_injection(chromium, script_store, tmp_path):
     from pipeline.compare import compare
     from pipeline.report.compare_page import write_comparison

@@ -14,7 +14,7 @@ from pipeline.report.render import build_sections
 FIX = Path(__file__).resolve().parents[2] / "fixtures"
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_engine_section_draws_the_scraped_gauges(tmp_path):
     con = store.connect(tmp_path / "r.duckdb")
     ingest_paths(

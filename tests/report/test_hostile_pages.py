@@ -19,7 +19,7 @@ def assert_no_raw_payload(html: str) -> None:
     assert html.count("</script>") == 3, html.count("</script>")
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_payload_never_raw_in_any_page(script_store, tmp_path, string_channels):
     from pipeline.compare import compare
     from pipeline.report import write_report
@@ -56,7 +56,7 @@ def test_csp_allows_only_the_pages_own_scripts(script_store, tmp_path):
     assert len(scripts) == 2 and set(script_src.split()) == hashes
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_payload_never_raw_in_the_fleet_page(script_store, tmp_path):
     """The fleet page and the run reports it writes, from a lake holding the hostile run."""
     from pipeline.fleet import fleet

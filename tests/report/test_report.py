@@ -135,7 +135,7 @@ def test_default_out_dirs_are_unique():
     assert len({compare_dir(b, c) for b, c in pairs}) == len(pairs)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_source_date_epoch_pins_the_generated_minute(synth_run, tmp_path, monkeypatch):
     con, rid = synth_run
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1767225600")  # 2026-01-01 00:00 UTC

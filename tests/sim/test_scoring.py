@@ -34,6 +34,7 @@ def test_best_recall_at_fdr_by_hand():
     assert best_recall_at_fdr(-score, stalled, 0.0) == 0.0  # the top step is not a stall: nothing qualifies
 
 
+@pytest.mark.long
 def test_oracle_finds_stalls_far_above_noise_and_misses_those_inside_it():
     rng = np.random.default_rng(0)
     n = 20_000

@@ -29,6 +29,7 @@ def write_trace(path: Path, requests: int, tokens: int) -> tuple[Path, int]:
     return path, requests * tokens
 
 
+@pytest.mark.long
 def test_token_lists_of_a_big_ingest_go_to_the_file_not_the_wal(tmp_path, monkeypatch):
     # 2048 rows per group (the smallest DuckDB takes) so that a small trace fills several
     monkeypatch.setattr(store, "ROW_GROUP_SIZE", 2048)
@@ -115,6 +116,7 @@ def test_memory_store_is_private(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.long
 def test_threads_opening_one_store_in_both_modes_get_their_mode_or_a_clear_error(tmp_path):
     import threading
 

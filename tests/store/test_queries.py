@@ -53,6 +53,7 @@ def test_derived_tables_rebuilt_only_when_store_changed(con, tmp_path):
     assert con.execute("select iteration_ms from iteration_metrics").fetchall() == [(7.0,)]
 
 
+@pytest.mark.long
 def test_replace_that_removes_several_ingests_still_rebuilds(con, tmp_path):
     """A count of ingests repeats after a --replace; the store's change counter does not."""
     from pipeline import ingest

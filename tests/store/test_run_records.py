@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import duckdb
+import pytest
 
 from pipeline import ingest, store
 
@@ -27,6 +28,7 @@ def run_row(con, run_id: str) -> dict:
 STEP = {"kind": "iteration", "iter": 0, "t_start": 0.0, "t_end": 0.01}
 
 
+@pytest.mark.long
 def test_replacing_the_file_that_created_a_run_keeps_what_other_files_said(con, tmp_path):
     log = write(
         tmp_path / "log.jsonl",

@@ -59,7 +59,7 @@ def _contents(db: Path) -> list:
         con.close()
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_kill_during_ingest_leaves_previous_contents(tmp_path):
     db = tmp_path / "k.duckdb"
     con = store.connect(db)
