@@ -96,3 +96,34 @@ def test_the_way_follows_the_rows_a_batch_holds_not_the_lines_it_covers(tmp_path
     assert any(lines_read == 0 for lines_read, _, _ in typed)  # the later slices: no lines of their own
     for _, rows, relation in typed:
         assert relation == (rows > 30), seen
+
+
+@pytest.mark.parametrize(
+    "source", ["vllm/server.log", "vllm/requests.jsonl", "trtllm/metrics.json", "sglang/server.log"]
+)
+def test_a_converters_table_in_record_batches_stores_the_same(tmp_path, monkeypatch, source):
+    """Engine converters cut their typed tables into record batches (engines._common.encode), which
+    DuckDB reads on several threads: in batches of 2 rows or in one, the store is the same."""
+    from pipeline.ingest.engines import _common
+
+    monkeypatch.setattr(store, "EXECUTE_ROWS_MAX", -1)  # the relation way, as a big file takes
+    stored, chunks = {}, {}
+    real = _common.encode
+
+    def spy(*args, **kwargs):
+        typed = real(*args, **kwargs)
+        chunks.setdefault(size, []).append(typed.table.column(0).num_chunks)
+        assert all(b.num_rows <= size for b in typed.table.to_batches())
+        return typed
+
+    monkeypatch.setattr(_common, "encode", spy)
+    for size in (2, 10**9):
+        monkeypatch.setattr(_common, "ENCODE_CHUNK_ROWS", size)
+        con = store.connect(tmp_path / f"{size}.duckdb")
+        load(con, FIX / source, run_id="r", tz="UTC")
+        stored[size] = {t: con.execute(q).fetchall() for t, q in TABLES.items()}
+        con.close()
+    assert stored[2] == stored[10**9]
+    assert sum(len(rows) for rows in stored[2].values()) > 0
+    # the spy saw the converter's tables: cut where they had more rows than a batch
+    assert max(chunks[2]) > 1 and set(chunks[10**9]) == {1}
