@@ -242,6 +242,23 @@ def head_text(path: Path, n_bytes: int = 65536) -> str:
     return head.decode("utf-8", errors="replace")
 
 
+# Rows per record batch of the Arrow tables handed to DuckDB (the lines here, a converter's typed
+# records, a Polars frame it registers): DuckDB scans an Arrow table one record batch per thread,
+# so a batch of 200k lines in one chunk was validated on one core. Slicing is zero-copy.
+ARROW_BATCH_ROWS = 16384
+
+
+def in_batches(table: pa.Table) -> pa.Table:
+    """``table`` (or a Polars frame, as Arrow) in record batches of at most ARROW_BATCH_ROWS rows."""
+    import pyarrow as pa
+
+    if not isinstance(table, pa.Table):
+        table = table.to_arrow()
+    if table.num_rows <= ARROW_BATCH_ROWS:
+        return table
+    return pa.Table.from_batches(table.to_batches(max_chunksize=ARROW_BATCH_ROWS), table.schema)
+
+
 def line_batches(path: Path, progress: Progress | None = None, batch_bytes: int | None = None) -> Iterator[pa.Table]:
     """Yield ``(line_no, raw)`` Arrow tables covering every line of ``path``.
 
@@ -277,7 +294,7 @@ def line_batches(path: Path, progress: Progress | None = None, batch_bytes: int 
                 }
             )
             next_line += len(lines)
-            yield table
+            yield in_batches(table)
 
 
 def _lines_before_damage(path: Path, skip: int) -> int:
@@ -334,7 +351,10 @@ def duckdb_line_batches(path: Path, progress: Progress | None = None) -> Iterato
         try:
             for rb in con.sql(sql, params={"path": glob_literal(path)}).to_arrow_reader(rows):
                 n = rb.num_rows
-                yield pa.table({"line_no": pa.array(np.arange(next_line, next_line + n, dtype=np.int64)), "raw": rb[0]})
+                lines = pa.table(
+                    {"line_no": pa.array(np.arange(next_line, next_line + n, dtype=np.int64)), "raw": rb[0]}
+                )
+                yield in_batches(lines)
                 next_line += n
                 if progress and kind == "none":
                     progress(_text_bytes(rb[0]) + n)  # + the newlines

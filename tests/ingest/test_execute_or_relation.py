@@ -4,6 +4,7 @@ engine converters."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 from pathlib import Path
 
@@ -99,11 +100,20 @@ def test_the_way_follows_the_rows_a_batch_holds_not_the_lines_it_covers(tmp_path
 
 
 @pytest.mark.parametrize(
-    "source", ["vllm/server.log", "vllm/requests.jsonl", "trtllm/metrics.json", "sglang/server.log"]
+    "source",
+    [
+        "vllm/server.log",
+        "vllm/requests.jsonl",
+        "trtllm/metrics.json",
+        "sglang/server.log",
+        "aiperf/profile_export.jsonl",
+    ],
 )
 def test_a_converters_table_in_record_batches_stores_the_same(tmp_path, monkeypatch, source):
-    """Engine converters cut their typed tables into record batches (engines._common.encode), which
-    DuckDB reads on several threads: in batches of 2 rows or in one, the store is the same."""
+    """The lines a converter reads, the frames it hands DuckDB and its typed records come in record
+    batches (reader.in_batches), which DuckDB reads on several threads: in batches of 2 rows or in
+    one, the store is the same."""
+    from pipeline.ingest import reader
     from pipeline.ingest.engines import _common
 
     monkeypatch.setattr(store, "EXECUTE_ROWS_MAX", -1)  # the relation way, as a big file takes
@@ -118,7 +128,7 @@ def test_a_converters_table_in_record_batches_stores_the_same(tmp_path, monkeypa
 
     monkeypatch.setattr(_common, "encode", spy)
     for size in (2, 10**9):
-        monkeypatch.setattr(_common, "ENCODE_CHUNK_ROWS", size)
+        monkeypatch.setattr(reader, "ARROW_BATCH_ROWS", size)
         con = store.connect(tmp_path / f"{size}.duckdb")
         load(con, FIX / source, run_id="r", tz="UTC")
         stored[size] = {t: con.execute(q).fetchall() for t, q in TABLES.items()}
@@ -127,3 +137,20 @@ def test_a_converters_table_in_record_batches_stores_the_same(tmp_path, monkeypa
     assert sum(len(rows) for rows in stored[2].values()) > 0
     # the spy saw the converter's tables: cut where they had more rows than a batch
     assert max(chunks[2]) > 1 and set(chunks[10**9]) == {1}
+
+
+@pytest.mark.parametrize("python", [False, True])
+def test_line_tables_come_in_record_batches_numbered_on(tmp_path, monkeypatch, python):
+    from pipeline.ingest import reader
+
+    monkeypatch.setattr(reader, "ARROW_BATCH_ROWS", 3)
+    path = tmp_path / "lines.txt"
+    path.write_text("".join(f"line {i}\n" for i in range(1, 12)) + "\nlast\n")
+    with reader.python_lines() if python else contextlib.nullcontext():
+        tables = list(reader.lines(path))
+    assert all(b.num_rows <= 3 for t in tables for b in t.to_batches())
+    rows = [r for t in tables for r in t.to_pylist()]
+    assert rows == [{"line_no": i, "raw": f"line {i}"} for i in range(1, 12)] + [
+        {"line_no": 12, "raw": ""},
+        {"line_no": 13, "raw": "last"},
+    ]

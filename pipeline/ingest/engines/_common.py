@@ -25,6 +25,7 @@ import pyarrow as pa
 from ...errors import InputError
 from ..canonical_sql import MAX_ABS_TIME_S, MAX_COUNT
 from ..load import Batch, check_zone  # noqa: F401 - check_zone re-exported for the log converters
+from .. import reader
 from ..typed_sql import EXTRA_JSON, Typed
 from . import _wallclock as wallclock
 from ..load import default_run_id as stem  # noqa: F401 - re-exported: the loader's rule for a run name
@@ -102,18 +103,9 @@ def encode(frame: pl.DataFrame, kind: str, extra: tuple[str, ...] = (), sources:
     unknown = [c for c in extra if c in frame.columns and c not in cols]
     extra_json = [pl.struct(*unknown).struct.json_encode().alias(EXTRA_JSON)] if unknown else []
     table = frame.select(pl.col("line_no").cast(pl.Int64), *cols, *unknown, *extra_json).to_arrow()
-    if table.num_rows > ENCODE_CHUNK_ROWS:
-        import pyarrow as pa
-
-        # zero-copy slices: DuckDB scans an Arrow table one record batch per thread
-        table = pa.Table.from_batches(table.to_batches(max_chunksize=ENCODE_CHUNK_ROWS))
-    return Typed(kind, table, tuple(unknown), tuple((sources or {}).items()))
-
-
-# Rows per record batch of an encoded table. Polars hands over one chunk, which DuckDB's
-# validation statement then read on one thread: a 200k-step slice of a vLLM log took 0.23 s
-# (0.24 CPU-s) in one chunk, 0.11 s (0.16 CPU-s) in chunks of this size, on 2 cores.
-ENCODE_CHUNK_ROWS = 16384
+    # Polars hands over one chunk, which the loader's validation statement read on one thread: a
+    # 200k-step slice of a vLLM log took 0.23 s (0.24 CPU-s) in one, 0.11 s (0.16 CPU-s) in batches
+    return Typed(kind, reader.in_batches(table), tuple(unknown), tuple((sources or {}).items()))
 
 
 def batch(

@@ -272,7 +272,7 @@ def convert(
         blank = frame.filter(pl.col("raw").str.strip_chars() == "").height
         frame = frame.filter(pl.col("raw").str.strip_chars() != "")
         frame = frame.with_columns(text=pl.when(pl.col("text").is_not_null()).then(_as_json(pl.col("text"))))
-        con.register("f", frame)
+        con.register("f", reader.in_batches(frame))  # read on every core (reader.ARROW_BATCH_ROWS)
         frame = store.frame(
             con, "select line_no, raw, text, coalesce(json_valid(text), false) as valid from f", rows=frame.height
         )
@@ -281,7 +281,7 @@ def convert(
         if broken.height:  # rare: fall back to literal_eval, line by line, only for these
             fixed = broken.with_columns(text=pl.col("raw").map_elements(_literal_fallback, return_dtype=pl.String))
             frame = frame.update(fixed.select("line_no", "text", valid=pl.col("text").is_not_null()), on="line_no")
-        con.register("src", frame.select("line_no", "raw", "valid", js=pl.col("text")))
+        con.register("src", reader.in_batches(frame.select("line_no", "raw", "valid", js=pl.col("text"))))
         rec = store.frame(con, EXTRACT, rows=frame.height)
         con.unregister("src")
         ends = rec.filter(pl.col("is_end")).height
