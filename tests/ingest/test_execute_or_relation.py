@@ -117,13 +117,13 @@ def test_a_converters_table_in_record_batches_stores_the_same(tmp_path, monkeypa
     from pipeline.ingest.engines import _common
 
     monkeypatch.setattr(store, "EXECUTE_ROWS_MAX", -1)  # the relation way, as a big file takes
-    stored, chunks = {}, {}
+    stored, chunks = {}, {}  # chunks: the rows of each typed table, by batch size
     real = _common.encode
 
     def spy(*args, **kwargs):
         typed = real(*args, **kwargs)
-        chunks.setdefault(size, []).append(typed.table.column(0).num_chunks)
-        assert all(b.num_rows <= size for b in typed.table.to_batches())
+        chunks.setdefault(size, []).append(typed.table.num_rows)
+        assert all(b.num_rows <= size for b in typed.table.to_batches())  # cut where it had more
         return typed
 
     monkeypatch.setattr(_common, "encode", spy)
@@ -135,8 +135,8 @@ def test_a_converters_table_in_record_batches_stores_the_same(tmp_path, monkeypa
         con.close()
     assert stored[2] == stored[10**9]
     assert sum(len(rows) for rows in stored[2].values()) > 0
-    # the spy saw the converter's tables: cut where they had more rows than a batch
-    assert max(chunks[2]) > 1 and set(chunks[10**9]) == {1}
+    # the spy saw the converter's tables, and one had more rows than a batch of 2
+    assert max(chunks[2]) > 2
 
 
 @pytest.mark.parametrize("python", [False, True])
