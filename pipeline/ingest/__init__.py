@@ -383,9 +383,8 @@ def _note_unused_options(con, r: IngestResult, run_id: str | None, tz: str | Non
     if r.status == "ingested" and r.run_ids:
         _note_same_content(con, r)
     if run_id and r.status != "unchanged" and r.run_ids and run_id not in r.run_ids:
-        named = ", ".join(r.run_ids[:3]) + (" ..." if len(r.run_ids) > 3 else "")
         r.notes.append(
-            f"--run-id {run_id} not used: the file's records name their own run ({named}); --run-id names "
+            f"--run-id {run_id} not used: the file's records name their own run ({_some(r.run_ids)}); --run-id names "
             "only records that name none"
         )
 
@@ -402,12 +401,15 @@ def _note_same_content(con, r: IngestResult) -> None:
     ).fetchall()
     if other:
         path, runs = other[0]
-        named = ", ".join(inline(x) for x in (runs or [])[:3]) + (" ..." if len(runs or []) > 3 else "")
-        runs_now = ", ".join(inline(x) for x in r.run_ids[:3]) + (" ..." if len(r.run_ids) > 3 else "")
         r.notes.append(
-            f"the same content was ingested before from {inline(path)} as run {named}: its records are now "
-            f"stored twice, also as run {runs_now} (a fleet of this store counts them twice)"
+            f"the same content was ingested before from {inline(path)} as run {_some(runs or [])}: its records "
+            f"are now stored twice, also as run {_some(r.run_ids)} (a fleet of this store counts them twice)"
         )
+
+
+def _some(run_ids: list[str]) -> str:
+    """The first three run ids, each on one line, and "..." when there are more."""
+    return ", ".join(inline(x) for x in run_ids[:3]) + (" ..." if len(run_ids) > 3 else "")
 
 
 def loaded_nothing(results: list[IngestResult]) -> list[IngestResult]:
